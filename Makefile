@@ -1,0 +1,25 @@
+PYTHON ?= python
+# Reinstall when pyproject.toml changes or another Python is used.
+STAMP := .make/installed-$(shell $(PYTHON) -c "import sys, hashlib; print(hashlib.sha1(sys.executable.encode()).hexdigest()[:12])")
+
+.PHONY: install test demo bench lint
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m pip install -e ".[dev]"
+	@mkdir -p .make && touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PYTHON) -m pytest -q
+
+# The main job on built-in data. Until the forecasting pipeline lands it benchmarks the
+# attention ops at a small size.
+demo: $(STAMP)
+	$(PYTHON) scripts/bench_attention.py --nlat 32 --nlon 64 --channels 64 --heads 4
+
+bench: $(STAMP)
+	$(PYTHON) scripts/bench_attention.py
+
+lint: $(STAMP)
+	$(PYTHON) -m ruff check . && $(PYTHON) -m ruff format --check .

@@ -1,0 +1,36 @@
+"""Great-circle distances on the unit sphere."""
+
+import math
+
+import torch
+
+# Relative slack on the haversine when testing "distance <= radius", so that a radius equal to
+# a grid spacing includes the neighbors that lie exactly that far away despite round-off.
+RADIUS_RTOL = 1e-9
+
+
+def haversine(colat1: torch.Tensor, lon1: torch.Tensor, colat2: torch.Tensor, lon2: torch.Tensor) -> torch.Tensor:
+    """hav(d) = sin^2(d / 2) of the great-circle distance d between two points (broadcasting).
+
+    Accurate for small and large distances alike (no arccos of a number close to 1).
+    Angles in radians.
+    """
+    return (
+        torch.sin(0.5 * (colat1 - colat2)) ** 2
+        + torch.sin(colat1) * torch.sin(colat2) * torch.sin(0.5 * (lon1 - lon2)) ** 2
+    )
+
+
+def within_radius(hav: torch.Tensor, radius: float) -> torch.Tensor:
+    """Whether haversines ``hav`` belong to distances <= ``radius`` (radians)."""
+    return hav <= math.sin(0.5 * radius) ** 2 * (1.0 + RADIUS_RTOL)
+
+
+def geodesic_distance(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Great-circle distance in radians between unit vectors ``u`` and ``v`` of shape (..., 3).
+
+    Uses atan2(|u x v|, u . v), which stays accurate near 0 and pi.
+    """
+    u, v = torch.broadcast_tensors(u, v)
+    cross = torch.linalg.vector_norm(torch.linalg.cross(u, v, dim=-1), dim=-1)
+    return torch.atan2(cross, (u * v).sum(-1))

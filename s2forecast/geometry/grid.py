@@ -1,0 +1,183 @@
+"""The ``Grid`` value type: a regular latitude-longitude grid on the unit sphere."""
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from s2forecast.geometry.quadrature import cell_area_weights, latitude_quadrature, to_tensor
+
+GRID_KINDS = ("equiangular", "equiangular-midpoint", "legendre-gauss")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A latitude-longitude grid, regular in longitude.
+
+    Rows are ordered north -> south (colatitude increasing), columns east from longitude 0,
+    as in torch-harmonics. Fields on the grid have shape ``(..., nlat, nlon)``; flattened
+    point indices run row-major over (lat, lon).
+
+    Kinds:
+        - ``equiangular``: both poles included, spacing 180/(nlat-1) degrees (ERA5 0.25 deg
+          721x1440, 1 deg 181x360, 1.5 deg 121x240). Clenshaw-Curtis quadrature.
+        - ``equiangular-midpoint``: cell-centred latitudes, no poles, spacing 180/nlat degrees
+          (WeatherBench2 64x32, WeatherBench1 32x64). Fejer's first rule.
+        - ``legendre-gauss``: Gauss-Legendre latitudes. Gauss quadrature.
+
+    All tensors are float64 and freshly allocated on each access.
+    """
+
+    nlat: int
+    nlon: int
+    kind: str = "equiangular"
+
+    def __post_init__(self):
+        if self.kind not in GRID_KINDS:
+            raise ValueError(f"unknown grid kind {self.kind!r}; use one of {GRID_KINDS}")
+        if int(self.nlat) != self.nlat or int(self.nlon) != self.nlon:
+            raise ValueError(f"nlat and nlon must be integers, got nlat={self.nlat!r}, nlon={self.nlon!r}")
+        if self.nlat < 2 or self.nlon < 1:
+            raise ValueError(f"a grid needs nlat >= 2 and nlon >= 1, got {self.nlat}x{self.nlon}")
+
+    # --- coordinates -----------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.nlat, self.nlon)
+
+    @property
+    def npoints(self) -> int:
+        return self.nlat * self.nlon
+
+    @cached_property
+    def _latitude_rule(self) -> tuple[np.ndarray, np.ndarray]:
+        return latitude_quadrature(self.nlat, self.kind)
+
+    @property
+    def colats(self) -> torch.Tensor:
+        """(nlat,) colatitudes in radians, increasing from the north pole."""
+        return to_tensor(self._latitude_rule[0])
+
+    @property
+    def lats(self) -> torch.Tensor:
+        """(nlat,) latitudes in radians, decreasing from +pi/2 (north first)."""
+        return math.pi / 2 - self.colats
+
+    @property
+    def lons(self) -> torch.Tensor:
+        """(nlon,) longitudes in radians, 2*pi*j/nlon."""
+        return torch.arange(self.nlon, dtype=torch.float64) * (2.0 * math.pi / self.nlon)
+
+    @property
+    def lats_deg(self) -> torch.Tensor:
+        return torch.rad2deg(self.lats)
+
+    @property
+    def lons_deg(self) -> torch.Tensor:
+        return torch.arange(self.nlon, dtype=torch.float64) * (360.0 / self.nlon)
+
+    @property
+    def lat_spacing(self) -> float:
+        """Largest gap between adjacent latitude rows, radians (pi/(nlat-1) if equiangular)."""
+        return float(np.diff(self._latitude_rule[0]).max())
+
+    @property
+    def unit_vectors(self) -> torch.Tensor:
+        """(nlat, nlon, 3) Cartesian unit vectors (x towards lon 0 on the equator, z north)."""
+        colat = self.colats[:, None]
+        lon = self.lons[None, :]
+        sin_colat = torch.sin(colat)
+        x = sin_colat * torch.cos(lon)
+        y = sin_colat * torch.sin(lon)
+        z = torch.cos(colat).expand(self.nlat, self.nlon)
+        return torch.stack([x, y, z], dim=-1)
+
+    # --- weights ---------------------------------------------------------------------
+    @property
+    def quadrature_weights(self) -> torch.Tensor:
+        """(nlat, nlon) quadrature weights (steradians), summing to 4*pi.
+
+        Integrates band-limited functions exactly up to round-off: polynomial degree
+        nlat-1 in cos(colat) (2*nlat-1 for legendre-gauss), |m| < nlon in longitude.
+        Equal to torch-harmonics' weights for the grids both libraries have.
+        """
+        row = to_tensor(self._latitude_rule[1]) * (2.0 * math.pi / self.nlon)
+        return row[:, None].expand(self.nlat, self.nlon).clone()
+
+    @property
+    def area_weights(self) -> torch.Tensor:
+        """(nlat,) WeatherBench2 cell-area latitude weights with mean 1 (for metrics)."""
+        return to_tensor(cell_area_weights(self.lats_deg.numpy()))
+
+    # --- construction from data coordinates -------------------------------------------
+    @classmethod
+    def from_coords(cls, lat, lon) -> "Grid":
+        """Infer the grid from 1-D latitude and longitude coordinates in degrees.
+
+        Latitudes may run north -> south or south -> north (the returned grid is always
+        north -> south: flip the data if ``lat`` ascends). Longitudes must be evenly spaced
+        over the full circle; any starting longitude is accepted (every operator in
+        s2forecast is invariant under a longitude shift).
+
+        Args:
+            lat: latitudes in degrees (numpy array, list or xarray coordinate).
+            lon: longitudes in degrees.
+
+        Raises:
+            ValueError: for regional, irregular, non-global or unsupported grids.
+        """
+        lat = np.asarray(lat, dtype=np.float64).ravel()
+        lon = np.asarray(lon, dtype=np.float64).ravel()
+        nlat, nlon = lat.size, lon.size
+        if nlat < 2 or nlon < 1:
+            raise ValueError(f"need at least 2 latitudes and 1 longitude, got {nlat} and {nlon}")
+        if not np.all(np.isfinite(lat)) or not np.all(np.isfinite(lon)):
+            raise ValueError("latitude/longitude coordinates contain NaN or infinite values")
+        if np.abs(lat).max() > 90.0 + 1e-6:
+            raise ValueError(f"latitudes must be in degrees within [-90, 90], got max |lat| = {np.abs(lat).max():g}")
+
+        lon_step = np.diff(lon)
+        expected_step = 360.0 / nlon
+        if nlon > 1 and not np.allclose(lon_step, expected_step, rtol=0.0, atol=1e-4 * expected_step + 1e-7):
+            coverage = abs(lon[-1] - lon[0]) + (abs(lon_step).mean() if nlon > 1 else 0.0)
+            if np.allclose(lon_step, lon_step[0], rtol=0.0, atol=1e-6 * abs(lon_step[0]) + 1e-9):
+                raise ValueError(
+                    f"regional grid: {nlon} longitudes spaced {lon_step[0]:g} deg cover {coverage:g} of 360 deg; "
+                    "s2forecast needs global grids evenly spaced in longitude"
+                )
+            raise ValueError(
+                f"irregular longitudes: spacing varies from {lon_step.min():g} to {lon_step.max():g} deg; "
+                f"expected an even spacing of 360/{nlon} = {expected_step:g} deg"
+            )
+
+        descending = np.sort(lat)[::-1]
+        if np.any(np.diff(descending) == 0):
+            raise ValueError("latitudes contain duplicates")
+        if not (np.all(np.diff(lat) < 0) or np.all(np.diff(lat) > 0)):
+            raise ValueError("latitudes must be sorted (ascending or descending)")
+
+        for kind in GRID_KINDS:
+            candidate = cls(nlat, nlon, kind)
+            reference = candidate.lats_deg.numpy()
+            spacing = 180.0 / nlat
+            if np.allclose(descending, reference, rtol=0.0, atol=1e-3 * spacing):
+                return candidate
+
+        north, south = descending[0], descending[-1]
+        steps = -np.diff(descending)
+        if abs(north - math.pi / 2) < 1e-3 and abs(south + math.pi / 2) < 1e-3:
+            raise ValueError(f"latitudes span {south:g} to {north:g}: they look like radians; pass degrees")
+        if north < 90.0 - 2.0 * steps.max() or south > -90.0 + 2.0 * steps.max():
+            raise ValueError(f"regional grid: latitudes span {south:g} to {north:g} deg; s2forecast needs global grids")
+        if np.allclose(steps, steps[0], rtol=1e-6):
+            raise ValueError(
+                f"unsupported latitudes: {nlat} rows evenly spaced {steps[0]:g} deg from {south:g} to {north:g}; "
+                "expected poles included (spacing 180/(nlat-1)), cell centres (spacing 180/nlat, first at "
+                "90 - spacing/2) or Gauss-Legendre latitudes"
+            )
+        raise ValueError(
+            f"irregular latitudes: spacing varies from {steps.min():g} to {steps.max():g} deg and does not match "
+            "Gauss-Legendre latitudes; supported kinds are " + ", ".join(GRID_KINDS)
+        )

@@ -1,0 +1,175 @@
+"""Spherical attention layers on fields of shape (batch, channels, nlat, nlon)."""
+
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from s2forecast.geometry import Grid
+from s2forecast.ops import default_radius, global_attention, neighborhood_attention
+from s2forecast.ops.validation import check_grid, check_radius
+
+
+class QKPositionEmbedding(Protocol):
+    """What an attention layer calls on its queries and keys before attending.
+
+    ``forward(q, k) -> (q, k)`` on tensors of shape (batch, heads, N, head_dim), queries on the
+    layer's output grid and keys on its input grid (relative embeddings such as SpRePE or RoPE).
+    """
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class _SphericalAttention(nn.Module):
+    """Shared projections, heads, qk-norm and dropout of the spherical attention layers."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_heads: int,
+        out_channels: int | None,
+        qk_channels: int | None,
+        bias: bool,
+        use_qknorm: bool,
+        dropout: float,
+        position_embedding: nn.Module | None,
+    ):
+        super().__init__()
+        out_channels = in_channels if out_channels is None else out_channels
+        qk_channels = in_channels if qk_channels is None else qk_channels
+        for name, channels in (("qk_channels", qk_channels), ("out_channels", out_channels)):
+            if channels % num_heads != 0:
+                raise ValueError(f"{name}={channels} is not divisible by num_heads={num_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.num_heads = num_heads
+        self.head_dim = qk_channels // num_heads
+        self.q_proj = nn.Linear(in_channels, qk_channels, bias=bias)
+        self.k_proj = nn.Linear(in_channels, qk_channels, bias=bias)
+        self.v_proj = nn.Linear(in_channels, out_channels, bias=bias)
+        self.out_proj = nn.Linear(out_channels, out_channels, bias=bias)
+        self.q_norm = nn.RMSNorm(self.head_dim) if use_qknorm else nn.Identity()
+        self.k_norm = nn.RMSNorm(self.head_dim) if use_qknorm else nn.Identity()
+        self.dropout = nn.Dropout(dropout)
+        self.position_embedding = position_embedding
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, N, heads*d) -> (batch, heads, N, d)"""
+        batch, n, _ = x.shape
+        return x.view(batch, n, self.num_heads, -1).transpose(1, 2)
+
+    def _project(self, query, key, value, grid_q: Grid, grid_kv: Grid):
+        if key is None:
+            key = query
+        if value is None:
+            value = key
+        for name, x, grid in (("query", query, grid_q), ("key", key, grid_kv), ("value", value, grid_kv)):
+            if x.dim() != 4 or x.shape[1] != self.in_channels or tuple(x.shape[-2:]) != grid.shape:
+                expected = f"(batch, {self.in_channels}, {grid.nlat}, {grid.nlon})"
+                raise ValueError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
+        tokens = {id(x): x.flatten(2).transpose(1, 2) for x in (query, key, value)}  # (batch, N, channels)
+        q = self.q_norm(self._split_heads(self.q_proj(tokens[id(query)])))
+        k = self.k_norm(self._split_heads(self.k_proj(tokens[id(key)])))
+        v = self._split_heads(self.v_proj(tokens[id(value)]))
+        if self.position_embedding is not None:
+            q, k = self.position_embedding(q, k)
+        return q, k, v
+
+    def _merge(self, out: torch.Tensor, grid: Grid) -> torch.Tensor:
+        """(batch, heads, N, d) -> projected (batch, out_channels, nlat, nlon)"""
+        batch = out.shape[0]
+        out = out.transpose(1, 2).reshape(batch, grid.npoints, self.out_channels)
+        out = self.dropout(self.out_proj(out))
+        return out.transpose(1, 2).reshape(batch, self.out_channels, *grid.shape)
+
+
+class S2Attention(_SphericalAttention):
+    """Global quadrature-weighted attention (eq. 26), optionally between two grids.
+
+    Queries live on ``grid_out``; keys and values on ``grid_in`` (down/upsampling when they
+    differ). Input (batch, in_channels, *grid_in.shape) -> (batch, out_channels, *grid_out.shape).
+
+    Args:
+        in_channels: channels of the input fields.
+        num_heads: attention heads; must divide ``qk_channels`` and ``out_channels``.
+        grid_in: grid of keys and values.
+        grid_out: grid of queries and output; defaults to ``grid_in``.
+        out_channels: output (and value) channels; defaults to ``in_channels``.
+        qk_channels: query/key channels; defaults to ``in_channels``.
+        bias: biases in the four projections.
+        use_qknorm: RMS-normalize queries and keys per head.
+        dropout: dropout on the output projection.
+        position_embedding: optional module applied to (q, k), see ``QKPositionEmbedding``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_heads: int,
+        grid_in: Grid,
+        grid_out: Grid | None = None,
+        out_channels: int | None = None,
+        qk_channels: int | None = None,
+        bias: bool = True,
+        use_qknorm: bool = False,
+        dropout: float = 0.0,
+        position_embedding: nn.Module | None = None,
+    ):
+        super().__init__(
+            in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout, position_embedding
+        )
+        self.grid_in = check_grid(grid_in, "grid_in")
+        self.grid_out = grid_in if grid_out is None else check_grid(grid_out, "grid_out")
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
+        """query on ``grid_out``; key and value (default: query) on ``grid_in``."""
+        q, k, v = self._project(query, key, value, self.grid_out, self.grid_in)
+        out = global_attention(q, k, v, self.grid_out, self.grid_in)
+        return self._merge(out, self.grid_out)
+
+    def extra_repr(self) -> str:
+        return f"grid_in={self.grid_in}, grid_out={self.grid_out}, num_heads={self.num_heads}"
+
+
+class S2NeighborhoodAttention(_SphericalAttention):
+    """Neighborhood attention (eq. 27): each point attends to the keys within a geodesic disk.
+
+    Input and output (batch, channels, nlat, nlon) on ``grid``.
+
+    Args:
+        in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout,
+        position_embedding: as for ``S2Attention``.
+        grid: grid of the input and output fields.
+        theta: disk radius in radians; defaults to the attention paper's
+            (7/sqrt(pi)) * latitude spacing (``s2forecast.ops.default_radius``).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_heads: int,
+        grid: Grid,
+        theta: float | None = None,
+        out_channels: int | None = None,
+        qk_channels: int | None = None,
+        bias: bool = True,
+        use_qknorm: bool = False,
+        dropout: float = 0.0,
+        position_embedding: nn.Module | None = None,
+    ):
+        super().__init__(
+            in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout, position_embedding
+        )
+        self.grid = check_grid(grid, "grid")
+        self.theta = default_radius(grid) if theta is None else check_radius(theta)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
+        """query, key and value (defaults: query) all on ``grid``."""
+        q, k, v = self._project(query, key, value, self.grid, self.grid)
+        out = neighborhood_attention(q, k, v, self.grid, self.theta)
+        return self._merge(out, self.grid)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}, theta={self.theta:.6g}, num_heads={self.num_heads}"

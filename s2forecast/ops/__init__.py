@@ -1,0 +1,13 @@
+"""Attention on the sphere as functional ops on (batch, heads, nlat*nlon, head_dim) tensors."""
+
+from s2forecast.ops.global_attention import global_attention
+from s2forecast.ops.neighborhood import SphericalNeighborhood, default_radius, spherical_neighborhood
+from s2forecast.ops.neighborhood_attention import neighborhood_attention
+
+__all__ = [
+    "SphericalNeighborhood",
+    "default_radius",
+    "global_attention",
+    "neighborhood_attention",
+    "spherical_neighborhood",
+]

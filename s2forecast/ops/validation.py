@@ -1,0 +1,57 @@
+"""Input checks shared by the attention ops: every error names the bad value and the fix."""
+
+import math
+
+import torch
+
+from s2forecast.geometry import Grid
+
+
+def check_grid(grid, name: str) -> Grid:
+    if not isinstance(grid, Grid):
+        raise ValueError(f"{name} must be an s2forecast.geometry.Grid, got {type(grid).__name__}")
+    return grid
+
+
+def check_radius(theta) -> float:
+    try:
+        theta = float(theta)
+    except (TypeError, ValueError):
+        raise ValueError(f"theta must be a number of radians in (0, pi], got {theta!r}") from None
+    if not math.isfinite(theta) or theta <= 0.0 or theta > math.pi:
+        raise ValueError(f"theta must be a geodesic radius in radians in (0, pi], got {theta!r}")
+    return theta
+
+
+def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid_q: Grid, grid_kv: Grid) -> None:
+    """Shapes (batch, heads, N, head_dim), matching grids, dtypes, devices, finite values."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape (batch, heads, nlat*nlon, head_dim), got {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+        raise ValueError(
+            f"q, k, v must share (batch, heads), got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, {tuple(v.shape[:2])}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share head_dim, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same number of points, got {k.shape[2]} and {v.shape[2]}")
+    if q.shape[2] != grid_q.npoints:
+        raise ValueError(
+            f"q has {q.shape[2]} points but its grid {grid_q.nlat}x{grid_q.nlon} has {grid_q.npoints}; "
+            "flatten (lat, lon) row-major on the query grid"
+        )
+    if k.shape[2] != grid_kv.npoints:
+        raise ValueError(
+            f"k and v have {k.shape[2]} points but their grid {grid_kv.nlat}x{grid_kv.nlon} has {grid_kv.npoints}; "
+            "pass the key/value grid explicitly when it differs from the query grid"
+        )
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or infinite values")

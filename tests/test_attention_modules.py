@@ -1,0 +1,116 @@
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch_harmonics import AttentionS2, NeighborhoodAttentionS2
+
+from s2forecast.geometry import Grid
+from s2forecast.nn import S2Attention, S2NeighborhoodAttention
+from s2forecast.ops import default_radius
+
+# torch-harmonics builds its neighborhoods with d <= (1 + 1e-3) * theta_cutoff
+TH_CUTOFF_WIDENING = 1.0 + 1e-3
+
+
+def copy_peer_weights(ours: nn.Module, peer: nn.Module) -> None:
+    """torch-harmonics stores 1x1-conv weights (out, in, 1, 1) and qk-norm weights as w - 1."""
+    with torch.no_grad():
+        for mine, theirs in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "proj")):
+            layer = getattr(ours, mine)
+            layer.weight.copy_(getattr(peer, f"{theirs}_weights").reshape(layer.weight.shape))
+            layer.bias.copy_(getattr(peer, f"{theirs}_bias"))
+        if peer.q_norm_weights is not None:
+            peer.q_norm_weights.normal_(0, 0.1)
+            peer.k_norm_weights.normal_(0, 0.1)
+            ours.q_norm.weight.copy_(1 + peer.q_norm_weights)
+            ours.k_norm.weight.copy_(1 + peer.k_norm_weights)
+
+
+@pytest.mark.parametrize("kind", ["equiangular", "legendre-gauss"])
+@pytest.mark.parametrize("use_qknorm", [False, True])
+def test_neighborhood_attention_matches_torch_harmonics(kind, use_qknorm):
+    grid = Grid(16, 32, kind)
+    theta = default_radius(grid)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peer = NeighborhoodAttentionS2(
+            24, grid.shape, grid.shape, grid_in=kind, grid_out=kind, num_heads=3,
+            theta_cutoff=theta / TH_CUTOFF_WIDENING, use_qknorm=use_qknorm,
+        )  # fmt: skip
+    ours = S2NeighborhoodAttention(24, 3, grid, theta=theta, use_qknorm=use_qknorm)
+    copy_peer_weights(ours, peer)
+    x = torch.randn(2, 24, *grid.shape)
+    assert torch.allclose(ours(x), peer(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["equiangular", "legendre-gauss"])
+@pytest.mark.parametrize("shape_out", [(16, 32), (8, 16)])
+def test_global_attention_matches_torch_harmonics(kind, shape_out):
+    grid_in, grid_out = Grid(16, 32, kind), Grid(*shape_out, kind)
+    peer = AttentionS2(24, 4, grid_in.shape, grid_out.shape, grid_in=kind, grid_out=kind, use_qknorm=True)
+    ours = S2Attention(24, 4, grid_in, grid_out, use_qknorm=True)
+    copy_peer_weights(ours, peer)
+    x = torch.randn(2, 24, *grid_in.shape)
+    query = torch.randn(2, 24, *grid_out.shape)
+    assert torch.allclose(ours(query, x, x), peer(query, x, x), atol=1e-5)
+
+
+@pytest.mark.parametrize("layer", ["global", "neighborhood"])
+def test_bf16_autocast_forward_backward(layer):
+    grid = Grid(16, 32)
+    module = S2Attention(32, 4, grid) if layer == "global" else S2NeighborhoodAttention(32, 4, grid)
+    x = torch.randn(2, 32, *grid.shape, requires_grad=True)
+    expected = module(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = module(x)
+    assert out.dtype == torch.bfloat16
+    out.float().square().mean().backward()
+    assert torch.isfinite(x.grad).all() and all(torch.isfinite(p.grad).all() for p in module.parameters())
+    assert (out.float() - expected).abs().max() < 0.05 * expected.abs().max()
+
+
+class RecordingEmbedding(nn.Module):
+    """Position embedding stand-in: checks shapes and rotates q by a fixed sign pattern."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def forward(self, q, k):
+        self.calls.append((tuple(q.shape), tuple(k.shape)))
+        return -q, -k
+
+
+def test_position_embedding_hook_sees_heads_layout():
+    grid_in, grid_out = Grid(8, 16), Grid(4, 8)
+    embedding = RecordingEmbedding()
+    module = S2Attention(16, 2, grid_in, grid_out, position_embedding=embedding)
+    plain = S2Attention(16, 2, grid_in, grid_out)
+    plain.load_state_dict(module.state_dict())
+    x, query = torch.randn(1, 16, *grid_in.shape), torch.randn(1, 16, *grid_out.shape)
+    out = module(query, x, x)
+    assert embedding.calls == [((1, 2, 32, 8), (1, 2, 128, 8))]
+    assert torch.allclose(out, plain(query, x, x), atol=1e-6)  # (-q).(-k) = q.k
+
+
+def test_dropout_only_in_training():
+    grid = Grid(8, 16)
+    module = S2NeighborhoodAttention(16, 2, grid, dropout=0.5)
+    x = torch.randn(1, 16, *grid.shape)
+    module.eval()
+    assert torch.equal(module(x), module(x))
+    module.train()
+    assert not torch.equal(module(x), module(x))
+
+
+def test_module_bad_input():
+    grid = Grid(8, 16)
+    with pytest.raises(ValueError, match="not divisible by num_heads"):
+        S2Attention(10, 3, grid)
+    with pytest.raises(ValueError, match="theta"):
+        S2NeighborhoodAttention(8, 2, grid, theta=4.0)
+    with pytest.raises(ValueError, match=r"shape \(batch, 8, 8, 16\)"):
+        S2NeighborhoodAttention(8, 2, grid)(torch.randn(1, 8, 9, 16))
+    with pytest.raises(ValueError, match="Grid"):
+        S2Attention(8, 2, (8, 16))

@@ -1,0 +1,214 @@
+import importlib
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from s2forecast.geometry import Grid
+from s2forecast.ops import default_radius, global_attention, neighborhood_attention, spherical_neighborhood
+from s2forecast.ops.global_attention import attention_with_folded_key_bias
+from s2forecast.ops.neighborhood import neighborhood_mask_from_distances
+from s2forecast.ops.quadrature_bias import log_quadrature_weights
+
+KINDS = ["equiangular", "equiangular-midpoint", "legendre-gauss"]
+
+
+def qkv(grid_q, grid_kv=None, batch=2, heads=3, head_dim=8, dtype=torch.float32):
+    grid_kv = grid_kv or grid_q
+    q = torch.randn(batch, heads, grid_q.npoints, head_dim, dtype=dtype, requires_grad=True)
+    k = torch.randn(batch, heads, grid_kv.npoints, head_dim, dtype=dtype, requires_grad=True)
+    v = torch.randn(batch, heads, grid_kv.npoints, head_dim, dtype=dtype, requires_grad=True)
+    return q, k, v
+
+
+def dense_reference(q, k, v, grid_kv, mask=None):
+    """Eq. (26)/(27) as dense SDPA with a float mask: log w inside the support, -inf outside."""
+    log_w = log_quadrature_weights(grid_kv, "cpu", torch.float64).to(q.dtype)
+    bias = log_w.expand(q.shape[2], -1)
+    if mask is not None:
+        bias = torch.where(mask, bias, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def assert_same_outputs_and_gradients(op, reference, inputs, atol=1e-5):
+    out = op(*inputs)
+    ref = reference(*inputs)
+    assert torch.allclose(out, ref, atol=atol, rtol=0), (out - ref).abs().max()
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, grad)
+    want = torch.autograd.grad(ref, inputs, grad)
+    for name, a, b in zip("qkv", got, want, strict=True):
+        assert torch.allclose(a, b, atol=atol, rtol=0), f"d{name}: {(a - b).abs().max()}"
+
+
+# --- neighborhood structure ------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(8, 16), (16, 32), (33, 64), (12, 15)])
+def test_arcs_equal_pairwise_distance_mask(kind, shape):
+    grid = Grid(*shape, kind)
+    for theta in [grid.lat_spacing, default_radius(grid), 0.9, 2.5, math.pi]:
+        neighborhood = spherical_neighborhood(grid, theta)
+        assert torch.equal(neighborhood.dense_mask(), neighborhood_mask_from_distances(grid, theta)), theta
+
+
+def test_polar_rows_are_whole_rows():
+    grid = Grid(33, 64)
+    neighborhood = spherical_neighborhood(grid, default_radius(grid))
+    assert neighborhood.arc_length[0].max() == 64  # the north pole row sees whole rows
+    assert neighborhood.neighbors_per_row[0] > neighborhood.neighbors_per_row[16]
+    # a radius of one grid spacing reaches the row above and below on the same meridian
+    one = spherical_neighborhood(grid, grid.lat_spacing)
+    assert one.neighbors_per_row[16] == 5  # itself, 2 along the row, 2 along the meridian
+
+
+def test_structure_is_cached():
+    grid = Grid(16, 32)
+    assert spherical_neighborhood(grid, 0.3) is spherical_neighborhood(Grid(16, 32), 0.3)
+
+
+# --- ops vs dense masked SDPA ------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+def test_global_attention_equals_dense_sdpa(kind):
+    grid = Grid(12, 24, kind)
+    inputs = qkv(grid)
+    assert_same_outputs_and_gradients(
+        lambda q, k, v: global_attention(q, k, v, grid), lambda q, k, v: dense_reference(q, k, v, grid), inputs
+    )
+
+
+@pytest.mark.parametrize(
+    "grid_q, grid_kv", [(Grid(8, 16), Grid(16, 32)), (Grid(16, 32, "legendre-gauss"), Grid(8, 16))]
+)
+def test_global_attention_between_grids(grid_q, grid_kv):
+    inputs = qkv(grid_q, grid_kv)
+    assert_same_outputs_and_gradients(
+        lambda q, k, v: global_attention(q, k, v, grid_q, grid_kv),
+        lambda q, k, v: dense_reference(q, k, v, grid_kv),
+        inputs,
+    )
+
+
+def test_folded_bias_path_equals_mask_path():
+    """The GPU half-precision path (log w in an extra q/k channel) checked on CPU in fp32."""
+    grid = Grid(10, 20)
+    q, k, v = qkv(grid, head_dim=12)
+    log_w = log_quadrature_weights(grid, "cpu", torch.float32)
+    folded = attention_with_folded_key_bias(q, k, v, log_w, 12**-0.5)
+    assert torch.allclose(folded, dense_reference(q, k, v, grid), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(8, 16), (16, 32), (33, 64)])
+def test_neighborhood_attention_equals_dense_sdpa(kind, shape):
+    grid = Grid(*shape, kind)
+    for theta in [default_radius(grid), 0.6]:
+        mask = neighborhood_mask_from_distances(grid, theta)
+        inputs = qkv(grid, batch=1, heads=2)
+        assert_same_outputs_and_gradients(
+            lambda q, k, v, t=theta: neighborhood_attention(q, k, v, grid, t),
+            lambda q, k, v, m=mask: dense_reference(q, k, v, grid, m),
+            inputs,
+        )
+
+
+def test_neighborhood_attention_chunked_recompute(monkeypatch):
+    """Row chunks recomputed in the backward give the same outputs and gradients."""
+    grid = Grid(16, 32)
+    theta = default_radius(grid)
+    inputs = qkv(grid)
+    expected = neighborhood_attention(*inputs, grid, theta)
+    expected_grads = torch.autograd.grad(expected.square().sum(), inputs)
+    monkeypatch.setattr(
+        importlib.import_module("s2forecast.ops.neighborhood_attention"), "CHUNK_BYTES", 1
+    )  # one query row per chunk
+    out = neighborhood_attention(*inputs, grid, theta)
+    grads = torch.autograd.grad(out.square().sum(), inputs)
+    assert torch.allclose(out, expected, atol=1e-6)
+    for a, b in zip(grads, expected_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_whole_sphere_radius_is_global_attention():
+    grid = Grid(8, 16, "legendre-gauss")
+    q, k, v = qkv(grid)
+    assert torch.allclose(neighborhood_attention(q, k, v, grid, math.pi), global_attention(q, k, v, grid), atol=1e-6)
+
+
+def test_custom_scale_and_value_dim():
+    grid = Grid(8, 16)
+    q, k, _ = qkv(grid, head_dim=8)
+    v = torch.randn(2, 3, grid.npoints, 5)
+    mask = neighborhood_mask_from_distances(grid, 0.7)
+    log_w = log_quadrature_weights(grid, "cpu", torch.float32)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(mask, log_w, float("-inf")), scale=0.5)
+    assert torch.allclose(neighborhood_attention(q, k, v, grid, 0.7, scale=0.5), ref, atol=1e-5)
+
+
+def test_float64_inputs_are_exact():
+    grid = Grid(8, 16)
+    q, k, v = qkv(grid, dtype=torch.float64)
+    mask = neighborhood_mask_from_distances(grid, 0.8)
+    assert torch.allclose(neighborhood_attention(q, k, v, grid, 0.8), dense_reference(q, k, v, grid, mask), atol=1e-12)
+    assert torch.allclose(global_attention(q, k, v, grid), dense_reference(q, k, v, grid), atol=1e-12)
+
+
+# --- symmetry -----------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["global", "neighborhood"])
+def test_exact_equivariance_under_longitude_rolls(op):
+    grid = Grid(16, 32, "legendre-gauss")
+    q, k, v = (t.detach() for t in qkv(grid))
+
+    def attend(q, k, v):
+        if op == "global":
+            return global_attention(q, k, v, grid)
+        return neighborhood_attention(q, k, v, grid, default_radius(grid))
+
+    def roll(t, shift):
+        return t.unflatten(2, grid.shape).roll(shift, dims=3).flatten(2, 3)
+
+    for shift in [1, 5, 31]:
+        rolled = attend(roll(q, shift), roll(k, shift), roll(v, shift))
+        assert torch.allclose(rolled, roll(attend(q, k, v), shift), atol=1e-6)
+
+
+# --- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("theta", [0.0, -0.1, math.pi + 0.01, float("nan"), float("inf"), "wide"])
+def test_bad_radius(theta):
+    grid = Grid(8, 16)
+    with pytest.raises(ValueError, match="theta"):
+        neighborhood_attention(*qkv(grid), grid, theta)
+
+
+def test_bad_shapes_and_grids():
+    grid = Grid(8, 16)
+    q, k, v = qkv(grid)
+    with pytest.raises(ValueError, match="128 points but its grid 9x16"):
+        global_attention(q, k, v, Grid(9, 16))
+    with pytest.raises(ValueError, match="pass the key/value grid"):
+        global_attention(q, k, v, grid, Grid(4, 8))
+    with pytest.raises(ValueError, match="share head_dim"):
+        global_attention(q, k[..., :4], v, grid)
+    with pytest.raises(ValueError, match="same number of points"):
+        neighborhood_attention(q, k, v[:, :, :-1], grid, 0.3)
+    with pytest.raises(ValueError, match="share \\(batch, heads\\)"):
+        neighborhood_attention(q, k[:, :2], v[:, :2], grid, 0.3)
+    with pytest.raises(ValueError, match="shape \\(batch, heads"):
+        global_attention(q[0], k[0], v[0], grid)
+    with pytest.raises(ValueError, match="dtype"):
+        global_attention(q.double(), k, v, grid)
+    with pytest.raises(ValueError, match="Grid"):
+        neighborhood_attention(q, k, v, (8, 16), 0.3)
+
+
+@pytest.mark.parametrize("op", ["global", "neighborhood"])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_nan_inputs(op, which):
+    grid = Grid(8, 16)
+    inputs = [t.detach().clone() for t in qkv(grid)]
+    inputs[which][0, 0, 3, 1] = float("nan")
+    with pytest.raises(ValueError, match=f"{'qkv'[which]} contains NaN"):
+        if op == "global":
+            global_attention(*inputs, grid)
+        else:
+            neighborhood_attention(*inputs, grid, 0.4)

@@ -1,0 +1,70 @@
+import math
+
+import pytest
+import torch
+from torch_harmonics.legendre import legpoly
+from torch_harmonics.quadrature import precompute_latitudes
+
+from s2forecast.geometry import Grid
+
+KINDS = ["equiangular", "equiangular-midpoint", "legendre-gauss"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(8, 16), (33, 64), (121, 240), (32, 64)])
+def test_constants_integrate_to_4pi(kind, shape):
+    w = Grid(*shape, kind).quadrature_weights
+    assert w.shape == shape
+    assert w.sum().item() == pytest.approx(4 * math.pi, abs=1e-12)
+    assert bool((w > 0).all())
+
+
+@pytest.mark.parametrize("kind", ["equiangular", "legendre-gauss"])
+def test_weights_equal_torch_harmonics(kind):
+    grid = Grid(37, 72, kind)
+    colats, w = precompute_latitudes(37, grid=kind)
+    assert torch.allclose(grid.colats, colats.double(), atol=1e-14)
+    assert torch.allclose(grid.quadrature_weights[:, 0], 2 * math.pi * w.double() / 72, atol=1e-15)
+
+
+def real_spherical_harmonics(grid: Grid, lmax: int) -> torch.Tensor:
+    """(n_harmonics, nlat, nlon) orthonormal real spherical harmonics up to degree lmax."""
+    mmax = min(lmax + 1, (grid.nlon - 1) // 2 + 1)
+    p = legpoly(mmax, lmax + 1, torch.cos(grid.colats), norm="ortho")  # (m, l, nlat), int P^2 dx = 1/(2 pi)
+    lons = grid.lons
+    harmonics = []
+    for m in range(mmax):
+        for ell in range(m, lmax + 1):
+            if m == 0:
+                harmonics.append(p[0, ell][:, None] * torch.ones_like(lons)[None, :])
+            else:
+                harmonics.append(math.sqrt(2) * p[m, ell][:, None] * torch.cos(m * lons)[None, :])
+                harmonics.append(math.sqrt(2) * p[m, ell][:, None] * torch.sin(m * lons)[None, :])
+    return torch.stack(harmonics)
+
+
+@pytest.mark.parametrize(
+    "kind, nlat, exact_degree",
+    [
+        ("equiangular", 33, 32),  # Clenshaw-Curtis: exact for degree nlat - 1 in cos(colat)
+        ("equiangular-midpoint", 32, 31),  # Fejer's first rule: the same
+        ("legendre-gauss", 24, 47),  # Gauss: 2 nlat - 1
+    ],
+)
+def test_spherical_harmonics_orthonormal_to_the_grid_degree(kind, nlat, exact_degree):
+    grid = Grid(nlat, 2 * nlat + 2, kind)
+    lmax = exact_degree // 2  # a product of two harmonics of degree <= lmax is integrated exactly
+    y = real_spherical_harmonics(grid, lmax).flatten(1)
+    gram = torch.einsum("in,jn,n->ij", y, y, grid.quadrature_weights.flatten())
+    error = (gram - torch.eye(len(y), dtype=torch.float64)).abs().max().item()
+    print(f"{kind} {grid.nlat}x{grid.nlon}: {len(y)} harmonics up to degree {lmax}, max Gram error {error:.2e}")
+    assert error < 1e-10
+
+
+def test_midpoint_rule_would_fail_the_same_check():
+    """The WB2 cell areas (midpoint rule) are fine for metrics but no exact quadrature."""
+    grid = Grid(32, 66, "equiangular-midpoint")
+    y = real_spherical_harmonics(grid, 15).flatten(1)
+    cell = grid.area_weights[:, None].expand(grid.shape).flatten() * (4 * math.pi / grid.npoints)
+    gram = torch.einsum("in,jn,n->ij", y, y, cell)
+    assert (gram - torch.eye(len(y), dtype=torch.float64)).abs().max() > 1e-4
