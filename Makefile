@@ -2,6 +2,12 @@ PYTHON ?= python
 # Reinstall when pyproject.toml changes or another Python is used.
 STAMP := .make/installed-$(shell $(PYTHON) -c "import sys, hashlib; print(hashlib.sha1(sys.executable.encode()).hexdigest()[:12])")
 
+# An editable install made from another checkout does not count: reinstall from this one.
+INSTALLED_HERE := $(shell $(PYTHON) -I -c "import os, s2forecast; print(os.path.realpath(s2forecast.__file__).startswith(os.path.realpath('s2forecast') + os.sep))" 2>/dev/null)
+ifneq ($(INSTALLED_HERE),True)
+$(shell rm -f $(STAMP))
+endif
+
 .PHONY: install test demo bench lint
 
 $(STAMP): pyproject.toml
