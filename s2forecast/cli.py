@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import math
 import sys
 
 from s2forecast import __version__
@@ -23,7 +24,7 @@ def grid_info(args: argparse.Namespace) -> None:
                 "nlon": grid.nlon,
                 "kind": grid.kind,
                 "points": grid.npoints,
-                "lat_spacing_deg": round(float(grid.lat_spacing) * 180 / 3.141592653589793, 6),
+                "lat_spacing_deg": round(math.degrees(grid.lat_spacing), 6),
                 "first_lat_deg": float(grid.lats_deg[0]),
                 "theta_rad": theta,
                 "band_rows": neighborhood.band_rows,

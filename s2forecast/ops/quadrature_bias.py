@@ -25,4 +25,10 @@ def bias_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def log_quadrature_weights(grid: Grid, device, dtype) -> torch.Tensor:
     """(nlat*nlon,) log quadrature weight of every grid point, flattened row-major."""
-    return log_row_weights(grid, device, dtype).repeat_interleave(grid.nlon)
+    return _log_point_weights(grid, torch.device(device), dtype)
+
+
+@lru_cache(maxsize=64)
+def _log_point_weights(grid: Grid, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    # cached: global attention asks for it on every forward
+    return _log_row_weights(grid, device, dtype).repeat_interleave(grid.nlon)
