@@ -3,10 +3,19 @@
 
 Every implementation runs the same layer (q/k/v/output projections with identical weights)
 and differs only in the attention op:
-  s2forecast        s2forecast.nn.S2Attention / S2NeighborhoodAttention
-  torch-harmonics   torch_harmonics.AttentionS2 / NeighborhoodAttentionS2
+  s2forecast        s2forecast.nn.S2Attention / S2NeighborhoodAttention, reference backend
+  s2forecast-fused  S2NeighborhoodAttention on the fused Triton kernel (CUDA only)
+  torch-harmonics   torch_harmonics.AttentionS2 / NeighborhoodAttentionS2 ("peer_kernels"
+                    says whether its compiled extension was available)
+  flex-attention    torch's FlexAttention with the same disks as a block-sparse mask built
+                    from the per-row arcs and log w as score_mod (compiled on CUDA)
   sdpa-dense        global: plain SDPA without quadrature weights (the speed floor);
                     neighborhood: dense SDPA with the full N x N float mask (small N only)
+
+fwd_ms / fwd_bwd_ms / peak_mem_mb time the layer. Except for torch-harmonics, whose op is not
+separable from its layer, attn_fwd_ms / attn_fwd_bwd_ms time the attention op alone on
+(batch, heads, N, channels/heads) inputs, and on CUDA floor_ms is the memory floor of that op:
+the bytes of q, k, v and the output over the device's measured copy bandwidth.
 
 Each case runs in a fresh subprocess so that peak memory is its own: CUDA
 max_memory_allocated, or on CPU the growth of the process's peak resident set.
@@ -14,6 +23,7 @@ max_memory_allocated, or on CPU the growth of the process's peak resident set.
 Examples:
     python scripts/bench_attention.py                       # the default set
     python scripts/bench_attention.py --nlat 128 --nlon 256 --batch 4 --op neighborhood
+    python scripts/bench_attention.py --config a --dtype bfloat16   # issue 3's set-ups a, b, c
 """
 
 import argparse
@@ -29,7 +39,14 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-IMPLS = ("s2forecast", "torch-harmonics", "sdpa-dense")
+IMPLS = ("s2forecast", "s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense")
+NEIGHBORHOOD_ONLY = ("s2forecast-fused", "flex-attention")
+# Issue 3's set-ups: the paper's SWE model, torch-harmonics' benchmark, ERA5 at 0.25 degrees.
+CONFIGS = {
+    "a": {"nlat": 128, "nlon": 256, "channels": 128, "heads": 4, "batch": 4, "theta": None},
+    "b": {"nlat": 180, "nlon": 360, "channels": 64, "heads": 1, "batch": 1, "theta": "spacing"},
+    "c": {"nlat": 721, "nlon": 1440, "channels": 256, "heads": 8, "batch": 1, "theta": None},
+}
 DENSE_MAX_POINTS = 16384  # the dense neighborhood mask is N^2 floats
 CPU_GLOBAL_MAX_POINTS = 16384  # global attention beyond this takes minutes on a CPU
 
@@ -45,8 +62,9 @@ def build_layer(case):
     if case["op"] == "global":
         ours = S2Attention(channels, heads, grid)
     else:
-        ours = S2NeighborhoodAttention(channels, heads, grid, theta=case["theta"])
-    if case["impl"] == "s2forecast":
+        backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
+        ours = S2NeighborhoodAttention(channels, heads, grid, theta=case["theta"], backend=backend)
+    if case["impl"] in ("s2forecast", "s2forecast-fused"):
         return ours
     if case["impl"] == "torch-harmonics":
         with warnings.catch_warnings():
@@ -60,29 +78,131 @@ def build_layer(case):
                 )  # fmt: skip
         return peer
 
-    # sdpa-dense: our projections around a dense SDPA call
-    if case["op"] == "neighborhood":
-        from s2forecast.ops.neighborhood import spherical_neighborhood
-        from s2forecast.ops.quadrature_bias import log_quadrature_weights
+    class ProjectedOp(torch.nn.Module):
+        """Our projections around another attention op."""
 
-        inside = spherical_neighborhood(grid, case["theta"]).dense_mask()
-        log_w = log_quadrature_weights(grid, "cpu", torch.float32)
-        mask = torch.where(inside, log_w[None, :], float("-inf"))
-    else:
-        mask = None
-
-    class DenseSDPA(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.layer = ours
-            self.register_buffer("mask", mask)
+            self.op = attention_op(case, torch.device(case["device"]))
 
         def forward(self, x):
             q, k, v = self.layer._project(x, None, None, grid, grid)
-            bias = None if self.mask is None else self.mask.to(q.dtype)
-            return self.layer._merge(F.scaled_dot_product_attention(q, k, v, attn_mask=bias), grid)
+            return self.layer._merge(self.op(q, k, v), grid)
 
-    return DenseSDPA()
+    return ProjectedOp()
+
+
+def attention_op(case, device):
+    """The attention op of ``case`` as a function of (batch, heads, N, head_dim) q, k, v."""
+    from s2forecast.geometry import Grid
+    from s2forecast.ops import global_attention, neighborhood_attention
+
+    grid = Grid(case["nlat"], case["nlon"], case["grid"])
+    if case["impl"] == "flex-attention":
+        return flex_neighborhood_attention(grid, case["theta"], device)
+    if case["impl"] == "sdpa-dense":
+        if case["op"] == "global":
+            return F.scaled_dot_product_attention
+        from s2forecast.ops.neighborhood import spherical_neighborhood
+        from s2forecast.ops.quadrature_bias import log_quadrature_weights
+
+        inside = spherical_neighborhood(grid, case["theta"]).dense_mask().to(device)
+        log_w = log_quadrature_weights(grid, device, torch.float32)
+        mask = torch.where(inside, log_w[None, :], float("-inf"))
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
+    if case["op"] == "global":
+        return lambda q, k, v: global_attention(q, k, v, grid)
+    backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
+    return lambda q, k, v: neighborhood_attention(q, k, v, grid, case["theta"], backend=backend)
+
+
+def flex_block_mask_tables(grid, theta, block_size=128):
+    """FlexAttention block tables of the disks, built from the per-row arcs.
+
+    ``create_block_mask`` would evaluate all N^2 (query, key) pairs; here, for each block of
+    ``block_size`` flat query indices, the key blocks come from the arcs of its query rows.
+    A key block is full (no mask_mod call) when every query row of the query block sees every
+    key row of the key block whole.
+
+    Returns (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices) as int32 with
+    leading (1, 1) batch and head dims, and the (nlat, nlat) half-width table (-1: no key,
+    >= nlon // 2: the whole row).
+    """
+    from s2forecast.ops.neighborhood import spherical_neighborhood
+
+    nlat, nlon = grid.shape
+    npoints = nlat * nlon
+    neighborhood = spherical_neighborhood(grid, theta)
+    half_width = torch.full((nlat, nlat), -1, dtype=torch.int64)
+    half_width.scatter_(1, neighborhood.key_rows, neighborhood.half_width)
+    whole = (2 * half_width + 1 >= nlon).tolist()
+    partners = [[(kr, hw) for kr, hw in enumerate(row) if hw >= 0] for row in half_width.tolist()]
+    num_blocks = -(-npoints // block_size)
+    partial, full = [], []
+    for qb in range(num_blocks):
+        first, last = qb * block_size, min(npoints, (qb + 1) * block_size) - 1
+        blocks = set()
+        for qr in range(first // nlon, last // nlon + 1):
+            c0, c1 = max(first, qr * nlon) - qr * nlon, min(last, qr * nlon + nlon - 1) - qr * nlon
+            for kr, hw in partners[qr]:
+                if 2 * hw + 1 >= nlon or c1 - c0 + 2 * hw + 1 >= nlon:
+                    spans = [(kr * nlon, kr * nlon + nlon - 1)]
+                else:
+                    lo, hi = c0 - hw, c1 + hw  # wrapped column interval
+                    spans = [(kr * nlon + max(lo, 0), kr * nlon + min(hi, nlon - 1))]
+                    if lo < 0:
+                        spans.append((kr * nlon + nlon + lo, kr * nlon + nlon - 1))
+                    if hi >= nlon:
+                        spans.append((kr * nlon, kr * nlon + hi - nlon))
+                for a, b in spans:
+                    blocks.update(range(a // block_size, b // block_size + 1))
+        q_rows = range(first // nlon, last // nlon + 1)
+        full_blocks = set()
+        if last - first + 1 == block_size:  # a ragged last block keeps the mask
+            for kb in blocks:
+                k_rows = range(kb * block_size // nlon, ((kb + 1) * block_size - 1) // nlon + 1)
+                if (kb + 1) * block_size <= npoints and all(whole[qr][kr] for qr in q_rows for kr in k_rows):
+                    full_blocks.add(kb)
+        partial.append(sorted(blocks - full_blocks))
+        full.append(sorted(full_blocks))
+
+    def table(lists):
+        width = max(1, max(len(x) for x in lists))
+        indices = torch.zeros(1, 1, num_blocks, width, dtype=torch.int32)
+        for i, x in enumerate(lists):
+            indices[0, 0, i, : len(x)] = torch.tensor(x, dtype=torch.int32)
+        counts = torch.tensor([len(x) for x in lists], dtype=torch.int32).reshape(1, 1, num_blocks)
+        return counts, indices
+
+    return (*table(partial), *table(full)), half_width
+
+
+def flex_neighborhood_attention(grid, theta, device):
+    """FlexAttention over the disks of radius ``theta``: mask_mod tests the wrapped longitude
+    offset against the half-width table, score_mod adds log w of the key row."""
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    from s2forecast.ops.quadrature_bias import log_row_weights
+
+    nlat, nlon = grid.shape
+    (kv_num, kv_idx, full_num, full_idx), half_width = flex_block_mask_tables(grid, theta)
+    half_width = half_width.to(device)
+    log_w = log_row_weights(grid, device, torch.float32)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        offset = (q_idx % nlon - kv_idx % nlon).abs()
+        return torch.minimum(offset, nlon - offset) <= half_width[q_idx // nlon, kv_idx // nlon]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + log_w[kv_idx // nlon]
+
+    block_mask = BlockMask.from_kv_blocks(
+        kv_num.to(device), kv_idx.to(device), full_num.to(device), full_idx.to(device),
+        mask_mod=mask_mod, seq_lengths=(grid.npoints, grid.npoints),
+    )  # fmt: skip
+    attend = torch.compile(flex_attention, dynamic=False) if device.type == "cuda" else flex_attention
+    return lambda q, k, v: attend(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 
 def run_case(case, repeats):
@@ -93,10 +213,6 @@ def run_case(case, repeats):
     x = torch.randn(case["batch"], case["channels"], case["nlat"], case["nlon"], device=device)
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
     def forward():
         with torch.no_grad(), autocast:
             layer(x)
@@ -106,29 +222,83 @@ def run_case(case, repeats):
             out = layer(x)
         out.float().square().mean().backward()
 
-    def timed(fn):
-        fn()  # warm-up (also builds cached neighborhood structures)
-        times = []
-        for _ in range(repeats):
-            sync()
-            start = time.perf_counter()
-            fn()
-            sync()
-            times.append(1e3 * (time.perf_counter() - start))
-        return statistics.median(times)
-
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    fwd_ms = timed(forward)
-    fwd_bwd_ms = timed(forward_backward)
+    result = {**case, "fwd_ms": timed(forward, repeats, device), "fwd_bwd_ms": timed(forward_backward, repeats, device)}
     if device.type == "cuda":
-        peak_mb = (torch.cuda.max_memory_allocated() - base) / 2**20
+        result["peak_mem_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
     else:
-        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-    return {**case, "fwd_ms": round(fwd_ms, 3), "fwd_bwd_ms": round(fwd_bwd_ms, 3), "peak_mem_mb": round(peak_mb, 1)}
+        result["peak_mem_mb"] = round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024, 1)
+    if case["impl"] == "torch-harmonics":
+        from attention_helpers import cuda_kernels_is_available, optimized_kernels_is_available
+
+        if device.type == "cuda":
+            result["peer_kernels"] = "cuda-extension" if cuda_kernels_is_available() else "no-cuda-extension"
+        else:
+            result["peer_kernels"] = "cpu-extension" if optimized_kernels_is_available() else "torch"
+    else:
+        del layer
+        result.update(time_op(case, repeats, device, dtype))
+    return result
+
+
+def time_op(case, repeats, device, dtype):
+    """attn_fwd_ms, attn_fwd_bwd_ms of the op alone and, on CUDA, its memory floor."""
+    op = attention_op(case, device)
+    npoints = case["nlat"] * case["nlon"]
+    shape = (case["batch"], case["heads"], npoints, case["channels"] // case["heads"])
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape, device=device, dtype=dtype)
+
+    def forward():
+        with torch.no_grad():
+            op(q.detach(), k.detach(), v.detach())
+
+    def forward_backward():
+        torch.autograd.grad(op(q, k, v), (q, k, v), grad)
+
+    result = {
+        "attn_fwd_ms": timed(forward, repeats, device),
+        "attn_fwd_bwd_ms": timed(forward_backward, repeats, device),
+    }
+    if device.type == "cuda":
+        gbps = copy_bandwidth_gbps(device)
+        floor_ms = 4 * q.numel() * q.element_size() / (gbps * 1e9) * 1e3
+        result |= {"copy_gbps": round(gbps, 1), "floor_ms": round(floor_ms, 4)}
+        result["attn_fwd_over_floor"] = round(result["attn_fwd_ms"] / floor_ms, 2)
+    return result
+
+
+def copy_bandwidth_gbps(device, nbytes=2**30):
+    """Device memory bandwidth measured by a large device-to-device copy (read + write)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), 10, device)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def timed(fn, repeats, device):
+    """Median milliseconds of ``fn`` after one warm-up call (which also compiles and caches)."""
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    try:
+        fn()
+    except NotImplementedError as error:  # e.g. FlexAttention has no backward on CPU
+        return f"not implemented: {error}"[:100]
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(1e3 * (time.perf_counter() - start))
+    return round(statistics.median(times), 4)
 
 
 def default_theta(nlat):
@@ -136,30 +306,52 @@ def default_theta(nlat):
 
 
 def cases_for(args):
-    sizes = [(args.nlat, args.nlon)] if args.nlat else [(64, 128), (128, 256)]
-    ops = [args.op] if args.op else ["neighborhood", "global"]
-    impls = [args.impl] if args.impl else list(IMPLS)
-    for nlat, nlon in sizes:
-        n = nlat * nlon
-        for op in ops:
-            if op == "global" and args.device == "cpu" and n > CPU_GLOBAL_MAX_POINTS and not args.nlat:
-                continue
-            for impl in impls:
+    from s2forecast.geometry import Grid
+
+    if args.config:
+        setups = [CONFIGS[name] for name in args.config]
+    else:
+        sizes = [(args.nlat, args.nlon)] if args.nlat else [(64, 128), (128, 256)]
+        setups = [
+            {"nlat": nlat, "nlon": nlon, "channels": args.channels, "heads": args.heads, "batch": args.batch,
+             "theta": args.theta}
+            for nlat, nlon in sizes
+        ]  # fmt: skip
+    on_cpu = args.device == "cpu"
+    for setup in setups:
+        grid = Grid(setup["nlat"], setup["nlon"], args.grid)
+        theta = {None: default_theta(grid.nlat), "spacing": grid.lat_spacing}.get(setup["theta"], setup["theta"])
+        n = grid.npoints
+        for op in [args.op] if args.op else ["neighborhood", "global"]:
+            for impl in [args.impl] if args.impl else IMPLS:
+                if op == "global" and impl in NEIGHBORHOOD_ONLY:
+                    continue
+                if not args.impl and on_cpu and impl in NEIGHBORHOOD_ONLY:
+                    continue  # GPU implementations; force with --impl (fused: TRITON_INTERPRET=1)
+                if args.config and not args.op and (op == "global") != (impl == "sdpa-dense"):
+                    continue  # the set-ups compare neighborhood ops with dense global SDPA
+                if op == "global" and on_cpu and n > CPU_GLOBAL_MAX_POINTS and not args.nlat:
+                    continue
                 if impl == "sdpa-dense" and op == "neighborhood" and n > DENSE_MAX_POINTS:
                     continue
                 yield {
                     "op": op,
                     "impl": impl,
-                    "nlat": nlat,
-                    "nlon": nlon,
+                    "nlat": grid.nlat,
+                    "nlon": grid.nlon,
                     "grid": args.grid,
-                    "batch": args.batch,
-                    "channels": args.channels,
-                    "heads": args.heads,
-                    "theta": args.theta if args.theta else default_theta(nlat),
+                    "batch": setup["batch"],
+                    "channels": setup["channels"],
+                    "heads": setup["heads"],
+                    "theta": theta,
                     "dtype": args.dtype,
                     "device": args.device,
+                    **({"config": setup_name(setup)} if args.config else {}),
                 }
+
+
+def setup_name(setup):
+    return next(name for name, config in CONFIGS.items() if config is setup)
 
 
 def main():
@@ -177,11 +369,14 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--op", choices=["global", "neighborhood"])
     parser.add_argument("--impl", choices=IMPLS)
+    parser.add_argument("--config", nargs="+", choices=sorted(CONFIGS), help="issue 3's set-ups (a, b, c)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one JSON case in this process
     args = parser.parse_args()
     if (args.nlat is None) != (args.nlon is None):
         parser.error("--nlat and --nlon go together")
+    if args.config and args.nlat:
+        parser.error("--config sets the grid; leave out --nlat/--nlon")
 
     if args.case:
         print(json.dumps(run_case(json.loads(args.case), args.repeats)), flush=True)

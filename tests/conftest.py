@@ -1,5 +1,12 @@
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Run the Triton kernels of s2forecast.ops.cuda through the interpreter on CPU. Must be set
+    # before the kernels are first imported (triton.jit reads it when it decorates).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -104,6 +104,16 @@ def test_dropout_only_in_training():
     assert not torch.equal(module(x), module(x))
 
 
+def test_neighborhood_module_backends_agree():
+    """backend="fused" (the Triton kernel; interpreted on CPU) and "reference" in one module."""
+    grid = Grid(8, 16)
+    module = S2NeighborhoodAttention(32, 2, grid, backend="reference")
+    x = torch.randn(1, 32, *grid.shape)
+    expected = module(x)
+    module.backend = "fused"
+    assert torch.allclose(module(x), expected, atol=1e-5)
+
+
 def test_module_bad_input():
     grid = Grid(8, 16)
     with pytest.raises(ValueError, match="not divisible by num_heads"):
@@ -114,3 +124,5 @@ def test_module_bad_input():
         S2NeighborhoodAttention(8, 2, grid)(torch.randn(1, 8, 9, 16))
     with pytest.raises(ValueError, match="Grid"):
         S2Attention(8, 2, (8, 16))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        S2NeighborhoodAttention(8, 2, grid, backend="cuda")

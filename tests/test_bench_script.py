@@ -1,9 +1,14 @@
 """The benchmark script runs end to end on a tiny case and prints the documented keys."""
 
+import argparse
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "bench_attention.py"
 KEYS = {"op", "impl", "nlat", "nlon", "batch", "channels", "heads", "theta", "dtype", "device"}
@@ -21,3 +26,67 @@ def test_bench_attention_prints_json_lines():
         assert "error" not in row, row
         assert KEYS <= row.keys()
         assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
+
+
+def load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_attention", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("shape, theta", [((8, 16), 0.6), ((12, 15), 1.2), ((16, 32), 0.25)])
+def test_flex_block_tables_cover_exactly_the_disks(shape, theta):
+    """Every neighbor pair lies in a listed block; a block marked full holds only neighbors."""
+    from s2forecast.geometry import Grid
+    from s2forecast.ops.neighborhood import neighborhood_mask_from_distances
+
+    bench = load_script()
+    grid = Grid(*shape)
+    block = 16
+    (kv_num, kv_idx, full_num, full_idx), _ = bench.flex_block_mask_tables(grid, theta, block_size=block)
+    mask = neighborhood_mask_from_distances(grid, theta)
+    n = grid.npoints
+    blocks = -(-n // block)
+    padded = torch.zeros(blocks * block, blocks * block, dtype=torch.bool)
+    padded[:n, :n] = mask
+    per_block = padded.reshape(blocks, block, blocks, block)
+    for qb in range(blocks):
+        listed = set(kv_idx[0, 0, qb, : kv_num[0, 0, qb]].tolist())
+        full = set(full_idx[0, 0, qb, : full_num[0, 0, qb]].tolist())
+        assert not listed & full
+        touched = {kb for kb in range(blocks) if per_block[qb, :, kb].any()}
+        assert touched <= listed | full, (qb, touched - listed - full)
+        for kb in full:
+            assert per_block[qb, :, kb].all()
+
+
+def test_flex_attention_equals_reference():
+    from s2forecast.geometry import Grid
+    from s2forecast.ops import neighborhood_attention
+
+    bench = load_script()
+    grid = Grid(12, 24, "legendre-gauss")
+    theta = 0.5
+    q, k, v = (torch.randn(1, 2, grid.npoints, 16) for _ in range(3))
+    flex = bench.flex_neighborhood_attention(grid, theta, torch.device("cpu"))
+    assert torch.allclose(flex(q, k, v), neighborhood_attention(q, k, v, grid, theta), atol=1e-5)
+
+
+def test_config_cases():
+    bench = load_script()
+    args = argparse.Namespace(
+        config=["a", "b"], nlat=None, nlon=None, grid="equiangular", op=None, impl=None, device="cuda",
+        dtype="bfloat16", channels=1, heads=1, batch=1, theta=None,
+    )  # fmt: skip
+    cases = list(bench.cases_for(args))
+    assert {(c["config"], c["op"], c["impl"]) for c in cases} == {
+        (config, "neighborhood", impl)
+        for config in "ab"
+        for impl in ["s2forecast", "s2forecast-fused", "torch-harmonics", "flex-attention"]
+    } | {(config, "global", "sdpa-dense") for config in "ab"}
+    b = next(c for c in cases if c["config"] == "b")
+    assert (b["nlat"], b["channels"], b["heads"], b["batch"]) == (180, 64, 1, 1)
+    assert b["theta"] == pytest.approx(math.pi / 179)

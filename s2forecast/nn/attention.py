@@ -7,6 +7,7 @@ from torch import nn
 
 from s2forecast.geometry import Grid
 from s2forecast.ops import default_radius, global_attention, neighborhood_attention
+from s2forecast.ops.neighborhood_attention import BACKENDS
 from s2forecast.ops.validation import check_grid, check_radius
 
 
@@ -144,6 +145,8 @@ class S2NeighborhoodAttention(_SphericalAttention):
         grid: grid of the input and output fields.
         theta: disk radius in radians; defaults to the attention paper's
             (7/sqrt(pi)) * latitude spacing (``s2forecast.ops.default_radius``).
+        backend: "auto" (fused Triton kernel on CUDA, reference elsewhere), "fused" or
+            "reference"; see ``s2forecast.ops.neighborhood_attention``.
     """
 
     def __init__(
@@ -158,17 +161,21 @@ class S2NeighborhoodAttention(_SphericalAttention):
         use_qknorm: bool = False,
         dropout: float = 0.0,
         position_embedding: nn.Module | None = None,
+        backend: str = "auto",
     ):
         super().__init__(
             in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout, position_embedding
         )
         self.grid = check_grid(grid, "grid")
         self.theta = default_radius(grid) if theta is None else check_radius(theta)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query, key and value (defaults: query) all on ``grid``."""
         q, k, v = self._project(query, key, value, self.grid, self.grid)
-        out = neighborhood_attention(q, k, v, self.grid, self.theta)
+        out = neighborhood_attention(q, k, v, self.grid, self.theta, backend=self.backend)
         return self._merge(out, self.grid)
 
     def extra_repr(self) -> str:

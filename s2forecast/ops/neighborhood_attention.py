@@ -1,7 +1,10 @@
 """Geodesic neighborhood attention, eq. (27) of "Attention on the Sphere": eq. (26) with the
 sums restricted to keys within a geodesic radius theta of the query.
 
-Reference implementation (any device, autograd): query rows are processed in chunks; each
+Two backends: the fused Triton kernels of ``s2forecast.ops.cuda`` (CUDA tensors) and the
+reference below (any device, the default on CPU).
+
+Reference implementation (autograd): query rows are processed in chunks; each
 query row attends, through SDPA, to the ``band_rows`` key rows its disks can reach, with a
 float mask that is log w inside the disk and -inf outside. Matrix products over whole rows
 waste some arithmetic on the keys outside the arcs but run at matmul speed, which on CPU
@@ -21,6 +24,7 @@ from s2forecast.ops.validation import check_attention_inputs, check_grid, check_
 
 # Working-set budget of one chunk of query rows (gathered keys/values, mask and SDPA scratch).
 CHUNK_BYTES = 256 * 2**20
+BACKENDS = ("auto", "fused", "reference")
 
 
 def neighborhood_attention(
@@ -30,6 +34,7 @@ def neighborhood_attention(
     grid: Grid,
     theta: float,
     scale: float | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Quadrature-weighted softmax attention over the keys within geodesic radius ``theta``.
 
@@ -41,6 +46,8 @@ def neighborhood_attention(
         theta: neighborhood radius in radians, 0 < theta <= pi. The neighborhood structure
             is precomputed once per (grid, theta) and cached.
         scale: logit scale; defaults to 1/sqrt(head_dim).
+        backend: "fused" (Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1),
+            "reference" (pure PyTorch) or "auto": fused on CUDA, reference elsewhere.
 
     Returns:
         (batch, heads, nlat*nlon, head_dim_v), same dtype as ``q``.
@@ -49,6 +56,12 @@ def neighborhood_attention(
     theta = check_radius(theta)
     check_attention_inputs(q, k, v, grid, grid)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "fused" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64):
+        from s2forecast.ops.cuda.fused_neighborhood_attention import fused_neighborhood_attention
+
+        return fused_neighborhood_attention(q, k, v, grid, theta, scale)
     return neighborhood_attention_reference(q, k, v, spherical_neighborhood(grid, theta), scale)
 
 
