@@ -39,6 +39,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from s2forecast.nn.position_embedding import POSITION_EMBEDDINGS
+
 IMPLS = ("s2forecast", "s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense")
 NEIGHBORHOOD_ONLY = ("s2forecast-fused", "flex-attention")
 # Issue 3's set-ups: the paper's SWE model, torch-harmonics' benchmark, ERA5 at 0.25 degrees.
@@ -56,14 +58,21 @@ def build_layer(case):
 
     from s2forecast.geometry import Grid
     from s2forecast.nn import S2Attention, S2NeighborhoodAttention
+    from s2forecast.nn.position_embedding import build_position_embedding
 
     grid = Grid(case["nlat"], case["nlon"], case["grid"])
     channels, heads = case["channels"], case["heads"]
+    pe = build_position_embedding(
+        case.get("position_embedding", "none"), grid=grid, channels=channels, num_heads=heads,
+        head_dim=channels // heads,
+    )  # fmt: skip
     if case["op"] == "global":
-        ours = S2Attention(channels, heads, grid)
+        ours = S2Attention(channels, heads, grid, position_embedding=pe)
     else:
         backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
-        ours = S2NeighborhoodAttention(channels, heads, grid, theta=case["theta"], backend=backend)
+        ours = S2NeighborhoodAttention(
+            channels, heads, grid, theta=case["theta"], backend=backend, position_embedding=pe
+        )
     if case["impl"] in ("s2forecast", "s2forecast-fused"):
         return ours
     if case["impl"] == "torch-harmonics":
@@ -334,6 +343,8 @@ def cases_for(args):
                     continue
                 if impl == "sdpa-dense" and op == "neighborhood" and n > DENSE_MAX_POINTS:
                     continue
+                if args.position_embedding != "none" and impl not in ("s2forecast", "s2forecast-fused"):
+                    continue
                 yield {
                     "op": op,
                     "impl": impl,
@@ -346,6 +357,7 @@ def cases_for(args):
                     "theta": theta,
                     "dtype": args.dtype,
                     "device": args.device,
+                    "position_embedding": args.position_embedding,
                     **({"config": setup_name(setup)} if args.config else {}),
                 }
 
@@ -370,6 +382,10 @@ def main():
     parser.add_argument("--op", choices=["global", "neighborhood"])
     parser.add_argument("--impl", choices=IMPLS)
     parser.add_argument("--config", nargs="+", choices=sorted(CONFIGS), help="issue 3's set-ups (a, b, c)")
+    parser.add_argument(
+        "--position-embedding", default="none", choices=POSITION_EMBEDDINGS,
+        help="a relative embedding inside our layers (SpRePE overhead); other impls are skipped",
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one JSON case in this process
     args = parser.parse_args()

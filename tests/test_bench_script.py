@@ -79,7 +79,7 @@ def test_config_cases():
     bench = load_script()
     args = argparse.Namespace(
         config=["a", "b"], nlat=None, nlon=None, grid="equiangular", op=None, impl=None, device="cuda",
-        dtype="bfloat16", channels=1, heads=1, batch=1, theta=None,
+        dtype="bfloat16", channels=1, heads=1, batch=1, theta=None, position_embedding="none",
     )  # fmt: skip
     cases = list(bench.cases_for(args))
     assert {(c["config"], c["op"], c["impl"]) for c in cases} == {

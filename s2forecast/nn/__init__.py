@@ -1,5 +1,14 @@
 """Neural-network layers on the sphere."""
 
 from s2forecast.nn.attention import QKPositionEmbedding, S2Attention, S2NeighborhoodAttention
+from s2forecast.nn.position_embedding import POSITION_EMBEDDINGS, build_position_embedding
+from s2forecast.nn.sprepe import SpRePE
 
-__all__ = ["QKPositionEmbedding", "S2Attention", "S2NeighborhoodAttention"]
+__all__ = [
+    "POSITION_EMBEDDINGS",
+    "QKPositionEmbedding",
+    "S2Attention",
+    "S2NeighborhoodAttention",
+    "SpRePE",
+    "build_position_embedding",
+]

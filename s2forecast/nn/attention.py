@@ -16,6 +16,8 @@ class QKPositionEmbedding(Protocol):
 
     ``forward(q, k) -> (q, k)`` on tensors of shape (batch, heads, N, head_dim), queries on the
     layer's output grid and keys on its input grid (relative embeddings such as SpRePE or RoPE).
+    Modules with ``acts_on = "scores"`` instead return an additive logit bias from
+    ``forward()`` (global attention only); see ``s2forecast.nn.position_embedding``.
     """
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
@@ -55,6 +57,12 @@ class _SphericalAttention(nn.Module):
         self.k_norm = nn.RMSNorm(self.head_dim) if use_qknorm else nn.Identity()
         self.dropout = nn.Dropout(dropout)
         self.position_embedding = position_embedding
+        self.position_acts_on = getattr(position_embedding, "acts_on", "qk")
+        if position_embedding is not None and self.position_acts_on not in ("qk", "scores"):
+            raise ValueError(
+                f"{type(position_embedding).__name__} acts on {self.position_acts_on!r}: absolute embeddings "
+                "are added to the model's tokens, not inside an attention layer"
+            )
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, N, heads*d) -> (batch, heads, N, d)"""
@@ -74,7 +82,7 @@ class _SphericalAttention(nn.Module):
         q = self.q_norm(self._split_heads(self.q_proj(tokens[id(query)])))
         k = self.k_norm(self._split_heads(self.k_proj(tokens[id(key)])))
         v = self._split_heads(self.v_proj(tokens[id(value)]))
-        if self.position_embedding is not None:
+        if self.position_embedding is not None and self.position_acts_on == "qk":
             q, k = self.position_embedding(q, k)
         return q, k, v
 
@@ -127,7 +135,8 @@ class S2Attention(_SphericalAttention):
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query on ``grid_out``; key and value (default: query) on ``grid_in``."""
         q, k, v = self._project(query, key, value, self.grid_out, self.grid_in)
-        out = global_attention(q, k, v, self.grid_out, self.grid_in)
+        bias = self.position_embedding() if self.position_acts_on == "scores" else None
+        out = global_attention(q, k, v, self.grid_out, self.grid_in, bias=bias)
         return self._merge(out, self.grid_out)
 
     def extra_repr(self) -> str:
@@ -168,6 +177,11 @@ class S2NeighborhoodAttention(_SphericalAttention):
         )
         self.grid = check_grid(grid, "grid")
         self.theta = default_radius(grid) if theta is None else check_radius(theta)
+        if position_embedding is not None and self.position_acts_on == "scores":
+            raise ValueError(
+                f"{type(position_embedding).__name__} biases the scores, which neighborhood attention does not "
+                "take; use it with S2Attention, or use SpRePE / RoPE"
+            )
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.backend = backend

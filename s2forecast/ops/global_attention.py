@@ -30,6 +30,7 @@ def global_attention(
     grid_q: Grid,
     grid_kv: Grid | None = None,
     scale: float | None = None,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Quadrature-weighted softmax attention over all keys.
 
@@ -41,6 +42,8 @@ def global_attention(
         grid_kv: grid of keys and values; defaults to ``grid_q``. It may differ from
             ``grid_q`` (down/upsampling attention).
         scale: logit scale; defaults to 1/sqrt(head_dim).
+        bias: optional additive logit bias broadcastable to (batch, heads, N_q, N_kv), e.g. a
+            relative position bias; it makes the mask a full N_q x N_kv tensor.
 
     Returns:
         (batch, heads, nlat_q*nlon_q, head_dim_v), same dtype as ``q``.
@@ -50,9 +53,14 @@ def global_attention(
     check_attention_inputs(q, k, v, grid_q, grid_kv)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     log_w = log_quadrature_weights(grid_kv, q.device, bias_dtype(q.dtype))
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+    mask = log_w.view(1, 1, 1, -1)
+    if bias is not None:
+        if bias.shape[-2:] != (q.shape[2], k.shape[2]):
+            raise ValueError(f"bias must end in (N_q, N_kv) = {(q.shape[2], k.shape[2])}, got {tuple(bias.shape)}")
+        mask = mask + bias
+    elif q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return attention_with_folded_key_bias(q, k, v, log_w, scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=log_w.to(q.dtype).view(1, 1, 1, -1), scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=scale)
 
 
 def attention_with_folded_key_bias(
