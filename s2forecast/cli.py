@@ -35,10 +35,40 @@ def grid_info(args: argparse.Namespace) -> None:
     )
 
 
+def generate_swe(args: argparse.Namespace) -> None:
+    """Integrate shallow-water trajectories into a store."""
+    from s2forecast.datamodules.swe import generate_swe as generate
+
+    path = generate(
+        args.out, args.nlat, args.nlon, args.grid, args.trajectories, args.steps, args.dt_hours, args.seed,
+        args.solver_dt_seconds, overwrite=args.overwrite, progress=not args.no_progress,
+    )  # fmt: skip
+    print(f"wrote {path}")
+
+
+def store_stats(args: argparse.Namespace) -> None:
+    """Compute and store normalization statistics."""
+    from s2forecast.datamodules.stats import compute_stats
+
+    stats = compute_stats(args.store, args.start, args.end, args.step_hours)
+    print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
+    print(f"stored in {args.store}/stats ({stats.attrs['times']} times {stats.attrs['start']} .. {stats.attrs['end']})")
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("fit", "validate", "test", "predict"):
+        from s2forecast.training.cli import run
+
+        run(argv)  # LightningCLI: `s2forecast fit --help`
+        return
     parser = argparse.ArgumentParser(prog="s2forecast", description="Data-driven forecasting on the sphere.")
     parser.add_argument("--version", action="version", version=f"s2forecast {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in ("fit", "validate", "test", "predict"):
+        commands.add_parser(
+            name, help=f"{name} a forecaster (LightningCLI; `s2forecast {name} --help`)", add_help=False
+        )
 
     grid = commands.add_parser("grid", help="describe a grid and its attention neighborhoods")
     grid.add_argument("--nlat", type=int, required=True)
@@ -49,13 +79,42 @@ def main(argv: list[str] | None = None) -> None:
     grid.add_argument("--theta", type=float, help="neighborhood radius in radians (default: the paper's)")
     grid.set_defaults(handler=grid_info)
 
+    from s2forecast.datamodules import convert_era5
+
+    convert = commands.add_parser(
+        "convert-era5", help="convert ERA5 NetCDF/GRIB files from the Copernicus CDS into a store"
+    )
+    convert_era5.add_arguments(convert)
+    convert.set_defaults(handler=convert_era5.run)
+
+    swe = commands.add_parser("generate-swe", help="integrate shallow-water trajectories into a store")
+    swe.add_argument("--out", required=True, help="zarr store to write")
+    swe.add_argument("--nlat", type=int, default=32)
+    swe.add_argument("--nlon", type=int, default=64)
+    swe.add_argument("--grid", default="equiangular", choices=["equiangular", "legendre-gauss"])
+    swe.add_argument("--trajectories", type=int, default=8, help="independent random initial conditions")
+    swe.add_argument("--steps", type=int, default=48, help="stored steps per trajectory after the initial state")
+    swe.add_argument("--dt-hours", type=float, default=1.0, help="hours between stored states")
+    swe.add_argument("--seed", type=int, default=0)
+    swe.add_argument("--solver-dt-seconds", type=float, default=150.0, help="longest solver time step")
+    swe.add_argument("--overwrite", action="store_true", help="replace an existing store instead of resuming it")
+    swe.add_argument("--no-progress", action="store_true")
+    swe.set_defaults(handler=generate_swe)
+
+    stats = commands.add_parser("stats", help="per-channel mean/std of fields and tendencies, stored with the store")
+    stats.add_argument("store")
+    stats.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
+    stats.add_argument("--end", help="last time, inclusive; default: the last in the store")
+    stats.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
+    stats.set_defaults(handler=store_stats)
+
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         sys.exit(2)
     try:
         args.handler(args)
-    except ValueError as error:
+    except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"s2forecast {args.command}: error: {error}\n")
 
 

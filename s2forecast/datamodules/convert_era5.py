@@ -1,0 +1,693 @@
+"""Convert ERA5 as downloaded from the Copernicus Climate Data Store into the s2forecast store layout.
+
+``s2forecast convert-era5 INPUT... --out STORE.zarr`` reads the files users get from the CDS and writes
+one store in the layout of ``s2forecast.datamodules.store`` (WeatherBench2 names, ``level`` in hPa,
+latitude north -> south, longitude in [0, 360), one time step per chunk, float32).
+
+Inputs understood:
+  - NetCDF from the new CDS API: dims ``valid_time``, ``pressure_level``, ``latitude``, ``longitude``,
+    an optional ensemble ``number`` dimension (a scalar ``number`` coordinate is ignored), an
+    ``expver`` coordinate (dropped; as a dimension, as in old-CDS files mixing ERA5 and ERA5T, the
+    experiments are merged, the first non-missing value winning);
+  - NetCDF written by cfgrib from GRIB downloads: dims ``time`` and maybe ``step``, ``valid_time``
+    as a coordinate, level dimension ``isobaricInhPa``; length-1 dimensions cfgrib squeezed into
+    scalar coordinates are restored. GRIB files (``.grib``, ``.grb``, ``.grib2``) are opened with
+    cfgrib when it is installed;
+  - the old CDS NetCDF: dims ``time``, ``level``.
+
+Time: the store's ``time`` is the valid time. If a file has both ``time`` (initialization) and
+``step``, valid time = time + step and the two dimensions are flattened into one (analysis files
+have a single step 0, so valid time = time). Level: ``pressure_level`` / ``isobaricInhPa`` /
+``level`` become ``level``, integer hPa.
+
+Variables: ECMWF short names map to WeatherBench2 names (``ERA5_NAMES``); a ``z`` without a level
+dimension is the surface geopotential (``geopotential_at_surface``). Static fields
+(``land_sea_mask``, ``geopotential_at_surface``) are taken at the earliest time found and stored as
+``(latitude, longitude)``. Units are checked with ``normalize_units`` against ``store.VARIABLES``.
+
+Files may split the data by month and by variable: they are merged on time. Grids must agree
+between files, a variable's times must not repeat across files, and every time-dependent variable
+must cover the same times.
+
+Writing goes through ``StoreWriter``: the skeleton first, then slabs of ``time_chunk`` time steps
+(each computed in parallel by dask's threaded scheduler), then the completeness flag. A rerun of
+the same command after an interruption skips the time steps already written.
+"""
+
+import argparse
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dask
+import numpy as np
+import xarray as xr
+import zarr
+from tqdm.auto import tqdm
+
+from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
+from s2forecast.datamodules.writer import StoreWriter, lazy_empty
+from s2forecast.geometry import Grid
+
+# ECMWF short name -> WeatherBench2 name. ``z`` is the pressure-level geopotential; without a level
+# dimension it is the surface geopotential (SURFACE_GEOPOTENTIAL).
+ERA5_NAMES: dict[str, str] = {
+    "z": "geopotential",
+    "t": "temperature",
+    "u": "u_component_of_wind",
+    "v": "v_component_of_wind",
+    "q": "specific_humidity",
+    "w": "vertical_velocity",
+    "t2m": "2m_temperature",
+    "u10": "10m_u_component_of_wind",
+    "v10": "10m_v_component_of_wind",
+    "msl": "mean_sea_level_pressure",
+    "sp": "surface_pressure",
+    "tp": "total_precipitation",
+    "d2m": "2m_dewpoint_temperature",
+    "tcwv": "total_column_water_vapour",
+    "lsm": "land_sea_mask",
+}
+SURFACE_GEOPOTENTIAL = "geopotential_at_surface"
+PRESSURE_LEVEL_VARIABLES = frozenset(ERA5_NAMES[short] for short in ("z", "t", "u", "v", "q", "w"))
+SOURCE = "ERA5 via the Copernicus Climate Data Store"
+ACKNOWLEDGEMENT = "Contains modified Copernicus Climate Change Service information"
+DEFAULT_TIME_CHUNK = 4
+SIGNATURE_VERSION = 1
+
+_LEVEL_DIMS = ("pressure_level", "isobaricInhPa", "level")
+_GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
+_INPUT_SUFFIXES = (".nc", ".nc4", ".netcdf", *_GRIB_SUFFIXES)
+_DIMS_3D = ("time", "level", "latitude", "longitude")
+_DIMS_2D = ("time", "latitude", "longitude")
+
+
+def resolve_variables(names: Iterable[str]) -> dict[str, set[str]]:
+    """For each requested name (a WeatherBench2 name or an ECMWF short name), the WeatherBench2
+    names it selects: ``z`` selects both ``geopotential`` and ``geopotential_at_surface``.
+
+    Raises:
+        ValueError: a name is neither, listing the valid ones.
+    """
+    known = set(ERA5_NAMES.values()) | {SURFACE_GEOPOTENTIAL}
+    selected = {}
+    for name in names:
+        if name in known:
+            selected[name] = {name}
+        elif name in ERA5_NAMES:
+            selected[name] = {ERA5_NAMES[name], SURFACE_GEOPOTENTIAL} if name == "z" else {ERA5_NAMES[name]}
+        else:
+            raise ValueError(
+                f"unknown variable {name!r} in --variables; use ECMWF short names ({', '.join(ERA5_NAMES)}) or "
+                f"WeatherBench2 names ({', '.join(sorted(known))})"
+            )
+    return selected
+
+
+@dataclass
+class _Field:
+    """One variable of one input file, with the store's dims and latitude/longitude order.
+
+    ``data`` is a lazy dask array with dims ``(time, [level,] latitude, longitude)``.
+    """
+
+    name: str
+    path: Path
+    data: xr.DataArray
+    times: np.ndarray  # (time,) datetime64[ns], ascending
+
+
+@dataclass
+class _Input:
+    """An opened, normalized input file: its fields and grid."""
+
+    path: Path
+    dataset: xr.Dataset
+    latitude: np.ndarray  # north -> south
+    longitude: np.ndarray  # ascending in [0, 360)
+    fields: list[_Field] = field(default_factory=list)
+    has_members: bool = False
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+
+def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
+    """Absolute, sorted, de-duplicated input files; a directory stands for its NetCDF/GRIB files.
+
+    Raises:
+        FileNotFoundError: an input does not exist, or a directory holds no input files.
+    """
+    paths = set()
+    for entry in inputs:
+        path = Path(entry).expanduser()
+        if path.is_dir():
+            found = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
+            if not found:
+                raise FileNotFoundError(f"directory {path} holds no {'/'.join(_INPUT_SUFFIXES)} files")
+            paths.update(p.resolve() for p in found)
+        elif path.is_file():
+            paths.add(path.resolve())
+        else:
+            raise FileNotFoundError(f"input {path} does not exist")
+    if not paths:
+        raise FileNotFoundError("no input files given")
+    return sorted(paths)
+
+
+def _open(path: Path) -> xr.Dataset:
+    """Open ``path`` lazily (no data read; no dask yet)."""
+    if path.suffix.lower() in _GRIB_SUFFIXES:
+        try:
+            import cfgrib  # noqa: F401
+        except ImportError as error:
+            raise ValueError(
+                f"{path} is GRIB: install cfgrib (pip install cfgrib) or download NetCDF from the CDS"
+            ) from error
+        return xr.open_dataset(path, engine="cfgrib", cache=False, decode_timedelta=True)
+    try:
+        return xr.open_dataset(path, cache=False, decode_timedelta=True)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read {path} as NetCDF: {error}") from error
+
+
+def _squeezed_to_dims(ds: xr.Dataset, names: Iterable[str]) -> xr.Dataset:
+    """Promote scalar coordinates (length-1 dims cfgrib squeezed away) back to dimensions."""
+    for name in names:
+        if name in ds.coords and name not in ds.dims and ds[name].ndim == 0:
+            ds = ds.expand_dims(name)
+    return ds
+
+
+def _normalize_levels(ds: xr.Dataset, path: Path) -> xr.Dataset:
+    """Rename the level dimension to ``level`` with integer hPa values."""
+    names = [name for name in _LEVEL_DIMS if name in ds.coords or name in ds.dims]
+    if len(names) > 1:
+        raise ValueError(f"{path} has several level coordinates {names}; expected one of {_LEVEL_DIMS}")
+    if not names:
+        return ds
+    name = names[0]
+    ds = _squeezed_to_dims(ds, [name])
+    values = np.asarray(ds[name].values, dtype=np.float64)
+    if str(ds[name].attrs.get("units", "")).strip() == "Pa":
+        values = values / 100.0
+    if not np.allclose(values, np.round(values)):
+        raise ValueError(f"{path}: pressure levels {values.tolist()} are not whole hPa")
+    ds = ds.rename({name: "level"}) if name != "level" else ds
+    return ds.assign_coords(level=np.round(values).astype(np.int64))
+
+
+def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
+    """Give ``ds`` a single ``time`` dimension holding valid times (datetime64[ns]).
+
+    New CDS: ``valid_time`` is the dimension. cfgrib: ``time`` (initialization) and ``step`` are
+    dimensions or scalars, ``valid_time`` a coordinate; a ``step`` dimension longer than one is
+    flattened with ``time`` into one valid-time dimension. Needs dask-backed data (for the stack).
+    """
+    if "valid_time" in ds.dims:
+        drop = [name for name in ("time", "step") if name in ds.coords and name not in ds.dims]
+        ds = ds.drop_vars(drop).rename({"valid_time": "time"})
+    elif "time" in ds.dims or "time" in ds.coords:
+        ds = _squeezed_to_dims(ds, ["time"])
+        if "step" in ds.dims and ds.sizes["step"] == 1:
+            ds = ds.isel(step=0)
+        if "step" in ds.dims:
+            valid = ds["valid_time"] if "valid_time" in ds.coords else ds["time"] + ds["step"]
+            valid = valid.transpose("time", "step").values.reshape(-1)
+            ds = ds.drop_vars(["valid_time"], errors="ignore").stack(valid=("time", "step"))
+            ds = ds.drop_vars(["valid", "time", "step"]).rename({"valid": "time"})
+            ds = ds.assign_coords(time=valid)
+        else:
+            if "valid_time" in ds.coords:
+                valid = ds["valid_time"].values
+            elif "step" in ds.coords:
+                valid = (ds["time"] + ds["step"]).values
+            else:
+                valid = ds["time"].values
+            ds = ds.drop_vars(["valid_time", "step"], errors="ignore").assign_coords(time=np.asarray(valid).ravel())
+    else:
+        return ds
+    times = ds["time"].values
+    if not np.issubdtype(times.dtype, np.datetime64):
+        raise ValueError(
+            f"{path}: time values {times[:3]} are not dates (dtype {times.dtype}); the time coordinate needs CF "
+            "'units' such as 'hours since 1900-01-01'"
+        )
+    return ds.assign_coords(time=times.astype("datetime64[ns]"))
+
+
+def _select_member(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Dataset, bool]:
+    """Select ensemble ``member`` of a ``number`` dimension; returns (dataset, had_members)."""
+    if "number" not in ds.dims:
+        return ds.drop_vars("number", errors="ignore"), False
+    members = [int(x) for x in ds["number"].values]
+    if member is None:
+        raise ValueError(
+            f"{path} is an ensemble with members (dimension 'number') {members}; pick one with --member, "
+            f"e.g. --member {members[0]}"
+        )
+    if member not in members:
+        raise ValueError(f"--member {member} is not in {path}, whose members are {members}")
+    return ds.sel(number=member).drop_vars("number"), True
+
+
+def _merge_expver(ds: xr.Dataset) -> xr.Dataset:
+    """Merge an ``expver`` dimension (ERA5 + ERA5T): the first experiment's value where present."""
+    if "expver" not in ds.dims:
+        return ds.drop_vars("expver", errors="ignore")
+    merged = ds.isel(expver=0, drop=True)
+    for index in range(1, ds.sizes["expver"]):
+        merged = merged.fillna(ds.isel(expver=index, drop=True))
+    return merged
+
+
+def _normalize(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Dataset, bool]:
+    """The dataset with the store's dim names, lazily chunked one time step and level per chunk,
+    latitude north -> south and longitude ascending in [0, 360)."""
+    ds = ds.rename({old: new for old, new in (("lat", "latitude"), ("lon", "longitude")) if old in ds.dims})
+    for name in ("latitude", "longitude"):
+        if name not in ds.dims:
+            raise ValueError(f"{path} has no {name!r} dimension; its dims are {dict(ds.sizes)}")
+    ds = _normalize_levels(ds, path)
+    ds, has_members = _select_member(ds, path, member)
+    chunks = {dim: (-1 if dim in ("latitude", "longitude") else 1) for dim in ds.dims}
+    ds = ds.chunk(chunks)
+    ds = _merge_expver(ds)
+    ds = _normalize_time(ds, path)
+    keep = {"time", "level", "latitude", "longitude"}
+    ds = ds.drop_vars([name for name in ds.coords if name not in keep])
+
+    lat = np.asarray(ds["latitude"].values, dtype=np.float64)
+    if lat.size > 1 and lat[0] < lat[-1]:
+        ds = ds.isel(latitude=slice(None, None, -1))
+    lon = np.mod(np.asarray(ds["longitude"].values, dtype=np.float64), 360.0)
+    order = np.argsort(lon, kind="stable")
+    if np.any(order != np.arange(lon.size)):
+        ds = ds.isel(longitude=order)
+    ds = ds.assign_coords(longitude=lon[order])
+    return ds, has_members
+
+
+def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Field]:
+    """The selected variables of a normalized dataset, unit-checked, with the store's dims."""
+    fields = []
+    for short, var in ds.data_vars.items():
+        if "latitude" not in var.dims or "longitude" not in var.dims:
+            continue  # bookkeeping variables (bounds, flags), not fields
+        if short not in ERA5_NAMES:
+            if selection is None:
+                raise ValueError(
+                    f"{path}: unknown variable {short!r} with dims {var.dims}; known ECMWF short names are "
+                    f"{', '.join(ERA5_NAMES)}. Select the variables to convert with --variables to skip others"
+                )
+            warnings.warn(f"{path}: skipping unknown variable {short!r} (not among --variables)", stacklevel=3)
+            continue
+        name = ERA5_NAMES[short]
+        if short == "z" and "level" not in var.dims:
+            name = SURFACE_GEOPOTENTIAL
+        if selection is not None and name not in selection:
+            continue
+        found = var.attrs.get("units")
+        expected = VARIABLES[name][0]
+        if found is None or normalize_units(str(found)) != normalize_units(expected):
+            raise ValueError(
+                f"{path}: variable {short!r} ({name}) has units {found!r}, expected {expected!r}; convert it to "
+                f"{expected} first"
+            )
+        pressure = name in PRESSURE_LEVEL_VARIABLES
+        if pressure and "level" not in var.dims:
+            raise ValueError(f"{path}: variable {short!r} ({name}) has no pressure-level dimension; dims {var.dims}")
+        if not pressure and "level" in var.dims:
+            raise ValueError(f"{path}: variable {short!r} ({name}) is single-level but has a level dimension")
+        dims = _DIMS_3D if pressure else _DIMS_2D
+        extra = set(var.dims) - set(dims)
+        if extra:
+            raise ValueError(
+                f"{path}: variable {short!r} has unexpected dimensions {sorted(extra)} (dims {var.dims}); expected "
+                f"{dims}"
+            )
+        if "time" not in var.dims:
+            if name not in STATIC_VARIABLES:
+                raise ValueError(f"{path}: variable {short!r} ({name}) has no time dimension; dims {var.dims}")
+            var = var.expand_dims(time=[np.datetime64("NaT", "ns")])
+        var = var.transpose(*dims)
+        times = var["time"].values
+        if times.size > 1 and not np.all(times[1:] > times[:-1]):
+            order = np.argsort(times, kind="stable")
+            var = var.isel(time=order)
+            times = times[order]
+        fields.append(_Field(name, path, var.rename(name).astype(np.float32), times))
+    return fields
+
+
+# --- merging ------------------------------------------------------------------------------------
+
+
+def _when(time: np.datetime64) -> str:
+    """A time for messages: 2020-01-31T12:00."""
+    return str(np.datetime_as_string(time, unit="m"))
+
+
+def _describe_axis(values: np.ndarray) -> str:
+    return f"{values.size} values {values[0]:g} .. {values[-1]:g}" if values.size else "no values"
+
+
+def _check_grids(inputs: list[_Input]) -> Grid:
+    """All inputs on the same latitudes/longitudes (to 1e-5 deg); returns the grid."""
+    first = inputs[0]
+    for other in inputs[1:]:
+        for axis in ("latitude", "longitude"):
+            a, b = getattr(first, axis), getattr(other, axis)
+            if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-5):
+                raise ValueError(
+                    f"inconsistent grids: {first.path} has {axis} {_describe_axis(a)} but {other.path} has "
+                    f"{_describe_axis(b)}; download all files on the same grid"
+                )
+    try:
+        return Grid.from_coords(first.latitude, first.longitude)
+    except ValueError as error:
+        raise ValueError(f"{first.path}: unsupported grid: {error}") from error
+
+
+def _check_duplicates(name: str, fields: list[_Field]) -> np.ndarray:
+    """The sorted times of a variable over its files; raises if a time repeats."""
+    times = np.concatenate([f.times for f in fields])
+    owners = np.concatenate([np.full(f.times.size, i) for i, f in enumerate(fields)])
+    order = np.argsort(times, kind="stable")
+    times, owners = times[order], owners[order]
+    repeated = np.flatnonzero(times[1:] == times[:-1])
+    if repeated.size:
+        first = times[repeated[0]]
+        files = sorted({str(fields[i].path) for i in owners[times == first]})
+        where = f"files {', '.join(files)}" if len(files) > 1 else f"file {files[0]} (twice)"
+        raise ValueError(
+            f"duplicate times for {name}: {_when(first)} is in {where}; remove the overlapping files or times"
+        )
+    return times
+
+
+def _check_times(per_variable: dict[str, np.ndarray], fields: dict[str, list[_Field]]) -> np.ndarray:
+    """Every time-dependent variable has the same times; returns them."""
+    names = sorted(per_variable)
+    reference = names[0]
+    times = per_variable[reference]
+    for name in names[1:]:
+        other = per_variable[name]
+        if other.shape == times.shape and np.all(other == times):
+            continue
+        only_ref = np.setdiff1d(times, other)
+        only_other = np.setdiff1d(other, times)
+        first_ref = only_ref[0] if only_ref.size else None
+        first_other = only_other[0] if only_other.size else None
+        if first_other is None or (first_ref is not None and first_ref < first_other):
+            detail = f"{_when(first_ref)} is in {reference} but not in {name}"
+        else:
+            detail = f"{_when(first_other)} is in {name} but not in {reference}"
+        files = {n: ", ".join(sorted({str(f.path.name) for f in fields[n]})) for n in (reference, name)}
+        raise ValueError(
+            f"times differ between variables: {reference} has {times.size} times (from {files[reference]}), {name} "
+            f"has {other.size} (from {files[name]}); {detail}. Download the same period for every variable or "
+            "select variables with --variables"
+        )
+    return times
+
+
+def _resolve_levels(fields: dict[str, list[_Field]], levels: Sequence[int] | None) -> list[int]:
+    """The store's pressure levels: ``levels`` if given (each file must have them), else the levels
+    every pressure-level file shares (they must all have the same)."""
+    pressure = [f for name, fs in fields.items() if name in PRESSURE_LEVEL_VARIABLES for f in fs]
+    if not pressure:
+        if levels:
+            raise ValueError(
+                f"--levels {' '.join(map(str, levels))} given but no selected variable has pressure levels"
+            )
+        return []
+    if levels:
+        wanted = sorted({int(x) for x in levels})
+        for f in pressure:
+            have = [int(x) for x in f.data["level"].values]
+            missing = sorted(set(wanted) - set(have))
+            if missing:
+                raise ValueError(f"{f.path}: {f.name} has no level(s) {missing} hPa; its levels are {have}")
+        return wanted
+    first = pressure[0]
+    reference = sorted(int(x) for x in first.data["level"].values)
+    for f in pressure[1:]:
+        have = sorted(int(x) for x in f.data["level"].values)
+        if have != reference:
+            raise ValueError(
+                f"pressure levels differ: {first.name} in {first.path} has {reference} hPa but {f.name} in {f.path} "
+                f"has {have}; pick common levels with --levels"
+            )
+    return reference
+
+
+def _assemble(fields: list[_Field], levels: list[int]) -> xr.DataArray:
+    """A variable's fields concatenated in time order, float32, one time step per dask chunk."""
+    fields = sorted(fields, key=lambda f: f.times[0])
+    pieces = [f.data.sel(level=levels) if "level" in f.data.dims else f.data for f in fields]
+    data = pieces[0] if len(pieces) == 1 else xr.concat(pieces, dim="time", join="override", coords="minimal")
+    times = data["time"].values
+    if not np.all(times[1:] > times[:-1]):
+        data = data.isel(time=np.argsort(times, kind="stable"))
+    return data.chunk({dim: (1 if dim == "time" else -1) for dim in data.dims})
+
+
+def _static(fields: list[_Field]) -> np.ndarray:
+    """A static field at the earliest time of its files, computed: (latitude, longitude) float32."""
+    earliest = min(fields, key=lambda f: (np.isnat(f.times[0]), f.times[0]))
+    return np.asarray(earliest.data.isel(time=0).values, dtype=np.float32)
+
+
+# --- conversion ---------------------------------------------------------------------------------
+
+
+def _signature(paths: list[Path], variables: list[str], levels: list[int], member: int | None) -> dict:
+    inputs = []
+    for path in paths:
+        stat = path.stat()
+        inputs.append([str(path), stat.st_size, stat.st_mtime_ns])
+    return {
+        "converter": "convert-era5",
+        "version": SIGNATURE_VERSION,
+        "inputs": inputs,
+        "variables": variables,
+        "levels": levels,
+        "member": member,
+    }
+
+
+def _slabs(written: np.ndarray, time_chunk: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges of at most ``time_chunk`` consecutive unwritten time steps."""
+    slabs: list[tuple[int, int]] = []
+    for index in np.flatnonzero(~written).tolist():
+        if slabs and slabs[-1][1] == index and index - slabs[-1][0] < time_chunk:
+            slabs[-1] = (slabs[-1][0], index + 1)
+        else:
+            slabs.append((index, index + 1))
+    return slabs
+
+
+def _is_complete(path: Path) -> bool:
+    try:
+        return zarr.open_group(path, mode="r", zarr_format=3).attrs.get(COMPLETE_ATTR) == "true"
+    except (FileNotFoundError, KeyError, ValueError):
+        return False
+
+
+def convert_era5(
+    inputs: Sequence[str | Path],
+    out: str | Path,
+    variables: Sequence[str] | None = None,
+    levels: Sequence[int] | None = None,
+    member: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    time_chunk: int = DEFAULT_TIME_CHUNK,
+) -> Path:
+    """Convert CDS ERA5 files into a store at ``out``; returns ``out``.
+
+    Args:
+        inputs: NetCDF (or GRIB, with cfgrib) files, or directories of them, in any order.
+        out: the zarr store to write.
+        variables: WeatherBench2 or ECMWF short names to convert (default: every variable found;
+            unknown short names are then an error, while with a selection they are skipped).
+        levels: pressure levels in hPa to keep (default: all, which must agree between files).
+        member: ensemble member (value of the ``number`` dimension) to take; required when the
+            inputs have one.
+        overwrite: replace an existing store instead of resuming it.
+        progress: show a progress bar.
+        time_chunk: time steps per written slab (the unit of work and of resumption).
+
+    Raises:
+        FileNotFoundError: an input does not exist.
+        ValueError: inputs that cannot be converted (units, grids, duplicate or mismatched times,
+            unknown variables, missing --member), or ``out`` written from other inputs/options.
+    """
+    if time_chunk < 1:
+        raise ValueError(f"time_chunk must be >= 1, got {time_chunk}")
+    out = Path(out)
+    paths = resolve_inputs(inputs)
+    requested = resolve_variables(variables) if variables else None
+    selection = set().union(*requested.values()) if requested else None
+
+    opened: list[_Input] = []
+    try:
+        for path in paths:
+            raw = _open(path)
+            try:
+                ds, has_members = _normalize(raw, path, member)
+                item = _Input(path, ds, ds["latitude"].values, ds["longitude"].values, has_members=has_members)
+                item.fields = _fields(ds, path, selection)
+            except BaseException:
+                raw.close()
+                raise
+            opened.append(item)
+        if member is not None and not any(item.has_members for item in opened):
+            raise ValueError(f"--member {member} given but no input has an ensemble 'number' dimension")
+        grid = _check_grids(opened)
+
+        by_name: dict[str, list[_Field]] = {}
+        for item in opened:
+            for f in item.fields:
+                by_name.setdefault(f.name, []).append(f)
+        if requested:
+            missing = [name for name, wanted in requested.items() if not wanted & set(by_name)]
+            if missing:
+                raise ValueError(
+                    f"selected variables {missing} are not in the inputs, which hold {sorted(by_name) or 'none'}"
+                )
+        dynamic = sorted(name for name in by_name if name not in STATIC_VARIABLES)
+        static = sorted(name for name in by_name if name in STATIC_VARIABLES)
+        if not dynamic:
+            raise ValueError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}")
+        store_levels = _resolve_levels(by_name, levels)
+        times = _check_times({name: _check_duplicates(name, by_name[name]) for name in dynamic}, by_name)
+
+        data = {name: _assemble(by_name[name], store_levels) for name in dynamic}
+        statics = {name: _static(by_name[name]) for name in static}
+        template = _template(data, statics, grid, times, store_levels, paths, out)
+        signature = _signature(paths, dynamic + static, store_levels, member)
+        return _write(out, template, data, signature, overwrite, progress, time_chunk)
+    finally:
+        for item in opened:
+            item.dataset.close()
+
+
+def _template(
+    data: dict[str, xr.DataArray],
+    static: dict[str, np.ndarray],
+    grid: Grid,
+    times: np.ndarray,
+    levels: list[int],
+    paths: list[Path],
+    out: Path,
+) -> xr.Dataset:
+    """The store's skeleton: coordinates, never-computed time-dependent variables, static fields."""
+    first = next(iter(data.values()))
+    coords = {
+        "time": ("time", times.astype("datetime64[ns]")),
+        "latitude": ("latitude", first["latitude"].values, {"units": "degrees_north", "long_name": "latitude"}),
+        "longitude": ("longitude", first["longitude"].values, {"units": "degrees_east", "long_name": "longitude"}),
+    }
+    if levels:
+        coords["level"] = ("level", np.asarray(levels, dtype=np.int64), {"units": "hPa", "long_name": "pressure level"})
+    variables = {name: lazy_empty(d.shape, d.dims) for name, d in data.items()}
+    variables.update({name: (("latitude", "longitude"), values) for name, values in static.items()})
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    names = ", ".join(path.name for path in paths)
+    return xr.Dataset(
+        variables,
+        coords=coords,
+        attrs={
+            "grid_kind": grid.kind,
+            "source": f"{SOURCE}; input files: {names}",
+            "acknowledgement": ACKNOWLEDGEMENT,
+            "history": f"{stamp} s2forecast convert-era5 {' '.join(str(p) for p in paths)} --out {out}",
+        },
+    )
+
+
+def _write(
+    out: Path,
+    template: xr.Dataset,
+    data: dict[str, xr.DataArray],
+    signature: dict,
+    overwrite: bool,
+    progress: bool,
+    time_chunk: int,
+) -> Path:
+    writer = StoreWriter(out, signature, overwrite=overwrite)
+    written = writer.create(template)
+    if written.all() and _is_complete(out):
+        return out  # nothing to do: a rerun on a complete store
+    slabs = _slabs(written, time_chunk)
+    with (
+        dask.config.set(scheduler="threads"),
+        tqdm(
+            total=written.size,
+            initial=int(written.sum()),
+            unit="step",
+            desc=f"convert-era5 {out.name}",
+            disable=not progress,
+        ) as bar,
+    ):
+        for start, stop in slabs:
+            slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()})
+            writer.write(slab, start)
+            bar.update(stop - start)
+    writer.finish()
+    return out
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``convert-era5`` arguments to ``parser``."""
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="ERA5 NetCDF files from the Copernicus CDS (or cfgrib-readable GRIB), or directories of them; "
+        "split by month and/or variable is fine",
+    )
+    parser.add_argument("--out", required=True, type=Path, metavar="STORE.zarr", help="zarr store to write")
+    parser.add_argument(
+        "--variables",
+        nargs="+",
+        metavar="NAME",
+        help="variables to convert, WeatherBench2 or ECMWF short names (default: all found)",
+    )
+    parser.add_argument("--levels", nargs="+", type=int, metavar="HPA", help="pressure levels to keep (default: all)")
+    parser.add_argument("--member", type=int, help="ensemble member (value of the 'number' dimension) to convert")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing store instead of resuming it")
+    parser.add_argument(
+        "--time-chunk",
+        type=int,
+        default=DEFAULT_TIME_CHUNK,
+        metavar="N",
+        help=f"time steps written per slab, in parallel (default {DEFAULT_TIME_CHUNK})",
+    )
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run ``convert-era5`` with parsed ``args`` (see ``add_arguments``)."""
+    try:
+        out = convert_era5(
+            args.inputs,
+            args.out,
+            variables=args.variables,
+            levels=args.levels,
+            member=args.member,
+            overwrite=args.overwrite,
+            progress=args.progress,
+            time_chunk=args.time_chunk,
+        )
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from error
+    print(f"wrote {out}", file=sys.stderr)

@@ -1,0 +1,200 @@
+"""Lightning DataModules for ERA5 and shallow-water stores, on one streaming core.
+
+Both build ``FieldDataset`` splits from a store written by ``s2forecast convert-era5`` or
+``s2forecast generate-swe`` (with ``s2forecast stats`` run on it) and serve ``Batch``es:
+shuffled training batches, one store handle per worker, pinned memory.
+"""
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from s2forecast.datamodules.fields import NAN_POLICIES, FieldDataset, SampleSpec
+from s2forecast.datamodules.swe import SWE_VARIABLES
+
+ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
+ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
+
+
+class FieldDataModule(pl.LightningDataModule):
+    """Train/validation/test splits of one store; see ``FieldDataset`` for the sample layout.
+
+    Args:
+        store: path of the zarr store.
+        spec: the sample layout.
+        splits: {"train" | "val" | "test": keyword arguments of ``FieldDataset`` (start/end
+            or trajectories)}; a split left out is not served.
+        batch_size, num_workers, pin_memory: DataLoader settings.
+        nan_policy: "fail" or "skip" (``FieldDataset``).
+        seed: seed of the training shuffle.
+    """
+
+    def __init__(
+        self,
+        store: str | Path,
+        spec: SampleSpec,
+        splits: dict[str, dict],
+        batch_size: int = 4,
+        num_workers: int = 0,
+        pin_memory: bool = True,
+        nan_policy: str = "fail",
+        seed: int = 0,
+    ):
+        super().__init__()
+        if nan_policy not in NAN_POLICIES:
+            raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+        unknown = set(splits) - {"train", "val", "test"}
+        if unknown:
+            raise ValueError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+        self.store, self.spec, self.splits = str(store), spec, splits
+        self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
+        self.nan_policy, self.seed = nan_policy, seed
+        self.datasets: dict[str, FieldDataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        for name, options in self.splits.items():
+            if name not in self.datasets:
+                self.datasets[name] = FieldDataset(self.store, self.spec, nan_policy=self.nan_policy, **options)
+
+    def dataset(self, split: str) -> FieldDataset:
+        if split not in self.splits:
+            raise ValueError(f"no {split!r} split configured; configured: {sorted(self.splits)}")
+        self.setup()
+        return self.datasets[split]
+
+    # what a model needs to know before the first batch
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return self._any().channels
+
+    @property
+    def static_channels(self) -> tuple[str, ...]:
+        return self._any().static_names
+
+    @property
+    def forcing_channels(self) -> tuple[str, ...]:
+        return self._any().forcing_channels
+
+    @property
+    def grid(self):
+        return self._any().grid
+
+    @property
+    def stats(self):
+        return self._any().stats
+
+    def _any(self) -> FieldDataset:
+        self.setup()
+        return next(iter(self.datasets.values()))
+
+    def _loader(self, split: str, shuffle: bool) -> torch.utils.data.DataLoader:
+        dataset = self.dataset(split)
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+            collate_fn=dataset.collate,
+            persistent_workers=self.num_workers > 0,
+            generator=generator,
+            drop_last=shuffle and len(dataset) > self.batch_size,
+        )
+
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self):
+        return self._loader("test", shuffle=False)
+
+
+class ERA5DataModule(FieldDataModule):
+    """ERA5 in the WeatherBench2 layout (``s2forecast convert-era5``), split by date ranges.
+
+    Args:
+        store: the zarr store.
+        variables: store variables to predict; pressure-level ones give one channel per level.
+        levels: pressure levels (hPa); None: all in the store.
+        static: static input fields, "auto" for land_sea_mask and geopotential_at_surface when
+            present.
+        forcings: analytic forcings (``s2forecast.datamodules.forcings.FORCINGS``).
+        history, step_hours, rollout_steps: input states, hours between states, targets.
+        train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
+        batch_size, num_workers, pin_memory, nan_policy, seed: see ``FieldDataModule``.
+    """
+
+    def __init__(
+        self,
+        store: str,
+        variables: list[str] = ERA5_SURFACE + ERA5_PRESSURE,
+        levels: list[int] | None = None,
+        static: list[str] | str = "auto",
+        forcings: list[str] = ("toa_radiation", "time_of_day", "day_of_year"),
+        history: int = 1,
+        step_hours: float = 6.0,
+        rollout_steps: int = 1,
+        train_period: tuple[str, str] | None = ("1979-01-01", "2017-12-31"),
+        val_period: tuple[str, str] | None = ("2018-01-01", "2018-12-31"),
+        test_period: tuple[str, str] | None = ("2020-01-01", "2020-12-31"),
+        batch_size: int = 4,
+        num_workers: int = 2,
+        pin_memory: bool = True,
+        nan_policy: str = "fail",
+        seed: int = 0,
+    ):
+        spec = SampleSpec(
+            tuple(variables),
+            None if levels is None else tuple(levels),
+            static if isinstance(static, str) else tuple(static),
+            tuple(forcings),
+            history,
+            step_hours,
+            rollout_steps,
+        )
+        periods = {"train": train_period, "val": val_period, "test": test_period}
+        splits = {name: {"start": p[0], "end": p[1]} for name, p in periods.items() if p is not None}
+        super().__init__(store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed)
+        self.save_hyperparameters()
+
+
+class SWEDataModule(FieldDataModule):
+    """Shallow-water trajectories (``s2forecast generate-swe``), split by trajectory index.
+
+    Args:
+        store: the zarr store.
+        variables: subset of geopotential_height, vorticity, divergence.
+        history, step_hours, rollout_steps: input states, hours between states, targets.
+        train_trajectories, val_trajectories, test_trajectories: [first, stop) trajectory
+            indices; None: unused.
+        batch_size, num_workers, pin_memory, nan_policy, seed: see ``FieldDataModule``.
+    """
+
+    def __init__(
+        self,
+        store: str,
+        variables: list[str] = SWE_VARIABLES,
+        history: int = 1,
+        step_hours: float = 1.0,
+        rollout_steps: int = 1,
+        train_trajectories: tuple[int, int] | None = (0, 6),
+        val_trajectories: tuple[int, int] | None = (6, 7),
+        test_trajectories: tuple[int, int] | None = (7, 8),
+        batch_size: int = 4,
+        num_workers: int = 0,
+        pin_memory: bool = True,
+        nan_policy: str = "fail",
+        seed: int = 0,
+    ):
+        spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
+        ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
+        splits = {name: {"trajectories": tuple(r)} for name, r in ranges.items() if r is not None}
+        super().__init__(store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed)
+        self.save_hyperparameters()

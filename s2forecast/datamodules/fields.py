@@ -1,0 +1,308 @@
+"""The zarr -> xarray streaming core shared by every DataModule.
+
+A sample is ``history`` input states ending at the initialization time t0 and ``rollout``
+target states at t0 + step, ..., t0 + rollout * step, for every channel (a single-level
+variable, or one level of a pressure-level variable), plus static fields and analytic
+forcings at every one of those times. Only the chunks of those time steps are read: the store
+is opened with xarray's lazy indexing (no dask graph per sample), once per worker process.
+"""
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import xarray as xr
+
+from s2forecast.datamodules.forcings import forcing_channels, forcing_fields
+from s2forecast.datamodules.stats import channel_names, load_stats
+from s2forecast.datamodules.store import describe, open_store
+from s2forecast.geometry import Grid
+
+NAN_POLICIES = ("fail", "skip")
+
+
+@dataclass
+class Batch:
+    """A batch of samples: tensors plus what they mean.
+
+    Attributes:
+        inputs: (batch, history, channels, nlat, nlon) normalized states.
+        targets: (batch, rollout, channels, nlat, nlon) normalized states.
+        static: (batch, static_channels, nlat, nlon) normalized static fields.
+        forcings: (batch, history + rollout, forcing_channels, nlat, nlon), at the input
+            times then the target times.
+        init_times: (batch,) int64 initialization times (the last input) in ns since 1970.
+        channels, static_channels, forcing_channels: names, e.g. "temperature/850".
+        grid: the grid of every field (rows north -> south).
+        step_hours: hours between consecutive states.
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    static: torch.Tensor
+    forcings: torch.Tensor
+    init_times: torch.Tensor
+    channels: tuple[str, ...] = field(default=())
+    static_channels: tuple[str, ...] = field(default=())
+    forcing_channels: tuple[str, ...] = field(default=())
+    grid: Grid | None = None
+    step_hours: float = 0.0
+
+    TENSORS = ("inputs", "targets", "static", "forcings", "init_times")
+
+    def to(self, *args, **kwargs) -> "Batch":
+        return self._apply(lambda t: t.to(*args, **kwargs))
+
+    def pin_memory(self) -> "Batch":
+        return self._apply(lambda t: t.pin_memory())
+
+    def _apply(self, fn) -> "Batch":
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.update({name: fn(getattr(self, name)) for name in self.TENSORS})
+        return Batch(**values)
+
+    @property
+    def init_datetimes(self) -> np.ndarray:
+        return self.init_times.cpu().numpy().astype("datetime64[ns]")
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """What one sample holds; see the module docstring.
+
+    Attributes:
+        variables: store variables, each a channel or one channel per selected level.
+        levels: pressure levels (hPa) of the pressure-level variables; None: all in the store.
+        static: static fields; "auto": the store's land_sea_mask / geopotential_at_surface.
+        forcings: names from ``s2forecast.datamodules.forcings.FORCINGS``.
+        history: input states (>= 1).
+        step_hours: hours between states; a multiple of the store's time step.
+        rollout: target states (>= 1).
+    """
+
+    variables: tuple[str, ...]
+    levels: tuple[int, ...] | None = None
+    static: tuple[str, ...] | str = "auto"
+    forcings: tuple[str, ...] = ()
+    history: int = 1
+    step_hours: float = 6.0
+    rollout: int = 1
+
+
+class FieldDataset(torch.utils.data.Dataset):
+    """Samples of ``spec`` from the store at ``path`` whose times all lie in [start, end]
+    (and, for stores with a ``trajectory`` coordinate, in one trajectory in ``trajectories``).
+
+    Args:
+        path: store in the s2forecast layout, with statistics (``s2forecast stats``).
+        spec: the sample layout.
+        start, end: inclusive time range of the split (strings or datetimes); None: open.
+        trajectories: (first, stop) trajectory indices for stores with trajectories.
+        nan_policy: "fail" raises on a non-finite value naming variable and time; "skip"
+            warns and serves the next valid sample instead.
+
+    Raises:
+        ValueError: missing statistics, variables or levels; a step that is not a multiple of
+            the store's time step or that the time axis does not have; no sample in range.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        spec: SampleSpec,
+        start=None,
+        end=None,
+        trajectories: tuple[int, int] | None = None,
+        nan_policy: str = "fail",
+    ):
+        if nan_policy not in NAN_POLICIES:
+            raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+        if spec.history < 1 or spec.rollout < 1:
+            raise ValueError(f"history and rollout must be >= 1, got {spec.history} and {spec.rollout}")
+        self.path, self.spec, self.nan_policy = str(path), spec, nan_policy
+        ds = open_store(path)
+        info = describe(ds, self.path)
+        self.grid = info.grid
+        self.lat_deg, self.lon_deg = ds["latitude"].values, ds["longitude"].values
+
+        missing = [v for v in spec.variables if v not in info.variables]
+        if missing:
+            raise ValueError(f"variables {missing} are not in {path}; it has {list(info.variables)}")
+        self.levels = self._check_levels(ds, spec)
+        self.channels = tuple(
+            c for v in spec.variables for c in channel_names(v, self.levels if "level" in ds[v].dims else None)
+        )
+        if spec.static == "auto":
+            self.static_names = tuple(s for s in ("land_sea_mask", "geopotential_at_surface") if s in info.static)
+        else:
+            absent = [s for s in spec.static if s not in info.static]
+            if absent:
+                raise ValueError(f"static fields {absent} are not in {path}; it has {list(info.static)}")
+            self.static_names = tuple(spec.static)
+        self.forcing_channels = tuple(forcing_channels(spec.forcings))
+        self.stats = load_stats(path, list(self.channels))
+        self.static_stats = load_stats(path, list(self.static_names), constant_ok=True) if self.static_names else None
+
+        self.times = info.times.astype("datetime64[ns]")
+        self.step = self._check_step(self.times, spec.step_hours)
+        self.offsets = np.arange(-(spec.history - 1), spec.rollout + 1)  # in steps, relative to t0
+        trajectory = ds["trajectory"].values if "trajectory" in ds.coords else None
+        if trajectories is not None and trajectory is None:
+            raise ValueError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
+        self.samples = self._sample_indices(start, end, trajectory, trajectories)
+        self._store: xr.Dataset | None = None
+        self._pid = None
+
+    # --- construction checks -------------------------------------------------------------
+    def _check_levels(self, ds, spec):
+        if "level" not in ds.coords:
+            if spec.levels:
+                raise ValueError(f"levels {list(spec.levels)} requested but {self.path} has no level dimension")
+            return None
+        available = [int(x) for x in ds["level"].values]
+        levels = available if spec.levels is None else [int(x) for x in spec.levels]
+        absent = [x for x in levels if x not in available]
+        if absent:
+            raise ValueError(f"levels {absent} hPa are not in {self.path}; it has {available}")
+        self._level_index = [available.index(x) for x in levels]
+        return tuple(levels)
+
+    def _check_step(self, times: np.ndarray, step_hours: float) -> np.timedelta64:
+        step = np.timedelta64(int(round(step_hours * 3600)), "s").astype("timedelta64[ns]")
+        if times.size < 2:
+            raise ValueError(f"{self.path} has {times.size} time step(s); a sample needs at least two")
+        base = np.timedelta64(int(np.gcd.reduce(np.diff(times).astype(np.int64))), "ns")  # finest common spacing
+        if step <= np.timedelta64(0, "ns") or step % base != np.timedelta64(0, "ns"):
+            raise ValueError(
+                f"step_hours={step_hours} is not a multiple of the time step of {self.path} "
+                f"({base / np.timedelta64(1, 'h'):g} h)"
+            )
+        return step
+
+    def _sample_indices(self, start, end, trajectory, trajectories) -> np.ndarray:
+        times = self.times
+        lo = np.datetime64(pd.Timestamp(start), "ns") if start is not None else times[0]
+        hi = np.datetime64(pd.Timestamp(end), "ns") if end is not None else times[-1]
+        needed = times[:, None] + self.offsets[None, :] * self.step  # (time, offsets)
+        position = np.searchsorted(times, needed).clip(max=times.size - 1)
+        exists = times[position] == needed
+        valid = exists.all(axis=1) & (needed >= lo).all(axis=1) & (needed <= hi).all(axis=1)
+        if trajectory is not None:
+            same = (trajectory[position] == trajectory[:, None]).all(axis=1)
+            valid &= same
+            if trajectories is not None:
+                valid &= (trajectory >= trajectories[0]) & (trajectory < trajectories[1])
+        if not valid.any():
+            in_range = (times >= lo) & (times <= hi)
+            diffs = np.unique(np.diff(times[in_range])) if in_range.sum() > 1 else []
+            spacing = [float(d / np.timedelta64(1, "h")) for d in diffs]
+            first_missing = next(
+                (str(needed[i][~exists[i]][0]) for i in np.flatnonzero(in_range) if not exists[i].all()), None
+            )
+            raise ValueError(
+                f"no sample of {self.spec.history} input and {self.spec.rollout} target states "
+                f"{self.spec.step_hours:g} h apart in {self.path} between {lo} and {hi}: the time axis there has "
+                f"spacings {spacing} h"
+                + (f"; e.g. {first_missing} does not exist" if first_missing else "")
+                + ". Choose a step the axis has, or another time range."
+            )
+        # index of every needed time for each valid t0
+        return position[valid]
+
+    # --- reading -------------------------------------------------------------------------
+    @property
+    def store(self) -> xr.Dataset:
+        """The store, opened once per process (DataLoader workers get their own handle)."""
+        if self._store is None or self._pid != os.getpid():
+            self._store = open_store(self.path)
+            self._pid = os.getpid()
+        return self._store
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_store"] = None  # workers reopen
+        return state
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def read_states(self, time_indices: np.ndarray) -> np.ndarray:
+        """(len(time_indices), channels, nlat, nlon) float32 physical values."""
+        ds = self.store
+        out = np.empty((len(time_indices), len(self.channels), *self.grid.shape), dtype=np.float32)
+        for t, time_index in enumerate(time_indices):
+            c = 0
+            for name in self.spec.variables:
+                # an integer index is a basic selection: zarr reads that one chunk, no fancy indexing
+                values = ds[name].variable[int(time_index)].values
+                if values.ndim == 3:  # (level, lat, lon)
+                    values = values[self._level_index]
+                else:
+                    values = values[None]
+                out[t, c : c + len(values)] = values
+                c += len(values)
+        if not np.isfinite(out).all():
+            self._raise_non_finite(out, time_indices)
+        return out
+
+    def _raise_non_finite(self, states: np.ndarray, time_indices: np.ndarray) -> None:
+        t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]
+        channel = self.channels[c]
+        raise NonFiniteData(f"{channel} has non-finite values at {self.times[time_indices[t]]} in {self.path}")
+
+    def __getitem__(self, index: int) -> dict:
+        for attempt in range(len(self)):
+            i = (index + attempt) % len(self)
+            try:
+                return self._sample(i)
+            except NonFiniteData as error:
+                if self.nan_policy == "fail":
+                    raise ValueError(f"{error}; set nan_policy='skip' to skip such samples") from None
+                warnings.warn(f"skipping sample {i}: {error}", stacklevel=2)
+        raise ValueError(f"every sample of {self.path} in this split has non-finite values")
+
+    def _sample(self, i: int) -> dict:
+        time_indices = self.samples[i]
+        states = self.read_states(time_indices)
+        states -= self.stats.mean[:, None, None]
+        states /= self.stats.std[:, None, None]
+        history = self.spec.history
+        forcings = np.stack(
+            [forcing_fields(self.spec.forcings, self.times[t], self.lat_deg, self.lon_deg) for t in time_indices]
+        )
+        return {
+            "inputs": torch.from_numpy(states[:history]),
+            "targets": torch.from_numpy(states[history:]),
+            "static": torch.from_numpy(self._static()),
+            "forcings": torch.from_numpy(forcings),
+            "init_times": torch.tensor(self.times[time_indices[history - 1]].astype("int64")),
+        }
+
+    def _static(self) -> np.ndarray:
+        if not self.static_names:
+            return np.zeros((0, *self.grid.shape), np.float32)
+        if not hasattr(self, "_static_cache"):
+            fields = np.stack([self.store[name].values for name in self.static_names]).astype(np.float32)
+            stats = self.static_stats
+            self._static_cache = (fields - stats.mean[:, None, None]) / stats.std[:, None, None]
+        return self._static_cache
+
+    def collate(self, samples: list[dict]) -> Batch:
+        """Stack samples into a ``Batch`` carrying the channel names and grid."""
+        stacked = {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
+        return Batch(
+            **stacked,
+            channels=self.channels,
+            static_channels=self.static_names,
+            forcing_channels=self.forcing_channels,
+            grid=self.grid,
+            step_hours=self.spec.step_hours,
+        )
+
+
+class NonFiniteData(ValueError):
+    """A NaN or infinite value in a field the sample needs."""

@@ -1,0 +1,169 @@
+"""The one zarr store layout every s2forecast data source is written in, and its reader.
+
+Layout (zarr v3, WeatherBench2-compatible):
+  - dims ``(time, level, latitude, longitude)`` for pressure-level variables and
+    ``(time, latitude, longitude)`` for single-level ones; static fields ``(latitude,
+    longitude)``; ``level`` in hPa; latitude in degrees north, longitude in [0, 360);
+  - WeatherBench2 variable names with CF attributes ``units`` and ``long_name``;
+  - one time step per chunk, the whole field in it; consolidated metadata;
+  - global attributes ``grid_kind`` (an ``s2forecast.geometry.GRID_KINDS`` entry),
+    ``Conventions`` and ``s2forecast_complete``: "false" while a writer is filling the
+    store, "true" once every time step is in. Readers refuse incomplete stores.
+  - a ``written`` (time,) boolean variable: which time steps a writer has finished, so an
+    interrupted conversion resumes where it stopped.
+  - per-channel normalization statistics, once ``s2forecast stats`` has run, in the
+    ``stats`` group (see ``s2forecast.datamodules.stats``).
+
+Writers produce latitude north -> south (ERA5's order and the model's). Readers accept either
+order: ``to_model_order`` is the one place where the store's order and the model's
+convention (torch-harmonics: colatitude from the north pole) meet.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from s2forecast.geometry import Grid
+
+LAYOUT_VERSION = "1"
+COMPLETE_ATTR = "s2forecast_complete"
+
+# WeatherBench2 name -> (units, long_name, CF standard_name or None)
+VARIABLES: dict[str, tuple[str, str, str | None]] = {
+    "geopotential": ("m**2 s**-2", "Geopotential", "geopotential"),
+    "temperature": ("K", "Temperature", "air_temperature"),
+    "u_component_of_wind": ("m s**-1", "U component of wind", "eastward_wind"),
+    "v_component_of_wind": ("m s**-1", "V component of wind", "northward_wind"),
+    "specific_humidity": ("kg kg**-1", "Specific humidity", "specific_humidity"),
+    "vertical_velocity": ("Pa s**-1", "Vertical velocity", "lagrangian_tendency_of_air_pressure"),
+    "2m_temperature": ("K", "2 metre temperature", "air_temperature"),
+    "10m_u_component_of_wind": ("m s**-1", "10 metre U wind component", "eastward_wind"),
+    "10m_v_component_of_wind": ("m s**-1", "10 metre V wind component", "northward_wind"),
+    "mean_sea_level_pressure": ("Pa", "Mean sea level pressure", "air_pressure_at_mean_sea_level"),
+    "surface_pressure": ("Pa", "Surface pressure", "surface_air_pressure"),
+    "total_precipitation": ("m", "Total precipitation", "precipitation_amount"),
+    "total_precipitation_6hr": ("m", "Total precipitation over 6 hours", "precipitation_amount"),
+    "2m_dewpoint_temperature": ("K", "2 metre dewpoint temperature", "dew_point_temperature"),
+    "total_column_water_vapour": ("kg m**-2", "Total column water vapour", "atmosphere_mass_content_of_water_vapor"),
+    "land_sea_mask": ("1", "Land-sea mask", "land_binary_mask"),
+    "geopotential_at_surface": ("m**2 s**-2", "Geopotential at surface", "surface_geopotential"),
+    # shallow-water equations (s2forecast generate-swe)
+    "geopotential_height": ("m", "Fluid layer depth (geopotential height)", "geopotential_height"),
+    "vorticity": ("s**-1", "Relative vorticity", "atmosphere_relative_vorticity"),
+    "divergence": ("s**-1", "Horizontal divergence", "divergence_of_wind"),
+}
+STATIC_VARIABLES = ("land_sea_mask", "geopotential_at_surface")
+WB2_LEVELS = (50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000)
+
+
+def normalize_units(units: str) -> str:
+    """Canonical spelling of a units string: 'm2 s-2', 'm^2/s^2', 'm**2 s**-2' -> 'm**2 s**-2'."""
+    text = units.strip().replace("^", "**")
+    text = re.sub(r"\s+", " ", text)
+    text = re.sub(r"([a-zA-Z])(-?\d)", r"\1**\2", text)  # m2 -> m**2, s-2 -> s**-2
+    if "/" in text:  # m/s -> m s**-1 (one denominator)
+        numerator, denominator = text.split("/", 1)
+        power = re.match(r"^\s*([a-zA-Z]+)(?:\*\*(\d+))?\s*$", denominator)
+        if power:
+            exponent = int(power.group(2) or 1)
+            text = f"{numerator.strip()} {power.group(1)}**-{exponent}"
+    aliases = {
+        "(0 - 1)": "1",
+        "0-1": "1",
+        "dimensionless": "1",
+        "~": "1",
+        "kg kg**-1": "kg kg**-1",
+        "m s**-1": "m s**-1",
+    }
+    return aliases.get(text, text)
+
+
+def cf_attributes(name: str) -> dict[str, str]:
+    """CF attributes of a WeatherBench2 variable."""
+    units, long_name, standard_name = VARIABLES[name]
+    attrs = {"units": units, "long_name": long_name}
+    if standard_name:
+        attrs["standard_name"] = standard_name
+    return attrs
+
+
+def to_model_order(ds: xr.Dataset) -> xr.Dataset:
+    """The dataset with latitude north -> south, the order of ``Grid`` and of every model.
+
+    This is the only place that reconciles a store's latitude order with the model's. Lazy:
+    reversing an index does not read data.
+    """
+    lat = ds["latitude"].values
+    if lat.size > 1 and lat[0] < lat[-1]:
+        ds = ds.isel(latitude=slice(None, None, -1))
+    return ds
+
+
+def grid_of(ds: xr.Dataset) -> Grid:
+    """The ``Grid`` of a dataset's latitude/longitude coordinates, checked against ``grid_kind``."""
+    grid = Grid.from_coords(ds["latitude"].values, ds["longitude"].values)
+    recorded = ds.attrs.get("grid_kind")
+    if recorded is not None and recorded != grid.kind:
+        raise ValueError(
+            f"store attribute grid_kind={recorded!r} but its latitudes are those of a {grid.kind!r} grid; "
+            "fix the attribute or regenerate the store"
+        )
+    return grid
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What a reader needs to know about a store before reading data."""
+
+    path: str
+    grid: Grid
+    times: np.ndarray  # datetime64[ns]
+    variables: tuple[str, ...]  # time-dependent variables
+    static: tuple[str, ...]
+    levels: tuple[int, ...]
+
+
+def open_store(path: str | Path, require_complete: bool = True) -> xr.Dataset:
+    """Open a store lazily (no dask graph: xarray's lazy indexing reads only the chunks asked
+    for), in model latitude order.
+
+    Raises:
+        FileNotFoundError: no store at ``path``.
+        ValueError: the store is still being written (or was interrupted) and
+            ``require_complete`` is set.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no zarr store at {path}")
+    try:
+        ds = xr.open_zarr(path, consolidated=True, chunks=None)
+    except (KeyError, ValueError, FileNotFoundError):
+        ds = xr.open_zarr(path, consolidated=False, chunks=None)
+    if require_complete and ds.attrs.get(COMPLETE_ATTR, "true") != "true":
+        raise ValueError(
+            f"store {path} is incomplete (attribute {COMPLETE_ATTR}={ds.attrs.get(COMPLETE_ATTR)!r}): a writer was "
+            "interrupted; rerun the same convert-era5 / generate-swe command to finish it"
+        )
+    for name in ("latitude", "longitude"):
+        if name not in ds.coords:
+            raise ValueError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
+    return to_model_order(ds)
+
+
+def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:
+    """Grid, times, variables and levels of an opened store."""
+    if "time" not in ds.dims:
+        raise ValueError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}")
+    variables, static = [], []
+    for name, var in ds.data_vars.items():
+        if name == "written":
+            continue
+        if "time" in var.dims:
+            variables.append(name)
+        elif set(var.dims) == {"latitude", "longitude"}:
+            static.append(name)
+    levels = tuple(int(x) for x in ds["level"].values) if "level" in ds.coords else ()
+    return StoreInfo(str(path), grid_of(ds), ds["time"].values, tuple(variables), tuple(static), levels)

@@ -1,0 +1,110 @@
+"""Writing stores in the s2forecast layout: skeleton first, time slabs next, "complete" last.
+
+A writer (``convert-era5``, ``generate-swe``) describes the whole store up front (coordinates,
+variables, attributes) and calls ``StoreWriter.create``: metadata and coordinates are written,
+the data chunks are not, ``s2forecast_complete`` is "false" and ``written`` is all false. It
+then writes time slabs with ``write``, each of which flips ``written`` for its times after its
+data is on disk; ``finish`` sets ``s2forecast_complete`` to "true" and consolidates the
+metadata. A crash therefore leaves a store that readers refuse and that a rerun of the same
+command completes, skipping the slabs already written (``pending``).
+"""
+
+import json
+import warnings
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+import zarr
+
+from s2forecast.datamodules.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
+
+
+class StoreWriter:
+    """Create or resume a store at ``path`` whose contents are identified by ``signature``.
+
+    One writer process per store: the ``written`` flags are one chunk, updated per slab.
+
+    Args:
+        path: the zarr store to write.
+        signature: JSON-serializable description of the inputs and options; a rerun with the
+            same signature resumes, a different one is refused unless ``overwrite``.
+        overwrite: replace an existing store (complete or not) instead of resuming.
+    """
+
+    def __init__(self, path: str | Path, signature: dict, overwrite: bool = False):
+        self.path = Path(path)
+        self.signature = json.dumps(signature, sort_keys=True, default=str)
+        self.overwrite = overwrite
+
+    def create(self, template: xr.Dataset) -> np.ndarray:
+        """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
+        lazy dask arrays that are never computed) unless a matching store exists.
+
+        Returns:
+            (time,) bool array of the time steps already written (all false for a new store).
+        """
+        if self.path.exists() and not self.overwrite:
+            existing = xr.open_zarr(self.path, consolidated=False, chunks=None)
+            if existing.attrs.get("s2forecast_signature") != self.signature:
+                raise ValueError(
+                    f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
+                    "it or choose another --out"
+                )
+            if existing.attrs.get(COMPLETE_ATTR) == "true":
+                return np.ones(existing.sizes["time"], dtype=bool)
+            return existing["written"].values.astype(bool)
+
+        ds = template.copy()
+        for name in list(ds.data_vars):
+            if "time" not in ds[name].dims:  # static fields are written now: compute=False would defer them
+                ds[name] = ds[name].compute()
+            var = ds[name]
+            if name in VARIABLES:
+                var.attrs = {**var.attrs, **cf_attributes(name)}
+            if "time" in var.dims:
+                var.encoding["chunks"] = tuple(1 if d == "time" else ds.sizes[d] for d in var.dims)
+        ds["written"] = ("time", np.zeros(ds.sizes["time"], dtype=bool))
+        ds["written"].encoding["chunks"] = (ds.sizes["time"],)
+        ds.attrs.update(
+            {
+                "Conventions": "CF-1.8",
+                "s2forecast_layout": LAYOUT_VERSION,
+                "s2forecast_signature": self.signature,
+                COMPLETE_ATTR: "false",
+            }
+        )
+        ds.to_zarr(self.path, mode="w", compute=False, consolidated=False, zarr_format=3)
+        return np.zeros(ds.sizes["time"], dtype=bool)
+
+    def write(self, slab: xr.Dataset, start: int) -> None:
+        """Write the time-dependent variables of ``slab`` at time indices start..start+len-1
+        (computing dask arrays in parallel), then mark those times written."""
+        stop = start + slab.sizes["time"]
+        data = slab[[name for name, v in slab.data_vars.items() if "time" in v.dims]].copy(deep=False)
+        data = data.drop_vars([c for c in data.coords if c != "time"])
+        data.attrs = {}
+        for var in data.data_vars.values():
+            var.attrs = {}
+            var.encoding = {}
+        data.to_zarr(self.path, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
+        group = zarr.open_group(self.path, mode="r+", zarr_format=3)
+        group["written"][start:stop] = True
+
+    def finish(self) -> None:
+        """Mark the store complete and consolidate its metadata."""
+        group = zarr.open_group(self.path, mode="r+", zarr_format=3)
+        missing = int((~group["written"][:]).sum())
+        if missing:
+            raise RuntimeError(f"{self.path}: {missing} time steps were not written; the store stays incomplete")
+        group.attrs[COMPLETE_ATTR] = "true"
+        with warnings.catch_warnings():  # consolidated metadata is outside the v3 spec; we use it on purpose
+            warnings.simplefilter("ignore", UserWarning)
+            zarr.consolidate_metadata(self.path, zarr_format=3)
+
+
+def lazy_empty(shape: tuple[int, ...], dims: tuple[str, ...], dtype=np.float32) -> xr.Variable:
+    """A never-computed placeholder of ``shape`` chunked one time step per chunk."""
+    chunks = tuple(1 if d == "time" else s for d, s in zip(dims, shape, strict=True))
+    return xr.Variable(dims, da.full(shape, np.nan, dtype=dtype, chunks=chunks))

