@@ -481,3 +481,25 @@ def test_sample_slice_matches_its_recipe(tmp_path):
     made = make_era5_sample_slice(target=tmp_path / "slice.nc")
     with xr.open_dataset(SAMPLE_SLICE) as committed:
         xr.testing.assert_identical(committed.drop_attrs(), made.drop_attrs())
+
+
+def test_cds_netcdf_to_datamodule_batch(monthly, tmp_path):
+    """CDS-style NetCDF -> convert-era5 -> stats -> ERA5DataModule batch: values equal the source."""
+    from s2forecast.datamodules import ERA5DataModule, compute_stats
+
+    store = convert(monthly, tmp_path / "store.zarr")
+    compute_stats(store)
+    module = ERA5DataModule(
+        str(store), variables=["2m_temperature", "temperature"], levels=None, forcings=[], static=[],
+        train_period=("2000-01-01", "2100-01-01"), val_period=None, test_period=None, batch_size=2,
+        num_workers=0, step_hours=6, rollout_steps=1,
+    )  # fmt: skip
+    batch = next(iter(module.train_dataloader()))
+    stats = module.stats
+    physical = batch.inputs[:, 0].numpy() * stats.std[:, None, None] + stats.mean[:, None, None]
+    for i, init in enumerate(batch.init_datetimes):
+        assert np.allclose(physical[i, 0], source(monthly, "t2m").sel(time=init).values, atol=1e-3)
+        levels = [int(c.split("/")[1]) for c in batch.channels[1:]]
+        for c, level in enumerate(levels, start=1):
+            expected = source(monthly, "t", level=level).sel(time=init).values
+            assert np.allclose(physical[i, c], expected, atol=1e-3)
