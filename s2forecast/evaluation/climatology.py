@@ -1,0 +1,349 @@
+"""Climatology in WeatherBench2 layout: per (day of year, hour of day) means, smoothed over the year.
+
+Layout (WB2): dims ``(dayofyear, hour, [level], latitude, longitude)`` with ``dayofyear``
+1..366 and ``hour`` the hours of day present in the data.
+
+Day-of-year convention: WB2's, i.e. pandas/xarray ``time.dt.dayofyear`` of the date, both
+when building the climatology and when :func:`~s2forecast.evaluation.metrics.climatology_at_valid_times`
+looks it up. 1 = Jan 1; 60 = Feb 29 in leap years and Mar 1 otherwise (so dates after
+Feb 28 sit one slot later in leap years: a one-day shift, far below the 61-day smoothing
+scale); 366 = Dec 31 of leap years. Feb 29 therefore never needs a slot of its own: it
+shares slot 60 with the Mar 1 of other years. The slot only leap years fill is 366; as in
+WB2 (which fills each year's missing day 366 with its day 365) every non-leap year's Dec 31
+is counted in slot 366 too, so slot 366 is the mean of every Dec 31 of the record. Any slot
+still empty (a record with gaps, only with ``method="dayofyear_hour"`` forced) is filled
+from its neighbours by linear interpolation along the periodic day-of-year axis.
+
+Smoothing: WB2's triangular window, ``window_days`` (odd) taps, weights rising linearly
+from 0 at the ends to 1 at the centre (the two end taps are zero, as in WB2), normalized
+to mean 1, applied periodically over the 366 slots (Dec 31 neighbours Jan 1). For records
+made of whole years this equals WB2's ``compute_hourly_stat``.
+
+Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
+    ``dayofyear_hour``: every day of year 1..365 has data at every hour present: the full
+        smoothed climatology above.
+    ``hour``: otherwise, if the hours present are evenly spaced around the clock (e.g. 0,
+        6, 12, 18) and each occurs on at least two dates: the mean over all times per hour
+        of day, identical for every day of year (a few days or months of data, or SWE runs
+        with no seasons).
+    ``mean``: otherwise (irregular hours, a single date, or a time axis that is not
+        datetime64): the mean over all times, identical for every day of year and hour.
+"""
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+Data = xr.DataArray | xr.Dataset
+
+CLIMATOLOGY_METHODS = ("auto", "dayofyear_hour", "hour", "mean")
+DAYS_OF_YEAR = np.arange(1, 367)
+DAYOFYEAR_CONVENTION = (
+    "time.dt.dayofyear (WeatherBench2): 60 is Feb 29 in leap years and Mar 1 otherwise; "
+    "366 holds every Dec 31 (leap and non-leap years)"
+)
+REQUIRED_DIMS = ("dayofyear", "hour", "latitude", "longitude")
+
+
+def window_weights(window_days: int = 61) -> np.ndarray:
+    """WB2 triangular window weights, normalized to mean 1.
+
+    Args:
+        window_days: odd number of taps (61 in WB2); 1 means no smoothing.
+
+    Returns:
+        (window_days,) weights; entry ``k`` weighs the day at offset ``k - window_days // 2``.
+        The two end taps are zero (weights rise linearly from 0 to 1 and back, as in WB2).
+    """
+    if int(window_days) != window_days or window_days < 1 or window_days % 2 == 0 or window_days > 365:
+        raise ValueError(f"window_days must be an odd integer in [1, 365], got {window_days!r}")
+    half = int(window_days) // 2
+    if half == 0:
+        return np.ones(1)
+    weights = np.concatenate([np.linspace(0.0, 1.0, half + 1), np.linspace(1.0, 0.0, half + 1)[1:]])
+    return weights / weights.mean()
+
+
+def smooth_dayofyear(climatology: Data, window_days: int = 61) -> Data:
+    """Smooth along ``dayofyear`` with the periodic WB2 triangular window.
+
+    Args:
+        climatology: any dims including ``dayofyear`` (all 366 slots, in order 1..366).
+        window_days: odd window length, see :func:`window_weights`.
+
+    Returns:
+        Same dims and coordinates: ``sum_k w_k x[(d + k - half) mod 366] / sum_k w_k``.
+        NaN values propagate to the slots whose window covers them.
+    """
+    weights = window_weights(window_days)
+    if weights.size == 1:
+        return climatology
+    n = climatology.sizes["dayofyear"]
+    if n != DAYS_OF_YEAR.size:
+        raise ValueError(f"smoothing needs all 366 dayofyear slots, got {n}")
+    weights = weights / weights.sum()
+
+    def smooth(array: xr.DataArray) -> xr.DataArray:
+        if array.chunks is not None:
+            # one chunk along dayofyear (the window wraps around it), other dims to dask's default chunk bytes
+            array = array.chunk({d: (-1 if d == "dayofyear" else "auto") for d in array.dims})
+        out = xr.apply_ufunc(
+            _periodic_window_sum,
+            array,
+            kwargs={"weights": weights},
+            input_core_dims=[["dayofyear"]],
+            output_core_dims=[["dayofyear"]],
+            dask="parallelized",
+            output_dtypes=[np.result_type(array.dtype, np.float32)],
+            keep_attrs=True,
+        )
+        return out.transpose(*array.dims)
+
+    return _map_arrays(climatology, smooth)
+
+
+def _periodic_window_sum(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``out[..., d] = sum_k weights[k] * values[..., (d + k - half) mod n]`` along the last axis."""
+    n, half = values.shape[-1], weights.size // 2
+    padded = np.concatenate([values[..., n - half :], values, values[..., :half]], axis=-1)
+    out = np.zeros(values.shape, dtype=np.result_type(values.dtype, np.float32))
+    for k, weight in enumerate(weights):
+        if weight != 0.0:
+            out += weight * padded[..., k : k + n]
+    return out
+
+
+def _map_arrays(data: Data, function) -> Data:
+    return data.map(function, keep_attrs=True) if isinstance(data, xr.Dataset) else function(data)
+
+
+def _fill_gaps_periodic(means: Data, present: np.ndarray) -> Data:
+    """Fill empty dayofyear slots by linear interpolation between the nearest filled slots (periodic).
+
+    Args:
+        means: dims ``(dayofyear, ...)`` with 366 slots.
+        present: (366,) bool, which slots have data.
+    """
+    if present.all():
+        return means
+    filled = np.flatnonzero(present)
+    if filled.size == 0:
+        raise ValueError("no dayofyear slot has data")
+    n = present.size
+    slots = np.arange(n)
+    # nearest filled slot at or before / at or after each slot, going around the year
+    after = filled[np.searchsorted(filled, slots) % filled.size]
+    before = filled[(np.searchsorted(filled, slots, side="right") - 1) % filled.size]
+    dist_before = (slots - before) % n
+    dist_after = (after - slots) % n
+    total = dist_before + dist_after
+    w_before = np.where(total == 0, 1.0, dist_after / np.where(total == 0, 1, total))
+    w_after = 1.0 - w_before
+    w_b = xr.DataArray(w_before, dims="dayofyear")
+    w_a = xr.DataArray(w_after, dims="dayofyear")
+    lower = means.isel(dayofyear=before).drop_vars("dayofyear")
+    upper = means.isel(dayofyear=after).drop_vars("dayofyear")
+    out = lower * w_b + upper * w_a
+    return out.assign_coords(dayofyear=means["dayofyear"].values)
+
+
+def _drop_time_coords(data: Data) -> Data:
+    return data.drop_vars([name for name, coord in data.coords.items() if "time" in coord.dims])
+
+
+def _even_around_the_clock(hours: np.ndarray) -> bool:
+    steps = np.diff(np.concatenate([hours, hours[:1] + 24]))
+    return bool(np.all(steps == steps[0]))
+
+
+def _choose_method(stamps: pd.DatetimeIndex | None) -> tuple[str, str]:
+    if stamps is None:
+        return "mean", "the time axis is not datetime64, so it has no day of year or hour of day"
+    doy = np.asarray(stamps.day_of_year)
+    hour = np.asarray(stamps.hour)
+    hours = np.unique(hour)
+    days_per_hour = {int(h): len(set(doy[hour == h].tolist()) - {366}) for h in hours}
+    if all(n == 365 for n in days_per_hour.values()):
+        return "dayofyear_hour", "the record covers every day of year 1..365 at every hour present"
+    worst = min(days_per_hour, key=days_per_hour.get)
+    why = (
+        f"the record does not cover every day of year 1..365 at every hour present (hour {worst} has "
+        f"{days_per_hour[worst]} of 365)"
+    )
+    dates_per_hour = {int(h): np.unique(stamps[hour == h].normalize()).size for h in hours}
+    if not _even_around_the_clock(hours):
+        return "mean", why + (
+            f" and its hours of day {hours.tolist()} are not evenly spaced around the clock; using the mean over all"
+            " times"
+        )
+    if min(dates_per_hour.values()) < 2:
+        return "mean", why + " and some hour of day occurs on a single date; using the mean over all times"
+    return "hour", why + "; using the mean per hour of day for every day of year"
+
+
+def compute_climatology(
+    truth: Data,
+    start=None,
+    end=None,
+    window_days: int = 61,
+    method: str = "auto",
+) -> Data:
+    """Climatology of ``truth`` in WB2 layout (see the module docstring for the conventions).
+
+    Works lazily on dask-backed data: nothing is loaded, the result is a dask graph made
+    of per-(dayofyear, hour) groupby means and a periodic smoothing along dayofyear;
+    write it with ``.to_zarr`` or call ``.compute()``.
+
+    Args:
+        truth: dims ``(time, [level], latitude, longitude)``; variables without a ``time``
+            dim (static fields) are left out.
+        start, end: optional bounds of the period used (anything ``.sel(time=slice(...))``
+            accepts, e.g. ``"1990"`` and ``"2019"``), inclusive.
+        window_days: odd length of the triangular smoothing window (61 as in WB2).
+        method: ``"auto"`` (choose by coverage), ``"dayofyear_hour"``, ``"hour"`` or ``"mean"``.
+
+    Returns:
+        dims ``(dayofyear 1..366, hour, [level], latitude, longitude)``; attrs
+        ``climatology_method``, ``climatology_method_reason``, ``climatology_window_days``
+        (0 when no smoothing along dayofyear was applied), ``dayofyear_convention``,
+        ``climatology_start``, ``climatology_end``, ``climatology_n_times``.
+    """
+    if method not in CLIMATOLOGY_METHODS:
+        raise ValueError(f"unknown climatology method {method!r}; use one of {CLIMATOLOGY_METHODS}")
+    weights = window_weights(window_days)  # validates early
+    if "time" not in truth.dims:
+        raise ValueError(f"the truth has no 'time' dim (dims {tuple(truth.dims)})")
+    if isinstance(truth, xr.Dataset):
+        static = [name for name, var in truth.data_vars.items() if "time" not in var.dims]
+        truth = truth.drop_vars(static)
+        if not truth.data_vars:
+            raise ValueError("the truth has no variable with a 'time' dim")
+    if not truth.indexes["time"].is_monotonic_increasing:
+        truth = truth.sortby("time")
+    if start is not None or end is not None:
+        truth = truth.sel(time=slice(start, end))
+    if truth.sizes["time"] == 0:
+        raise ValueError(f"no truth times between start={start!r} and end={end!r}")
+
+    is_datetime = np.issubdtype(truth["time"].dtype, np.datetime64)
+    stamps = pd.DatetimeIndex(truth["time"].values) if is_datetime else None
+    auto_method, reason = _choose_method(stamps)
+    if method == "auto":
+        method = auto_method
+    else:
+        if stamps is None and method != "mean":
+            raise ValueError(f"method {method!r} needs a datetime64 time axis; use method='mean'")
+        reason = f"requested method={method!r} ({reason})"
+
+    data = _drop_time_coords(truth)
+    if method == "dayofyear_hour":
+        clim = smooth_dayofyear(_dayofyear_hour_means(data, stamps), window_days)
+    elif method == "hour":
+        hours = np.asarray(stamps.hour)
+        clim = data.assign_coords(hour=("time", hours)).groupby("hour").mean(keep_attrs=True)
+        clim = clim.expand_dims(dayofyear=DAYS_OF_YEAR)
+    else:
+        hours = np.unique(np.asarray(stamps.hour)) if stamps is not None else np.array([0])
+        clim = data.mean("time", keep_attrs=True).expand_dims(dayofyear=DAYS_OF_YEAR, hour=hours)
+    clim = clim.transpose("dayofyear", "hour", ...)
+    clim = clim.assign_coords(dayofyear=DAYS_OF_YEAR, hour=clim["hour"].values.astype(np.int64))
+
+    first, last = truth["time"].values[0], truth["time"].values[-1]
+    attrs = dict(truth.attrs)
+    attrs.update(
+        climatology_method=method,
+        climatology_method_reason=reason,
+        climatology_window_days=int(window_days) if method == "dayofyear_hour" and weights.size > 1 else 0,
+        dayofyear_convention=DAYOFYEAR_CONVENTION,
+        climatology_start=str(first),
+        climatology_end=str(last),
+        climatology_n_times=int(truth.sizes["time"]),
+    )
+    return clim.assign_attrs(attrs)
+
+
+def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
+    """Raw (unsmoothed) mean per (dayofyear, hour) slot; dims ``(hour, dayofyear, ...)``.
+
+    Non-leap years' Dec 31 also count in slot 366 (WB2 fills each year's day 366 with its
+    day 365); slots still empty are filled from their neighbours (periodic).
+    """
+    doy = np.asarray(stamps.day_of_year)
+    hour = np.asarray(stamps.hour)
+    leap = np.asarray(stamps.is_leap_year)
+    per_hour = []
+    hours = np.unique(hour)
+    for h in hours:
+        at_hour = np.flatnonzero(hour == h)
+        extra = at_hour[(doy[at_hour] == 365) & ~leap[at_hour]]
+        index = np.concatenate([at_hour, extra])
+        keys = np.concatenate([doy[at_hour], np.full(extra.size, 366)])
+        sub = data.isel(time=index).assign_coords(dayofyear=("time", keys))
+        means = sub.groupby("dayofyear").mean(keep_attrs=True)
+        means = means.reindex(dayofyear=DAYS_OF_YEAR)
+        per_hour.append(_fill_gaps_periodic(means, np.isin(DAYS_OF_YEAR, keys)))
+    return xr.concat(per_hour, dim=xr.DataArray(hours, dims="hour", name="hour"), coords="minimal")
+
+
+def validate_climatology(climatology: Data) -> Data:
+    """Check the WB2 layout and return ``climatology`` unchanged.
+
+    Raises:
+        ValueError: naming the missing dims or day-of-year/hour values and how to fix them.
+    """
+    missing = [dim for dim in REQUIRED_DIMS if dim not in climatology.dims]
+    if missing:
+        hints = {"lat": "latitude", "lon": "longitude", "doy": "dayofyear", "day_of_year": "dayofyear"}
+        renames = {k: v for k, v in hints.items() if k in climatology.dims and v in missing}
+        hint = f"; rename with .rename({renames})" if renames else ""
+        raise ValueError(
+            f"the climatology lacks dim(s) {missing} (it has {tuple(climatology.dims)}); expected WB2 layout "
+            f"(dayofyear 1..366, hour, [level], latitude, longitude){hint}"
+        )
+    if isinstance(climatology, xr.Dataset):
+        partial = {
+            name: [d for d in ("dayofyear", "hour") if d not in var.dims]
+            for name, var in climatology.data_vars.items()
+            if not {"dayofyear", "hour"} <= set(var.dims)
+        }
+        if partial:
+            raise ValueError(f"climatology variables lack dims: {partial}; every variable needs dayofyear and hour")
+        if not climatology.data_vars:
+            raise ValueError("the climatology has no data variables")
+    doy = np.asarray(climatology["dayofyear"].values)
+    absent = sorted(set(DAYS_OF_YEAR.tolist()) - set(doy.tolist()))
+    if absent:
+        raise ValueError(
+            f"the climatology lacks dayofyear value(s) {absent[:10]}{' ...' if len(absent) > 10 else ''}; "
+            "it must hold every day of year 1..366"
+        )
+    hours = np.asarray(climatology["hour"].values)
+    if hours.size == 0 or np.any((hours < 0) | (hours > 23)) or np.any(hours != np.round(hours)):
+        raise ValueError(f"climatology hours must be integers in 0..23, got {hours.tolist()}")
+    if np.unique(hours).size != hours.size:
+        raise ValueError(f"climatology hours contain duplicates: {hours.tolist()}")
+    return climatology
+
+
+def open_climatology(path, **open_kwargs) -> xr.Dataset:
+    """Open a WB2-layout climatology (ours or a WeatherBench2 climatology zarr) and validate it.
+
+    Args:
+        path: a zarr store (directory or URL); a ``.nc`` path is opened as netCDF.
+        open_kwargs: passed to ``xarray.open_zarr`` (or ``open_dataset``), e.g. ``chunks``.
+
+    Returns:
+        Lazily opened Dataset with dims ``(dayofyear, hour, [level], latitude, longitude)``.
+    """
+    path_str = str(path)
+    if path_str.endswith(".nc"):
+        dataset = xr.open_dataset(path, **open_kwargs)
+    else:
+        try:
+            dataset = xr.open_zarr(path, **open_kwargs)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"no climatology zarr store at {path_str!r}") from error
+    try:
+        return validate_climatology(dataset)
+    except ValueError as error:
+        raise ValueError(f"{path_str}: {error}") from None

@@ -1,0 +1,270 @@
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from s2forecast.evaluation import (
+    acc,
+    climatology_at_valid_times,
+    compute_climatology,
+    open_climatology,
+    persistence_forecast,
+    smooth_dayofyear,
+    window_weights,
+)
+
+LAT = np.array([60.0, 0.0, -60.0])
+LON = np.array([0.0, 120.0, 240.0])
+
+
+def series(times, values, name="2m_temperature", lat=LAT, lon=LON, units="K"):
+    """Dataset whose field is ``values[t]`` at every grid point, dims (time, latitude, longitude)."""
+    values = np.asarray(values, dtype=np.float64)
+    data = np.broadcast_to(values[:, None, None], (values.size, lat.size, lon.size)).copy()
+    return xr.Dataset(
+        {name: (("time", "latitude", "longitude"), data, {"units": units})},
+        coords={"time": pd.DatetimeIndex(times), "latitude": lat, "longitude": lon},
+    )
+
+
+def fejer_attenuation(half, period=366):
+    """Gain of the triangular window w_k = 1 - |k|/half at one cycle per ``period`` days (Fejer kernel)."""
+    theta = 2.0 * np.pi / period
+    return (np.sin(half * theta / 2.0) / (half * np.sin(theta / 2.0))) ** 2
+
+
+# --- window and smoothing ---------------------------------------------------------------
+
+
+def test_window_weights_are_wb2_triangle():
+    w = window_weights(61)
+    assert w.shape == (61,)
+    assert w.mean() == pytest.approx(1.0)
+    assert w[0] == 0.0 and w[-1] == 0.0 and w.argmax() == 30
+    np.testing.assert_allclose(w, w[::-1])
+    np.testing.assert_allclose(np.diff(w[:31]), np.diff(w[:31])[0])  # linear ramp
+    np.testing.assert_array_equal(window_weights(1), [1.0])
+    for bad in (60, 0, -3, 367, 2.5):
+        with pytest.raises(ValueError, match="odd"):
+            window_weights(bad)
+
+
+def test_smoothing_preserves_constants_and_attenuates_sinusoid_as_known():
+    doy = np.arange(1, 367)
+    field = xr.DataArray(
+        np.stack([np.full(366, 7.5), np.cos(2 * np.pi * (doy - 1) / 366), np.sin(2 * np.pi * 3 * doy / 366)], axis=1),
+        dims=("dayofyear", "case"),
+        coords={"dayofyear": doy},
+    )
+    out = smooth_dayofyear(field, 61)
+    np.testing.assert_allclose(out[:, 0], 7.5, rtol=1e-13)
+    np.testing.assert_allclose(out[:, 1], fejer_attenuation(30) * field[:, 1], atol=1e-12)
+    np.testing.assert_allclose(out[:, 2], fejer_attenuation(30, 366 / 3) * field[:, 2], atol=1e-12)
+    assert fejer_attenuation(30) < 0.98  # the attenuation is visible, not round-off
+
+
+def test_smoothing_wraps_around_the_year_end():
+    impulse = xr.DataArray(np.zeros(366), dims="dayofyear", coords={"dayofyear": np.arange(1, 367)})
+    impulse[0] = 1.0  # Jan 1
+    out = smooth_dayofyear(impulse, 61).values
+    w = window_weights(61) / window_weights(61).sum()
+    np.testing.assert_allclose(out[:30], w[30:60])  # Jan 1 .. Jan 30
+    np.testing.assert_allclose(out[-29:], w[1:30])  # Dec 3 .. Dec 31 (leap) see Jan 1
+    assert out[365] == pytest.approx(out[1])  # symmetric across the wrap
+    assert out.sum() == pytest.approx(1.0)
+
+
+# --- full dayofyear x hour climatology --------------------------------------------------
+
+
+def test_constant_field_stays_constant_and_layout():
+    times = pd.date_range("2003-01-01", "2004-12-31T12", freq="12h")
+    truth = series(times, np.full(times.size, 283.0))
+    truth["geopotential"] = xr.DataArray(
+        np.full((times.size, 2, LAT.size, LON.size), 5.0e4),
+        dims=("time", "level", "latitude", "longitude"),
+        coords={"level": [500, 850]},
+    )
+    truth["land_sea_mask"] = xr.DataArray(np.ones((LAT.size, LON.size)), dims=("latitude", "longitude"))
+    clim = compute_climatology(truth)
+    assert clim.attrs["climatology_method"] == "dayofyear_hour"
+    assert clim.attrs["climatology_window_days"] == 61
+    assert "land_sea_mask" not in clim  # static fields have no climatology
+    assert clim["2m_temperature"].dims == ("dayofyear", "hour", "latitude", "longitude")
+    assert clim["geopotential"].dims == ("dayofyear", "hour", "level", "latitude", "longitude")
+    np.testing.assert_array_equal(clim.dayofyear.values, np.arange(1, 367))
+    np.testing.assert_array_equal(clim.hour.values, [0, 12])
+    np.testing.assert_allclose(clim["2m_temperature"].values, 283.0, rtol=1e-14)
+    np.testing.assert_allclose(clim["geopotential"].values, 5.0e4, rtol=1e-14)
+    assert clim["2m_temperature"].attrs["units"] == "K"
+
+
+def test_sinusoid_over_the_year_is_attenuated_by_the_triangular_window():
+    times = pd.date_range("2001-01-01", "2004-12-31T18", freq="6h")
+    doy = times.day_of_year.to_numpy()
+    values = 10.0 * np.cos(2 * np.pi * (doy - 1) / 366) + 0.5 * times.hour.to_numpy()
+    clim = compute_climatology(series(times, values))
+    assert clim.attrs["climatology_method"] == "dayofyear_hour"
+    expected = 10.0 * fejer_attenuation(30) * np.cos(2 * np.pi * np.arange(366) / 366)
+    for hour in (0, 6, 12, 18):
+        got = clim["2m_temperature"].sel(hour=hour, latitude=0.0, longitude=0.0).values
+        # slot 366 also holds non-leap Dec 31s (the value of slot 365): a ~1e-4 effect after smoothing,
+        # while the attenuation itself is 10 * (1 - 0.978) ~ 0.2
+        np.testing.assert_allclose(got, expected + 0.5 * hour, atol=1e-3)
+        assert np.abs(got - 0.5 * hour - 10.0 * np.cos(2 * np.pi * np.arange(366) / 366)).max() > 0.1
+
+
+def test_dayofyear_convention_matches_wb2():
+    times = pd.date_range("2003-01-01", "2004-12-31", freq="D")
+    days = (times - times[0]).days.to_numpy().astype(np.float64)  # 0 on 2003-01-01
+    clim = compute_climatology(series(times, days), window_days=1)["2m_temperature"].isel(
+        hour=0, latitude=0, longitude=0
+    )
+    assert clim.attrs == {"units": "K"}
+    assert float(clim.sel(dayofyear=1)) == (0 + 365) / 2
+    assert float(clim.sel(dayofyear=60)) == (59 + 424) / 2  # Mar 1 2003 with Feb 29 2004
+    assert float(clim.sel(dayofyear=61)) == (60 + 425) / 2  # Mar 2 2003 with Mar 1 2004
+    assert float(clim.sel(dayofyear=365)) == (364 + 729) / 2  # Dec 31 2003 with Dec 30 2004
+    assert float(clim.sel(dayofyear=366)) == (364 + 730) / 2  # every Dec 31 (WB2 fills day 366 with day 365)
+
+
+def test_gaps_are_filled_from_neighbours_periodically():
+    times = pd.date_range("2003-01-06", "2003-12-24", freq="D")
+    times = times[(times.day_of_year < 100) | (times.day_of_year > 109)]
+    values = times.day_of_year.to_numpy().astype(np.float64)
+    with pytest.raises(ValueError, match="unknown climatology method"):
+        compute_climatology(series(times, values), method="daily")
+    assert compute_climatology(series(times, values), window_days=1).attrs["climatology_method"] == "hour"
+    clim = compute_climatology(series(times, values), window_days=1, method="dayofyear_hour")
+    got = clim["2m_temperature"].isel(hour=0, latitude=0, longitude=0)
+    np.testing.assert_allclose(got.sel(dayofyear=slice(99, 110)).values, np.arange(99, 111))  # linear between 99, 110
+    # Dec 25 .. Jan 5 (slots 359..366 and 1..5) lie between slot 358 (value 358) and slot 6 (value 6), 14 slots apart
+    for slot, offset in ((359, 1), (366, 8), (1, 9), (5, 13)):
+        assert float(got.sel(dayofyear=slot)) == pytest.approx(358 + (6 - 358) * offset / 14)
+
+
+def test_start_and_end_select_the_period():
+    times = pd.date_range("2002-01-01", "2004-12-31", freq="D")
+    values = np.where(times.year == 2003, 1.0, -50.0)
+    clim = compute_climatology(series(times, values), start="2003-01-01", end="2003-12-31")
+    np.testing.assert_allclose(clim["2m_temperature"].values, 1.0)
+    assert clim.attrs["climatology_start"].startswith("2003-01-01")
+    assert clim.attrs["climatology_end"].startswith("2003-12-31")
+    assert clim.attrs["climatology_n_times"] == 365
+    with pytest.raises(ValueError, match="no truth times"):
+        compute_climatology(series(times, values), start="2010", end="2011")
+
+
+def test_dask_input_stays_lazy_and_matches_numpy():
+    times = pd.date_range("2003-01-01", "2003-12-31T12", freq="12h")
+    rng = np.random.default_rng(0)
+    truth = series(times, np.zeros(times.size)) + xr.DataArray(
+        rng.normal(size=(times.size, LAT.size, LON.size)), dims=("time", "latitude", "longitude")
+    )
+    eager = compute_climatology(truth)
+    lazy = compute_climatology(truth.chunk(time=50))
+    assert lazy["2m_temperature"].chunks is not None  # nothing computed yet
+    np.testing.assert_allclose(lazy.compute()["2m_temperature"].values, eager["2m_temperature"].values, rtol=1e-12)
+
+
+# --- short-record fallbacks -----------------------------------------------------------------
+
+
+def test_short_record_falls_back_to_mean_per_hour():
+    times = pd.date_range("2020-03-25", periods=12, freq="6h")  # three days
+    values = np.arange(12.0)
+    clim = compute_climatology(series(times, values))
+    assert clim.attrs["climatology_method"] == "hour"
+    assert "does not cover every day of year" in clim.attrs["climatology_method_reason"]
+    assert clim.attrs["climatology_window_days"] == 0
+    assert clim["2m_temperature"].dims == ("dayofyear", "hour", "latitude", "longitude")
+    np.testing.assert_array_equal(clim.hour.values, [0, 6, 12, 18])
+    got = clim["2m_temperature"].isel(latitude=0, longitude=0)
+    for h, expected in zip([0, 6, 12, 18], [4.0, 5.0, 6.0, 7.0], strict=True):
+        np.testing.assert_allclose(got.sel(hour=h).values, expected)  # every day of year
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        pd.DatetimeIndex(["2026-03-25T00", "2026-03-25T07", "2026-03-25T15", "2026-03-25T22", "2026-03-26T06"]),
+        pd.date_range("2020-03-25", periods=4, freq="6h"),  # a single date: one sample per hour
+    ],
+)
+def test_irregular_or_single_day_record_falls_back_to_overall_mean(times):
+    values = np.arange(float(times.size))
+    clim = compute_climatology(series(times, values))
+    assert clim.attrs["climatology_method"] == "mean"
+    np.testing.assert_allclose(clim["2m_temperature"].values, values.mean())
+    np.testing.assert_array_equal(clim.hour.values, np.unique(times.hour))
+
+
+def test_non_datetime_time_axis_uses_overall_mean():
+    truth = series(pd.date_range("2000-01-01", periods=5), np.arange(5.0)).assign_coords(time=np.arange(5.0) * 3600)
+    clim = compute_climatology(truth)
+    assert clim.attrs["climatology_method"] == "mean"
+    assert "not datetime64" in clim.attrs["climatology_method_reason"]
+    np.testing.assert_array_equal(clim.hour.values, [0])
+    np.testing.assert_allclose(clim["2m_temperature"].values, 2.0)
+    with pytest.raises(ValueError, match="datetime64"):
+        compute_climatology(truth, method="hour")
+
+
+def test_fallback_climatology_serves_every_valid_time():
+    times = pd.date_range("2020-03-25", periods=12, freq="6h")
+    truth = series(times, np.arange(12.0))
+    clim = compute_climatology(truth)
+    out = climatology_at_valid_times(clim, ["2021-07-04T06", "2021-12-31T18"])
+    np.testing.assert_allclose(out["2m_temperature"][:, 0, 0].values, [5.0, 7.0])
+
+
+# --- storage and end to end -------------------------------------------------------------
+
+
+def test_open_climatology_round_trip_and_wb2_layout(tmp_path):
+    times = pd.date_range("2020-03-25", periods=8, freq="6h")
+    clim = compute_climatology(series(times, np.arange(8.0)))
+    path = tmp_path / "clim.zarr"
+    clim.to_zarr(path)
+    opened = open_climatology(path)
+    assert opened.attrs["climatology_method"] == "hour"
+    xr.testing.assert_allclose(opened.load(), clim)
+
+    # a WB2 climatology: latitude ascending, dims (hour, dayofyear, latitude, longitude)
+    wb2 = clim.transpose("hour", "dayofyear", ...).isel(latitude=slice(None, None, -1))
+    wb2.attrs = {}
+    wb2.to_zarr(tmp_path / "wb2.zarr")
+    opened = open_climatology(tmp_path / "wb2.zarr")
+    truth = series(times, np.arange(8.0))
+    forecast = persistence_forecast(truth, times[:2], pd.to_timedelta([0], "h"))
+    scores = acc(forecast, truth, opened)
+    np.testing.assert_allclose(scores["2m_temperature"].values, 1.0)
+
+
+def test_open_climatology_names_what_is_missing(tmp_path):
+    doy = np.arange(1, 367)
+    good = xr.Dataset(
+        {"t": (("dayofyear", "hour", "lat", "lon"), np.zeros((366, 1, 3, 3)))},
+        coords={"dayofyear": doy, "hour": [0], "lat": LAT, "lon": LON},
+    )
+    good.to_zarr(tmp_path / "a.zarr")
+    with pytest.raises(ValueError, match=r"\['latitude', 'longitude'\].*rename") as info:
+        open_climatology(tmp_path / "a.zarr")
+    assert "a.zarr" in str(info.value)
+    short = good.rename(lat="latitude", lon="longitude").isel(dayofyear=slice(0, 365))
+    short.to_zarr(tmp_path / "b.zarr")
+    with pytest.raises(ValueError, match=r"dayofyear value\(s\) \[366\]"):
+        open_climatology(tmp_path / "b.zarr")
+    with pytest.raises(FileNotFoundError):
+        open_climatology(tmp_path / "missing.zarr")
+
+
+def test_perfect_forecast_against_computed_climatology():
+    times = pd.date_range("2003-01-01", "2003-12-31T12", freq="12h")
+    rng = np.random.default_rng(1)
+    truth = series(times, rng.normal(size=times.size)) * xr.DataArray(
+        rng.normal(size=(LAT.size, LON.size)), dims=("latitude", "longitude")
+    )
+    clim = compute_climatology(truth)
+    forecast = persistence_forecast(truth, times[:4], pd.to_timedelta([0], "h"))
+    np.testing.assert_allclose(acc(forecast, truth, clim)["2m_temperature"].values, 1.0)
