@@ -17,6 +17,24 @@ ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
 
 
+class EpochShuffleSampler(torch.utils.data.Sampler[int]):
+    """A permutation drawn from (seed, epoch): Lightning calls ``set_epoch`` before every
+    epoch, so a run resumed from a checkpoint sees the same order as an uninterrupted one."""
+
+    def __init__(self, length: int, seed: int):
+        self.length, self.seed, self.epoch = length, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.length, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.length
+
+
 class FieldDataModule(pl.LightningDataModule):
     """Train/validation/test splits of one store; see ``FieldDataset`` for the sample layout.
 
@@ -90,16 +108,14 @@ class FieldDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> torch.utils.data.DataLoader:
         dataset = self.dataset(split)
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
         return torch.utils.data.DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=EpochShuffleSampler(len(dataset), self.seed) if shuffle else None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
             collate_fn=dataset.collate,
             persistent_workers=self.num_workers > 0,
-            generator=generator,
             drop_last=shuffle and len(dataset) > self.batch_size,
         )
 

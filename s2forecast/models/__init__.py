@@ -1,0 +1,26 @@
+"""Forecasters: the spherical Transformer and its planar baseline."""
+
+import inspect
+
+from torch import nn
+
+from s2forecast.geometry import Grid
+from s2forecast.models.planar_transformer import PlanarTransformer
+from s2forecast.models.spherical_transformer import SphericalTransformer
+
+ARCHITECTURES = {"spherical": SphericalTransformer, "planar": PlanarTransformer}
+
+
+def build_network(architecture: str, grid: Grid, in_channels: int, out_channels: int, **options) -> nn.Module:
+    """The network called ``architecture`` ("spherical" or "planar") with keyword ``options``."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {sorted(ARCHITECTURES)}, got {architecture!r}")
+    cls = ARCHITECTURES[architecture]
+    known = [p for p in inspect.signature(cls).parameters if p not in ("grid", "in_channels", "out_channels")]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"network options {unknown} are not options of the {architecture!r} network; it takes {known}")
+    return cls(grid, in_channels, out_channels, **options)
+
+
+__all__ = ["ARCHITECTURES", "PlanarTransformer", "SphericalTransformer", "build_network"]

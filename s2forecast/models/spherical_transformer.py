@@ -1,0 +1,246 @@
+"""The spherical Transformer forecaster ("Attention on the Sphere", sec. 3.4).
+
+    fields (batch, in_channels, nlat, nlon) on the data grid
+      -> DISCO convolution encoder onto a coarser latent grid (torch-harmonics
+         DiscreteContinuousConvS2), optional absolute position embedding
+      -> num_layers pre-norm blocks: x + attention(norm(x)), x + MLP(norm(x)); the attention
+         of each block is global (S2Attention) or neighborhood (S2NeighborhoodAttention), with
+         an optional relative position embedding (SpRePE, RoPE, ...) per layer
+      -> decoder: spherical bilinear resampling back to the data grid (torch-harmonics
+         ResampleS2) + DISCO convolution
+      -> (batch, out_channels, nlat, nlon)
+
+Every operator is defined on the sphere, so a trained model runs on another resolution by
+rebuilding the grids (``on_grid``); the learned weights are resolution-free except for
+grid-bound position embeddings (APE, RPE, RoPE), which is reported as an error.
+torch-harmonics' DISCO convolution and resampling know no cell-centred grid, so data on an
+``equiangular-midpoint`` grid (WeatherBench2's 64x32) is moved to the equiangular grid of its
+cell edges (nlat + 1 rows, poles included: 2-tap averages, pole rows = zonal mean of the
+nearest row) before the encoder and back after the decoder.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch_harmonics import DiscreteContinuousConvS2, ResampleS2
+
+from s2forecast.geometry import Grid
+from s2forecast.nn import S2Attention, S2NeighborhoodAttention, build_position_embedding
+from s2forecast.ops import default_radius
+
+ATTENTION_KINDS = ("neighborhood", "global")
+NORMS = ("instance", "layer", "none")
+GRID_BOUND_EMBEDDINGS = ("ape", "rpe", "rope")
+
+
+def disco_cutoff(nlat: int, kernel_shape: tuple[int, int], basis_type: str) -> float:
+    """torch-harmonics' DISCO filter support radius for an nlat-row grid (radians)."""
+    factor = {"piecewise linear": 0.5, "morlet": 0.5, "harmonic": 0.5, "zernike": math.sqrt(2.0)}[basis_type]
+    return (kernel_shape[0] + 1) * factor * math.pi / float(nlat - 1)
+
+
+def channel_norm(kind: str, channels: int) -> nn.Module:
+    if kind == "instance":
+        return nn.InstanceNorm2d(channels, eps=1e-6, affine=True)
+    if kind == "layer":
+        return ChannelLayerNorm(channels)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """LayerNorm over the channels of (batch, channels, nlat, nlon) fields."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class MLP(nn.Module):
+    """Pointwise two-layer MLP on (batch, channels, nlat, nlon)."""
+
+    def __init__(self, channels: int, hidden: int, activation: str):
+        super().__init__()
+        self.fc1 = nn.Conv2d(channels, hidden, 1)
+        self.act = {"gelu": nn.GELU(), "relu": nn.ReLU(), "silu": nn.SiLU()}[activation]
+        self.fc2 = nn.Conv2d(hidden, channels, 1)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class SphericalBlock(nn.Module):
+    """Pre-norm block: x + attention(norm(x)), then x + MLP(norm(x)); (batch, C, nlat, nlon)."""
+
+    def __init__(self, attention: nn.Module, channels: int, mlp_ratio: float, activation: str, norm: str):
+        super().__init__()
+        self.norm0 = channel_norm(norm, channels)
+        self.attention = attention
+        self.norm1 = channel_norm(norm, channels)
+        self.mlp = MLP(channels, int(channels * mlp_ratio), activation)
+
+    def forward(self, x):
+        x = x + self.attention(self.norm0(x))
+        return x + self.mlp(self.norm1(x))
+
+
+def attention_pattern(attention: str | list[str], num_layers: int, global_every: int | None) -> list[str]:
+    """Per-layer attention kinds from one kind, an explicit list, or local layers with a
+    global one every ``global_every`` layers (the last of each group)."""
+    if isinstance(attention, str):
+        pattern = [attention] * num_layers
+        if global_every:
+            pattern = ["global" if (i + 1) % global_every == 0 else attention for i in range(num_layers)]
+    else:
+        pattern = list(attention)
+        if len(pattern) != num_layers:
+            raise ValueError(f"attention pattern {pattern} has {len(pattern)} entries for num_layers={num_layers}")
+    bad = [a for a in pattern if a not in ATTENTION_KINDS]
+    if bad:
+        raise ValueError(f"attention kinds must be in {ATTENTION_KINDS}, got {bad}")
+    return pattern
+
+
+class SphericalTransformer(nn.Module):
+    """Encoder-processor-decoder Transformer on the sphere; see the module docstring.
+
+    Args:
+        grid: the data grid (input and output).
+        in_channels: input channels (states x history + static + forcings).
+        out_channels: predicted channels.
+        embed_dim: latent width.
+        num_layers: attention blocks.
+        num_heads: attention heads.
+        scale_factor: latent grid has nlat // scale_factor rows and nlon // scale_factor
+            columns (1: no downsampling).
+        latent_kind: grid kind of the latent grid.
+        attention: "neighborhood", "global" or a per-layer list of them.
+        global_every: with a single kind, make every k-th layer global.
+        theta: neighborhood radius (radians); default (7/sqrt(pi)) * latent lat spacing.
+        mlp_ratio, activation, norm: block MLP width ratio, "gelu" | "relu" | "silu",
+            "instance" | "layer" | "none".
+        position_embedding: one of ``s2forecast.nn.POSITION_EMBEDDINGS``; absolute ones are
+            added after the encoder, relative ones go into every attention layer.
+        position_embedding_options: extra arguments of the embedding (e.g. SpRePE's mask).
+        encoder_kernel_shape, basis_type: DISCO filter basis of encoder and decoder.
+        use_qknorm: RMS-normalize queries and keys.
+        backend: neighborhood attention backend ("auto", "fused", "reference").
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        in_channels: int,
+        out_channels: int,
+        embed_dim: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 1,
+        scale_factor: int = 2,
+        latent_kind: str = "equiangular",
+        attention: str | list[str] = "neighborhood",
+        global_every: int | None = None,
+        theta: float | None = None,
+        mlp_ratio: float = 2.0,
+        activation: str = "gelu",
+        norm: str = "instance",
+        position_embedding: str = "none",
+        position_embedding_options: dict | None = None,
+        encoder_kernel_shape: tuple[int, int] = (3, 3),
+        basis_type: str = "harmonic",
+        use_qknorm: bool = False,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if scale_factor < 1:
+            raise ValueError(f"scale_factor must be >= 1, got {scale_factor}")
+        self.config = {
+            k: v for k, v in locals().items() if k not in ("self", "__class__", "grid", "in_channels", "out_channels")
+        }
+        self.grid, self.in_channels, self.out_channels = grid, in_channels, out_channels
+        self.midpoint = grid.kind == "equiangular-midpoint"
+        grid = Grid(grid.nlat + 1, grid.nlon, "equiangular") if self.midpoint else grid
+        self.latent = Grid(max(2, grid.nlat // scale_factor), max(1, grid.nlon // scale_factor), latent_kind)
+        kernel_shape = tuple(encoder_kernel_shape)
+        self.encoder = DiscreteContinuousConvS2(
+            in_channels, embed_dim, grid.shape, self.latent.shape, kernel_shape, basis_type,
+            grid_in=_th_grid(grid), grid_out=_th_grid(self.latent), bias=False,
+            theta_cutoff=disco_cutoff(grid.nlat, kernel_shape, basis_type),
+        )  # fmt: skip
+        options = position_embedding_options or {}
+        head_dim = embed_dim // num_heads
+        common = {"grid": self.latent, "channels": embed_dim, "num_heads": num_heads, "head_dim": head_dim}
+        absolute = build_position_embedding(position_embedding, **common, **options)
+        self.position_embedding = absolute if getattr(absolute, "acts_on", None) == "tokens" else None
+        self.pattern = attention_pattern(attention, num_layers, global_every)
+        theta = default_radius(self.latent) if theta is None else theta
+        blocks = []
+        for i, kind in enumerate(self.pattern):
+            relative = None
+            if self.position_embedding is None:
+                relative = build_position_embedding(position_embedding, **common, seed=i, **options)
+            if kind == "global":
+                layer = S2Attention(
+                    embed_dim, num_heads, self.latent, use_qknorm=use_qknorm, position_embedding=relative
+                )
+            else:
+                layer = S2NeighborhoodAttention(
+                    embed_dim, num_heads, self.latent, theta, use_qknorm=use_qknorm, position_embedding=relative,
+                    backend=backend,
+                )  # fmt: skip
+            blocks.append(SphericalBlock(layer, embed_dim, mlp_ratio, activation, norm))
+        self.blocks = nn.ModuleList(blocks)
+        self.resample = ResampleS2(
+            *self.latent.shape, *grid.shape, grid_in=_th_grid(self.latent), grid_out=_th_grid(grid)
+        )
+        self.decoder = DiscreteContinuousConvS2(
+            embed_dim, out_channels, grid.shape, grid.shape, kernel_shape, basis_type,
+            grid_in=_th_grid(grid), grid_out=_th_grid(grid), bias=False,
+            theta_cutoff=disco_cutoff(self.latent.nlat, kernel_shape, basis_type),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (batch, in_channels, nlat, nlon) -> (batch, out_channels, nlat, nlon)."""
+        dtype = x.dtype
+        with torch.autocast(x.device.type, enabled=False):  # DISCO and resampling in fp32
+            x = centres_to_edges(x.float()) if self.midpoint else x.float()
+            h = self.encoder(x)
+        if self.position_embedding is not None:
+            h = self.position_embedding(h)
+        for block in self.blocks:
+            h = block(h)
+        with torch.autocast(x.device.type, enabled=False):
+            out = self.decoder(self.resample(h.float()))
+            out = edges_to_centres(out) if self.midpoint else out
+        return out.to(dtype)
+
+    def on_grid(self, grid: Grid) -> "SphericalTransformer":
+        """The same weights on another data grid (neural-operator property)."""
+        if self.config["position_embedding"] in GRID_BOUND_EMBEDDINGS:
+            raise ValueError(
+                f"position embedding {self.config['position_embedding']!r} is tied to the training grid; "
+                "a model with it cannot run at another resolution"
+            )
+        other = SphericalTransformer(grid, self.in_channels, self.out_channels, **self.config)
+        state = {k: v for k, v in self.state_dict().items()}
+        other.load_state_dict(state, strict=False)
+        return other.to(next(self.parameters()).device)
+
+
+def _th_grid(grid: Grid) -> str:
+    if grid.kind == "equiangular-midpoint":
+        raise ValueError("torch-harmonics' DISCO convolution has no 'equiangular-midpoint' grid; use its edge grid")
+    return grid.kind
+
+
+def centres_to_edges(x: torch.Tensor) -> torch.Tensor:
+    """(..., nlat, nlon) on cell centres -> (..., nlat + 1, nlon) on the cell edges (poles
+    included): interior edges average their two cells, a pole takes the zonal mean of its row."""
+    north = x[..., :1, :].mean(dim=-1, keepdim=True).expand_as(x[..., :1, :])
+    south = x[..., -1:, :].mean(dim=-1, keepdim=True).expand_as(x[..., -1:, :])
+    return torch.cat([north, 0.5 * (x[..., 1:, :] + x[..., :-1, :]), south], dim=-2)
+
+
+def edges_to_centres(x: torch.Tensor) -> torch.Tensor:
+    """(..., nlat + 1, nlon) on cell edges -> (..., nlat, nlon) on the centres (2-tap mean)."""
+    return 0.5 * (x[..., 1:, :] + x[..., :-1, :])

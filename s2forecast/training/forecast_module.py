@@ -1,0 +1,243 @@
+"""The LightningModule that trains and scores a forecaster autoregressively.
+
+One model step maps ``history`` normalized states, the static fields and the forcings at the
+input times and at the target time to the next state: by default the network predicts the
+tendency in units of the tendency spread (x_next = x_last + net(...) * tendency_std / std), so
+an untrained model starts as persistence. Training rolls out ``rollout`` steps and averages
+the loss over them; ``rollout`` follows a schedule (``rollout_start``, +1 every
+``rollout_every_epochs`` epochs, up to ``rollout_max``), stored in checkpoints.
+
+Loss: mean over steps, channels and points of w_c * q_i * (prediction - target)^2 in
+normalized units, q = the grid's quadrature weights normalized to mean 1 (the integral over
+the sphere), w_c = per-variable weight x level weight (pressure / 1000 hPa by default, as in
+anemoi and makani), normalized to mean 1. Validation and test log per channel the
+latitude-weighted RMSE (WeatherBench2 cell areas) in physical units at every lead.
+"""
+
+import math
+
+import pytorch_lightning as pl
+import torch
+
+from s2forecast.datamodules.fields import Batch
+from s2forecast.geometry import Grid
+from s2forecast.models import build_network
+
+LEVEL_WEIGHTINGS = ("pressure", "none")
+
+
+def data_info(datamodule) -> dict:
+    """What a ForecastModule needs to know about its data, as plain JSON-able values
+    (saved in the checkpoint's hyperparameters, so a checkpoint runs without the store)."""
+    stats = datamodule.stats
+    grid = datamodule.grid
+    spec = datamodule.spec
+    return {
+        "channels": list(datamodule.channels),
+        "static_channels": list(datamodule.static_channels),
+        "forcing_channels": list(datamodule.forcing_channels),
+        "grid": [grid.nlat, grid.nlon, grid.kind],
+        "history": spec.history,
+        "step_hours": spec.step_hours,
+        "rollout_steps": spec.rollout,
+        "mean": stats.mean.tolist(),
+        "std": stats.std.tolist(),
+        "tendency_std": stats.tendency_std.tolist(),
+        "store": datamodule.store,
+    }
+
+
+class ForecastModule(pl.LightningModule):
+    """Autoregressive training and scoring of a network from ``s2forecast.models``.
+
+    Args:
+        architecture: "spherical" (``SphericalTransformer``) or "planar" (``PlanarTransformer``).
+        network: keyword arguments of the network (embed_dim, num_layers, attention, ...).
+        data: ``data_info(datamodule)``; the CLI links it from the DataModule.
+        residual: predict the tendency (default) rather than the next state.
+        variable_weights: loss weight per variable name (default 1).
+        level_weighting: "pressure" (weight pressure-level channels by level / 1000 hPa) or "none".
+        rollout_start, rollout_every_epochs, rollout_max: the training rollout schedule.
+        lr, weight_decay, warmup_steps, min_lr_ratio: AdamW with linear warm-up and cosine
+            decay to min_lr_ratio * lr over the run's optimizer steps.
+    """
+
+    def __init__(
+        self,
+        architecture: str = "spherical",
+        network: dict[str, int | float | bool | str | list | dict | None] | None = None,
+        data: dict | None = None,
+        residual: bool = True,
+        variable_weights: dict[str, float] | None = None,
+        level_weighting: str = "pressure",
+        rollout_start: int = 1,
+        rollout_every_epochs: int = 0,
+        rollout_max: int = 1,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.0,
+    ):
+        super().__init__()
+        if data is None:
+            raise ValueError("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
+        if level_weighting not in LEVEL_WEIGHTINGS:
+            raise ValueError(f"level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
+        if not 1 <= rollout_start <= rollout_max:
+            raise ValueError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
+        self.save_hyperparameters()
+        self.grid = Grid(*data["grid"])
+        self.channels = list(data["channels"])
+        history, n_static, n_forcing = data["history"], len(data["static_channels"]), len(data["forcing_channels"])
+        in_channels = history * len(self.channels) + n_static + (history + 1) * n_forcing
+        self.net = build_network(architecture, self.grid, in_channels, len(self.channels), **(network or {}))
+
+        mean, std = torch.tensor(data["mean"]), torch.tensor(data["std"])
+        tendency_std = torch.tensor(data["tendency_std"])
+        scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
+        self.register_buffer("mean", mean[:, None, None], persistent=False)
+        self.register_buffer("std", std[:, None, None], persistent=False)
+        self.register_buffer("tendency_scale", scale[:, None, None], persistent=False)
+        quadrature = self.grid.quadrature_weights.float()
+        self.register_buffer("quadrature", quadrature / quadrature.mean(), persistent=False)
+        area = self.grid.area_weights.float()[:, None].expand(self.grid.shape)
+        self.register_buffer("area", area / area.mean(), persistent=False)
+        self.register_buffer("channel_weights", self._channel_weights(), persistent=False)
+        self.rollout = rollout_start
+        self._mse_sums: dict[str, list] = {}
+
+    def _channel_weights(self) -> torch.Tensor:
+        variable_weights = self.hparams.variable_weights or {}
+        weights = []
+        for channel in self.channels:
+            name, _, level = channel.partition("/")
+            weight = float(variable_weights.get(name, 1.0))
+            if level and self.hparams.level_weighting == "pressure":
+                weight *= float(level) / 1000.0
+            weights.append(weight)
+        weights = torch.tensor(weights)
+        return weights / weights.mean()
+
+    # --- the model step ------------------------------------------------------------------
+    def step(self, states: torch.Tensor, static: torch.Tensor, forcings: torch.Tensor) -> torch.Tensor:
+        """Next normalized state.
+
+        Args:
+            states: (batch, history, channels, nlat, nlon) normalized states, oldest first.
+            static: (batch, static_channels, nlat, nlon).
+            forcings: (batch, history + 1, forcing_channels, nlat, nlon) at the input times and
+                the target time.
+        """
+        x = torch.cat([states.flatten(1, 2), static, forcings.flatten(1, 2)], dim=1)
+        out = self.net(x)
+        if self.hparams.residual:
+            return states[:, -1] + out * self.tendency_scale
+        return out
+
+    def forward(self, batch: Batch, steps: int) -> torch.Tensor:
+        """(batch, steps, channels, nlat, nlon) normalized predictions for leads 1..steps."""
+        history = batch.inputs.shape[1]
+        states = batch.inputs
+        predictions = []
+        for k in range(steps):
+            forcings = batch.forcings[:, k : k + history + 1]
+            if forcings.shape[1] < history + 1:
+                raise ValueError(f"the batch has forcings for {batch.forcings.shape[1]} times; step {k + 1} needs more")
+            prediction = self.step(states, batch.static, forcings)
+            predictions.append(prediction)
+            states = torch.cat([states[:, 1:], prediction[:, None]], dim=1)
+        return torch.stack(predictions, dim=1)
+
+    def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Quadrature- and channel-weighted MSE of (batch, steps, channels, nlat, nlon) tensors."""
+        error = (prediction.float() - target.float()).square()
+        return (error * self.channel_weights[:, None, None] * self.quadrature).mean()
+
+    # --- Lightning hooks ----------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        every = self.hparams.rollout_every_epochs
+        increase = self.current_epoch // every if every > 0 else 0
+        self.rollout = min(self.hparams.rollout_max, self.hparams.rollout_start + increase)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        if batch.targets.shape[1] < self.rollout:
+            raise ValueError(
+                f"training rollout is {self.rollout} steps but batches hold {batch.targets.shape[1]} targets; "
+                "raise the DataModule's rollout_steps to at least rollout_max"
+            )
+        prediction = self(batch, self.rollout)
+        loss = self.loss(prediction, batch.targets[:, : self.rollout])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.inputs))
+        self.log("train/rollout", float(self.rollout), batch_size=len(batch.inputs))
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._score(batch, "val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._score(batch, "test")
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        """Physical-unit forecasts (batch, steps, channels, nlat, nlon) for every target."""
+        return self.to_physical(self(batch, batch.targets.shape[1]))
+
+    def _score(self, batch: Batch, stage: str) -> None:
+        steps = batch.targets.shape[1]
+        prediction = self(batch, steps)
+        size = len(batch.inputs)
+        self.log(f"{stage}/loss", self.loss(prediction, batch.targets), prog_bar=True, batch_size=size, sync_dist=True)
+        error = (self.to_physical(prediction) - self.to_physical(batch.targets)).square()
+        mse = (error * self.area).mean(dim=(-2, -1)).sum(dim=0)  # (steps, channels), summed over the batch
+        sums = self._mse_sums.setdefault(stage, [torch.zeros_like(mse), 0])
+        sums[0] += mse.detach()
+        sums[1] += size
+
+    def _log_rmse(self, stage: str) -> None:
+        """sqrt(mean over all samples of the area-weighted MSE), WeatherBench2's RMSE, per lead."""
+        if stage not in self._mse_sums:
+            return
+        total, count = self._mse_sums.pop(stage)
+        total = self.trainer.strategy.reduce(total, reduce_op="sum")
+        count = self.trainer.strategy.reduce(torch.tensor(float(count), device=total.device), reduce_op="sum")
+        rmse = (total / count).sqrt()
+        for k in range(rmse.shape[0]):
+            for c, channel in enumerate(self.channels):
+                self.log(f"{stage}/rmse/{channel}/step{k + 1}", rmse[k, c], rank_zero_only=True)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_rmse("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_rmse("test")
+
+    def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
+        return normalized.float() * self.std + self.mean
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rollout"] = self.rollout
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)
+
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for name, parameter in self.named_parameters():
+            if parameter.requires_grad:
+                (no_decay if parameter.ndim < 2 or "norm" in name else decay).append(parameter)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.hparams.lr,
+            betas=(0.9, 0.95),
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
+        warmup = min(self.hparams.warmup_steps, max(total - 1, 0))
+        floor = self.hparams.min_lr_ratio
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,225 @@
+"""Models, ForecastModule and the `s2forecast fit | validate | test` command on a tiny SWE store."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe
+from s2forecast.geometry import Grid
+from s2forecast.models import PlanarTransformer, SphericalTransformer, build_network
+from s2forecast.models.planar_transformer import window_mask
+from s2forecast.training import ForecastModule, data_info
+
+REPO = Path(__file__).parents[1]
+CONFIG = REPO / "configs" / "swe" / "s2_neighborhood.yaml"
+
+
+@pytest.fixture(scope="module")
+def swe_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
+    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
+    compute_stats(path)
+    return path
+
+
+def tiny_args(store, tmp_path, *extra):
+    """fit arguments for a 2-epoch run of a width-16 model on the tiny store, logs in tmp_path."""
+    return [
+        "--config", str(CONFIG),
+        "--data.init_args.store", str(store),
+        "--data.init_args.train_trajectories", "[0, 2]",
+        "--data.init_args.val_trajectories", "[2, 3]",
+        "--data.init_args.test_trajectories", "[2, 3]",
+        "--data.init_args.num_workers", "0",
+        "--data.init_args.batch_size", "2",
+        "--data.init_args.rollout_steps", "2",
+        "--model.network.embed_dim", "16",
+        "--model.network.num_layers", "2",
+        "--model.warmup_steps", "2",
+        "--model.rollout_max", "2",
+        "--model.rollout_every_epochs", "1",
+        "--trainer.max_epochs", "2",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+        "--trainer.default_root_dir", str(tmp_path),
+        *extra,
+    ]  # fmt: skip
+
+
+# --- networks ------------------------------------------------------------------------------------
+def test_paper_swe_model_size():
+    model = SphericalTransformer(Grid(128, 256), 3, 3, embed_dim=128, num_layers=4)
+    assert 0.50e6 < sum(p.numel() for p in model.parameters()) < 0.56e6  # the paper's ~0.53 M
+
+
+@pytest.mark.parametrize("kind", ["equiangular", "legendre-gauss", "equiangular-midpoint"])
+@pytest.mark.parametrize("attention", ["neighborhood", "global"])
+def test_spherical_transformer_on_every_grid_kind(kind, attention):
+    grid = Grid(12, 24, kind)
+    model = SphericalTransformer(grid, 4, 3, embed_dim=16, num_layers=2, attention=attention, num_heads=2)
+    x = torch.randn(2, 4, *grid.shape, requires_grad=True)
+    out = model(x)
+    assert out.shape == (2, 3, *grid.shape)
+    out.square().mean().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_attention_pattern_and_other_resolution():
+    grid = Grid(16, 32)
+    model = SphericalTransformer(grid, 3, 3, embed_dim=16, num_layers=4, global_every=2, position_embedding="sprepe",
+                                 num_heads=2)  # fmt: skip
+    assert model.pattern == ["neighborhood", "global", "neighborhood", "global"]
+    finer = model.on_grid(Grid(32, 64, "legendre-gauss"))
+    assert finer(torch.randn(1, 3, 32, 64)).shape == (1, 3, 32, 64)
+    assert torch.equal(finer.blocks[0].mlp.fc1.weight, model.blocks[0].mlp.fc1.weight)
+    with pytest.raises(ValueError, match="tied to the training grid"):
+        SphericalTransformer(grid, 3, 3, embed_dim=16, num_layers=1, position_embedding="ape").on_grid(Grid(8, 16))
+
+
+def test_planar_transformer():
+    grid = Grid(15, 30)
+    for attention in ["window", "global"]:
+        for embedding in ["ape", "sprepe", "rope", "none"]:
+            model = PlanarTransformer(grid, 3, 2, embed_dim=16, num_layers=1, num_heads=2, attention=attention,
+                                      position_embedding=embedding)  # fmt: skip
+            assert model(torch.randn(1, 3, 15, 30)).shape == (1, 2, 15, 30)
+    with pytest.raises(ValueError, match="built for"):
+        model(torch.randn(1, 3, 16, 30))
+    mask = window_mask(4, 5, 1)
+    assert mask[0].view(4, 5).sum() == 4 and mask[7].view(4, 5).sum() == 9  # corner 2x2, interior 3x3
+    assert not mask[0, 4]  # no longitude wrap
+
+
+def test_build_network_errors():
+    with pytest.raises(ValueError, match="architecture must be one of"):
+        build_network("unet", Grid(8, 16), 3, 3)
+    with pytest.raises(ValueError, match=r"\['depth'\] are not options"):
+        build_network("spherical", Grid(8, 16), 3, 3, depth=4)
+
+
+# --- the LightningModule ----------------------------------------------------------------------------
+def test_loss_weights_and_initial_persistence(swe_store):
+    module = SWEDataModule(str(swe_store), rollout_steps=2, train_trajectories=(0, 2), val_trajectories=None,
+                           test_trajectories=None)  # fmt: skip
+    info = data_info(module)
+    info["channels"] = ["temperature/500", "temperature/1000", "geopotential_height"]
+    model = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=info)
+    weights = torch.tensor([0.5, 1.0, 1.0])
+    assert torch.allclose(model.channel_weights, weights / weights.mean())
+    assert model.quadrature.mean().item() == pytest.approx(1.0)
+
+    model = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=data_info(module))
+    for p in model.net.decoder.parameters():
+        torch.nn.init.zeros_(p)  # zero tendency: a residual model is then persistence
+    batch = next(iter(module.train_dataloader()))
+    prediction = model(batch, 2)
+    assert torch.allclose(prediction[:, 0], batch.inputs[:, -1]) and torch.allclose(
+        prediction[:, 1], batch.inputs[:, -1]
+    )
+
+
+def test_rollout_schedule():
+    info = {"channels": ["a"], "static_channels": [], "forcing_channels": [], "grid": [8, 16, "equiangular"]}
+    info |= {"history": 1, "step_hours": 1.0, "rollout_steps": 3, "mean": [0.0], "std": [1.0], "tendency_std": [1.0]}
+    model = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=info, rollout_start=1,
+                           rollout_every_epochs=2, rollout_max=3)  # fmt: skip
+    seen = []
+    for epoch in range(7):
+        model.trainer = None
+        type(model).current_epoch = property(lambda self, e=epoch: e)
+        model.on_train_epoch_start()
+        seen.append(model.rollout)
+    del type(model).current_epoch
+    assert seen == [1, 1, 2, 2, 3, 3, 3]
+    with pytest.raises(ValueError, match="rollout_start <= rollout_max"):
+        ForecastModule(data=info, rollout_start=3, rollout_max=2)
+
+
+# --- the command --------------------------------------------------------------------------------------
+def last_checkpoint(tmp_path) -> Path:
+    found = sorted((tmp_path / "runs").rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+    assert found, list((tmp_path / "runs").rglob("*"))
+    return found[-1]
+
+
+def test_fit_checkpoints_and_safe_loading(swe_store, tmp_path):
+    cli(["fit", *tiny_args(swe_store, tmp_path)])
+    checkpoint = torch.load(last_checkpoint(tmp_path), weights_only=True)  # safe loading works
+    assert checkpoint["global_step"] == 10 and checkpoint["rollout"] == 2  # 5 batches x 2 epochs
+    assert any(p.name.startswith("best-") for p in (tmp_path / "runs").rglob("*.ckpt"))
+    metrics = (next((tmp_path / "runs").rglob("metrics.csv"))).read_text()
+    assert "val/rmse/geopotential_height/step2" in metrics and "train/loss" in metrics
+    model = ForecastModule.load_from_checkpoint(last_checkpoint(tmp_path), weights_only=True)
+    assert model.channels == ["geopotential_height", "vorticity", "divergence"]
+
+
+def test_resume_is_exact(swe_store, tmp_path):
+    """A run that crashes after epoch 1 and is resumed with `--ckpt_path last` ends exactly where
+    an uninterrupted run does (weights, optimizer, scheduler, rollout schedule, step counter)."""
+    from weight_probe import Crash
+
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    cli(["fit", *tiny_args(swe_store, straight)])
+    with pytest.raises(Crash):
+        cli(["fit", *tiny_args(swe_store, split, "--trainer.callbacks+=weight_probe.CrashAtEpoch")])
+    first = last_checkpoint(split)
+    assert torch.load(first, weights_only=True)["global_step"] == 5
+    cli(["fit", *tiny_args(swe_store, split), "--ckpt_path", str(first)])
+    a = torch.load(last_checkpoint(straight), weights_only=True)
+    b = torch.load(last_checkpoint(split), weights_only=True)
+    assert a["global_step"] == b["global_step"] == 10 and a["rollout"] == b["rollout"] == 2
+    for key, value in a["state_dict"].items():
+        assert torch.allclose(value, b["state_dict"][key], atol=1e-6), key
+    assert a["lr_schedulers"][0]["last_epoch"] == b["lr_schedulers"][0]["last_epoch"]
+
+
+def test_print_config_reproduces_a_run(swe_store, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli(["fit", *tiny_args(swe_store, tmp_path), "--print_config"])
+    printed = capsys.readouterr().out
+    config = yaml.safe_load(printed)
+    assert config["model"]["network"]["embed_dim"] == 16 and config["trainer"]["max_epochs"] == 2
+    path = tmp_path / "printed.yaml"
+    path.write_text(printed)
+    cli(["validate", "--config", str(path)])  # the printed config alone builds the same run
+
+
+@pytest.mark.parametrize(
+    "config", sorted(p.relative_to(REPO) for p in (REPO / "configs").rglob("*.yaml") if "logger" not in p.name)
+)
+def test_shipped_configs_parse(config, capsys):
+    with pytest.raises(SystemExit):
+        cli(["fit", "--config", str(REPO / config), "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["data"]["class_path"].startswith("s2forecast.datamodules.")
+
+
+def test_wandb_logger_offline(swe_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb = ["--config", str(REPO / "configs" / "logger_wandb.yaml"), "--trainer.max_epochs", "1"]
+    args = tiny_args(swe_store, tmp_path, *wandb, "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"))
+    cli(["fit", *args])
+    runs = list((tmp_path / "runs").rglob("offline-run-*"))
+    assert runs, list((tmp_path / "runs").rglob("*"))[:20]
+
+
+def test_ddp_two_cpu_processes_end_with_the_same_weights(swe_store, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "PROBE_DIR": str(tmp_path)}
+    args = tiny_args(swe_store, tmp_path, "--trainer.strategy", "ddp", "--trainer.devices", "2",
+                     "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1",
+                     "--trainer.callbacks+=weight_probe.WeightProbe")  # fmt: skip
+    result = subprocess.run([sys.executable, "-m", "s2forecast.cli", "fit", *args], env=env, capture_output=True,
+                            text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    probes = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert [p["rank"] for p in probes] == [0, 1] and probes[0]["world_size"] == 2
+    assert probes[0]["checksum"] == probes[1]["checksum"] and probes[0]["step"] == probes[1]["step"] > 0
