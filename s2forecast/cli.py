@@ -55,6 +55,30 @@ def store_stats(args: argparse.Namespace) -> None:
     print(f"stored in {args.store}/stats ({stats.attrs['times']} times {stats.attrs['start']} .. {stats.attrs['end']})")
 
 
+def forecast_rollout(args: argparse.Namespace) -> None:
+    """Roll a checkpoint out from initial conditions in a store."""
+    from s2forecast.datamodules.store import open_store
+    from s2forecast.evaluation.rollout import init_times_from, rollout
+
+    available = open_store(args.store)["time"].values.astype("datetime64[ns]")
+    times = init_times_from(
+        args.init_times.split(",") if args.init_times else None, args.start, args.end, args.every, available
+    )
+    out = rollout(
+        args.ckpt, args.store, args.steps, times, args.out, "zarr" if args.format == "zarr" else "netcdf",
+        args.batch_size, args.device, args.bf16, args.nan, progress=not args.no_progress,
+    )  # fmt: skip
+    print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
+
+
+def store_climatology(args: argparse.Namespace) -> None:
+    """Day-of-year x hour climatology of a store (WeatherBench2 layout)."""
+    from s2forecast.evaluation.climatology import write_climatology
+
+    out = write_climatology(args.store, args.out, args.start, args.end)
+    print(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("fit", "validate", "test", "predict"):
@@ -108,6 +132,30 @@ def main(argv: list[str] | None = None) -> None:
     stats.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
     stats.set_defaults(handler=store_stats)
 
+    roll = commands.add_parser("rollout", help="autoregressive forecasts from a checkpoint, written as NetCDF/zarr")
+    roll.add_argument("--ckpt", required=True, help="checkpoint (e.g. runs/.../checkpoints/last.ckpt)")
+    roll.add_argument("--store", required=True, help="store with the initial conditions")
+    roll.add_argument("--steps", type=int, required=True, help="model steps per forecast")
+    roll.add_argument("--init-times", help="comma-separated initialization times, e.g. 2020-01-01T00,2020-01-02T00")
+    roll.add_argument("--start", help="first initialization time (with --end)")
+    roll.add_argument("--end", help="last initialization time, inclusive")
+    roll.add_argument("--every", type=float, help="hours between initialization times (default: every store time)")
+    roll.add_argument("--out", required=True, help="FORECAST.nc, or a .zarr directory with --format zarr")
+    roll.add_argument("--format", choices=["netcdf", "zarr"], default="netcdf")
+    roll.add_argument("--batch-size", type=int, default=4, help="initialization times per batch")
+    roll.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    roll.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    roll.add_argument("--nan", choices=["fail", "write"], default="fail", help="on a non-finite forecast value")
+    roll.add_argument("--no-progress", action="store_true")
+    roll.set_defaults(handler=forecast_rollout)
+
+    clim = commands.add_parser("climatology", help="day-of-year x hour climatology of a store (WeatherBench2 layout)")
+    clim.add_argument("store")
+    clim.add_argument("--out", required=True, help="CLIM.zarr")
+    clim.add_argument("--start", help="first time of the period")
+    clim.add_argument("--end", help="last time, inclusive")
+    clim.set_defaults(handler=store_climatology)
+
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -116,6 +164,12 @@ def main(argv: list[str] | None = None) -> None:
         args.handler(args)
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"s2forecast {args.command}: error: {error}\n")
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 if __name__ == "__main__":

@@ -347,3 +347,35 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
         return validate_climatology(dataset)
     except ValueError as error:
         raise ValueError(f"{path_str}: {error}") from None
+
+
+def write_climatology(store, out, start=None, end=None, window_days: int = 61):
+    """``s2forecast climatology``: the climatology of a store, streamed with dask, written to the
+    zarr ``out`` under a temporary name and renamed when complete.
+
+    Returns:
+        The path of the written climatology.
+    """
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from s2forecast.datamodules.store import to_model_order
+
+    store, out = Path(store), Path(out)
+    if not store.exists():
+        raise FileNotFoundError(f"no zarr store at {store}")
+    truth = to_model_order(xr.open_zarr(store, chunks={}))
+    truth = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
+    climatology = compute_climatology(truth, start=start, end=end, window_days=window_days)
+    directory = out.parent if str(out.parent) else Path(".")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=directory))
+    try:
+        climatology.to_zarr(tmp / "c.zarr", mode="w", zarr_format=3, consolidated=True)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp / "c.zarr", out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

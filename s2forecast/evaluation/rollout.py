@@ -1,0 +1,368 @@
+"""Autoregressive rollouts of a trained forecaster, streamed to a WeatherBench2-layout file.
+
+``s2forecast rollout --ckpt CKPT --store STORE.zarr --steps N --init-times ... --out F.nc``:
+initialization times are processed in batches; each model step is written as soon as it is
+made, so memory holds one batch of states, whatever the number of steps. The output has dims
+``time`` (initialization), ``prediction_timedelta``, ``level`` (when the store has one),
+``latitude`` (north -> south), ``longitude``, a ``valid_time`` coordinate, the store's
+variable names and units and CF-1.8 attributes. It is written under a temporary name in the
+target directory and renamed when complete: a crash never leaves a file that looks finished.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from s2forecast import __version__
+from s2forecast.datamodules.fields import FieldDataset, SampleSpec
+from s2forecast.datamodules.forcings import forcing_fields
+from s2forecast.datamodules.store import VARIABLES, cf_attributes
+from s2forecast.training.forecast_module import ForecastModule
+
+EPOCH = np.datetime64("1970-01-01T00:00", "ns")
+NAN_POLICIES = ("fail", "write")
+
+
+@dataclass(frozen=True)
+class ChannelLayout:
+    """How flat channel names ("temperature/500") map to variables and levels."""
+
+    variables: tuple[str, ...]
+    levels: tuple[int, ...] | None
+    pressure: tuple[bool, ...]  # per variable: has a level dimension
+
+    @classmethod
+    def from_channels(cls, channels) -> "ChannelLayout":
+        variables, levels, pressure = [], [], []
+        for channel in channels:
+            name, _, level = channel.partition("/")
+            if name not in variables:
+                variables.append(name)
+                pressure.append(bool(level))
+            if level and int(level) not in levels:
+                levels.append(int(level))
+        return cls(tuple(variables), tuple(levels) if levels else None, tuple(pressure))
+
+
+def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> ForecastModule:
+    """A trained ForecastModule in eval mode (``weights_only`` loading: tensors and plain values)."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"no checkpoint at {checkpoint}")
+    model = ForecastModule.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
+    return model.eval()
+
+
+def forcing_names(channels) -> tuple[str, ...]:
+    names = []
+    for channel in channels:
+        name = channel.removesuffix("_sin").removesuffix("_cos")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def open_inputs(model: ForecastModule, store: str | Path) -> FieldDataset:
+    """The store as the model's input reader; refuses stores that disagree with the checkpoint."""
+    info = model.hparams.data
+    layout = ChannelLayout.from_channels(info["channels"])
+    spec = SampleSpec(
+        layout.variables, layout.levels, tuple(info["static_channels"]), forcing_names(info["forcing_channels"]),
+        info["history"], info["step_hours"], 1,
+    )  # fmt: skip
+    try:
+        dataset = FieldDataset(store, spec)
+    except ValueError as error:
+        raise ValueError(f"store {store} does not fit checkpoint: {error}") from None
+    if list(dataset.channels) != list(info["channels"]):
+        raise ValueError(f"store channels {list(dataset.channels)} differ from the checkpoint's {info['channels']}")
+    if dataset.grid != model.grid:
+        raise ValueError(f"store grid {dataset.grid} differs from the checkpoint's {model.grid}")
+    for name, ours, theirs in (("mean", dataset.stats.mean, info["mean"]), ("std", dataset.stats.std, info["std"])):
+        if not np.allclose(ours, theirs, rtol=1e-5, atol=0):
+            worst = int(np.argmax(np.abs(np.asarray(ours) - np.asarray(theirs)) / np.abs(np.asarray(theirs))))
+            raise ValueError(
+                f"normalization {name} of {dataset.channels[worst]} in {store} ({ours[worst]:.6g}) differs from the "
+                f"checkpoint's ({theirs[worst]:.6g}): the store's stats were computed over another period"
+            )
+    return dataset
+
+
+def init_times_from(times=None, start=None, end=None, every_hours=None, available=None) -> np.ndarray:
+    """Explicit initialization times, or every ``every_hours`` from start to end (inclusive)."""
+    if times:
+        return np.array([np.datetime64(pd.Timestamp(t), "ns") for t in times])
+    if start is None or end is None:
+        raise ValueError("give --init-times, or --start and --end (and optionally --every)")
+    lo, hi = np.datetime64(pd.Timestamp(start), "ns"), np.datetime64(pd.Timestamp(end), "ns")
+    if every_hours is None:
+        return available[(available >= lo) & (available <= hi)]
+    return np.arange(lo, hi + np.timedelta64(1, "ns"), np.timedelta64(int(every_hours * 3600), "s")).astype(
+        "datetime64[ns]"
+    )
+
+
+def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps: int) -> dict:
+    """Normalized inputs (B, history, C, ...), static (B, S, ...) and forcings (B, history + steps, F, ...)."""
+    history = dataset.spec.history
+    offsets = np.arange(-(history - 1), 1) * dataset.step
+    indices = []
+    for t0 in init_times:
+        needed = t0 + offsets
+        position = np.searchsorted(dataset.times, needed).clip(max=dataset.times.size - 1)
+        missing = needed[dataset.times[position] != needed]
+        if missing.size:
+            raise ValueError(f"initialization time {t0} needs inputs at {missing.tolist()}, which are not in the store")
+        indices.append(position)
+    states = np.stack([dataset.read_states(i) for i in indices])
+    states = (states - dataset.stats.mean[:, None, None]) / dataset.stats.std[:, None, None]
+    lead_offsets = np.arange(-(history - 1), steps + 1) * dataset.step
+
+    def forcings_at(t0):
+        return np.stack(
+            [forcing_fields(dataset.spec.forcings, t, dataset.lat_deg, dataset.lon_deg) for t in t0 + lead_offsets]
+        )
+
+    forcings = np.stack([forcings_at(t0) for t0 in init_times])
+    static = np.broadcast_to(dataset._static(), (len(init_times), *dataset._static().shape))
+    return {
+        "inputs": torch.from_numpy(states.astype(np.float32)),
+        "static": torch.from_numpy(np.ascontiguousarray(static)),
+        "forcings": torch.from_numpy(forcings),
+    }
+
+
+class ForecastFile:
+    """A forecast file written step by step (NetCDF4 or zarr), renamed into place on ``close``."""
+
+    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs):
+        self.path, self.fmt, self.layout = Path(path), fmt, layout
+        directory = self.path.parent if str(self.path.parent) else Path(".")
+        if not directory.is_dir():
+            raise ValueError(f"output directory {directory} does not exist")
+        if not os.access(directory, os.W_OK):
+            raise ValueError(f"output directory {directory} is not writable")
+        suffix = ".nc" if fmt == "netcdf" else ".zarr"
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".partial", dir=directory)) / f"f{suffix}"
+        self.shape = (len(lat), len(lon))
+        self.n_levels = len(layout.levels) if layout.levels else 0
+        dims = ("time", "prediction_timedelta")
+        if fmt == "netcdf":
+            import netCDF4
+
+            ds = netCDF4.Dataset(self.tmp, "w", format="NETCDF4")
+            ds.createDimension("time", len(init_times))
+            ds.createDimension("prediction_timedelta", len(leads))
+            if self.n_levels:
+                ds.createDimension("level", self.n_levels)
+            ds.createDimension("latitude", len(lat))
+            ds.createDimension("longitude", len(lon))
+            hours = (init_times - EPOCH) / np.timedelta64(1, "h")
+            lead_hours = leads / np.timedelta64(1, "h")
+            since = {"units": "hours since 1970-01-01 00:00:00", "calendar": "proleptic_gregorian"}
+            # "dtype" makes xarray decode the lead as timedelta64, as WeatherBench2 stores it
+            lead_attrs = {"units": "hours", "standard_name": "forecast_period", "long_name": "lead time"}
+            coords = {
+                "time": (("time",), hours, {**since, "standard_name": "forecast_reference_time",
+                                             "long_name": "initialization time"}),
+                "prediction_timedelta": (("prediction_timedelta",), lead_hours, {**lead_attrs,
+                                                                                 "dtype": "timedelta64[ns]"}),
+                "valid_time": (dims, hours[:, None] + lead_hours[None, :], {**since, "standard_name": "time",
+                                                                            "long_name": "valid time"}),
+                "latitude": (("latitude",), lat, {"units": "degrees_north", "standard_name": "latitude"}),
+                "longitude": (("longitude",), lon, {"units": "degrees_east", "standard_name": "longitude"}),
+            }  # fmt: skip
+            if self.n_levels:
+                coords["level"] = (("level",), np.array(layout.levels, dtype=np.int32),
+                                   {"units": "hPa", "standard_name": "air_pressure", "positive": "down"})  # fmt: skip
+            for name, (vdims, values, vattrs) in coords.items():
+                var = ds.createVariable(name, "f8" if values.dtype.kind == "f" else "i4", vdims)
+                var[:] = values
+                var.setncatts(vattrs)
+            for name, pressure in zip(layout.variables, layout.pressure, strict=True):
+                vdims = (*dims, "level", "latitude", "longitude") if pressure else (*dims, "latitude", "longitude")
+                chunks = (1, 1, self.n_levels, *self.shape) if pressure else (1, 1, *self.shape)
+                var = ds.createVariable(name, "f4", vdims, zlib=True, complevel=4, chunksizes=chunks, fill_value=np.nan)
+                var.setncatts({"coordinates": "valid_time", **units[name]})
+            ds.setncatts(attrs)
+            self.ds = ds
+        else:
+            import dask.array as da
+            import xarray as xr
+
+            data = {}
+            for name, pressure in zip(layout.variables, layout.pressure, strict=True):
+                shape = (len(init_times), len(leads), *((self.n_levels,) if pressure else ()), *self.shape)
+                vdims = (*dims, *(("level",) if pressure else ()), "latitude", "longitude")
+                chunks = (1, 1, *shape[2:])
+                data[name] = xr.Variable(vdims, da.full(shape, np.nan, dtype=np.float32, chunks=chunks), units[name])
+            coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
+                      "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
+            if self.n_levels:
+                coords["level"] = np.array(layout.levels)
+            xr.Dataset(data, coords=coords, attrs=attrs).to_zarr(self.tmp, mode="w", compute=False, zarr_format=3)
+            self.ds = None
+
+    def write(self, start: int, lead_index: int, fields: np.ndarray) -> None:
+        """fields: (batch, channels, nlat, nlon) physical values of init times start.. at one lead."""
+        stop = start + len(fields)
+        c = 0
+        blocks = {}
+        for name, pressure in zip(self.layout.variables, self.layout.pressure, strict=True):
+            width = self.n_levels if pressure else 1
+            block = fields[:, c : c + width] if pressure else fields[:, c]
+            c += width
+            blocks[name] = block
+        if self.fmt == "netcdf":
+            for name, block in blocks.items():
+                self.ds[name][start:stop, lead_index] = block
+        else:
+            import xarray as xr
+
+            dims = ("time", "prediction_timedelta")
+            slab = xr.Dataset(
+                {
+                    name: ((*dims, *(("level",) if block.ndim == 4 else ()), "latitude", "longitude"), block[:, None])
+                    for name, block in blocks.items()
+                }
+            )
+            region = {"time": slice(start, stop), "prediction_timedelta": slice(lead_index, lead_index + 1)}
+            slab.to_zarr(self.tmp, region=region, zarr_format=3)
+
+    def close(self) -> Path:
+        if self.ds is not None:
+            self.ds.close()
+        if self.fmt == "zarr":
+            import zarr
+
+            zarr.consolidate_metadata(self.tmp, zarr_format=3)
+        if self.path.exists():
+            shutil.rmtree(self.path) if self.path.is_dir() else self.path.unlink()
+        os.replace(self.tmp, self.path)
+        shutil.rmtree(self.tmp.parent, ignore_errors=True)
+        return self.path
+
+    def abort(self) -> None:
+        if self.ds is not None:
+            try:
+                self.ds.close()
+            except RuntimeError:
+                pass
+        shutil.rmtree(self.tmp.parent, ignore_errors=True)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def rollout(
+    checkpoint: str | Path,
+    store: str | Path,
+    steps: int,
+    init_times: np.ndarray,
+    out: str | Path,
+    fmt: str = "netcdf",
+    batch_size: int = 4,
+    device: str = "cpu",
+    bf16: bool = False,
+    nan_policy: str = "fail",
+    progress: bool = True,
+) -> Path:
+    """Forecast ``steps`` steps from each of ``init_times`` and write them to ``out``.
+
+    Raises:
+        ValueError: the checkpoint and store disagree (channels, grid, normalization), an
+            initialization time lacks inputs, a non-finite forecast appears (``nan_policy``
+            "fail"; "write" writes it and lists it in the ``nonfinite_forecasts`` attribute),
+            or the output directory is missing or not writable.
+    """
+    from tqdm import tqdm
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if fmt not in ("netcdf", "zarr"):
+        raise ValueError(f"format must be 'netcdf' or 'zarr', got {fmt!r}")
+    if nan_policy not in NAN_POLICIES:
+        raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    if len(init_times) == 0:
+        raise ValueError("no initialization times selected")
+    model = load_forecaster(checkpoint, device)
+    dataset = open_inputs(model, store)
+    info = model.hparams.data
+    layout = ChannelLayout.from_channels(info["channels"])
+    leads = (np.arange(1, steps + 1) * dataset.step).astype("timedelta64[ns]")
+    units = {name: cf_attributes(name) if name in VARIABLES else {} for name in layout.variables}
+    for name in layout.variables:
+        store_attrs = dataset.store[name].attrs
+        units[name] = {**units[name], **{k: v for k, v in store_attrs.items() if k in ("units", "long_name")}}
+    attrs = {
+        "Conventions": "CF-1.8",
+        "title": f"s2forecast {model.hparams.architecture} forecast",
+        "source": f"s2forecast {__version__}; checkpoint {Path(checkpoint).name} "
+        f"sha256:{file_sha256(Path(checkpoint))}; model {model.hparams.architecture} "
+        f"{json.dumps(model.hparams.network or {}, sort_keys=True)}",
+        "history": f"{datetime.now(UTC).isoformat(timespec='seconds')} s2forecast rollout --steps {steps} "
+        f"--store {store}",
+        "initial_conditions": str(store),
+    }
+    writer = ForecastFile(
+        out, fmt, layout, np.asarray(init_times), leads, dataset.lat_deg, dataset.lon_deg, units, attrs
+    )
+    nonfinite = []
+    try:
+        autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
+        batches = range(0, len(init_times), batch_size)
+        for start in tqdm(batches, desc="rollout", unit="batch", disable=not progress):
+            times = np.asarray(init_times[start : start + batch_size])
+            batch = {k: v.to(device) for k, v in read_initial_conditions(dataset, times, steps).items()}
+            states = batch["inputs"]
+            history = states.shape[1]
+            dead = torch.zeros(len(times), dtype=torch.bool, device=states.device)  # went non-finite ("write")
+            with torch.no_grad(), autocast:
+                for k in range(steps):
+                    prediction = model.step(states, batch["static"], batch["forcings"][:, k : k + history + 1]).float()
+                    physical = model.to_physical(prediction).cpu().numpy()
+                    physical[dead.cpu().numpy()] = np.nan
+                    bad = ~np.isfinite(physical).all(axis=(2, 3)) & ~dead.cpu().numpy()[:, None]
+                    if bad.any():
+                        b, c = np.argwhere(bad)[0]
+                        lead = leads[k] / np.timedelta64(1, "h")
+                        where = f"init {times[b]}, step {k + 1} (+{lead:g} h), {info['channels'][c]}"
+                        if nan_policy == "fail":
+                            raise ValueError(f"non-finite forecast at {where}; pass --nan write to keep going")
+                        nonfinite.append(where)
+                        dead |= torch.from_numpy(bad.any(axis=1)).to(dead.device)
+                    writer.write(start, k, physical)
+                    # a forecast that went non-finite is written as NaN from then on; feed the model zeros
+                    # in its place so that the other forecasts of the batch go on
+                    prediction = torch.where(dead[:, None, None, None], 0.0, prediction)
+                    states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
+                    states = torch.where(dead[:, None, None, None, None], 0.0, states)
+        if nonfinite:
+            writer_attrs = {"nonfinite_forecasts": "; ".join(nonfinite[:100])}
+            if writer.ds is not None:
+                writer.ds.setncatts(writer_attrs)
+            else:
+                import zarr
+
+                zarr.open_group(writer.tmp, mode="r+").attrs.update(writer_attrs)
+        return writer.close()
+    except OSError as error:
+        writer.abort()
+        raise ValueError(f"could not write {out}: {error}") from error
+    except BaseException:
+        writer.abort()
+        raise

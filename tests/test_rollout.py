@@ -1,0 +1,174 @@
+"""`s2forecast rollout` and `s2forecast climatology`: streamed, atomic, CF-compliant output."""
+
+import os
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+import xarray as xr
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, open_store
+from s2forecast.evaluation.rollout import load_forecaster, open_inputs, read_initial_conditions, rollout
+from s2forecast.training import ForecastModule, data_info
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny SWE store and a checkpoint trained on it for a few steps."""
+    root = tmp_path_factory.mktemp("rollout")
+    store = root / "swe.zarr"
+    generate_swe(store, 8, 16, trajectories=2, steps=8, progress=False)
+    compute_stats(store)
+    data = SWEDataModule(str(store), train_trajectories=(0, 2), val_trajectories=None, test_trajectories=None,
+                         batch_size=4)  # fmt: skip
+    model = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=data_info(data), warmup_steps=1)
+    trainer = pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         limit_val_batches=0)  # fmt: skip
+    trainer.fit(model, datamodule=data)
+    checkpoint = root / "model.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    return store, checkpoint
+
+
+def times_of(store):
+    return open_store(store)["time"].values.astype("datetime64[ns]")
+
+
+def test_rollout_equals_step_by_step_and_streams_batches(trained, tmp_path):
+    store, checkpoint = trained
+    inits = times_of(store)[[0, 1, 2, 9, 10]]  # 5 inits in batches of 2, from both trajectories
+    out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", batch_size=2, progress=False)
+    again = rollout(checkpoint, store, 3, inits, tmp_path / "g.nc", batch_size=2, progress=False)
+    other_batches = rollout(checkpoint, store, 3, inits, tmp_path / "h.nc", batch_size=3, progress=False)
+    forecast = xr.open_dataset(out)
+    assert np.array_equal(forecast["vorticity"].values, xr.open_dataset(again)["vorticity"].values)  # deterministic
+    assert np.allclose(forecast["vorticity"].values, xr.open_dataset(other_batches)["vorticity"].values, rtol=1e-5)
+
+    model = load_forecaster(checkpoint)
+    dataset = open_inputs(model, store)
+    batch = read_initial_conditions(dataset, inits, 3)
+    states = batch["inputs"]
+    with torch.no_grad():
+        for k in range(3):
+            prediction = model.step(states, batch["static"], batch["forcings"][:, k : k + 2])
+            physical = model.to_physical(prediction).numpy()
+            for c, name in enumerate(["geopotential_height", "vorticity", "divergence"]):
+                assert np.allclose(forecast[name].values[:, k], physical[:, c], rtol=1e-5, atol=1e-12), (k, name)
+            states = prediction[:, None]
+
+
+def test_netcdf_layout_and_cf_attributes(trained, tmp_path):
+    store, checkpoint = trained
+    inits = times_of(store)[:2]
+    out = rollout(checkpoint, store, 4, inits, tmp_path / "f.nc", progress=False)
+    ds = xr.open_dataset(out)
+    assert ds["geopotential_height"].dims == ("time", "prediction_timedelta", "latitude", "longitude")
+    assert np.array_equal(ds["time"].values, inits)
+    assert np.array_equal(ds["prediction_timedelta"].values, np.arange(1, 5) * np.timedelta64(1, "h"))
+    assert ds["valid_time"].values[1, 2] == inits[1] + np.timedelta64(3, "h")
+    assert ds["latitude"].values[0] == 90.0 and ds["latitude"].attrs["units"] == "degrees_north"
+    assert ds["geopotential_height"].attrs["units"] == "m"
+    assert ds["geopotential_height"].attrs["standard_name"] == "geopotential_height"
+    assert ds["time"].attrs["standard_name"] == "forecast_reference_time"
+    assert ds["prediction_timedelta"].attrs["standard_name"] == "forecast_period"
+    assert ds.attrs["Conventions"] == "CF-1.8" and "sha256:" in ds.attrs["source"]
+    raw = xr.open_dataset(out, decode_cf=False)
+    assert raw["geopotential_height"].encoding["zlib"] and raw["geopotential_height"].encoding["chunksizes"][:2] == (
+        1,
+        1,
+    )
+    # zarr output holds the same values
+    zarr_out = rollout(checkpoint, store, 4, inits, tmp_path / "f.zarr", fmt="zarr", progress=False)
+    assert np.allclose(xr.open_zarr(zarr_out)["divergence"].values, ds["divergence"].values)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+
+
+def test_checkpoint_and_store_must_agree(trained, tmp_path):
+    store, checkpoint = trained
+    other = tmp_path / "other.zarr"
+    generate_swe(other, 16, 32, trajectories=1, steps=3, progress=False)
+    compute_stats(other)
+    with pytest.raises(ValueError, match="grid"):
+        rollout(checkpoint, other, 2, times_of(other)[:1], tmp_path / "f.nc", progress=False)
+    shifted = tmp_path / "shifted.zarr"
+    generate_swe(shifted, 8, 16, trajectories=2, steps=8, progress=False)
+    compute_stats(shifted, end=str(times_of(shifted)[3]))  # statistics of another period
+    with pytest.raises(ValueError, match="normalization mean of .* differs"):
+        rollout(checkpoint, shifted, 2, times_of(shifted)[:1], tmp_path / "f.nc", progress=False)
+    with pytest.raises(ValueError, match="not in the store"):
+        rollout(checkpoint, store, 2, [np.datetime64("1999-01-01T00", "ns")], tmp_path / "f.nc", progress=False)
+    with pytest.raises(FileNotFoundError):
+        rollout(tmp_path / "missing.ckpt", store, 2, times_of(store)[:1], tmp_path / "f.nc", progress=False)
+    assert not (tmp_path / "f.nc").exists()
+
+
+def test_non_finite_forecast(trained, tmp_path, monkeypatch):
+    store, checkpoint = trained
+    real = ForecastModule.step
+    calls = []
+
+    def failing(self, states, static, forcings):
+        calls.append(1)
+        out = real(self, states, static, forcings)
+        if len(calls) == 2:
+            out[0, 1, 2, 3] = float("nan")
+        return out
+
+    monkeypatch.setattr(ForecastModule, "step", failing)
+    inits = times_of(store)[:2]
+    with pytest.raises(ValueError, match=r"init 2000-01-01T00:00:00.000000000, step 2 \(\+2 h\), vorticity"):
+        rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", progress=False)
+    assert not (tmp_path / "f.nc").exists() and not any(p.name.startswith(".f.nc") for p in tmp_path.iterdir())
+    calls.clear()
+    out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", nan_policy="write", progress=False)
+    ds = xr.open_dataset(out)
+    assert "step 2" in ds.attrs["nonfinite_forecasts"] and np.isnan(ds["vorticity"].values[0, 1, 2, 3])
+
+
+def test_unwritable_output(trained, tmp_path):
+    store, checkpoint = trained
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    os.chmod(locked, 0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        with pytest.raises(ValueError, match="not writable"):
+            rollout(checkpoint, store, 2, times_of(store)[:1], locked / "f.nc", progress=False)
+    finally:
+        os.chmod(locked, 0o700)
+    with pytest.raises(ValueError, match="does not exist"):
+        rollout(checkpoint, store, 2, times_of(store)[:1], tmp_path / "nowhere" / "f.nc", progress=False)
+
+
+def test_crash_while_writing_leaves_no_file(trained, tmp_path, monkeypatch):
+    from s2forecast.evaluation import rollout as module
+
+    store, checkpoint = trained
+    real = module.ForecastFile.write
+
+    def full_disk(self, start, lead, fields):
+        if lead == 1:
+            raise OSError(28, "No space left on device")
+        return real(self, start, lead, fields)
+
+    monkeypatch.setattr(module.ForecastFile, "write", full_disk)
+    with pytest.raises(ValueError, match="could not write .*No space left"):
+        rollout(checkpoint, store, 3, times_of(store)[:2], tmp_path / "f.nc", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_command_line(trained, tmp_path, capsys):
+    store, checkpoint = trained
+    out = tmp_path / "f.nc"
+    cli(["rollout", "--ckpt", str(checkpoint), "--store", str(store), "--steps", "2", "--start", "2000-01-01T00",
+         "--end", "2000-01-01T03", "--every", "1", "--out", str(out), "--no-progress"])  # fmt: skip
+    assert "4 initialization times x 2 steps" in capsys.readouterr().out
+    assert xr.open_dataset(out).sizes["time"] == 4
+    clim = tmp_path / "clim.zarr"
+    cli(["climatology", str(store), "--out", str(clim)])
+    climatology = xr.open_zarr(clim)
+    assert {"dayofyear", "hour", "latitude", "longitude"} <= set(climatology.dims)
+    assert "climatology_method" in climatology.attrs
