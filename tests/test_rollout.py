@@ -172,3 +172,39 @@ def test_command_line(trained, tmp_path, capsys):
     climatology = xr.open_zarr(clim)
     assert {"dayofyear", "hour", "latitude", "longitude"} <= set(climatology.dims)
     assert "climatology_method" in climatology.attrs
+
+
+# --- robustness ------------------------------------------------------------------------------------
+def test_rotation_of_fields_is_exact_for_identity_and_close_for_smooth_fields():
+    import math
+
+    from s2forecast.evaluation.robustness import rotate_fields
+    from s2forecast.geometry import Grid, rotation_matrix
+
+    grid = Grid(33, 64)
+    points = grid.unit_vectors.double()
+    z = points[..., 2][None]
+    assert torch.allclose(rotate_fields(z, grid, torch.eye(3, dtype=torch.float64)), z)
+    rotation = rotation_matrix(torch.tensor([0.0, 1.0, 0.0]), math.pi / 2)
+    expected = points @ (rotation @ torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64))  # z(R^T p) = (R e_z) . p
+    assert (rotate_fields(z, grid, rotation)[0] - expected).abs().max() < 5e-3
+
+
+def test_rotation_and_resolution_errors(trained, tmp_path):
+    from s2forecast.datamodules.fields import FieldDataset
+    from s2forecast.evaluation.robustness import resolution_errors, rotation_errors, weighted_rmse
+
+    store, checkpoint = trained
+    model = load_forecaster(checkpoint)
+    dataset = open_inputs(model, store)
+    batch = dataset.collate([dataset[i] for i in range(4)])
+    rows = rotation_errors(model, batch, [0.0, 0.7, 1.5])
+    with torch.no_grad():
+        plain = weighted_rmse(model.step(batch.inputs, batch.static, batch.forcings) - batch.targets[:, 0], model.grid)
+    assert rows[0]["rmse"] == pytest.approx(plain, rel=1e-5) and all(np.isfinite(r["rmse"]) for r in rows)
+    finer = tmp_path / "finer.zarr"
+    generate_swe(finer, 16, 32, trajectories=1, steps=3, progress=False)
+    compute_stats(finer)
+    other = FieldDataset(finer, dataset.spec)
+    result = resolution_errors(model, other.collate([other[0], other[1]]), other.grid)
+    assert result["grid"] == "16x32" and np.isfinite(result["rmse"]) and result["persistence_rmse"] > 0
