@@ -19,13 +19,14 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PYTHON) -m pytest -q
 
-# The main job on built-in data. Until the forecasting pipeline lands it benchmarks the
-# attention ops at a small size.
+# The main job on built-in data: shallow-water store, training, rollout, scoring (scripts/demo.py).
 demo: $(STAMP)
-	$(PYTHON) scripts/bench_attention.py --nlat 32 --nlon 64 --channels 64 --heads 4
+	$(PYTHON) scripts/demo.py
 
 bench: $(STAMP)
 	$(PYTHON) scripts/bench_attention.py
+	$(PYTHON) scripts/bench_data.py
+	$(PYTHON) scripts/bench_train.py
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check . && $(PYTHON) -m ruff format --check .

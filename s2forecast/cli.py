@@ -156,6 +156,12 @@ def main(argv: list[str] | None = None) -> None:
     clim.add_argument("--end", help="last time, inclusive")
     clim.set_defaults(handler=store_climatology)
 
+    from s2forecast.evaluation import evaluate
+
+    score = commands.add_parser("evaluate", help="RMSE, ACC and bias per lead against persistence and climatology")
+    evaluate.add_arguments(score)
+    score.set_defaults(handler=evaluate.run)
+
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

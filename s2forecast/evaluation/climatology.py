@@ -369,6 +369,8 @@ def write_climatology(store, out, start=None, end=None, window_days: int = 61):
     truth = to_model_order(xr.open_zarr(store, chunks={}))
     truth = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
     climatology = compute_climatology(truth, start=start, end=end, window_days=window_days)
+    # keep what describes the climatology, not the store's writer flags
+    climatology.attrs = {k: v for k, v in climatology.attrs.items() if not k.startswith("s2forecast_")}
     directory = out.parent if str(out.parent) else Path(".")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=directory))
     try:

@@ -1,0 +1,833 @@
+"""Score a forecast file against a truth store: ``s2forecast evaluate``.
+
+Reads a forecast in WeatherBench2 (WB2) layout (what ``s2forecast rollout`` writes), a
+truth store (``s2forecast.datamodules.store`` layout) and optionally a WB2-layout
+climatology, and writes per variable, level and lead time the latitude-weighted RMSE,
+ACC and bias (``docs/metrics.md``, computed with :mod:`s2forecast.evaluation.metrics`)
+of three models:
+
+    forecast      the forecast file;
+    persistence   ``f_t(tau) = o_t``, the truth at the init time;
+    climatology   ``f_t(tau) = c(t + tau)``.
+
+Inputs:
+    forecast: NetCDF (opened with dask chunks of one init time) or zarr; dims ``(time,
+        prediction_timedelta, [level], latitude, longitude)``, ``time`` the init time
+        (datetime64), ``prediction_timedelta`` the lead (timedelta64, or numbers with a
+        ``units`` attribute such as ``hours``); latitude in either order; a ``valid_time``
+        coordinate is ignored. Variable names and units as in the truth store.
+    truth: a store opened with :func:`~s2forecast.datamodules.store.open_store` (its
+        ``written`` variable and coordinates along ``time`` such as ``trajectory`` are
+        ignored), dims ``(time, [level], latitude, longitude)``, ``time`` the valid time.
+    climatology: WB2 layout ``(dayofyear, hour, [level], latitude, longitude)``; by default
+        computed from the truth store with :func:`~s2forecast.evaluation.climatology.compute_climatology`
+        (which falls back to per-hour or overall means for short records; the method is
+        recorded in the output's attributes).
+
+Outputs (``out`` = ``METRICS.nc``):
+    METRICS.nc: one variable per forecast variable, dims ``(metric, model,
+        prediction_timedelta, [level])`` with ``metric`` in (rmse, acc, bias) and ``model``
+        in (forecast, persistence, climatology); ``n_init_times (prediction_timedelta)``:
+        init times whose valid time is in the truth (0 for a lead with no truth, whose
+        metrics are NaN); coordinate ``lead_hours``; provenance attributes. Written
+        atomically (temporary file in the same directory, then ``os.replace``).
+    METRICS.csv: long format, columns ``variable, level, lead_hours, model, metric, value``.
+    METRICS_plots/: PNGs of RMSE and ACC versus lead time and forecast/truth/error maps
+        (:mod:`s2forecast.evaluation.plots`).
+
+Scoring streams: init times are read in blocks (about ``BLOCK_BYTES`` of forecast per
+variable), every block is scored with the metrics module and the per-block means are
+combined weighted by their number of init times, which is exactly the mean over all init
+times (WB2: RMSE = sqrt of the MSE averaged over init times; ACC and bias averaged over
+init times).
+"""
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+import uuid
+import warnings
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from s2forecast.evaluation.climatology import compute_climatology, open_climatology
+from s2forecast.evaluation.metrics import (
+    INIT_DIM,
+    LEAD_DIM,
+    MissingTruthWarning,
+    acc,
+    bias,
+    climatology_forecast,
+    mse,
+    nearest_hours,
+    persistence_forecast,
+    truth_at_valid_times,
+)
+
+METRICS = ("rmse", "acc", "bias")
+MODELS = ("forecast", "persistence", "climatology")
+# (label, variable, level or None): the WB2 headline scores, listed first in the table
+HEADLINE = (("Z500", "geopotential", 500), ("T850", "temperature", 850), ("T2M", "2m_temperature", None))
+# further WB2 headline levels, plotted besides Z500 and T850 when a variable has many levels
+HEADLINE_LEVELS = {
+    "geopotential": (500,),
+    "temperature": (850,),
+    "specific_humidity": (700,),
+    "u_component_of_wind": (850,),
+    "v_component_of_wind": (850,),
+}
+MAX_PLOT_LEVELS = 3  # plot every level of a variable with at most this many, else its headline levels
+MAX_TABLE_LEADS = 8
+BLOCK_BYTES = 64 * 2**20  # forecast bytes (float64) per variable read and scored at once
+SPATIAL = ("latitude", "longitude")
+
+
+# --- opening and checking inputs ---------------------------------------------------------
+
+
+def _describe_source(source) -> str:
+    return str(Path(source).resolve()) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
+
+
+def _require_path(path, what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path} does not exist")
+    return path
+
+
+def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
+    """Open a forecast lazily (NetCDF: dask chunks of one init time; zarr: its own chunks).
+
+    Args:
+        source: path of a ``.nc`` file or a zarr store, or an opened Dataset.
+
+    Returns:
+        Dataset with dims ``(time, prediction_timedelta, [level], latitude, longitude)``,
+        ``prediction_timedelta`` as timedelta64, without a ``valid_time`` variable.
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist.
+        ValueError: the layout is not WB2's (names the missing dim and how to rename it).
+    """
+    if isinstance(source, xr.Dataset):
+        forecast = source
+    else:
+        path = _require_path(source, "forecast")
+        if path.is_dir() or path.suffix == ".zarr":
+            try:
+                forecast = xr.open_zarr(path, consolidated=True)
+            except (KeyError, ValueError, FileNotFoundError):
+                forecast = xr.open_zarr(path, consolidated=False)
+        else:
+            forecast = xr.open_dataset(path, chunks={INIT_DIM: 1})
+    forecast = forecast.drop_vars("valid_time", errors="ignore")
+    for dim in (INIT_DIM, LEAD_DIM, *SPATIAL):
+        if dim not in forecast.dims:
+            raise ValueError(
+                f"the forecast has no {dim!r} dim (dims {dict(forecast.sizes)}); expected the WB2 layout (time=init "
+                "time, prediction_timedelta=lead, [level], latitude, longitude): rename e.g. init_time -> time, "
+                "lead_time -> prediction_timedelta, lat -> latitude, lon -> longitude"
+            )
+    if not np.issubdtype(forecast[INIT_DIM].dtype, np.datetime64):
+        raise ValueError(f"forecast 'time' (init time) must be datetime64, got dtype {forecast[INIT_DIM].dtype}")
+    if not forecast.indexes[INIT_DIM].is_unique:
+        raise ValueError("forecast 'time' (init time) has duplicate values; drop them")
+    lead = forecast[LEAD_DIM]
+    if not np.issubdtype(lead.dtype, np.timedelta64):
+        units = lead.attrs.get("units")
+        try:
+            if not isinstance(units, str):
+                raise ValueError("no units")
+            values = pd.to_timedelta(np.asarray(lead.values), unit=units).values
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"forecast 'prediction_timedelta' must be timedelta64 or numbers with a time 'units' attribute "
+                f"(e.g. 'hours'); got dtype {lead.dtype} with units {units!r}"
+            ) from None
+        forecast = forecast.assign_coords({LEAD_DIM: values})
+    if not forecast.indexes[LEAD_DIM].is_unique:
+        raise ValueError("forecast 'prediction_timedelta' has duplicate values; drop them")
+    return forecast
+
+
+def open_truth(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
+    """Open a truth store lazily, without its ``written`` variable and other coordinates along time.
+
+    Returns:
+        Dataset with dims ``(time, [level], latitude, longitude)`` (latitude north -> south when
+        opened from a path).
+    """
+    if isinstance(source, xr.Dataset):
+        truth = source
+    else:
+        from s2forecast.datamodules.store import open_store
+
+        truth = open_store(_require_path(source, "truth store"))
+    if INIT_DIM not in truth.dims:
+        raise ValueError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
+    if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
+        raise ValueError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
+    if not truth.indexes[INIT_DIM].is_unique:
+        raise ValueError("truth 'time' has duplicate values")
+    truth = truth.drop_vars("written", errors="ignore")
+    along_time = [name for name, coord in truth.coords.items() if INIT_DIM in coord.dims and name != INIT_DIM]
+    return truth.drop_vars(along_time)
+
+
+def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
+    scorable = [name for name, var in forecast.data_vars.items() if {INIT_DIM, LEAD_DIM, *SPATIAL} <= set(var.dims)]
+    if variables is None:
+        if not scorable:
+            raise ValueError(
+                "the forecast has no variable with dims (time, prediction_timedelta, ..., latitude, longitude); it has "
+                f"{ {name: var.dims for name, var in forecast.data_vars.items()} }"
+            )
+        return scorable
+    variables = list(variables)
+    absent = [name for name in variables if name not in scorable]
+    if absent:
+        raise ValueError(f"variable(s) {absent} are not forecast variables of the forecast file; it has {scorable}")
+    return variables
+
+
+def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], name: str, where: str) -> None:
+    """The truth (or climatology) holds every variable with the same non-time dims and every level."""
+    absent = [v for v in variables if v not in truth.data_vars]
+    if absent:
+        raise ValueError(
+            f"forecast variable(s) {absent} are not in the {name} {where} (it has {sorted(truth.data_vars)}); "
+            "score a subset with --variables, or use a store that holds them"
+        )
+    for v in variables:
+        expected = {d for d in forecast[v].dims if d not in (INIT_DIM, LEAD_DIM)}
+        have = {d for d in truth[v].dims if d not in (INIT_DIM, "dayofyear", "hour")}
+        if expected != have:
+            raise ValueError(
+                f"variable {v!r} has dims {forecast[v].dims} in the forecast but {truth[v].dims} in the {name} "
+                f"{where}; they must agree apart from time (and prediction_timedelta)"
+            )
+        if "level" in expected:
+            levels = forecast[v]["level"].values.tolist()
+            missing = sorted(set(levels) - set(truth[v]["level"].values.tolist()))
+            if missing:
+                raise ValueError(
+                    f"the {name} {where} lacks level(s) {missing} of forecast variable {v!r}; it has "
+                    f"{truth[v]['level'].values.tolist()}"
+                )
+
+
+def _grid_summary(data: xr.Dataset) -> str:
+    lat, lon = data["latitude"].values, data["longitude"].values
+    return (
+        f"{lat.size} latitudes {lat.min():g}..{lat.max():g}, {lon.size} longitudes {lon.min():g}..{lon.max():g}"
+        if lat.size and lon.size
+        else f"{lat.size} latitudes, {lon.size} longitudes"
+    )
+
+
+def _check_grid(forecast: xr.Dataset, other: xr.Dataset, name: str, where: str) -> None:
+    """The same latitudes and longitudes as sets (any order), else a ValueError naming both grids."""
+    for dim in SPATIAL:
+        if dim not in other.dims:
+            raise ValueError(f"the {name} {where} has no {dim!r} dim (dims {dict(other.sizes)}); rename it")
+        a = np.sort(np.asarray(forecast[dim].values, dtype=np.float64))
+        b = np.sort(np.asarray(other[dim].values, dtype=np.float64))
+        if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-6):
+            hint = ""
+            if dim == "longitude" and a.shape == b.shape and np.allclose(np.sort(a % 360), np.sort(b % 360), atol=1e-6):
+                hint = " (longitudes differ only in convention: convert the forecast's to [0, 360) with lon % 360)"
+            raise ValueError(
+                f"the forecast and the {name} {where} are on different grids: forecast {_grid_summary(forecast)}, "
+                f"{name} {_grid_summary(other)}{hint}; regrid the forecast onto the {name}'s grid first"
+            )
+
+
+def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
+    """Leads given as hours (numbers), strings ('24h', '5D') or timedeltas, checked against ``available``.
+
+    Returns:
+        The matching entries of ``available`` (its dtype), in the order given.
+    """
+    values = []
+    for lead in leads:
+        if isinstance(lead, np.timedelta64 | datetime.timedelta | str):
+            values.append(pd.to_timedelta(lead))
+        elif isinstance(lead, int | float | np.integer | np.floating) and not isinstance(lead, bool):
+            values.append(pd.to_timedelta(float(lead), unit="h"))
+        else:
+            raise ValueError(f"map lead {lead!r} is neither hours (a number), a string like '24h' nor a timedelta")
+    wanted = np.asarray(pd.TimedeltaIndex(values).values).astype("timedelta64[ns]").astype(np.int64)
+    have = np.asarray(available).astype("timedelta64[ns]").astype(np.int64)
+    absent = [w for w in wanted if w not in set(have.tolist())]
+    if absent:
+        raise ValueError(
+            f"map lead(s) {', '.join(f'{w / 3.6e12:g}' for w in absent)} h are not forecast leads; available: "
+            f"{', '.join(str(_hours(v)) for v in available)} h"
+        )
+    return np.asarray([available[np.flatnonzero(have == w)[0]] for w in wanted])
+
+
+def _hours(lead) -> float:
+    hours = float(np.timedelta64(lead, "ns").astype(np.int64)) / 3.6e12
+    return int(hours) if hours == int(hours) else hours
+
+
+def _check_writable(out: Path) -> None:
+    """Fail before any computation when ``out`` cannot be written (creating its directory if missing)."""
+    if out.suffix != ".nc":
+        raise ValueError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {out} is a directory; name a file such as {out / 'metrics.nc'}")
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
+            pass
+    except OSError as error:
+        raise PermissionError(
+            f"cannot write the metrics to {out}: directory {parent} is not writable ({error.strerror or error}); "
+            "choose another --out"
+        ) from error
+
+
+# --- climatology ---------------------------------------------------------------------------
+
+CLIMATOLOGY_ATTRS = (
+    "climatology_method",
+    "climatology_method_reason",
+    "climatology_window_days",
+    "climatology_start",
+    "climatology_end",
+    "climatology_n_times",
+    "dayofyear_convention",
+)
+
+
+def _climatology_attrs(attrs: dict) -> dict:
+    return {key: attrs[key] for key in CLIMATOLOGY_ATTRS if key in attrs}
+
+
+def _climatology_from_truth(truth: xr.Dataset, levels, variables: list[str], period) -> tuple[xr.Dataset, dict]:
+    """Compute the climatology of the forecast's variables and levels from the truth, in memory.
+
+    For the ``hour`` and ``mean`` methods (the same for every day of year) one day-of-year slot
+    is computed and broadcast over the 366 slots without copying; ``dayofyear_hour`` is
+    computed whole.
+    """
+    subset = truth[variables]
+    if levels is not None and "level" in subset.dims:
+        subset = subset.sel(level=levels)
+    per_step = sum(subset[v].isel({INIT_DIM: 0}).nbytes for v in variables)
+    subset = subset.chunk({INIT_DIM: max(1, int(BLOCK_BYTES // 2 // max(per_step, 1)))})
+    start, end = period if period is not None else (None, None)
+    clim = compute_climatology(subset, start=start, end=end)
+    info = _climatology_attrs(clim.attrs)
+    if info["climatology_method"] in ("hour", "mean"):
+        one = clim.isel(dayofyear=[0]).compute()
+        days = clim["dayofyear"].values
+        data = {
+            name: (var.dims, np.broadcast_to(var.values, (days.size, *var.shape[1:])))
+            for name, var in one.data_vars.items()
+        }
+        coords = {name: coord for name, coord in one.coords.items() if name != "dayofyear"}
+        clim = xr.Dataset(data, coords={**coords, "dayofyear": days})
+    else:
+        clim = clim.compute()
+    attrs = {"climatology": "computed from the truth store (s2forecast.evaluation.compute_climatology)", **info}
+    return clim, attrs
+
+
+def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tuple[xr.Dataset, dict]:
+    """Open a WB2-layout climatology (path or Dataset) and check it against the forecast."""
+    from s2forecast.evaluation.climatology import validate_climatology
+
+    if isinstance(source, xr.Dataset):
+        clim, where = validate_climatology(source), "<in-memory Dataset>"
+    else:
+        path = _require_path(source, "climatology")
+        clim, where = open_climatology(path), str(path.resolve())
+    _check_variables(forecast, clim, variables, "climatology", where)
+    _check_grid(forecast, clim, "climatology", where)
+    attrs = {"climatology": where, **_climatology_attrs(clim.attrs)}
+    attrs.setdefault("climatology_method", "not recorded in the climatology file")
+    return clim[variables], attrs
+
+
+# --- scoring -------------------------------------------------------------------------------
+
+
+def _missing_truth(init_times: np.ndarray, leads: np.ndarray, truth_times: np.ndarray, truth_name: str) -> np.ndarray:
+    """(n_lead,) init times per lead whose valid time is in the truth; warns about the rest."""
+    valid = init_times[:, None] + leads[None, :]
+    available = np.isin(valid, truth_times)
+    counts = available.sum(axis=0)
+    if not available.all():
+        empty = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if n == 0]
+        partial = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if 0 < n < init_times.size]
+        warnings.warn(
+            f"the truth {truth_name} has no data at {int((~available).sum())} of {available.size} (init time, lead) "
+            f"valid times: lead(s) {empty} h have no truth at all (metrics NaN, n_init_times 0); lead(s) {partial} h "
+            "average over fewer init times; see 'n_init_times' in the metrics file",
+            MissingTruthWarning,
+            stacklevel=3,
+        )
+    absent_init = ~np.isin(init_times, truth_times)
+    if absent_init.any():
+        warnings.warn(
+            f"{int(absent_init.sum())} init time(s) (e.g. {init_times[absent_init][0]}) are not in the truth "
+            f"{truth_name}: persistence is NaN for every lead",
+            MissingTruthWarning,
+            stacklevel=3,
+        )
+    return counts
+
+
+def _blocks(n: int, per_item_bytes: int) -> list[slice]:
+    size = int(min(max(1, BLOCK_BYTES // max(per_item_bytes, 1)), n))
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _select_levels(data: xr.DataArray, levels) -> xr.DataArray:
+    return data.sel(level=levels) if levels is not None and "level" in data.dims else data
+
+
+def _score_block(
+    forecast: xr.DataArray, truth: xr.DataArray, clim: xr.DataArray, init_times: np.ndarray, leads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-block means of one variable.
+
+    Args:
+        forecast: (time, prediction_timedelta, [level], latitude, longitude) in memory.
+        truth: (time, [level], latitude, longitude), every available time the block needs.
+        clim: (dayofyear, hour, [level], latitude, longitude), the slots the block needs.
+
+    Returns:
+        values (metric, model, prediction_timedelta, [level]) with metric (mse, acc, bias),
+        and n_init_times (prediction_timedelta,) they are means over.
+    """
+    models = {
+        "forecast": forecast,
+        "persistence": persistence_forecast(truth, init_times, leads),
+        "climatology": climatology_forecast(clim, init_times, leads, like=forecast),
+    }
+    values, counts = [], None
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", MissingTruthWarning)  # reported once for the whole forecast
+        for model in MODELS:
+            scores = [mse(models[model], truth), acc(models[model], truth, clim), bias(models[model], truth)]
+            if counts is None:
+                counts = scores[0]["n_init_times"].values
+            values.append([score.transpose(LEAD_DIM, ...).values for score in scores])
+    return np.asarray(values).swapaxes(0, 1), counts
+
+
+def _score(
+    forecast: xr.Dataset,
+    truth: xr.Dataset,
+    clim: xr.Dataset,
+    variables: list[str],
+    levels,
+    progress: bool,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Stream over blocks of init times; return per variable (metric, model, lead, [level]) and counts."""
+    from tqdm.auto import tqdm
+
+    init_times = forecast[INIT_DIM].values
+    leads = forecast[LEAD_DIM].values
+    truth_times = truth[INIT_DIM].values
+    per_init = max(forecast[v].isel({INIT_DIM: 0}).size * 8 for v in variables)
+    sums = {v: 0.0 for v in variables}
+    counts = np.zeros(leads.size, dtype=np.int64)
+    with tqdm(total=init_times.size, desc="evaluate", unit="init", disable=not progress) as bar:
+        for block in _blocks(init_times.size, per_init):
+            init = init_times[block]
+            valid = (init[:, None] + leads[None, :]).ravel()
+            needed = np.union1d(init, valid)
+            present = needed[np.isin(needed, truth_times)]
+            stamps = pd.DatetimeIndex(valid)
+            doys = np.unique(np.asarray(stamps.day_of_year))
+            hours = np.unique(nearest_hours(np.asarray(stamps.hour), clim["hour"].values))
+            block_counts = None
+            for v in variables:
+                f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
+                o = _select_levels(truth[v], levels).sel({INIT_DIM: present}).astype(np.float64).load()
+                c = _select_levels(clim[v], levels).sel(dayofyear=doys, hour=hours).astype(np.float64).load()
+                values, n = _score_block(f, o, c, init, leads)
+                if block_counts is None:
+                    block_counts = n
+                weights = n.reshape((n.size,) + (1,) * (values.ndim - 3))
+                sums[v] = sums[v] + np.where(weights > 0, values * weights, 0.0)
+            counts += block_counts
+            bar.update(init.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total = counts.astype(np.float64)
+        means = {}
+        for v, summed in sums.items():
+            shape = (counts.size,) + (1,) * (np.ndim(summed) - 3)
+            mean = np.where(total.reshape(shape) > 0, summed / total.reshape(shape), np.nan)
+            mean[0] = np.sqrt(mean[0])  # metric 0 accumulates the MSE: rmse = sqrt(mean over init times of the MSE)
+            means[v] = mean
+    return means, counts
+
+
+def _metrics_dataset(
+    forecast: xr.Dataset,
+    truth: xr.Dataset,
+    variables: list[str],
+    means: dict[str, np.ndarray],
+    counts: np.ndarray,
+    levels,
+) -> xr.Dataset:
+    """The metrics Dataset: per variable (metric, model, prediction_timedelta, [level]) and n_init_times."""
+    leads = forecast[LEAD_DIM].values
+    data_vars = {}
+    for v in variables:
+        dims = ("metric", "model", LEAD_DIM) + (("level",) if "level" in forecast[v].dims else ())
+        source = {**truth[v].attrs, **forecast[v].attrs}
+        units = source.get("units", "")
+        data_vars[v] = xr.DataArray(
+            means[v],
+            dims=dims,
+            attrs={
+                "long_name": f"skill scores of {source.get('long_name', v)}",
+                "field_units": units,
+                "comment": f"rmse and bias in the field's units ({units or 'unknown'}); acc is dimensionless",
+            },
+        )
+    coords = {
+        "metric": np.array(METRICS),
+        "model": np.array(MODELS),
+        LEAD_DIM: leads,
+        "lead_hours": (
+            LEAD_DIM,
+            np.array([float(_hours(lead)) for lead in leads]),
+            {"long_name": "lead time in hours"},
+        ),
+    }
+    if levels is not None:
+        coords["level"] = ("level", np.asarray(levels), {"units": "hPa"})
+    metrics = xr.Dataset(data_vars, coords=coords)
+    metrics["n_init_times"] = xr.DataArray(
+        counts,
+        dims=(LEAD_DIM,),
+        attrs={"long_name": "init times whose valid time is in the truth (the metrics average over them)"},
+    )
+    return metrics
+
+
+# --- outputs -------------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temporary file beside ``path``, then move it into place; no partial ``path`` ever."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def metrics_table(metrics: xr.Dataset) -> pd.DataFrame:
+    """Long format: columns ``variable, level, lead_hours, model, metric, value`` (level NaN for surface fields)."""
+    rows = []
+    lead_hours = metrics["lead_hours"].values
+    for v in _score_variables(metrics):
+        data = metrics[v]
+        levels = data["level"].values if "level" in data.dims else [None]
+        for level in levels:
+            field = data.sel(level=level) if level is not None else data
+            for i, metric in enumerate(data["metric"].values):
+                for j, model in enumerate(data["model"].values):
+                    for k, hours in enumerate(lead_hours):
+                        value = field.values[i, j, k]
+                        rows.append((v, level, hours, str(model), str(metric), float(value)))
+    table = pd.DataFrame(rows, columns=["variable", "level", "lead_hours", "model", "metric", "value"])
+    levels = table["level"].dropna()
+    if np.all(np.mod(levels.to_numpy(dtype=np.float64), 1) == 0):
+        table["level"] = table["level"].astype("Int64")  # 500, not 500.0; empty for surface fields
+    if np.all(np.mod(lead_hours, 1) == 0):
+        table["lead_hours"] = table["lead_hours"].astype(np.int64)
+    return table
+
+
+def _score_variables(metrics: xr.Dataset) -> list[Hashable]:
+    return [v for v in metrics.data_vars if "metric" in metrics[v].dims]
+
+
+def field_label(variable: str, level=None) -> str:
+    """Short name of a field: ``Z500``, ``T850``, ``T2M`` for the headline ones, else ``variable level``."""
+    for label, name, headline_level in HEADLINE:
+        if variable == name and (level is None if headline_level is None else level == headline_level):
+            return label
+    return str(variable) if level is None else f"{variable} {int(level)}"
+
+
+def table_fields(metrics: xr.Dataset) -> list[tuple[str, Hashable, object]]:
+    """(label, variable, level) of every scored field, the headline ones (Z500, T850, T2M) first."""
+    fields = []
+    for v in _score_variables(metrics):
+        levels = metrics[v]["level"].values.tolist() if "level" in metrics[v].dims else [None]
+        fields.extend((field_label(v, level), v, level) for level in levels)
+    order = {(name, level): rank for rank, (_, name, level) in enumerate(HEADLINE)}
+    return sorted(fields, key=lambda field: order.get((field[1], field[2]), len(HEADLINE)))
+
+
+def _table_leads(n: int, max_leads: int) -> np.ndarray:
+    if n <= max_leads:
+        return np.arange(n)
+    return np.unique(np.round(np.linspace(0, n - 1, max_leads)).astype(int))
+
+
+def _format_value(value: float) -> str:
+    return "n/a" if not np.isfinite(value) else f"{value:.4g}"
+
+
+def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
+    """A compact text table: per field, forecast RMSE, persistence RMSE and forecast ACC per lead.
+
+    Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
+    """
+    leads = _table_leads(metrics.sizes[LEAD_DIM], max_leads)
+    headers = [f"{_hours(metrics[LEAD_DIM].values[k])}h" for k in leads]
+    rows = []
+    for label, v, level in table_fields(metrics):
+        data = metrics[v].sel(level=level) if level is not None else metrics[v]
+        units = metrics[v].attrs.get("field_units", "")
+        name = f"{label} [{units}]" if units else label
+        for i, (quantity, metric, model) in enumerate(
+            (("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast"))
+        ):
+            values = data.sel(metric=metric, model=model).values[leads]
+            rows.append((name if i == 0 else "", quantity, [_format_value(x) for x in values]))
+    rows.append(("init times", "", [str(int(n)) for n in metrics["n_init_times"].values[leads]]))
+    width_name = max(len(row[0]) for row in rows)
+    width_quantity = max(len(row[1]) for row in rows)
+    width = max(9, *(len(h) for h in headers), *(len(x) for row in rows for x in row[2])) + 1
+    lines = [" " * (width_name + width_quantity + 2) + "".join(h.rjust(width) for h in headers)]
+    for name, quantity, cells in rows:
+        lines.append(f"{name:<{width_name}}  {quantity:<{width_quantity}}" + "".join(x.rjust(width) for x in cells))
+    return "\n".join(lines)
+
+
+def _plot_levels(variable: str, levels: Sequence | None) -> list:
+    """Levels plotted for a variable: all when few, else its headline levels (or the middle one)."""
+    if levels is None:
+        return [None]
+    levels = list(levels)
+    if len(levels) <= MAX_PLOT_LEVELS:
+        return levels
+    chosen = [lev for lev in HEADLINE_LEVELS.get(variable, (500,)) if lev in levels]
+    return chosen or [levels[len(levels) // 2]]
+
+
+def _file_stem(variable: str, level) -> str:
+    return variable if level is None else f"{variable}_{int(level)}hPa"
+
+
+def _make_plots(
+    metrics: xr.Dataset,
+    forecast: xr.Dataset,
+    truth: xr.Dataset,
+    variables: list[str],
+    map_leads: np.ndarray,
+    plot_dir: Path,
+) -> list[Path]:
+    from s2forecast.evaluation import plots
+
+    plot_dir.mkdir(exist_ok=True)
+    files = []
+    init = forecast[INIT_DIM].values[:1]
+    valid = init[0] + map_leads
+    present = valid[np.isin(valid, truth[INIT_DIM].values)]
+    for v in variables:
+        levels = metrics["level"].values.tolist() if "level" in metrics[v].dims else None
+        units = metrics[v].attrs.get("field_units", "")
+        f = forecast[v].isel({INIT_DIM: [0]}).sel({LEAD_DIM: map_leads})
+        if levels is not None:
+            f = f.sel(level=_plot_levels(v, levels))
+        f = f.astype(np.float64).load()
+        o = _select_levels(truth[v], f["level"].values if "level" in f.dims else None).sel({INIT_DIM: present})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MissingTruthWarning)
+            o = truth_at_valid_times(o.astype(np.float64).load(), f).drop_vars("valid_time")
+        for level in _plot_levels(v, levels):
+            label = field_label(v, level)
+            scores = metrics[v].sel(level=level) if level is not None else metrics[v]
+            path = plot_dir / f"{_file_stem(v, level)}_scores.png"
+            files.append(plots.plot_scores(scores, path, title=label, units=units))
+            fl = f.isel({INIT_DIM: 0}) if level is None else f.isel({INIT_DIM: 0}).sel(level=level)
+            ol = o.isel({INIT_DIM: 0}) if level is None else o.isel({INIT_DIM: 0}).sel(level=level)
+            path = plot_dir / f"{_file_stem(v, level)}_maps.png"
+            title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
+            files.append(plots.plot_maps(fl, ol, path, title=title, units=units))
+    return files
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def evaluate(
+    forecast: str | os.PathLike | xr.Dataset,
+    truth: str | os.PathLike | xr.Dataset,
+    out: str | os.PathLike,
+    climatology: str | os.PathLike | xr.Dataset | None = None,
+    variables: Sequence[str] | None = None,
+    map_leads: Iterable | None = None,
+    plots: bool = True,
+    progress: bool = True,
+    climatology_period: tuple | None = None,
+) -> xr.Dataset:
+    """Score a forecast against the truth, with persistence and climatology baselines; write the results.
+
+    Args:
+        forecast: forecast file (``.nc`` or zarr) or Dataset, WB2 layout (module docstring).
+        truth: truth store path or Dataset, dims ``(time, [level], latitude, longitude)``.
+        out: the metrics NetCDF to write (``.nc``); ``<stem>.csv`` and ``<stem>_plots/`` go beside it.
+        climatology: WB2-layout climatology (zarr/NetCDF path or Dataset); default: computed
+            from the truth with :func:`compute_climatology` (its method is recorded).
+        variables: forecast variables to score (default: all with dims (time, prediction_timedelta, ...)).
+        map_leads: leads of the map panels (hours as numbers, strings like ``"24h"``, or
+            timedeltas); default the first and last lead.
+        plots: write the PNGs.
+        progress: show a progress bar over init times.
+        climatology_period: ``(start, end)`` of the truth used for a computed climatology
+            (inclusive, e.g. ``("1990", "2017")``); default the whole store.
+
+    Returns:
+        The metrics Dataset as written: per variable ``(metric, model, prediction_timedelta,
+        [level])``, ``n_init_times (prediction_timedelta)``; in memory ``attrs["plot_files"]``
+        lists the PNGs written.
+
+    Raises:
+        FileNotFoundError: an input path does not exist.
+        PermissionError: ``out`` cannot be written (checked before any computation).
+        ValueError: grids differ, a forecast variable or level is not in the truth or the
+            climatology, or an input is not in the expected layout.
+    """
+    out = Path(out)
+    forecast_ds = open_forecast(forecast)
+    truth_ds = open_truth(truth)
+    truth_name = _describe_source(truth)
+    variables = _forecast_variables(forecast_ds, variables)
+    _check_variables(forecast_ds, truth_ds, variables, "truth store", truth_name)
+    _check_grid(forecast_ds, truth_ds, "truth store", truth_name)
+    levels = forecast_ds["level"].values if any("level" in forecast_ds[v].dims for v in variables) else None
+    leads = forecast_ds[LEAD_DIM].values
+    if map_leads is None:
+        map_leads = np.unique(leads[[0, -1]])
+    else:
+        map_leads = _parse_leads([map_leads] if isinstance(map_leads, str) else list(map_leads), leads)
+    _check_writable(out)
+
+    if climatology is None:
+        clim, clim_attrs = _climatology_from_truth(truth_ds, levels, variables, climatology_period)
+    else:
+        clim, clim_attrs = _open_climatology(climatology, forecast_ds, variables)
+    init_times = forecast_ds[INIT_DIM].values
+    expected = _missing_truth(init_times, leads, truth_ds[INIT_DIM].values, truth_name)
+
+    means, counts = _score(forecast_ds, truth_ds, clim, variables, levels, progress)
+    if not np.array_equal(counts, expected):
+        raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
+    metrics = _metrics_dataset(forecast_ds, truth_ds, variables, means, counts, levels)
+    csv_path = out.with_suffix(".csv")
+    plot_dir = out.with_name(f"{out.stem}_plots")
+    metrics.attrs = {
+        "title": "forecast skill scores (s2forecast evaluate)",
+        "Conventions": "CF-1.8",
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "forecast": _describe_source(forecast),
+        "truth": truth_name,
+        **{key: value if isinstance(value, int | float) else str(value) for key, value in clim_attrs.items()},
+        "init_time_first": str(pd.Timestamp(init_times.min())),
+        "init_time_last": str(pd.Timestamp(init_times.max())),
+        "n_init_times_forecast": int(init_times.size),
+        "rmse_definition": "sqrt(mean over init times of the latitude-weighted MSE) (WeatherBench2)",
+        "acc_definition": "uncentered anomaly correlation per init time w.r.t. the climatology at the valid time, "
+        "averaged over init times (WeatherBench2); undefined (NaN) for the climatology model",
+        "bias_definition": "mean over init times of the latitude-weighted mean of forecast - truth",
+        "latitude_weights": "cell area: sin(upper bound) - sin(lower bound), normalized to mean 1 (WeatherBench2)",
+        "persistence": "f_t(tau) = truth at the init time t",
+        "missing_truth": "leads whose valid time is missing from the truth average over fewer init times "
+        "(n_init_times); metrics are NaN where n_init_times is 0",
+        "csv": str(csv_path.resolve()),
+    }
+    if plots:
+        metrics.attrs["plots_dir"] = str(plot_dir.resolve())
+    from s2forecast import __version__
+
+    metrics.attrs["s2forecast_version"] = __version__
+    _atomic_write(out, lambda tmp: metrics.to_netcdf(tmp, format="NETCDF4"))
+    _atomic_write(csv_path, lambda tmp: metrics_table(metrics).to_csv(tmp, index=False))
+    files = []
+    if plots:
+        files = _make_plots(metrics, forecast_ds, truth_ds, variables, map_leads, plot_dir)
+    metrics.attrs["plot_files"] = [str(path) for path in files]
+    return metrics
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``evaluate`` arguments to ``parser``."""
+    parser.add_argument(
+        "--forecast", required=True, type=Path, metavar="FORECAST.nc", help="forecast NetCDF or zarr (WB2 layout)"
+    )
+    parser.add_argument("--truth", required=True, type=Path, metavar="STORE.zarr", help="truth store")
+    parser.add_argument(
+        "--climatology",
+        type=Path,
+        metavar="CLIM.zarr",
+        help="WB2-layout climatology (dayofyear, hour, [level], latitude, longitude), e.g. a WeatherBench2 "
+        "climatology zarr (default: computed from the truth store)",
+    )
+    parser.add_argument(
+        "--climatology-start", metavar="DATE", help="first truth time of a computed climatology (default: the first)"
+    )
+    parser.add_argument(
+        "--climatology-end", metavar="DATE", help="last truth time of a computed climatology, inclusive"
+    )
+    parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
+    parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
+    parser.add_argument(
+        "--map-leads", nargs="+", type=float, metavar="HOURS", help="leads of the map panels (default: first and last)"
+    )
+    parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run ``evaluate`` with parsed ``args`` (see :func:`add_arguments`); print the table and the files."""
+    period = None
+    if args.climatology_start is not None or args.climatology_end is not None:
+        if args.climatology is not None:
+            raise ValueError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
+        period = (args.climatology_start, args.climatology_end)
+    try:
+        metrics = evaluate(
+            args.forecast,
+            args.truth,
+            args.out,
+            climatology=args.climatology,
+            variables=args.variables,
+            map_leads=args.map_leads,
+            plots=args.plots,
+            progress=args.progress,
+            climatology_period=period,
+        )
+    except (PermissionError, NotADirectoryError, IsADirectoryError, TypeError) as error:
+        raise ValueError(str(error)) from error
+    print(format_table(metrics))
+    print(f"climatology: {metrics.attrs['climatology']} (method {metrics.attrs['climatology_method']})")
+    print(f"wrote {Path(args.out).resolve()}")
+    print(f"wrote {metrics.attrs['csv']}")
+    if metrics.attrs["plot_files"]:
+        print(f"wrote {len(metrics.attrs['plot_files'])} plots in {metrics.attrs['plots_dir']}")
+    sys.stdout.flush()

@@ -1,0 +1,335 @@
+import argparse
+import math
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from s2forecast.evaluation import MissingTruthWarning, acc, bias, compute_climatology, rmse, truth_at_valid_times
+from s2forecast.evaluation import evaluate as evaluate_module
+from s2forecast.evaluation.evaluate import add_arguments, evaluate, format_table, run
+
+LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles, north -> south as written by the store writers
+LON = np.arange(12) * 30.0
+LEVELS = [500, 850]
+TIMES = pd.date_range("2020-01-01", periods=12, freq="6h")  # 3 days, 6-hourly
+LEADS = pd.to_timedelta([6, 12, 24], unit="h")
+INITS = TIMES[:4]
+
+
+def wb2_weights(lat):
+    """WB2 cell-area weights, written out independently of the metrics module."""
+    ascending = np.sort(np.deg2rad(lat))
+    bounds = np.concatenate([[-np.pi / 2], (ascending[1:] + ascending[:-1]) / 2, [np.pi / 2]])
+    cell = np.sin(bounds[1:]) - np.sin(bounds[:-1])
+    weights = cell / cell.mean()
+    return weights[np.argsort(np.argsort(lat))]  # back to the order of ``lat``
+
+
+def make_truth():
+    rng = np.random.default_rng(0)
+    nt = TIMES.size
+    base = 50000.0 + 3000.0 * np.cos(np.deg2rad(LAT))[None, None, :, None]
+    z = base + 300.0 * rng.normal(size=(nt, len(LEVELS), LAT.size, LON.size))
+    t2m = 280.0 + 5.0 * rng.normal(size=(nt, LAT.size, LON.size))
+    return xr.Dataset(
+        {
+            "geopotential": (("time", "level", "latitude", "longitude"), z, {"units": "m**2 s**-2"}),
+            "2m_temperature": (("time", "latitude", "longitude"), t2m, {"units": "K"}),
+            "written": (("time",), np.ones(nt, dtype=bool)),
+        },
+        coords={"time": TIMES, "level": LEVELS, "latitude": LAT, "longitude": LON},
+        attrs={"grid_kind": "equiangular", "s2forecast_complete": "true"},
+    )
+
+
+@pytest.fixture(scope="module")
+def truth_ds():
+    return make_truth()
+
+
+@pytest.fixture(scope="module")
+def truth_path(tmp_path_factory, truth_ds):
+    path = tmp_path_factory.mktemp("truth") / "truth.zarr"
+    truth_ds.to_zarr(path, zarr_format=3, consolidated=True)
+    return path
+
+
+def perfect_forecast(truth_ds, inits=INITS, leads=LEADS):
+    """The truth at the valid times, in forecast layout (time, prediction_timedelta, [level], lat, lon)."""
+    coords = {"time": inits, "prediction_timedelta": leads, "level": LEVELS, "latitude": LAT, "longitude": LON}
+    dims = {"geopotential": tuple(coords), "2m_temperature": ("time", "prediction_timedelta", "latitude", "longitude")}
+    template = xr.Dataset({name: (d, np.zeros([len(coords[k]) for k in d])) for name, d in dims.items()}, coords=coords)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingTruthWarning)
+        forecast = truth_at_valid_times(truth_ds.drop_vars("written"), template)  # keeps a valid_time coordinate
+    for name in forecast.data_vars:
+        forecast[name].attrs = dict(truth_ds[name].attrs)
+    return forecast
+
+
+def write_nc(forecast, path):
+    forecast.to_netcdf(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def perfect_path(tmp_path_factory, truth_ds):
+    return write_nc(perfect_forecast(truth_ds), tmp_path_factory.mktemp("forecast") / "perfect.nc")
+
+
+def score(metrics, variable, metric, model, level=None):
+    data = metrics[variable].sel(metric=metric, model=model)
+    return (data.sel(level=level) if level is not None else data).values
+
+
+# --- scores --------------------------------------------------------------------------------------
+
+
+def test_perfect_forecast_and_baselines_stream_exactly(tmp_path, truth_path, perfect_path, truth_ds, monkeypatch):
+    monkeypatch.setattr(evaluate_module, "BLOCK_BYTES", 1)  # one init time per block: exercises the combination
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MissingTruthWarning)  # every valid time is in the truth
+        metrics = evaluate(perfect_path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
+    for variable in ("geopotential", "2m_temperature"):
+        np.testing.assert_allclose(score(metrics, variable, "rmse", "forecast"), 0.0, atol=1e-9)
+        np.testing.assert_allclose(score(metrics, variable, "bias", "forecast"), 0.0, atol=1e-9)
+        np.testing.assert_allclose(score(metrics, variable, "acc", "forecast"), 1.0, rtol=1e-12)
+        assert np.all(np.isnan(score(metrics, variable, "acc", "climatology")))  # f' = 0: undefined
+    np.testing.assert_array_equal(metrics["n_init_times"].values, [INITS.size] * LEADS.size)
+
+    # the streamed scores equal the metrics module applied to everything at once
+    truth = truth_ds.drop_vars("written")
+    persistence = truth.sel(time=INITS).expand_dims(prediction_timedelta=LEADS).transpose("time", ...)
+    clim = compute_climatology(truth)
+    for name, expected in (("rmse", rmse(persistence, truth)), ("bias", bias(persistence, truth))):
+        for variable in ("geopotential", "2m_temperature"):
+            got = score(metrics, variable, name, "persistence")
+            np.testing.assert_allclose(
+                got, expected[variable].transpose("prediction_timedelta", ...).values, rtol=1e-12
+            )
+    expected_acc = acc(persistence, truth, clim)
+    np.testing.assert_allclose(
+        score(metrics, "geopotential", "acc", "persistence"),
+        expected_acc["geopotential"].transpose("prediction_timedelta", ...).values,
+        rtol=1e-12,
+    )
+    assert metrics.attrs["climatology_method"] == "hour"  # 3 days of 6-hourly data: per-hour means
+    assert "truth" in metrics.attrs["climatology"]
+
+
+def test_persistence_rmse_matches_numpy_with_wb2_weights(tmp_path, truth_path, perfect_path, truth_ds):
+    metrics = evaluate(perfect_path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
+    k, steps = 2, 4  # lead 24 h = 4 steps of 6 h
+    o = truth_ds["geopotential"].sel(level=500).values  # (time, lat, lon)
+    w = wb2_weights(LAT)[None, :, None]
+    mse_per_init = [np.sum(w * (o[i] - o[i + steps]) ** 2) / (np.sum(w) * LON.size) for i in range(INITS.size)]
+    expected = math.sqrt(np.mean(mse_per_init))
+    got = score(metrics, "geopotential", "rmse", "persistence", level=500)[k]
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert w[0, 0, 0] == pytest.approx((1 - math.cos(math.radians(15))) / (2 / 7))  # pole rows: half cells
+
+
+@pytest.mark.parametrize("offset", [2.5, -40.0])
+def test_constant_offset_and_latitude_order(tmp_path, truth_path, truth_ds, offset):
+    shifted = perfect_forecast(truth_ds) + offset
+    north_first = tmp_path / "north.zarr"
+    shifted.to_zarr(north_first, zarr_format=3, consolidated=True)
+    south_first = write_nc(shifted.isel(latitude=slice(None, None, -1)), tmp_path / "south.nc")
+    a = evaluate(north_first, truth_path, tmp_path / "a.nc", plots=False, progress=False)
+    b = evaluate(south_first, truth_path, tmp_path / "b.nc", plots=False, progress=False)
+    for variable in ("geopotential", "2m_temperature"):
+        np.testing.assert_allclose(score(a, variable, "rmse", "forecast"), abs(offset), rtol=1e-9)
+        np.testing.assert_allclose(score(a, variable, "bias", "forecast"), offset, rtol=1e-9)
+        xr.testing.assert_allclose(a[variable], b[variable], rtol=1e-12)
+
+
+def test_missing_valid_times_are_reported(tmp_path, truth_path, truth_ds):
+    leads = pd.to_timedelta([6, 60, 72], unit="h")  # from the 4 inits of day 1: 60 h partly, 72 h never in truth
+    forecast = perfect_forecast(truth_ds, leads=leads)
+    path = write_nc(forecast.fillna(0.0), tmp_path / "forecast.nc")
+    with pytest.warns(MissingTruthWarning, match=r"\[72\] h have no truth"):
+        metrics = evaluate(path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
+    np.testing.assert_array_equal(metrics["n_init_times"].values, [4, 2, 0])
+    for model in ("forecast", "persistence", "climatology"):
+        assert np.all(np.isnan(score(metrics, "geopotential", "rmse", model)[2]))
+        assert np.all(np.isfinite(score(metrics, "geopotential", "rmse", model)[:2]))
+    np.testing.assert_allclose(score(metrics, "2m_temperature", "rmse", "forecast")[:2], 0.0, atol=1e-9)
+    assert "n/a" in format_table(metrics)
+
+
+def test_swe_store_with_trajectories(tmp_path):
+    """SWE stores: hourly, no headline fields, a ``trajectory`` coordinate and ``written`` variable (ignored)."""
+    rng = np.random.default_rng(3)
+    times = pd.date_range("2000-01-01", periods=13, freq="h").append(pd.date_range("2000-01-02", periods=13, freq="h"))
+    shape = (times.size, LAT.size, LON.size)
+    truth = xr.Dataset(
+        {name: (("time", "latitude", "longitude"), rng.normal(size=shape)) for name in ("vorticity", "divergence")},
+        coords={"time": times, "trajectory": ("time", np.repeat([0, 1], 13)), "latitude": LAT, "longitude": LON},
+        attrs={"grid_kind": "equiangular", "s2forecast_complete": "true"},
+    )
+    truth["written"] = ("time", np.ones(times.size, dtype=bool))
+    store = tmp_path / "swe.zarr"
+    truth.to_zarr(store, zarr_format=3, consolidated=True)
+    inits = times[[0, 13]]
+    forecast = (
+        truth[["vorticity"]]
+        .sel(time=inits)
+        .drop_vars("trajectory")
+        .expand_dims(prediction_timedelta=pd.to_timedelta([1, 2], unit="h"))
+    )
+    forecast = forecast.transpose("time", ...)
+    metrics = evaluate(forecast, store, tmp_path / "m.nc", map_leads=["2h"], progress=False)
+    assert list(metrics.data_vars) == ["vorticity", "n_init_times"]
+    assert metrics.attrs["climatology_method"] in ("hour", "mean")
+    np.testing.assert_allclose(
+        score(metrics, "vorticity", "rmse", "forecast"), score(metrics, "vorticity", "rmse", "persistence")
+    )
+    assert format_table(metrics).splitlines()[1].startswith("vorticity")
+    assert len(metrics.attrs["plot_files"]) == 2
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
+    out = tmp_path / "run" / "metrics.nc"
+    metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)
+    assert sorted(p.name for p in tmp_path.joinpath("run").iterdir()) == ["metrics.csv", "metrics.nc", "metrics_plots"]
+
+    written = xr.open_dataset(out)
+    assert written["geopotential"].dims == ("metric", "model", "prediction_timedelta", "level")
+    assert written["2m_temperature"].dims == ("metric", "model", "prediction_timedelta")
+    assert written["metric"].values.tolist() == ["rmse", "acc", "bias"]
+    assert written["model"].values.tolist() == ["forecast", "persistence", "climatology"]
+    np.testing.assert_array_equal(written["prediction_timedelta"].values, LEADS.values)
+    assert written["level"].values.tolist() == LEVELS
+    assert written["lead_hours"].values.tolist() == [6.0, 12.0, 24.0]
+    assert written["n_init_times"].dims == ("prediction_timedelta",)
+    assert written.attrs["Conventions"] == "CF-1.8"
+    assert written.attrs["forecast"] == str(perfect_path.resolve())
+    assert written.attrs["truth"] == str(truth_path.resolve())
+    assert written.attrs["climatology_method"] == "hour"
+    assert "climatology_start" in written.attrs and "created" in written.attrs
+    xr.testing.assert_allclose(written["geopotential"], metrics["geopotential"])
+    written.close()
+    assert not [p for p in out.parent.iterdir() if p.name.endswith(".tmp")]
+
+    csv = pd.read_csv(out.with_suffix(".csv"))
+    assert csv.columns.tolist() == ["variable", "level", "lead_hours", "model", "metric", "value"]
+    assert len(csv) == (len(LEVELS) + 1) * LEADS.size * 3 * 3
+    row = csv[(csv.variable == "geopotential") & (csv.level == 500) & (csv.lead_hours == 24)]
+    row = row[(row.model == "persistence") & (row.metric == "rmse")]
+    assert row.value.item() == pytest.approx(score(metrics, "geopotential", "rmse", "persistence", 500)[2])
+    assert csv[csv.variable == "2m_temperature"].level.isna().all()
+
+    table = format_table(metrics)
+    lines = table.splitlines()
+    first_z500 = next(i for i, line in enumerate(lines) if line.startswith("Z500"))
+    first_t2m = next(i for i, line in enumerate(lines) if line.startswith("T2M"))
+    first_other = next(i for i, line in enumerate(lines) if line.startswith("geopotential 850"))
+    assert first_z500 < first_t2m < first_other
+    assert "24h" in lines[0] and "RMSE persistence" in table and "ACC" in table
+
+    files = [os.fspath(p) for p in metrics.attrs["plot_files"]]
+    plot_dir = out.parent / "metrics_plots"
+    assert len(files) == 6  # (Z500, Z850, T2M) x (scores, maps)
+    for name in ("geopotential_500hPa_scores.png", "geopotential_850hPa_maps.png", "2m_temperature_maps.png"):
+        path = plot_dir / name
+        assert os.fspath(path) in files
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
+
+
+def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, truth_ds):
+    forecast = perfect_forecast(truth_ds)
+    hours = forecast.assign_coords(prediction_timedelta=[6.0, 12.0, 24.0])
+    hours["prediction_timedelta"].attrs["units"] = "hours"
+    opened = evaluate_module.open_forecast(hours)
+    np.testing.assert_array_equal(opened["prediction_timedelta"].values, LEADS.values)
+    assert "valid_time" not in opened.variables
+    unitless = forecast.assign_coords(prediction_timedelta=[6.0, 12.0, 24.0])
+    with pytest.raises(ValueError, match="prediction_timedelta' must be timedelta64"):
+        evaluate_module.open_forecast(unitless)
+    with pytest.raises(ValueError, match=r"map lead\(s\) 18 h are not forecast leads; available: 6, 12, 24 h"):
+        evaluate(forecast, truth_path, tmp_path / "m.nc", map_leads=[18], progress=False)
+    with pytest.raises(ValueError, match="no .prediction_timedelta. dim.*lead_time -> prediction_timedelta"):
+        evaluate_module.open_forecast(forecast.rename(prediction_timedelta="lead_time"))
+
+
+def test_wb2_climatology_zarr_is_accepted(tmp_path, truth_path, perfect_path, truth_ds):
+    clim = compute_climatology(truth_ds.drop_vars("written"))
+    clim.attrs = {}
+    path = tmp_path / "clim.zarr"
+    clim.isel(latitude=slice(None, None, -1)).to_zarr(path, zarr_format=3, consolidated=True)  # WB2: south first
+    given = evaluate(perfect_path, truth_path, tmp_path / "a.nc", climatology=path, plots=False, progress=False)
+    computed = evaluate(perfect_path, truth_path, tmp_path / "b.nc", plots=False, progress=False)
+    xr.testing.assert_allclose(given["geopotential"], computed["geopotential"], rtol=1e-12)
+    assert given.attrs["climatology"] == str(path.resolve())
+
+
+def test_cli_prints_table_and_files(tmp_path, truth_path, perfect_path, capsys):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "m.nc"
+    args = parser.parse_args(
+        ["--forecast", str(perfect_path), "--truth", str(truth_path), "--out", str(out), "--no-plots", "--no-progress"]
+    )
+    run(args)
+    printed = capsys.readouterr().out
+    assert printed.lstrip().split()[0] == "6h" and "Z500" in printed
+    assert str(out.resolve()) in printed and "m.csv" in printed
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def test_missing_variable(tmp_path, truth_path, truth_ds):
+    forecast = perfect_forecast(truth_ds).rename({"2m_temperature": "vorticity"})
+    path = write_nc(forecast, tmp_path / "f.nc")
+    with pytest.raises(ValueError, match=r"\['vorticity'\] are not in the truth store"):
+        evaluate(path, truth_path, tmp_path / "m.nc", plots=False, progress=False)
+    with pytest.raises(ValueError, match="not forecast variables"):
+        evaluate(path, truth_path, tmp_path / "m.nc", variables=["temperature"], plots=False, progress=False)
+    assert not (tmp_path / "m.nc").exists()
+
+
+def test_different_grid(tmp_path, truth_path, truth_ds):
+    forecast = perfect_forecast(truth_ds).isel(latitude=slice(1, -1))  # no poles: a different grid
+    path = write_nc(forecast, tmp_path / "f.nc")
+    with pytest.raises(ValueError, match="different grids: forecast 5 latitudes"):
+        evaluate(path, truth_path, tmp_path / "m.nc", plots=False, progress=False)
+    shifted = perfect_forecast(truth_ds).assign_coords(longitude=LON - 180.0)
+    with pytest.raises(ValueError, match="lon % 360"):
+        evaluate(write_nc(shifted, tmp_path / "g.nc"), truth_path, tmp_path / "m.nc", plots=False, progress=False)
+    assert not (tmp_path / "m.nc").exists()
+
+
+def test_missing_paths(tmp_path, truth_path, perfect_path):
+    missing = tmp_path / "nope.nc"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        evaluate(missing, truth_path, tmp_path / "m.nc", progress=False)
+    with pytest.raises(FileNotFoundError, match="nope.zarr"):
+        evaluate(perfect_path, tmp_path / "nope.zarr", tmp_path / "m.nc", progress=False)
+    with pytest.raises(FileNotFoundError, match="clim.zarr"):
+        evaluate(perfect_path, truth_path, tmp_path / "m.nc", climatology=tmp_path / "clim.zarr", progress=False)
+
+
+def test_unwritable_output(tmp_path, truth_path, perfect_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    calls = []
+    monkeypatch.setattr(evaluate_module, "_score", lambda *args: calls.append(args))
+    with pytest.raises(PermissionError, match="not writable"):
+        evaluate(perfect_path, truth_path, blocker / "m.nc", progress=False)
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        with pytest.raises(PermissionError, match="not writable"):
+            evaluate(perfect_path, truth_path, locked / "m.nc", progress=False)
+        assert list(locked.iterdir()) == []
+    assert calls == []  # refused before any scoring
+    with pytest.raises(ValueError, match=r"ending in \.nc"):
+        evaluate(perfect_path, truth_path, tmp_path / "m.csv", progress=False)
