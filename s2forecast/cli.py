@@ -66,7 +66,7 @@ def forecast_rollout(args: argparse.Namespace) -> None:
     )
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, "zarr" if args.format == "zarr" else "netcdf",
-        args.batch_size, args.device, args.bf16, args.nan, progress=not args.no_progress,
+        args.batch_size, args.device, args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid,
     )  # fmt: skip
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
 
@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     roll.add_argument("--device", default="cuda" if _cuda() else "cpu")
     roll.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     roll.add_argument("--nan", choices=["fail", "write"], default="fail", help="on a non-finite forecast value")
+    roll.add_argument(
+        "--other-grid", action="store_true", help="run on a store at another resolution than training (S2 models)"
+    )
     roll.add_argument("--no-progress", action="store_true")
     roll.set_defaults(handler=forecast_rollout)
 

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -71,8 +71,12 @@ def forcing_names(channels) -> tuple[str, ...]:
     return tuple(names)
 
 
-def open_inputs(model: ForecastModule, store: str | Path) -> FieldDataset:
-    """The store as the model's input reader; refuses stores that disagree with the checkpoint."""
+def open_inputs(model: ForecastModule, store: str | Path, other_grid: bool = False) -> FieldDataset:
+    """The store as the model's input reader; refuses stores that disagree with the checkpoint.
+
+    ``other_grid``: accept a store on another grid (the neural-operator property: the caller
+    applies the weights there with ``net.on_grid``); its fields are then normalized with the
+    checkpoint's statistics, not the store's."""
     info = model.hparams.data
     layout = ChannelLayout.from_channels(info["channels"])
     spec = SampleSpec(
@@ -86,7 +90,15 @@ def open_inputs(model: ForecastModule, store: str | Path) -> FieldDataset:
     if list(dataset.channels) != list(info["channels"]):
         raise ValueError(f"store channels {list(dataset.channels)} differ from the checkpoint's {info['channels']}")
     if dataset.grid != model.grid:
-        raise ValueError(f"store grid {dataset.grid} differs from the checkpoint's {model.grid}")
+        if not other_grid:
+            raise ValueError(
+                f"store grid {dataset.grid} differs from the checkpoint's {model.grid}; pass --other-grid to run "
+                "the model on the store's grid (spherical models without grid-bound position embeddings)"
+            )
+        dataset.stats = replace(
+            dataset.stats, mean=np.asarray(info["mean"], np.float32), std=np.asarray(info["std"], np.float32)
+        )
+        return dataset
     for name, ours, theirs in (("mean", dataset.stats.mean, info["mean"]), ("std", dataset.stats.std, info["std"])):
         if not np.allclose(ours, theirs, rtol=1e-5, atol=0):
             worst = int(np.argmax(np.abs(np.asarray(ours) - np.asarray(theirs)) / np.abs(np.asarray(theirs))))
@@ -280,6 +292,7 @@ def rollout(
     bf16: bool = False,
     nan_policy: str = "fail",
     progress: bool = True,
+    other_grid: bool = False,
 ) -> Path:
     """Forecast ``steps`` steps from each of ``init_times`` and write them to ``out``.
 
@@ -288,6 +301,8 @@ def rollout(
             initialization time lacks inputs, a non-finite forecast appears (``nan_policy``
             "fail"; "write" writes it and lists it in the ``nonfinite_forecasts`` attribute),
             or the output directory is missing or not writable.
+        other_grid: run on a store whose grid differs from the training grid
+            (``SphericalTransformer.on_grid``; refused for grid-bound models).
     """
     from tqdm import tqdm
 
@@ -300,7 +315,11 @@ def rollout(
     if len(init_times) == 0:
         raise ValueError("no initialization times selected")
     model = load_forecaster(checkpoint, device)
-    dataset = open_inputs(model, store)
+    dataset = open_inputs(model, store, other_grid)
+    if dataset.grid != model.grid:
+        if not hasattr(model.net, "on_grid"):
+            raise ValueError(f"the {model.hparams.architecture} model is bound to its training grid {model.grid}")
+        model.net = model.net.on_grid(dataset.grid)
     info = model.hparams.data
     layout = ChannelLayout.from_channels(info["channels"])
     leads = (np.arange(1, steps + 1) * dataset.step).astype("timedelta64[ns]")
