@@ -12,6 +12,9 @@ and differs only in the attention op:
   sdpa-dense        global: plain SDPA without quadrature weights (the speed floor);
                     neighborhood: dense SDPA with the full N x N float mask (small N only)
 
+Ops: global, neighborhood, and ball (s2forecast.nn.S2BallSparseAttention with the BSA paper's
+defaults; s2forecast only: no peer has it on the sphere).
+
 fwd_ms / fwd_bwd_ms / peak_mem_mb time the layer. Except for torch-harmonics, whose op is not
 separable from its layer, attn_fwd_ms / attn_fwd_bwd_ms time the attention op alone on
 (batch, heads, N, channels/heads) inputs, and on CUDA floor_ms is the memory floor of that op:
@@ -24,6 +27,7 @@ Examples:
     python scripts/bench_attention.py                       # the default set
     python scripts/bench_attention.py --nlat 128 --nlon 256 --batch 4 --op neighborhood
     python scripts/bench_attention.py --config a --dtype bfloat16   # issue 3's set-ups a, b, c
+    python scripts/bench_attention.py --op ball --impl s2forecast --nlat 180 --nlon 360  # ball sparse
 """
 
 import argparse
@@ -57,7 +61,7 @@ def build_layer(case):
     from torch_harmonics import AttentionS2, NeighborhoodAttentionS2
 
     from s2forecast.geometry import Grid
-    from s2forecast.nn import S2Attention, S2NeighborhoodAttention
+    from s2forecast.nn import S2Attention, S2BallSparseAttention, S2NeighborhoodAttention
     from s2forecast.nn.position_embedding import build_position_embedding
 
     grid = Grid(case["nlat"], case["nlon"], case["grid"])
@@ -68,6 +72,8 @@ def build_layer(case):
     )  # fmt: skip
     if case["op"] == "global":
         ours = S2Attention(channels, heads, grid, position_embedding=pe)
+    elif case["op"] == "ball":
+        ours = S2BallSparseAttention(channels, heads, grid, position_embedding=pe)
     else:
         backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
         ours = S2NeighborhoodAttention(
@@ -122,6 +128,10 @@ def attention_op(case, device):
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
     if case["op"] == "global":
         return lambda q, k, v: global_attention(q, k, v, grid)
+    if case["op"] == "ball":
+        from s2forecast.ops import ball_sparse_attention
+
+        return lambda q, k, v: ball_sparse_attention(q, k, v, grid)  # the paper's defaults
     backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
     return lambda q, k, v: neighborhood_attention(q, k, v, grid, case["theta"], backend=backend)
 
@@ -335,6 +345,8 @@ def cases_for(args):
             for impl in [args.impl] if args.impl else IMPLS:
                 if op == "global" and impl in NEIGHBORHOOD_ONLY:
                     continue
+                if op == "ball" and impl != "s2forecast":
+                    continue  # ours only: no peer has ball sparse attention on the sphere
                 if not args.impl and on_cpu and impl in NEIGHBORHOOD_ONLY:
                     continue  # GPU implementations; force with --impl (fused: TRITON_INTERPRET=1)
                 if args.config and not args.op and (op == "global") != (impl == "sdpa-dense"):
@@ -379,7 +391,7 @@ def main():
     parser.add_argument("--theta", type=float, help="radius in radians; default (7/sqrt(pi)) * pi/(nlat-1)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--op", choices=["global", "neighborhood"])
+    parser.add_argument("--op", choices=["global", "neighborhood", "ball"])
     parser.add_argument("--impl", choices=IMPLS)
     parser.add_argument("--config", nargs="+", choices=sorted(CONFIGS), help="issue 3's set-ups (a, b, c)")
     parser.add_argument(

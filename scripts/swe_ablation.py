@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """The attention paper's SWE ablation (its Table 3) at a chosen budget: S2 neighborhood, S2
-global, planar window and planar global Transformers trained on the same shallow-water store
-for the same number of optimizer steps, then scored on the validation trajectories.
+global, planar window and planar global Transformers (and, with --models, ball sparse
+attention alone or alternating with neighborhood layers) trained on the same shallow-water
+store for the same number of optimizer steps, then scored on the validation trajectories.
 
 Prints one JSON line per model and a Markdown table: parameters, training loss (mean of the
 last epoch), validation loss (the training objective: quadrature-weighted MSE in normalized
@@ -26,6 +27,11 @@ from s2forecast.training import ForecastModule, data_info
 MODELS = {
     "s2-neighborhood": ("spherical", {"attention": "neighborhood", "scale_factor": 2}),
     "s2-global": ("spherical", {"attention": "global", "scale_factor": 2}),
+    "s2-ball": ("spherical", {"attention": "ball", "scale_factor": 2}),
+    "s2-neighborhood-ball": (
+        "spherical",
+        {"attention": ["neighborhood", "ball", "neighborhood", "ball"], "scale_factor": 2},
+    ),
     "planar-window": ("planar", {"attention": "window", "window": 3, "patch_size": 2}),
     "planar-global": ("planar", {"attention": "global", "patch_size": 2}),
 }
@@ -72,7 +78,12 @@ def main():
     parser.add_argument("--embed-dim", type=int, default=128)
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=list(MODELS),
+        default=["s2-neighborhood", "s2-global", "planar-window", "planar-global"],
+    )
     parser.add_argument("--accelerator", default="auto")
     parser.add_argument("--precision", default="32-true")
     args = parser.parse_args()

@@ -223,3 +223,15 @@ def test_ddp_two_cpu_processes_end_with_the_same_weights(swe_store, tmp_path):
     probes = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert [p["rank"] for p in probes] == [0, 1] and probes[0]["world_size"] == 2
     assert probes[0]["checksum"] == probes[1]["checksum"] and probes[0]["step"] == probes[1]["step"] > 0
+
+
+def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path):
+    """The BSA config's layer pattern trains end to end (tiny balls for the tiny latent grid)."""
+    config = REPO / "configs" / "swe" / "s2_neighborhood_ball.yaml"
+    args = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
+    args[args.index(str(CONFIG))] = str(config)
+    options = '{"ball_size": 16, "block_size": 4, "top_k": 1, "group_size": 4}'
+    cli(["fit", *args, "--model.network.ball_options", options, "--model.network.num_heads", "2",
+         "--model.network.attention", "[neighborhood, ball]"])  # fmt: skip
+    checkpoint = torch.load(last_checkpoint(tmp_path), weights_only=True)
+    assert any("gate_proj" in key for key in checkpoint["state_dict"])

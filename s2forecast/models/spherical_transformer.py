@@ -5,7 +5,8 @@
          DiscreteContinuousConvS2), optional absolute position embedding
       -> num_layers pre-norm blocks: x + attention(norm(x)), x + MLP(norm(x)); the attention
          of each block is global (S2Attention) or neighborhood (S2NeighborhoodAttention), with
-         an optional relative position embedding (SpRePE, RoPE, ...) per layer
+         an optional relative position embedding (SpRePE, RoPE, ...) per layer; or ball
+         sparse attention (S2BallSparseAttention: a global receptive field at sub-quadratic cost)
       -> decoder: spherical bilinear resampling back to the data grid (torch-harmonics
          ResampleS2) + DISCO convolution
       -> (batch, out_channels, nlat, nlon)
@@ -26,10 +27,10 @@ from torch import nn
 from torch_harmonics import DiscreteContinuousConvS2, ResampleS2
 
 from s2forecast.geometry import Grid
-from s2forecast.nn import S2Attention, S2NeighborhoodAttention, build_position_embedding
+from s2forecast.nn import S2Attention, S2BallSparseAttention, S2NeighborhoodAttention, build_position_embedding
 from s2forecast.ops import default_radius
 
-ATTENTION_KINDS = ("neighborhood", "global")
+ATTENTION_KINDS = ("neighborhood", "global", "ball")
 NORMS = ("instance", "layer", "none")
 GRID_BOUND_EMBEDDINGS = ("ape", "rpe", "rope")
 
@@ -115,7 +116,7 @@ class SphericalTransformer(nn.Module):
         scale_factor: latent grid has nlat // scale_factor rows and nlon // scale_factor
             columns (1: no downsampling).
         latent_kind: grid kind of the latent grid.
-        attention: "neighborhood", "global" or a per-layer list of them.
+        attention: "neighborhood", "global", "ball" or a per-layer list of them.
         global_every: with a single kind, make every k-th layer global.
         theta: neighborhood radius (radians); default (7/sqrt(pi)) * latent lat spacing.
         mlp_ratio, activation, norm: block MLP width ratio, "gelu" | "relu" | "silu",
@@ -126,6 +127,8 @@ class SphericalTransformer(nn.Module):
         encoder_kernel_shape, basis_type: DISCO filter basis of encoder and decoder.
         use_qknorm: RMS-normalize queries and keys.
         backend: neighborhood attention backend ("auto", "fused", "reference").
+        ball_options: keyword arguments of ``S2BallSparseAttention`` for "ball" layers
+            (ball_size, block_size, top_k, group_size, branches, select_block).
     """
 
     def __init__(
@@ -150,6 +153,7 @@ class SphericalTransformer(nn.Module):
         basis_type: str = "harmonic",
         use_qknorm: bool = False,
         backend: str = "auto",
+        ball_options: dict | None = None,
     ):
         super().__init__()
         if scale_factor < 1:
@@ -179,7 +183,12 @@ class SphericalTransformer(nn.Module):
             relative = None
             if self.position_embedding is None:
                 relative = build_position_embedding(position_embedding, **common, seed=i, **options)
-            if kind == "global":
+            if kind == "ball":
+                layer = S2BallSparseAttention(
+                    embed_dim, num_heads, self.latent, use_qknorm=use_qknorm, position_embedding=relative,
+                    **(ball_options or {}),
+                )  # fmt: skip
+            elif kind == "global":
                 layer = S2Attention(
                     embed_dim, num_heads, self.latent, use_qknorm=use_qknorm, position_embedding=relative
                 )

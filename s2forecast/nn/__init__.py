@@ -1,6 +1,7 @@
 """Neural-network layers on the sphere."""
 
 from s2forecast.nn.attention import QKPositionEmbedding, S2Attention, S2NeighborhoodAttention
+from s2forecast.nn.ball_attention import S2BallSparseAttention
 from s2forecast.nn.position_embedding import POSITION_EMBEDDINGS, build_position_embedding
 from s2forecast.nn.sprepe import SpRePE
 
@@ -8,6 +9,7 @@ __all__ = [
     "POSITION_EMBEDDINGS",
     "QKPositionEmbedding",
     "S2Attention",
+    "S2BallSparseAttention",
     "S2NeighborhoodAttention",
     "SpRePE",
     "build_position_embedding",

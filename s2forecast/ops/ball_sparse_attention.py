@@ -1,0 +1,343 @@
+"""Ball sparse attention (BSA) on the sphere: pure-PyTorch reference.
+
+BSA ("Ball Sparse Attention for Large-scale Geometries", after NSA) mixes three sparse
+branches, each a quadrature-weighted softmax attention like eq. (26) of the attention paper
+(logits q.k * scale + log w_j), over a sequence ordered by a ball tree
+(``s2forecast.ops.ball_tree``), so that consecutive runs of tokens are compact patches:
+
+  ball         full attention among the ``ball_size`` tokens of each ball (block diagonal).
+  compression  every block of ``block_size`` consecutive tokens is pooled into one coarse
+               token: key and value are the w-weighted means of the block's keys and values,
+               its log-weight is log(sum of w in the block), so a coarse token stands for the
+               area of its block and the coarse softmax is again a quadrature. Every query
+               attends to every coarse token (global receptive field).
+  selection    every group of ``group_size`` consecutive queries (1: per query) picks the
+               ``top_k`` selection blocks (``select_block`` consecutive tokens, a multiple of
+               ``block_size``) with the highest coarse score, EXCLUDING the blocks of the
+               group's own ball (the ball branch covers them), and attends at full resolution,
+               with quadrature weights, to the tokens of those blocks.
+
+  output = g_ball * out_ball + g_cmp * out_cmp + g_sel * out_sel   (gates per query and head)
+
+Selection details:
+  - coarse logit of query t and compression block j: s_tj = scale * q_t.k_cmp_j + log W_j,
+    i.e. the compression branch's logits. A selection block J of r = select_block / block_size
+    compression blocks scores logsumexp_{j in J} s_tj: the log of its unnormalized coarse
+    attention mass, NSA's summed importance (r = 1: the coarse logit itself).
+  - groups: the scores of a group are those of its mean query (mean over the group's real,
+    non-padding queries; BSA's pooled q_p). Since s is linear in q this equals the group mean
+    of s_tj when r = 1.
+  - selection is per (batch, head, group); scores and the top-k carry no gradient (as in NSA);
+    gradients flow through the attention over the selected tokens.
+  - a selected block with a score of -inf (only possible when fewer than ``top_k`` blocks outside
+    the own ball have any real point, or padding) is masked out.
+
+Padding: with N not a multiple of ``ball_size`` the ordering has padding slots (see
+``ball_tree``). They get quadrature weight 0 (log-weight -inf): never attended to, never pooled
+(a block made only of padding gets W = 0 and is neither attended to nor selected), and their
+outputs are dropped when the result is put back into grid order. Every ball holds real points,
+so no softmax is empty.
+
+Gates: ``gates=None`` weighs every active branch by 1 (plain sum). ``S2BallSparseAttention``
+computes them as sigmoid(linear(x)) per token and head.
+
+Longitude rolls: the ball-tree ordering is not invariant under longitude rolls, so BSA is not
+exactly roll-equivariant (unlike global and neighborhood attention). The ball branch at a point
+is equivariant exactly when its ball, rolled, is again a ball; with ``ball_size >= N`` the ball
+branch alone is global attention and exactly equivariant.
+
+Costs per (batch, head), N points, head_dim d, ball size S, block size l, group size g,
+top_k K, selection block l':
+  ball         N * S * d            logits N * S (not materialized by SDPA's fused kernels)
+  compression  N * (N / l) * d      quadratic / l: fine for the reference, the reason a fused
+                                    kernel is needed at 0.25 degree
+  scoring      (N / g) * (N / l) * d; the (N / g) x (N / l) score matrix is materialized in
+               chunks under no_grad (``SCORE_CHUNK_ELEMENTS``)
+  selection    N * K * l' * d; gathered keys/values (B, H, N/g, K*l', d) are materialized
+No N x N tensor is built.
+"""
+
+import math
+import numbers
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from s2forecast.geometry import Grid
+from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
+from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
+from s2forecast.ops.validation import check_attention_inputs, check_grid
+
+BRANCHES = ("ball", "compression", "selection")
+# elements of one chunk of the (batch, heads, groups, coarse blocks) selection-score tensor
+SCORE_CHUNK_ELEMENTS = 2**24
+
+
+def ball_sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grid: Grid,
+    ball_size: int = 256,
+    block_size: int = 8,
+    select_block: int | None = None,
+    top_k: int = 4,
+    group_size: int = 8,
+    gates: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None] | None = None,
+    branches: tuple[str, ...] = BRANCHES,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Quadrature-weighted ball sparse attention; see the module docstring for the definition.
+
+    Args:
+        q: (batch, heads, nlat*nlon, head_dim) queries, flattened row-major over (lat, lon).
+        k: (batch, heads, nlat*nlon, head_dim) keys on the same grid.
+        v: (batch, heads, nlat*nlon, head_dim_v) values on the same grid.
+        grid: the grid of queries, keys and values.
+        ball_size: tokens per ball (the ball-tree ordering is cached per (grid, ball_size)).
+        block_size: tokens pooled into one coarse token; must divide ``ball_size``.
+        select_block: tokens per selection block, a multiple of ``block_size`` dividing
+            ``ball_size``; defaults to ``block_size``.
+        top_k: selection blocks per query group; at most the number of selection blocks
+            outside one ball.
+        group_size: consecutive (ball-ordered) queries sharing one selection; must divide
+            ``ball_size``. 1 selects per query.
+        gates: ``(g_ball, g_cmp, g_sel)``, each (batch, heads, nlat*nlon, 1) in grid order or
+            None (weight 1); None: every branch weighted 1. Gates of inactive branches are ignored.
+        branches: the active branches, a non-empty subset of ``("ball", "compression", "selection")``.
+        scale: logit scale; defaults to 1/sqrt(head_dim).
+
+    Returns:
+        (batch, heads, nlat*nlon, head_dim_v) in grid order, same dtype as ``q``.
+    """
+    check_grid(grid, "grid")
+    check_attention_inputs(q, k, v, grid, grid)
+    branches = check_branches(branches)
+    select_block = check_ball_sparse_sizes(
+        grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches
+    )
+    gates = _check_gates(gates, q)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+
+    ordering = ball_ordering(grid, ball_size)
+    index, log_w = _slot_tensors(ordering, q.device, bias_dtype(q.dtype))
+    qs, ks, vs = (t.index_select(2, index) for t in (q, k, v))  # (batch, heads, padded N, d)
+
+    outputs = {}
+    if "ball" in branches:
+        outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale)
+    if "compression" in branches or "selection" in branches:
+        k_cmp, v_cmp, log_w_cmp = compress_blocks(ks, vs, log_w, block_size)
+        if "compression" in branches:
+            mask = log_w_cmp.view(1, 1, 1, -1).to(q.dtype)
+            outputs["compression"] = F.scaled_dot_product_attention(qs, k_cmp, v_cmp, attn_mask=mask, scale=scale)
+        if "selection" in branches:
+            blocks, block_ok = select_blocks(
+                qs, k_cmp, log_w_cmp, ordering, block_size, select_block, top_k, group_size, scale
+            )
+            outputs["selection"] = _selection_branch(qs, ks, vs, log_w, blocks, block_ok, select_block, scale)
+
+    out = None
+    for name, gate in zip(BRANCHES, gates, strict=True):
+        if name not in outputs:
+            continue
+        term = outputs[name] if gate is None else outputs[name] * gate.index_select(2, index)
+        out = term if out is None else out + term
+    return out.index_select(2, ordering.inverse.to(q.device)).to(q.dtype)
+
+
+# --- configuration checks -------------------------------------------------------------------
+def check_branches(branches) -> tuple[str, ...]:
+    """The active branches as a tuple in canonical order; ValueError for unknown or no branches."""
+    if isinstance(branches, str):
+        branches = (branches,)
+    branches = tuple(branches)
+    unknown = [b for b in branches if b not in BRANCHES]
+    if unknown or not branches or len(set(branches)) != len(branches):
+        raise ValueError(f"branches must be a non-empty subset of {BRANCHES} without repeats, got {branches!r}")
+    return tuple(b for b in BRANCHES if b in branches)
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_ball_sparse_sizes(
+    grid: Grid, ball_size, block_size, select_block, top_k, group_size, selection: bool = True
+) -> int:
+    """Validate the BSA sizes for ``grid``; returns ``select_block`` (default ``block_size``).
+
+    Blocks and groups must tile balls exactly, so that no block or group straddles two balls
+    (the own-ball exclusion of the selection is per group).
+    """
+    ball_size = _positive_int("ball_size", ball_size)
+    block_size = _positive_int("block_size", block_size)
+    select_block = block_size if select_block is None else _positive_int("select_block", select_block)
+    top_k = _positive_int("top_k", top_k)
+    group_size = _positive_int("group_size", group_size)
+    if ball_size % block_size != 0:
+        raise ValueError(
+            f"ball_size={ball_size} must be a multiple of block_size={block_size} so that compression blocks "
+            "tile the balls; powers of two (e.g. ball_size=256, block_size=8) work best"
+        )
+    if select_block % block_size != 0 or ball_size % select_block != 0:
+        raise ValueError(
+            f"select_block={select_block} must be a multiple of block_size={block_size} and divide "
+            f"ball_size={ball_size}; the default select_block=None uses block_size"
+        )
+    if ball_size % group_size != 0:
+        raise ValueError(
+            f"group_size={group_size} must divide ball_size={ball_size} so that a selection group lies in one "
+            "ball; use a power of two such as block_size"
+        )
+    if selection:
+        num_balls = math.ceil(grid.npoints / ball_size)
+        outside = (num_balls - 1) * (ball_size // select_block)
+        if top_k > outside:
+            raise ValueError(
+                f"top_k={top_k} exceeds the {outside} selection blocks outside a query's ball (grid "
+                f"{grid.nlat}x{grid.nlon} = {grid.npoints} points in {num_balls} ball(s) of {ball_size}); "
+                "lower top_k or ball_size, or drop 'selection' from branches"
+            )
+    return select_block
+
+
+def _check_gates(gates, q: torch.Tensor):
+    if gates is None:
+        return (None, None, None)
+    if isinstance(gates, torch.Tensor) or len(gates) != len(BRANCHES):
+        raise ValueError("gates must be None or a tuple (g_ball, g_cmp, g_sel) of tensors (or None)")
+    expected = (*q.shape[:3], 1)
+    for name, gate in zip(BRANCHES, gates, strict=True):
+        if gate is not None and (not isinstance(gate, torch.Tensor) or tuple(gate.shape) != expected):
+            got = tuple(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
+            raise ValueError(f"the {name} gate must have shape (batch, heads, nlat*nlon, 1) = {expected}, got {got}")
+    return tuple(gates)
+
+
+# --- sequence layout ------------------------------------------------------------------------
+@lru_cache(maxsize=64)
+def _slot_tensors(ordering: BallOrdering, device: torch.device, dtype: torch.dtype):
+    """Gather index (padded N,) and log quadrature weight per slot (-inf at padding), on ``device``."""
+    index = ordering.gather_index.to(device)
+    log_w = log_quadrature_weights(ordering.grid, device, dtype).index_select(0, index)
+    log_w = log_w.masked_fill(ordering.is_padding.to(device), float("-inf"))
+    return index, log_w
+
+
+def slot_log_weights(grid: Grid, ball_size: int, device="cpu", dtype=torch.float32) -> torch.Tensor:
+    """(padded N,) log quadrature weight of every slot of the ball ordering, -inf at padding."""
+    return _slot_tensors(ball_ordering(grid, ball_size), torch.device(device), dtype)[1]
+
+
+# --- branches -------------------------------------------------------------------------------
+def _ball_branch(qs, ks, vs, log_w, ball_size: int, scale: float) -> torch.Tensor:
+    """Block-diagonal attention: (batch, heads, padded N, d) -> (batch, heads, padded N, d_v)."""
+    batch, heads, length, _ = qs.shape
+    balls = length // ball_size
+
+    def split(t):
+        return t.reshape(batch * heads, balls, ball_size, t.shape[-1])
+
+    mask = log_w.view(1, balls, 1, ball_size).to(qs.dtype)
+    out = F.scaled_dot_product_attention(split(qs), split(ks), split(vs), attn_mask=mask, scale=scale)
+    return out.reshape(batch, heads, length, -1)
+
+
+def compress_blocks(ks: torch.Tensor, vs: torch.Tensor, log_w: torch.Tensor, block_size: int):
+    """Quadrature-weighted mean pooling of consecutive blocks (ball order).
+
+    Args:
+        ks: (batch, heads, M, d) keys, vs: (batch, heads, M, d_v) values, M a multiple of block_size.
+        log_w: (M,) log quadrature weight per token (-inf at padding).
+
+    Returns:
+        k_cmp (batch, heads, M/block_size, d), v_cmp (..., d_v): w-weighted block means;
+        log_w_cmp (M/block_size,): log of the summed weights (-inf for a block of padding only).
+    """
+    weights = torch.exp(log_w).view(-1, block_size)
+    total = weights.sum(-1)
+    share = (weights / total[:, None].clamp_min(torch.finfo(total.dtype).tiny)).to(ks.dtype)  # 0 in a padding block
+
+    def pool(t):
+        return (t.unflatten(2, (-1, block_size)) * share[:, :, None]).sum(-2)
+
+    return pool(ks), pool(vs), torch.log(total)
+
+
+@torch.no_grad()
+def select_blocks(
+    qs: torch.Tensor,
+    k_cmp: torch.Tensor,
+    log_w_cmp: torch.Tensor,
+    ordering: BallOrdering,
+    block_size: int,
+    select_block: int,
+    top_k: int,
+    group_size: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k selection blocks of every query group, outside the group's own ball.
+
+    Args:
+        qs: (batch, heads, M, d) queries in ball order (M = padded N).
+        k_cmp: (batch, heads, M/block_size, d) coarse keys; log_w_cmp: (M/block_size,) their log-weights.
+
+    Returns:
+        blocks (batch, heads, M/group_size, top_k) int64 selection-block indices (block J holds
+        tokens J*select_block ... (J+1)*select_block - 1), sorted by decreasing score, and
+        ok (same shape) bool, False for a selection with score -inf (to be masked).
+    """
+    batch, heads, length, _ = qs.shape
+    groups = length // group_size
+    per_block = select_block // block_size
+    num_sel = length // select_block
+    real = (~ordering.is_padding).to(qs.device, torch.float32).view(groups, group_size)
+    weights = real / real.sum(-1, keepdim=True).clamp_min(1.0)  # mean over the group's real queries
+    ball_of_group = torch.arange(groups, device=qs.device) * group_size // ordering.ball_size
+    ball_of_block = torch.arange(num_sel, device=qs.device) * select_block // ordering.ball_size
+    work = torch.promote_types(qs.dtype, torch.float32)
+    k_work, bias = k_cmp.to(work), log_w_cmp.to(work)
+    chunk = max(1, SCORE_CHUNK_ELEMENTS // max(1, batch * heads * k_cmp.shape[2]))
+    blocks, scores = [], []
+    with torch.autocast(qs.device.type, enabled=False):  # float32 scores also under autocast
+        for first in range(0, groups, chunk):
+            last = min(groups, first + chunk)
+            q_chunk = qs[:, :, first * group_size : last * group_size].to(work).unflatten(2, (-1, group_size))
+            q_group = (q_chunk * weights[first:last, :, None].to(work)).sum(-2)  # (batch, heads, chunk, d)
+            logits = scale * q_group @ k_work.transpose(-1, -2) + bias  # (batch, heads, chunk, M/block_size)
+            if per_block > 1:
+                logits = torch.logsumexp(logits.unflatten(-1, (num_sel, per_block)), dim=-1)
+            own = ball_of_group[first:last, None] == ball_of_block[None, :]
+            top, idx = logits.masked_fill(own, float("-inf")).topk(top_k, dim=-1)
+            blocks.append(idx)
+            scores.append(top)
+    return torch.cat(blocks, dim=2), torch.isfinite(torch.cat(scores, dim=2))
+
+
+def _selection_branch(qs, ks, vs, log_w, blocks, block_ok, select_block: int, scale: float) -> torch.Tensor:
+    """Attention of every query group to the tokens of its selected blocks.
+
+    qs, ks: (batch, heads, M, d); vs (..., d_v); blocks, block_ok: (batch, heads, M/g, top_k).
+    Returns (batch, heads, M, d_v).
+    """
+    batch, heads, length, _ = qs.shape
+    groups, top_k = blocks.shape[2:]
+    group_size = length // groups
+    tokens = (blocks[..., None] * select_block + torch.arange(select_block, device=qs.device)).flatten(-2)
+    flat = tokens.flatten(2)  # (batch, heads, groups * top_k * select_block)
+
+    def gather(t):
+        picked = t.gather(2, flat[..., None].expand(-1, -1, -1, t.shape[-1]))
+        return picked.reshape(batch * heads, groups, top_k * select_block, t.shape[-1])
+
+    bias = log_w[tokens] + torch.where(block_ok, 0.0, float("-inf")).to(log_w.dtype).repeat_interleave(
+        select_block, dim=-1
+    )
+    mask = bias.reshape(batch * heads, groups, 1, top_k * select_block).to(qs.dtype)
+    q_groups = qs.reshape(batch * heads, groups, group_size, qs.shape[-1])
+    out = F.scaled_dot_product_attention(q_groups, gather(ks), gather(vs), attn_mask=mask, scale=scale)
+    return out.reshape(batch, heads, length, -1)
