@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from s2forecast.geometry import Grid
-from s2forecast.models.spherical_transformer import MLP, channel_norm
+from s2forecast.models.spherical_transformer import PreNormBlock
 from s2forecast.nn.position_embedding import build_position_embedding
 
 PLANAR_ATTENTION = ("global", "window")
@@ -57,17 +57,6 @@ def window_mask(h: int, w: int, window: int) -> torch.Tensor:
     near_rows = (rows[:, None] - rows[None, :]).abs() <= window
     near_cols = (cols[:, None] - cols[None, :]).abs() <= window
     return near_rows & near_cols
-
-
-class PlanarBlock(nn.Module):
-    def __init__(self, attention: nn.Module, channels: int, mlp_ratio: float, activation: str, norm: str):
-        super().__init__()
-        self.norm0, self.attention = channel_norm(norm, channels), attention
-        self.norm1, self.mlp = channel_norm(norm, channels), MLP(channels, int(channels * mlp_ratio), activation)
-
-    def forward(self, x):
-        x = x + self.attention(self.norm0(x))
-        return x + self.mlp(self.norm1(x))
 
 
 class PlanarTransformer(nn.Module):
@@ -122,7 +111,7 @@ class PlanarTransformer(nn.Module):
                     head_dim=embed_dim // num_heads, seed=i, **(position_embedding_options or {}),
                 )  # fmt: skip
             attention_layer = PlanarAttention(embed_dim, num_heads, mask, relative)
-            blocks.append(PlanarBlock(attention_layer, embed_dim, mlp_ratio, activation, norm))
+            blocks.append(PreNormBlock(attention_layer, embed_dim, mlp_ratio, activation, norm))
         self.blocks = nn.ModuleList(blocks)
         self.unembed = nn.ConvTranspose2d(embed_dim, out_channels, patch_size, stride=patch_size)
 

@@ -71,8 +71,9 @@ class MLP(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-class SphericalBlock(nn.Module):
-    """Pre-norm block: x + attention(norm(x)), then x + MLP(norm(x)); (batch, C, nlat, nlon)."""
+class PreNormBlock(nn.Module):
+    """Pre-norm block: x + attention(norm(x)), then x + MLP(norm(x)); (batch, C, nlat, nlon).
+    The attention is any module on such fields (spherical or planar)."""
 
     def __init__(self, attention: nn.Module, channels: int, mlp_ratio: float, activation: str, norm: str):
         super().__init__()
@@ -197,7 +198,7 @@ class SphericalTransformer(nn.Module):
                     embed_dim, num_heads, self.latent, theta, use_qknorm=use_qknorm, position_embedding=relative,
                     backend=backend,
                 )  # fmt: skip
-            blocks.append(SphericalBlock(layer, embed_dim, mlp_ratio, activation, norm))
+            blocks.append(PreNormBlock(layer, embed_dim, mlp_ratio, activation, norm))
         self.blocks = nn.ModuleList(blocks)
         self.resample = ResampleS2(
             *self.latent.shape, *grid.shape, grid_in=_th_grid(self.latent), grid_out=_th_grid(grid)
