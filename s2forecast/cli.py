@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in ("fit", "validate", "test", "predict"):
         commands.add_parser(
-            name, help=f"{name} a forecaster (LightningCLI; `s2forecast {name} --help`)", add_help=False
+            name, help=f"Lightning's {name} on a YAML config (`s2forecast {name} --help`)", add_help=False
         )
 
     grid = commands.add_parser("grid", help="describe a grid and its attention neighborhoods")
