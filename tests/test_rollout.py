@@ -222,3 +222,23 @@ def test_rollout_on_another_grid(trained, tmp_path):
     out = rollout(checkpoint, finer, 2, inits, tmp_path / "f.nc", progress=False, other_grid=True)
     forecast = xr.open_dataset(out)
     assert forecast.sizes["latitude"] == 16 and np.isfinite(forecast["vorticity"].values).all()
+
+
+def test_robustness_script(trained, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store, checkpoint = trained
+    finer = tmp_path / "finer.zarr"
+    generate_swe(finer, 16, 32, trajectories=1, steps=3, progress=False)
+    compute_stats(finer)
+    script = Path(__file__).parents[1] / "scripts" / "robustness.py"
+    command = [sys.executable, str(script), "--ckpt", str(checkpoint), "--store", str(store), "--angles", "3",
+               "--samples", "2", "--other-store", str(finer)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["test"] for r in rows] == ["rotation"] * 3 + ["resolution"]
+    assert rows[-1]["grid"] == "16x32" and all(np.isfinite(r["rmse"]) for r in rows)
