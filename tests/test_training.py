@@ -235,3 +235,14 @@ def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path):
          "--model.network.attention", "[neighborhood, ball]"])  # fmt: skip
     checkpoint = torch.load(last_checkpoint(tmp_path), weights_only=True)
     assert any("gate_proj" in key for key in checkpoint["state_dict"])
+
+
+def test_ckpt_path_last_resumes_the_newest_run(swe_store, tmp_path):
+    cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")])
+    cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])  # a new logger version
+    assert torch.load(last_checkpoint(tmp_path), weights_only=True)["global_step"] == 10
+    newest = max((tmp_path / "runs").rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
+    import csv
+
+    epochs = {row["epoch"] for row in csv.DictReader(newest.open()) if row["epoch"]}
+    assert epochs == {"1"}  # the resumed run trained the second epoch only

@@ -3,12 +3,14 @@ DataModules, configured by YAML (``--config``; ``--print_config`` prints the ful
 configuration of a run).
 
 Defaults: CSV logging under ``runs/``, checkpoints of the best (lowest ``val/loss``) and the
-last epoch, ``seed_everything: 0``. The DataModule is chosen by ``data.class_path``
+last epoch, ``seed_everything: 0``; ``--ckpt_path last`` resumes from the newest ``last.ckpt``
+under the logger's directory. The DataModule is chosen by ``data.class_path``
 (``s2forecast.datamodules.SWEDataModule`` or ``ERA5DataModule``); what the model needs to know
 about it (channels, grid, normalization) is linked into ``model.data`` when both are built.
 """
 
 import sys
+from pathlib import Path
 
 from jsonargparse import lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -24,6 +26,20 @@ COMMANDS = ("fit", "validate", "test", "predict")
 class ForecastCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data", "model.data", compute_fn=data_info, apply_on="instantiate")
+
+    def _resolve_last_checkpoint(self) -> None:
+        """``--ckpt_path last``: the newest last.ckpt under the logger's directory. Lightning looks
+        only in the new run's checkpoint directory, which a new logger version leaves empty."""
+        config = self.config_init[self.subcommand]
+        if config.get("ckpt_path") != "last":
+            return
+        root = Path(self.trainer.logger.save_dir if self.trainer.logger else self.trainer.default_root_dir)
+        found = sorted(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise ValueError(f"--ckpt_path last: no last.ckpt under {root}; pass the checkpoint's path instead")
+        config["ckpt_path"] = str(found[-1])
+
+    before_fit = before_validate = before_test = before_predict = _resolve_last_checkpoint
 
 
 def trainer_defaults() -> dict:
