@@ -26,6 +26,9 @@ class QKPositionEmbedding(Protocol):
 class _SphericalAttention(nn.Module):
     """Shared projections, heads, qk-norm and dropout of the spherical attention layers."""
 
+    kind = "attention"  # named in errors, e.g. "neighborhood attention"
+    takes_score_bias = False  # whether the op accepts an additive logit bias (RPE, ALiBi)
+
     def __init__(
         self,
         in_channels: int,
@@ -62,6 +65,11 @@ class _SphericalAttention(nn.Module):
             raise ValueError(
                 f"{type(position_embedding).__name__} acts on {self.position_acts_on!r}: absolute embeddings "
                 "are added to the model's tokens, not inside an attention layer"
+            )
+        if position_embedding is not None and self.position_acts_on == "scores" and not self.takes_score_bias:
+            raise ValueError(
+                f"{type(position_embedding).__name__} biases the scores, which {self.kind} does not "
+                "take; use it with S2Attention, or use SpRePE / RoPE"
             )
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,6 +121,8 @@ class S2Attention(_SphericalAttention):
         position_embedding: optional module applied to (q, k), see ``QKPositionEmbedding``.
     """
 
+    takes_score_bias = True
+
     def __init__(
         self,
         in_channels: int,
@@ -158,6 +168,8 @@ class S2NeighborhoodAttention(_SphericalAttention):
             "reference"; see ``s2forecast.ops.neighborhood_attention``.
     """
 
+    kind = "neighborhood attention"
+
     def __init__(
         self,
         in_channels: int,
@@ -177,11 +189,6 @@ class S2NeighborhoodAttention(_SphericalAttention):
         )
         self.grid = check_grid(grid, "grid")
         self.theta = default_radius(grid) if theta is None else check_radius(theta)
-        if position_embedding is not None and self.position_acts_on == "scores":
-            raise ValueError(
-                f"{type(position_embedding).__name__} biases the scores, which neighborhood attention does not "
-                "take; use it with S2Attention, or use SpRePE / RoPE"
-            )
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.backend = backend

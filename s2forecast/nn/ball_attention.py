@@ -34,6 +34,8 @@ class S2BallSparseAttention(_SphericalAttention):
         select_block: tokens per selection block, a multiple of ``block_size``; defaults to it.
     """
 
+    kind = "ball sparse attention"
+
     def __init__(
         self,
         in_channels: int,
@@ -56,11 +58,6 @@ class S2BallSparseAttention(_SphericalAttention):
             in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout, position_embedding
         )
         self.grid = check_grid(grid, "grid")
-        if position_embedding is not None and self.position_acts_on == "scores":
-            raise ValueError(
-                f"{type(position_embedding).__name__} biases the scores, which ball sparse attention does not "
-                "take; use it with S2Attention, or use SpRePE / RoPE"
-            )
         self.branches = check_branches(branches)
         self.select_block = check_ball_sparse_sizes(
             grid, ball_size, block_size, select_block, top_k, group_size, "selection" in self.branches
