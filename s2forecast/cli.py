@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         args.handler(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:  # bad input or paths: a message, not a traceback
         parser.exit(2, f"s2forecast {args.command}: error: {error}\n")
 
 

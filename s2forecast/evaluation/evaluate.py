@@ -810,20 +810,17 @@ def run(args: argparse.Namespace) -> None:
         if args.climatology is not None:
             raise ValueError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
         period = (args.climatology_start, args.climatology_end)
-    try:
-        metrics = evaluate(
-            args.forecast,
-            args.truth,
-            args.out,
-            climatology=args.climatology,
-            variables=args.variables,
-            map_leads=args.map_leads,
-            plots=args.plots,
-            progress=args.progress,
-            climatology_period=period,
-        )
-    except (PermissionError, NotADirectoryError, IsADirectoryError, TypeError) as error:
-        raise ValueError(str(error)) from error
+    metrics = evaluate(
+        args.forecast,
+        args.truth,
+        args.out,
+        climatology=args.climatology,
+        variables=args.variables,
+        map_leads=args.map_leads,
+        plots=args.plots,
+        progress=args.progress,
+        climatology_period=period,
+    )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology']} (method {metrics.attrs['climatology_method']})")
     print(f"wrote {Path(args.out).resolve()}")

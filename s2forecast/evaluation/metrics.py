@@ -213,16 +213,16 @@ def _check_forecast(forecast: Data) -> None:
                 "init_time -> time, lead_time -> prediction_timedelta"
             )
     if not np.issubdtype(forecast[INIT_DIM].dtype, np.datetime64):
-        raise TypeError(f"forecast 'time' must be datetime64 init times, got dtype {forecast[INIT_DIM].dtype}")
+        raise ValueError(f"forecast 'time' must be datetime64 init times, got dtype {forecast[INIT_DIM].dtype}")
     if not np.issubdtype(forecast[LEAD_DIM].dtype, np.timedelta64):
-        raise TypeError(f"forecast 'prediction_timedelta' must be timedelta64, got {forecast[LEAD_DIM].dtype}")
+        raise ValueError(f"forecast 'prediction_timedelta' must be timedelta64, got {forecast[LEAD_DIM].dtype}")
 
 
 def _check_truth(truth: Data) -> None:
     if INIT_DIM not in truth.dims:
         raise ValueError(f"the truth has no 'time' dim (dims {tuple(truth.dims)}); its time must be the valid time")
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
-        raise TypeError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
+        raise ValueError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
     if not truth.indexes[INIT_DIM].is_unique:
         raise ValueError("truth 'time' has duplicate values; drop them (e.g. truth.drop_duplicates('time'))")
 
@@ -394,7 +394,7 @@ def _as_time_array(values, dim: str, name: str, kind: str) -> xr.DataArray:
         out = xr.DataArray(array, dims=(dim,), coords={dim: array})
     expected = np.datetime64 if kind == "datetime" else np.timedelta64
     if not np.issubdtype(out.dtype, expected):
-        raise TypeError(f"{name} must be {kind}64 values, got dtype {out.dtype}")
+        raise ValueError(f"{name} must be {kind}64 values, got dtype {out.dtype}")
     if bool(out.isnull().any()):
         raise ValueError(f"{name} contains NaT")
     return out
