@@ -156,6 +156,7 @@ class FieldDataset(torch.utils.data.Dataset):
         self.samples = self._sample_indices(start, end, trajectory, trajectories)
         self._store: xr.Dataset | None = None
         self._pid = None
+        self._static_cache: np.ndarray | None = None
 
     # --- construction checks -------------------------------------------------------------
     def _check_levels(self, ds, spec):
@@ -267,28 +268,44 @@ class FieldDataset(torch.utils.data.Dataset):
 
     def _sample(self, i: int) -> dict:
         time_indices = self.samples[i]
-        states = self.read_states(time_indices)
-        states -= self.stats.mean[:, None, None]
-        states /= self.stats.std[:, None, None]
+        states = self.normalized_states(time_indices)
         history = self.spec.history
-        forcings = np.stack(
-            [forcing_fields(self.spec.forcings, self.times[t], self.lat_deg, self.lon_deg) for t in time_indices]
-        )
         return {
             "inputs": torch.from_numpy(states[:history]),
             "targets": torch.from_numpy(states[history:]),
-            "static": torch.from_numpy(self._static()),
-            "forcings": torch.from_numpy(forcings),
+            "static": torch.from_numpy(self.static_fields()),
+            "forcings": torch.from_numpy(self.forcings_at(self.times[time_indices])),
             "init_times": torch.tensor(self.times[time_indices[history - 1]].astype("int64")),
         }
 
-    def _static(self) -> np.ndarray:
-        if not self.static_names:
-            return np.zeros((0, *self.grid.shape), np.float32)
-        if not hasattr(self, "_static_cache"):
-            fields = np.stack([self.store[name].values for name in self.static_names]).astype(np.float32)
-            stats = self.static_stats
-            self._static_cache = (fields - stats.mean[:, None, None]) / stats.std[:, None, None]
+    def time_indices(self, times: np.ndarray) -> np.ndarray:
+        """Positions of ``times`` on the store's time axis; raises naming the ones it lacks."""
+        position = np.searchsorted(self.times, times).clip(max=self.times.size - 1)
+        missing = times[self.times[position] != times]
+        if missing.size:
+            raise ValueError(f"times {missing.tolist()} are not in the store {self.path}")
+        return position
+
+    def normalized_states(self, time_indices: np.ndarray) -> np.ndarray:
+        """(len(time_indices), channels, nlat, nlon) float32 states in normalized units."""
+        states = self.read_states(time_indices)
+        states -= self.stats.mean[:, None, None]
+        states /= self.stats.std[:, None, None]
+        return states
+
+    def forcings_at(self, times: np.ndarray) -> np.ndarray:
+        """(len(times), forcing_channels, nlat, nlon) float32 forcings (analytic: any time)."""
+        return np.stack([forcing_fields(self.spec.forcings, t, self.lat_deg, self.lon_deg) for t in times])
+
+    def static_fields(self) -> np.ndarray:
+        """(static_channels, nlat, nlon) float32 normalized static fields, read once."""
+        if self._static_cache is None:
+            if not self.static_names:
+                self._static_cache = np.zeros((0, *self.grid.shape), np.float32)
+            else:
+                fields = np.stack([self.store[name].values for name in self.static_names]).astype(np.float32)
+                stats = self.static_stats
+                self._static_cache = (fields - stats.mean[:, None, None]) / stats.std[:, None, None]
         return self._static_cache
 
     def collate(self, samples: list[dict]) -> Batch:

@@ -24,6 +24,16 @@ def forcing_channels(names) -> list[str]:
     return out
 
 
+def forcing_names(channels) -> tuple[str, ...]:
+    """The forcings behind channel names: the inverse of ``forcing_channels``."""
+    names = []
+    for channel in channels:
+        name = channel.removesuffix("_sin").removesuffix("_cos")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
 def _day_fraction(time: np.datetime64) -> tuple[float, float]:
     """(day of year 1..366 with fraction, UTC hour)."""
     t = np.datetime64(time, "s")

@@ -24,7 +24,7 @@ import torch
 
 from s2forecast import __version__
 from s2forecast.datamodules.fields import FieldDataset, SampleSpec
-from s2forecast.datamodules.forcings import forcing_fields
+from s2forecast.datamodules.forcings import forcing_names
 from s2forecast.datamodules.store import VARIABLES, cf_attributes
 from s2forecast.training.forecast_module import ForecastModule
 
@@ -60,15 +60,6 @@ def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> ForecastModu
         raise FileNotFoundError(f"no checkpoint at {checkpoint}")
     model = ForecastModule.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
     return model.eval()
-
-
-def forcing_names(channels) -> tuple[str, ...]:
-    names = []
-    for channel in channels:
-        name = channel.removesuffix("_sin").removesuffix("_cos")
-        if name not in names:
-            names.append(name)
-    return tuple(names)
 
 
 def open_inputs(model: ForecastModule, store: str | Path, other_grid: bool = False) -> FieldDataset:
@@ -127,29 +118,18 @@ def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps
     """Normalized inputs (B, history, C, ...), static (B, S, ...) and forcings (B, history + steps, F, ...)."""
     history = dataset.spec.history
     offsets = np.arange(-(history - 1), 1) * dataset.step
-    indices = []
+    states = []
     for t0 in init_times:
-        needed = t0 + offsets
-        position = np.searchsorted(dataset.times, needed).clip(max=dataset.times.size - 1)
-        missing = needed[dataset.times[position] != needed]
-        if missing.size:
-            raise ValueError(f"initialization time {t0} needs inputs at {missing.tolist()}, which are not in the store")
-        indices.append(position)
-    states = np.stack([dataset.read_states(i) for i in indices])
-    states = (states - dataset.stats.mean[:, None, None]) / dataset.stats.std[:, None, None]
+        try:
+            states.append(dataset.normalized_states(dataset.time_indices(t0 + offsets)))
+        except ValueError as error:
+            raise ValueError(f"initialization time {t0} needs inputs that are not in the store: {error}") from None
     lead_offsets = np.arange(-(history - 1), steps + 1) * dataset.step
-
-    def forcings_at(t0):
-        return np.stack(
-            [forcing_fields(dataset.spec.forcings, t, dataset.lat_deg, dataset.lon_deg) for t in t0 + lead_offsets]
-        )
-
-    forcings = np.stack([forcings_at(t0) for t0 in init_times])
-    static = np.broadcast_to(dataset._static(), (len(init_times), *dataset._static().shape))
+    static = dataset.static_fields()
     return {
-        "inputs": torch.from_numpy(states.astype(np.float32)),
-        "static": torch.from_numpy(np.ascontiguousarray(static)),
-        "forcings": torch.from_numpy(forcings),
+        "inputs": torch.from_numpy(np.stack(states)),
+        "static": torch.from_numpy(np.ascontiguousarray(np.broadcast_to(static, (len(init_times), *static.shape)))),
+        "forcings": torch.from_numpy(np.stack([dataset.forcings_at(t0 + lead_offsets) for t0 in init_times])),
     }
 
 
