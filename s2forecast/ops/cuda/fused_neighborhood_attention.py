@@ -163,9 +163,10 @@ def fused_backward(grad_out, q, k, v, out, lse, grid: Grid, theta: float, scale:
     forward_table, backward_table = partner_tables(grid, theta, q.device)
     nlat, nlon = grid.shape
     delta = (grad_out.float() * out.float()).sum(dim=-1).reshape(batch * heads, npoints)
-    # each gradient is written with its input's strides
-    q, k, v = (t if torch.empty_like(t).stride() == t.stride() else t.contiguous() for t in (q, k, v))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # each gradient is written with its input's strides; empty_like keeps them for dense inputs,
+    # and an input it cannot mirror (overlapping or gapped) is made contiguous
+    q, k, v = (_dense(t) for t in (q, k, v))
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
     log2_w = _log2_row_weights(grid, q.device)
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     meta = {**_shared_meta(q, v, scale), "scale": scale}
@@ -180,6 +181,17 @@ def fused_backward(grad_out, q, k, v, out, lse, grid: Grid, theta: float, scale:
         heads, nlon, npoints, backward_table.max_partners, **meta,
     )  # fmt: skip
     return dq, dk, dv
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a contiguous copy when ``torch.empty_like`` would not reproduce its strides."""
+    dense_strides = sorted(zip(t.stride(), t.shape, strict=True))
+    expected = 1
+    for stride, size in dense_strides:
+        if size > 1 and stride != expected:
+            return t.contiguous()
+        expected *= size
+    return t
 
 
 class _FusedNeighborhoodAttention(torch.autograd.Function):
