@@ -19,7 +19,7 @@ import xarray as xr
 
 from s2forecast.datamodules.forcings import forcing_channels, forcing_fields
 from s2forecast.datamodules.stats import channel_names, load_stats
-from s2forecast.datamodules.store import describe, open_store
+from s2forecast.datamodules.store import STATIC_VARIABLES, describe, open_store
 from s2forecast.geometry import Grid
 
 NAN_POLICIES = ("fail", "skip")
@@ -137,7 +137,7 @@ class FieldDataset(torch.utils.data.Dataset):
             c for v in spec.variables for c in channel_names(v, self.levels if "level" in ds[v].dims else None)
         )
         if spec.static == "auto":
-            self.static_names = tuple(s for s in ("land_sea_mask", "geopotential_at_surface") if s in info.static)
+            self.static_names = tuple(s for s in STATIC_VARIABLES if s in info.static)
         else:
             absent = [s for s in spec.static if s not in info.static]
             if absent:
