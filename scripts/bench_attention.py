@@ -4,7 +4,8 @@
 Every implementation runs the same layer (q/k/v/output projections with identical weights)
 and differs only in the attention op:
   s2forecast        s2forecast.nn.S2Attention / S2NeighborhoodAttention, reference backend
-  s2forecast-fused  S2NeighborhoodAttention on the fused Triton kernel (CUDA only)
+  s2forecast-fused  S2NeighborhoodAttention / S2BallSparseAttention on our fused Triton
+                    kernels (CUDA only)
   torch-harmonics   torch_harmonics.AttentionS2 / NeighborhoodAttentionS2 ("peer_kernels"
                     says whether its compiled extension was available)
   flex-attention    torch's FlexAttention with the same disks as a block-sparse mask built
@@ -13,7 +14,8 @@ and differs only in the attention op:
                     neighborhood: dense SDPA with the full N x N float mask (small N only)
 
 Ops: global, neighborhood, and ball (s2forecast.nn.S2BallSparseAttention with the BSA paper's
-defaults; s2forecast only: no peer has it on the sphere).
+defaults, or with --compression-window its multi-level compression; s2forecast only: no peer
+has it on the sphere).
 
 fwd_ms / fwd_bwd_ms / peak_mem_mb time the layer. Except for torch-harmonics, whose op is not
 separable from its layer, attn_fwd_ms / attn_fwd_bwd_ms time the attention op alone on
@@ -73,7 +75,10 @@ def build_layer(case):
     if case["op"] == "global":
         ours = S2Attention(channels, heads, grid, position_embedding=pe)
     elif case["op"] == "ball":
-        ours = S2BallSparseAttention(channels, heads, grid, position_embedding=pe)
+        ours = S2BallSparseAttention(
+            channels, heads, grid, position_embedding=pe, compression_window=case.get("compression_window"),
+            backend="fused" if case["impl"] == "s2forecast-fused" else "reference",
+        )  # fmt: skip
     else:
         backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
         ours = S2NeighborhoodAttention(
@@ -131,7 +136,9 @@ def attention_op(case, device):
     if case["op"] == "ball":
         from s2forecast.ops import ball_sparse_attention
 
-        return lambda q, k, v: ball_sparse_attention(q, k, v, grid)  # the paper's defaults
+        window = case.get("compression_window")  # None: the paper's defaults
+        backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
+        return lambda q, k, v: ball_sparse_attention(q, k, v, grid, compression_window=window, backend=backend)
     backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
     return lambda q, k, v: neighborhood_attention(q, k, v, grid, case["theta"], backend=backend)
 
@@ -345,7 +352,7 @@ def cases_for(args):
             for impl in [args.impl] if args.impl else IMPLS:
                 if op == "global" and impl in NEIGHBORHOOD_ONLY:
                     continue
-                if op == "ball" and impl != "s2forecast":
+                if op == "ball" and impl not in ("s2forecast", "s2forecast-fused"):
                     continue  # ours only: no peer has ball sparse attention on the sphere
                 if not args.impl and on_cpu and impl in NEIGHBORHOOD_ONLY:
                     continue  # GPU implementations; force with --impl (fused: TRITON_INTERPRET=1)
@@ -370,6 +377,7 @@ def cases_for(args):
                     "dtype": args.dtype,
                     "device": args.device,
                     "position_embedding": args.position_embedding,
+                    **({"compression_window": args.compression_window} if op == "ball" else {}),
                     **({"config": setup_name(setup)} if args.config else {}),
                 }
 
@@ -397,6 +405,10 @@ def main():
     parser.add_argument(
         "--position-embedding", default="none", choices=POSITION_EMBEDDINGS,
         help="a relative embedding inside our layers (SpRePE overhead); other impls are skipped",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compression-window", type=int,
+        help="ball op: multi-level compression with this many coarse tokens per level (default: the paper's)",
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one JSON case in this process

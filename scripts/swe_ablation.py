@@ -24,6 +24,7 @@ import torch
 from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, open_store
 from s2forecast.training import ForecastModule, data_info
 
+MULTILEVEL = {"compression_window": 32}
 MODELS = {
     "s2-neighborhood": ("spherical", {"attention": "neighborhood", "scale_factor": 2}),
     "s2-global": ("spherical", {"attention": "global", "scale_factor": 2}),
@@ -31,6 +32,12 @@ MODELS = {
     "s2-neighborhood-ball": (
         "spherical",
         {"attention": ["neighborhood", "ball", "neighborhood", "ball"], "scale_factor": 2},
+    ),
+    # multi-level compression (compression_window=32: 60 coarse tokens per ball instead of 256)
+    "s2-ball-multilevel": ("spherical", {"attention": "ball", "scale_factor": 2, "ball_options": MULTILEVEL}),
+    "s2-neighborhood-ball-multilevel": (
+        "spherical",
+        {"attention": ["neighborhood", "ball"] * 2, "scale_factor": 2, "ball_options": MULTILEVEL},
     ),
     "planar-window": ("planar", {"attention": "window", "window": 3, "patch_size": 2}),
     "planar-global": ("planar", {"attention": "global", "patch_size": 2}),

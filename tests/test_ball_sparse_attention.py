@@ -375,6 +375,7 @@ def test_op_bad_arguments():
         (dict(ball_size=32, branches=("ball", "window")), "window"),
         (dict(ball_size=32, branches=()), "non-empty"),
         (dict(ball_size=32, gates=(None, None)), "gates must be"),
+        (dict(ball_size=32, backend="triton"), "backend must be one of"),
         (dict(ball_size=32, gates=(torch.ones(2, 3, 128), None, None)), r"ball gate must have shape"),
     ]
     for kwargs, message in cases:

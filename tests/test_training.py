@@ -225,12 +225,14 @@ def test_ddp_two_cpu_processes_end_with_the_same_weights(swe_store, tmp_path):
     assert probes[0]["checksum"] == probes[1]["checksum"] and probes[0]["step"] == probes[1]["step"] > 0
 
 
-def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path):
-    """The BSA config's layer pattern trains end to end (tiny balls for the tiny latent grid)."""
+@pytest.mark.parametrize("window", ["null", "4"])
+def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path, window):
+    """The BSA config's layer pattern trains end to end (tiny balls for the tiny latent grid),
+    with the paper's compression and with multi-level compression."""
     config = REPO / "configs" / "swe" / "s2_neighborhood_ball.yaml"
     args = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
     args[args.index(str(CONFIG))] = str(config)
-    options = '{"ball_size": 16, "block_size": 4, "top_k": 1, "group_size": 4}'
+    options = f'{{"ball_size": 16, "block_size": 4, "top_k": 1, "group_size": 4, "compression_window": {window}}}'
     cli(["fit", *args, "--model.network.ball_options", options, "--model.network.num_heads", "2",
          "--model.network.attention", "[neighborhood, ball]"])  # fmt: skip
     checkpoint = torch.load(last_checkpoint(tmp_path), weights_only=True)

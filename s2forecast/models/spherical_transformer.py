@@ -129,7 +129,8 @@ class SphericalTransformer(nn.Module):
         use_qknorm: RMS-normalize queries and keys.
         backend: neighborhood attention backend ("auto", "fused", "reference").
         ball_options: keyword arguments of ``S2BallSparseAttention`` for "ball" layers
-            (ball_size, block_size, top_k, group_size, branches, select_block).
+            (ball_size, block_size, top_k, group_size, branches, select_block,
+            compression_window).
     """
 
     def __init__(

@@ -6,6 +6,7 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.nn.attention import _SphericalAttention
 from s2forecast.ops.ball_sparse_attention import (
+    BACKENDS,
     BRANCHES,
     ball_sparse_attention,
     check_ball_sparse_sizes,
@@ -32,6 +33,11 @@ class S2BallSparseAttention(_SphericalAttention):
         group_size: consecutive queries sharing one selection (paper: 8); divides ``ball_size``.
         branches: active branches, a non-empty subset of ``("ball", "compression", "selection")``.
         select_block: tokens per selection block, a multiple of ``block_size``; defaults to it.
+        compression_window: None: every query attends to all N / block_size coarse tokens (the
+            paper; cost N^2 / block_size). An int: multi-level coarse tokens with this many per
+            level and ball, O(N log N) (``s2forecast.ops.compression_hierarchy``); for grids
+            where the paper's compression is too costly, e.g. 256 at 0.25 degree.
+        backend: "auto" (fused Triton kernels on CUDA, PyTorch elsewhere), "fused" or "reference".
     """
 
     kind = "ball sparse attention"
@@ -53,6 +59,8 @@ class S2BallSparseAttention(_SphericalAttention):
         dropout: float = 0.0,
         position_embedding: nn.Module | None = None,
         select_block: int | None = None,
+        compression_window: int | None = None,
+        backend: str = "auto",
     ):
         super().__init__(
             in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout, position_embedding
@@ -60,12 +68,17 @@ class S2BallSparseAttention(_SphericalAttention):
         self.grid = check_grid(grid, "grid")
         self.branches = check_branches(branches)
         self.select_block = check_ball_sparse_sizes(
-            grid, ball_size, block_size, select_block, top_k, group_size, "selection" in self.branches
-        )
+            grid, ball_size, block_size, select_block, top_k, group_size, "selection" in self.branches,
+            compression_window,
+        )  # fmt: skip
         self.ball_size = ball_size
         self.block_size = block_size
         self.top_k = top_k
         self.group_size = group_size
+        self.compression_window = compression_window
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
         self.gate_proj = nn.Linear(in_channels, len(self.branches) * num_heads, bias=True)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
@@ -88,6 +101,8 @@ class S2BallSparseAttention(_SphericalAttention):
             group_size=self.group_size,
             gates=gates,
             branches=self.branches,
+            compression_window=self.compression_window,
+            backend=self.backend,
         )
         return self._merge(out, self.grid)
 
@@ -95,5 +110,5 @@ class S2BallSparseAttention(_SphericalAttention):
         return (
             f"grid={self.grid}, num_heads={self.num_heads}, branches={self.branches}, ball_size={self.ball_size}, "
             f"block_size={self.block_size}, select_block={self.select_block}, top_k={self.top_k}, "
-            f"group_size={self.group_size}"
+            f"group_size={self.group_size}, compression_window={self.compression_window}"
         )

@@ -46,14 +46,21 @@ exactly roll-equivariant (unlike global and neighborhood attention). The ball br
 is equivariant exactly when its ball, rolled, is again a ball; with ``ball_size >= N`` the ball
 branch alone is global attention and exactly equivariant.
 
+Multi-level compression (``compression_window=W``, ``s2forecast.ops.compression_hierarchy``):
+the compression branch attends to coarse tokens that grow with ball-tree distance (each point of
+the sphere still represented exactly once per query, so still a quadrature), and the selection
+finds its blocks by a top-k descent of the levels (``descend_select_blocks``) instead of scoring
+all N / l blocks. W >= N / l is the paper's compression exactly.
+
 Costs per (batch, head), N points, head_dim d, ball size S, block size l, group size g,
-top_k K, selection block l':
+top_k K, selection block l', L levels of W coarse tokens:
   ball         N * S * d            logits N * S (not materialized by SDPA's fused kernels)
-  compression  N * (N / l) * d      quadratic / l: fine for the reference, the reason a fused
-                                    kernel is needed at 0.25 degree
+  compression  N * (N / l) * d      the paper's: quadratic / l
+               N * L * W * d        multi-level (L = 1 + ceil(log_l(N / (l * W))))
   scoring      (N / g) * (N / l) * d; the (N / g) x (N / l) score matrix is materialized in
-               chunks under no_grad (``SCORE_CHUNK_ELEMENTS``)
-  selection    N * K * l' * d; gathered keys/values (B, H, N/g, K*l', d) are materialized
+               chunks under no_grad (``SCORE_CHUNK_ELEMENTS``); multi-level: (N / g) * L * (W + K * l) * d
+  selection    N * K * l' * d; gathered keys/values (B, H, N/g, K*l', d) are materialized by
+               the reference backend, not by the fused one
 No N x N tensor is built.
 """
 
@@ -66,10 +73,12 @@ import torch.nn.functional as F
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
+from s2forecast.ops.compression_hierarchy import CompressionHierarchy, check_compression_window, compression_hierarchy
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
 from s2forecast.ops.validation import check_attention_inputs, check_grid
 
 BRANCHES = ("ball", "compression", "selection")
+BACKENDS = ("auto", "fused", "reference")
 # elements of one chunk of the (batch, heads, groups, coarse blocks) selection-score tensor
 SCORE_CHUNK_ELEMENTS = 2**24
 
@@ -87,6 +96,8 @@ def ball_sparse_attention(
     gates: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None] | None = None,
     branches: tuple[str, ...] = BRANCHES,
     scale: float | None = None,
+    compression_window: int | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Quadrature-weighted ball sparse attention; see the module docstring for the definition.
 
@@ -107,6 +118,15 @@ def ball_sparse_attention(
             None (weight 1); None: every branch weighted 1. Gates of inactive branches are ignored.
         branches: the active branches, a non-empty subset of ``("ball", "compression", "selection")``.
         scale: logit scale; defaults to 1/sqrt(head_dim).
+        compression_window: None: the paper's compression, every query attends to all N /
+            block_size coarse tokens (cost N^2 / block_size). An int: multi-level coarse tokens
+            (``s2forecast.ops.compression_hierarchy``), ``compression_window`` tokens per level
+            and ball, and selection by a top-k descent of the levels: cost O(N log N). Needs
+            ``select_block == block_size``.
+        backend: "fused" (the Triton kernels of ``s2forecast.ops.cuda.fused_indexed_attention``
+            read keys through index lists: no gathered copies of K and V; CUDA tensors, or CPU
+            under TRITON_INTERPRET=1), "reference" (PyTorch gathers and SDPA), or "auto" (fused
+            for CUDA tensors other than float64).
 
     Returns:
         (batch, heads, nlat*nlon, head_dim_v) in grid order, same dtype as ``q``.
@@ -115,10 +135,13 @@ def ball_sparse_attention(
     check_attention_inputs(q, k, v, grid, grid)
     branches = check_branches(branches)
     select_block = check_ball_sparse_sizes(
-        grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches
+        grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches, compression_window
     )
     gates = _check_gates(gates, q)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    fused = backend == "fused" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64)
 
     ordering = ball_ordering(grid, ball_size)
     index, log_w = _slot_tensors(ordering, q.device, bias_dtype(q.dtype))
@@ -126,17 +149,21 @@ def ball_sparse_attention(
 
     outputs = {}
     if "ball" in branches:
-        outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale)
+        outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale, fused)
     if "compression" in branches or "selection" in branches:
-        k_cmp, v_cmp, log_w_cmp = compress_blocks(ks, vs, log_w, block_size)
+        hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window)
+        levels = coarse_levels(ks, vs, log_w, block_size, hierarchy)
         if "compression" in branches:
-            mask = log_w_cmp.view(1, 1, 1, -1).to(q.dtype)
-            outputs["compression"] = F.scaled_dot_product_attention(qs, k_cmp, v_cmp, attn_mask=mask, scale=scale)
+            outputs["compression"] = _compression_branch(qs, levels, hierarchy, ball_size, scale, fused)
         if "selection" in branches:
-            blocks, block_ok = select_blocks(
-                qs, k_cmp, log_w_cmp, ordering, block_size, select_block, top_k, group_size, scale
-            )
-            outputs["selection"] = _selection_branch(qs, ks, vs, log_w, blocks, block_ok, select_block, scale)
+            if hierarchy.num_levels == 1:
+                k_cmp, _, log_w_cmp = levels[0]
+                blocks, block_ok = select_blocks(
+                    qs, k_cmp, log_w_cmp, ordering, block_size, select_block, top_k, group_size, scale
+                )
+            else:
+                blocks, block_ok = descend_select_blocks(qs, levels, hierarchy, ordering, top_k, group_size, scale)
+            outputs["selection"] = _selection_branch(qs, ks, vs, log_w, blocks, block_ok, select_block, scale, fused)
 
     out = None
     for name, gate in zip(BRANCHES, gates, strict=True):
@@ -166,7 +193,7 @@ def _positive_int(name: str, value) -> int:
 
 
 def check_ball_sparse_sizes(
-    grid: Grid, ball_size, block_size, select_block, top_k, group_size, selection: bool = True
+    grid: Grid, ball_size, block_size, select_block, top_k, group_size, selection: bool = True, compression_window=None
 ) -> int:
     """Validate the BSA sizes for ``grid``; returns ``select_block`` (default ``block_size``).
 
@@ -192,6 +219,12 @@ def check_ball_sparse_sizes(
         raise ValueError(
             f"group_size={group_size} must divide ball_size={ball_size} so that a selection group lies in one "
             "ball; use a power of two such as block_size"
+        )
+    check_compression_window(compression_window, ball_size, block_size)
+    if compression_window is not None and select_block != block_size:
+        raise ValueError(
+            f"select_block={select_block} must equal block_size={block_size} with compression_window set: the "
+            "multi-level selection picks level-1 coarse tokens; leave select_block=None"
         )
     if selection:
         num_balls = math.ceil(grid.npoints / ball_size)
@@ -234,10 +267,20 @@ def slot_log_weights(grid: Grid, ball_size: int, device="cpu", dtype=torch.float
 
 
 # --- branches -------------------------------------------------------------------------------
-def _ball_branch(qs, ks, vs, log_w, ball_size: int, scale: float) -> torch.Tensor:
+def fused_indexed_attention(q, k, v, key_index, log_w, scale):
+    """The Triton path (imported on first use: Triton is only needed for the fused backend)."""
+    from s2forecast.ops.cuda.fused_indexed_attention import fused_indexed_attention as fused
+
+    return fused(q, k, v, key_index, log_w, scale)
+
+
+def _ball_branch(qs, ks, vs, log_w, ball_size: int, scale: float, fused: bool = False) -> torch.Tensor:
     """Block-diagonal attention: (batch, heads, padded N, d) -> (batch, heads, padded N, d_v)."""
     batch, heads, length, _ = qs.shape
     balls = length // ball_size
+    if fused:
+        slots = torch.arange(length, device=qs.device).view(balls, ball_size)
+        return fused_indexed_attention(qs, ks, vs, slots, log_w, scale)
 
     def split(t):
         return t.reshape(batch * heads, balls, ball_size, t.shape[-1])
@@ -268,6 +311,127 @@ def compress_blocks(ks: torch.Tensor, vs: torch.Tensor, log_w: torch.Tensor, blo
     return pool(ks), pool(vs), torch.log(total)
 
 
+def coarse_levels(ks, vs, log_w, block_size: int, hierarchy: CompressionHierarchy):
+    """Coarse keys, values and log-weights of every level of ``hierarchy``, level 1 first.
+
+    Level 1 pools ``block_size`` slots, each level above pools ``block_size`` tokens of the one
+    below (padded with weightless tokens to ``hierarchy.level_sizes``), so every token holds the
+    w-weighted mean of its slots. Returns a list of (k (batch, heads, n, d), v (..., d_v), log_w (n,)).
+    """
+    levels = [compress_blocks(ks, vs, log_w, block_size)]
+    for size in hierarchy.level_sizes[1:]:
+        k, v, lw = levels[-1]
+        missing = size * block_size - k.shape[2]
+        if missing:
+            k, v = F.pad(k, (0, 0, 0, missing)), F.pad(v, (0, 0, 0, missing))
+            lw = F.pad(lw, (0, missing), value=float("-inf"))
+        levels.append(compress_blocks(k, v, lw, block_size))
+    return levels
+
+
+def _compression_branch(
+    qs, levels, hierarchy: CompressionHierarchy, ball_size: int, scale: float, fused: bool = False
+) -> torch.Tensor:
+    """Attention of every query to its coarse tokens: (batch, heads, M, d) -> (batch, heads, M, d_v)."""
+    if fused:
+        k_all, v_all = (torch.cat([level[i] for level in levels], dim=2) for i in (0, 1))
+        log_w_all = torch.cat([level[2] for level in levels])
+        if hierarchy.num_levels == 1:  # one tile: all queries, all level-1 tokens
+            table = torch.arange(k_all.shape[2], device=qs.device)[None]
+        else:
+            table = hierarchy.table.to(qs.device).masked_fill(~hierarchy.valid.to(qs.device), -1)
+        return fused_indexed_attention(qs, k_all, v_all, table, log_w_all, scale)
+    if hierarchy.num_levels == 1:  # every query sees every level-1 token: one shared key set
+        k_cmp, v_cmp, log_w_cmp = levels[0]
+        mask = log_w_cmp.view(1, 1, 1, -1).to(qs.dtype)
+        return F.scaled_dot_product_attention(qs, k_cmp, v_cmp, attn_mask=mask, scale=scale)
+    batch, heads, length, _ = qs.shape
+    balls = length // ball_size
+    table = hierarchy.table.to(qs.device)
+    k_all, v_all = (torch.cat([level[i] for level in levels], dim=2) for i in (0, 1))
+    log_w_all = torch.cat([level[2] for level in levels])
+
+    def gather(t):  # (batch, heads, tokens, d) -> (batch * heads, balls, width, d)
+        picked = t.index_select(2, table.flatten())
+        return picked.reshape(batch * heads, balls, table.shape[1], t.shape[-1])
+
+    bias = log_w_all[table].masked_fill(~hierarchy.valid.to(qs.device), float("-inf"))
+    mask = bias.view(1, balls, 1, -1).to(qs.dtype)
+    q_balls = qs.reshape(batch * heads, balls, ball_size, qs.shape[-1])
+    out = F.scaled_dot_product_attention(q_balls, gather(k_all), gather(v_all), attn_mask=mask, scale=scale)
+    return out.reshape(batch, heads, length, -1)
+
+
+def _group_queries(qs: torch.Tensor, ordering: BallOrdering, group_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """(batch, heads, M, d) -> (batch, heads, M / group_size, d): the mean of each group's real queries."""
+    groups = qs.shape[2] // group_size
+    real = (~ordering.is_padding).to(qs.device, dtype).view(groups, group_size)
+    weights = real / real.sum(-1, keepdim=True).clamp_min(1.0)
+    return (qs.to(dtype).unflatten(2, (groups, group_size)) * weights[:, :, None]).sum(-2)
+
+
+@torch.no_grad()
+def descend_select_blocks(
+    qs: torch.Tensor,
+    levels,
+    hierarchy: CompressionHierarchy,
+    ordering: BallOrdering,
+    top_k: int,
+    group_size: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k level-1 blocks per query group by a descent of the coarse-token levels.
+
+    At the top level a group scores the tokens its ball attends to and keeps the ``top_k`` best;
+    one level down the candidates are the ball's tokens at that level plus the children of the
+    kept tokens, and so on down to level 1, where the blocks of the group's own ball are excluded.
+    Scores are the compression logits of the group's mean query (scale * q.k + log W: the log of
+    a token's unnormalized coarse attention mass), so a token's children can only win where its
+    mass is large. Per group this scores O(levels * (window + top_k * block_size)) tokens.
+
+    Returns:
+        blocks (batch, heads, M/group_size, top_k) int64 level-1 token (= selection block)
+        indices, sorted by decreasing score, and ok (same shape), False where the score is -inf.
+    """
+    batch, heads, length, _ = qs.shape
+    groups = length // group_size
+    per_ball = ordering.ball_size // group_size
+    block_size = hierarchy.block_size
+    work = torch.promote_types(qs.dtype, torch.float32)
+    q_group = _group_queries(qs, ordering, group_size, work)  # (batch, heads, groups, d)
+    q_ball = q_group.unflatten(2, (-1, per_ball))  # (batch, heads, balls, groups per ball, d)
+    ball_of_group = torch.arange(groups, device=qs.device) // per_ball
+    children = torch.arange(block_size, device=qs.device)
+    kept = top = None
+    with torch.autocast(qs.device.type, enabled=False):
+        for level in reversed(range(hierarchy.num_levels)):
+            k, _, log_w = levels[level]
+            k, log_w = k.to(work), log_w.to(work)
+            tokens, valid = (t.to(qs.device) for t in hierarchy.level_table(level))  # (balls, width)
+            bias = log_w[tokens].masked_fill(~valid, float("-inf"))
+            if level == 0:  # the ball's own blocks belong to the ball branch
+                ball = torch.arange(len(tokens), device=qs.device)[:, None]
+                own = tokens // (ordering.ball_size // block_size) == ball
+                bias = bias.masked_fill(own, float("-inf"))
+            keys = k.index_select(2, tokens.flatten()).unflatten(2, tokens.shape)  # (batch, heads, balls, width, d)
+            scores = (scale * q_ball @ keys.transpose(-1, -2) + bias[:, None]).flatten(2, 3)  # (..., groups, width)
+            width = tokens.shape[1]
+            if kept is not None:  # the children of the tokens kept one level up (never in the own ball)
+                below = (kept[..., None] * block_size + children).flatten(-2)  # (batch, heads, groups, K * l)
+                child_keys = k.gather(2, below.flatten(2)[..., None].expand(-1, -1, -1, k.shape[-1]))
+                child_scores = scale * (child_keys.view(*below.shape, -1) @ q_group[..., None]).squeeze(-1)
+                dead = ~torch.isfinite(top).repeat_interleave(block_size, dim=-1)  # children of -inf picks
+                child_scores = (child_scores + log_w[below]).masked_fill(dead, float("-inf"))
+                scores = torch.cat([scores, child_scores], dim=-1)
+            top, index = scores.topk(min(top_k, scores.shape[-1]), dim=-1)
+            in_window = index < width
+            picked = tokens[ball_of_group[:, None], index.clamp_max(width - 1)]  # (batch, heads, groups, K)
+            if kept is not None:
+                picked = torch.where(in_window, picked, below.gather(-1, (index - width).clamp_min(0)))
+            kept = picked
+    return kept, torch.isfinite(top)
+
+
 @torch.no_grad()
 def select_blocks(
     qs: torch.Tensor,
@@ -295,20 +459,18 @@ def select_blocks(
     groups = length // group_size
     per_block = select_block // block_size
     num_sel = length // select_block
-    real = (~ordering.is_padding).to(qs.device, torch.float32).view(groups, group_size)
-    weights = real / real.sum(-1, keepdim=True).clamp_min(1.0)  # mean over the group's real queries
     ball_of_group = torch.arange(groups, device=qs.device) * group_size // ordering.ball_size
     ball_of_block = torch.arange(num_sel, device=qs.device) * select_block // ordering.ball_size
     work = torch.promote_types(qs.dtype, torch.float32)
     k_work, bias = k_cmp.to(work), log_w_cmp.to(work)
+    q_group = _group_queries(qs, ordering, group_size, work)  # (batch, heads, groups, d)
     chunk = max(1, SCORE_CHUNK_ELEMENTS // max(1, batch * heads * k_cmp.shape[2]))
     blocks, scores = [], []
     with torch.autocast(qs.device.type, enabled=False):  # float32 scores also under autocast
         for first in range(0, groups, chunk):
             last = min(groups, first + chunk)
-            q_chunk = qs[:, :, first * group_size : last * group_size].to(work).unflatten(2, (-1, group_size))
-            q_group = (q_chunk * weights[first:last, :, None].to(work)).sum(-2)  # (batch, heads, chunk, d)
-            logits = scale * q_group @ k_work.transpose(-1, -2) + bias  # (batch, heads, chunk, M/block_size)
+            # (batch, heads, chunk, M/block_size)
+            logits = scale * q_group[:, :, first:last] @ k_work.transpose(-1, -2) + bias
             if per_block > 1:
                 logits = torch.logsumexp(logits.unflatten(-1, (num_sel, per_block)), dim=-1)
             own = ball_of_group[first:last, None] == ball_of_block[None, :]
@@ -318,7 +480,9 @@ def select_blocks(
     return torch.cat(blocks, dim=2), torch.isfinite(torch.cat(scores, dim=2))
 
 
-def _selection_branch(qs, ks, vs, log_w, blocks, block_ok, select_block: int, scale: float) -> torch.Tensor:
+def _selection_branch(
+    qs, ks, vs, log_w, blocks, block_ok, select_block: int, scale: float, fused: bool = False
+) -> torch.Tensor:
     """Attention of every query group to the tokens of its selected blocks.
 
     qs, ks: (batch, heads, M, d); vs (..., d_v); blocks, block_ok: (batch, heads, M/g, top_k).
@@ -328,6 +492,9 @@ def _selection_branch(qs, ks, vs, log_w, blocks, block_ok, select_block: int, sc
     groups, top_k = blocks.shape[2:]
     group_size = length // groups
     tokens = (blocks[..., None] * select_block + torch.arange(select_block, device=qs.device)).flatten(-2)
+    if fused:
+        tokens = tokens.masked_fill(~block_ok.repeat_interleave(select_block, dim=-1), -1)
+        return fused_indexed_attention(qs, ks, vs, tokens, log_w, scale)
     flat = tokens.flatten(2)  # (batch, heads, groups * top_k * select_block)
 
     def gather(t):

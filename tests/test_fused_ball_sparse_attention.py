@@ -1,0 +1,153 @@
+"""The fused (Triton) path of ball sparse attention against its PyTorch reference.
+
+Without CUDA, conftest sets TRITON_INTERPRET=1 and the kernels run on CPU tensors through the
+interpreter, so grids stay small. Both backends share the ordering, the coarse tokens and the
+block selection; they differ in how each branch attends (index lists read by the kernel vs
+gathered copies and SDPA), which is what these tests compare.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from s2forecast.geometry import Grid
+from s2forecast.nn.ball_attention import S2BallSparseAttention
+from s2forecast.ops.ball_sparse_attention import BRANCHES, ball_sparse_attention
+
+pytest.importorskip("triton")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def random_qkv(grid, batch=1, heads=2, head_dim=16, head_dim_v=None, dtype=torch.float32, device=DEVICE):
+    shapes = [(batch, heads, grid.npoints, d) for d in (head_dim, head_dim, head_dim_v or head_dim)]
+    return [torch.randn(s, dtype=dtype, device=device, requires_grad=True) for s in shapes]
+
+
+def outputs_and_grads(inputs, grid, grad_out, **kwargs):
+    out = ball_sparse_attention(*inputs, grid, **kwargs)
+    return (out, *torch.autograd.grad(out, inputs, grad_out))
+
+
+def assert_fused_matches_reference(inputs, grid, atol, **kwargs):
+    """Fused in the inputs' dtype against the reference in float64 (same selected blocks: the
+    selection is computed by shared code from the float32/float64 scores, so close scores
+    could flip; the inputs here are random and the tolerance is far below any flip)."""
+    grad_out = torch.randn(inputs[0].shape[:-1] + inputs[2].shape[-1:], device=inputs[0].device)
+    fused = outputs_and_grads(inputs, grid, grad_out.to(inputs[0].dtype), backend="fused", **kwargs)
+    reference = outputs_and_grads(
+        [t.double() for t in inputs], grid, grad_out.double(), backend="reference", **kwargs
+    )
+    for name, got, want in zip(["out", "dq", "dk", "dv"], fused, reference, strict=True):
+        assert got.dtype == inputs[0].dtype
+        error = (got.double() - want).abs().max().item()
+        assert error <= atol, f"{name}: max error {error:.2e} > {atol:.0e}"
+
+
+# --- interpreter on CPU (and compiled on GPU): small grids -------------------------------------
+@pytest.mark.parametrize(
+    "kind, shape, sizes",
+    [
+        # paper compression; group selection; the flat compression is one tile of all queries
+        ("equiangular", (8, 16), dict(ball_size=32, block_size=8, top_k=4, group_size=8)),
+        # multi-level compression (3 levels), selection by descent, groups of 2 (tiles below BLOCK_M)
+        ("legendre-gauss", (12, 24), dict(ball_size=32, block_size=4, top_k=3, group_size=2, compression_window=8)),
+        # 180 points in 12 balls of 16: padding slots, partial coarse tokens; selection blocks of 2 blocks
+        ("equiangular-midpoint", (12, 15), dict(ball_size=16, block_size=2, select_block=4, top_k=5, group_size=4)),
+    ],
+)
+def test_fused_matches_reference(kind, shape, sizes):
+    grid = Grid(*shape, kind)
+    assert_fused_matches_reference(random_qkv(grid), grid, atol=1e-4, **sizes)
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_each_fused_branch_matches_reference(branch):
+    """head_dim 24 (padded to 32 in the kernel), head_dim_v 8, two batches, custom scale."""
+    grid = Grid(12, 24)
+    inputs = random_qkv(grid, batch=2, heads=1, head_dim=24, head_dim_v=8)
+    sizes = dict(ball_size=64, block_size=8, top_k=2, group_size=8, compression_window=16)
+    assert_fused_matches_reference(inputs, grid, atol=1e-4, branches=(branch,), scale=0.3, **sizes)
+
+
+def test_fused_half_precision():
+    grid = Grid(8, 16)
+    inputs = random_qkv(grid, dtype=torch.float16)
+    sizes = dict(ball_size=32, block_size=8, top_k=2, group_size=8, branches=("ball", "compression"))
+    assert_fused_matches_reference(inputs, grid, atol=2e-2, **sizes)
+
+
+def test_fused_gradients_on_strided_inputs():
+    """q, k, v as views of one projection (the layer's layout) take the same path."""
+    grid = Grid(8, 16)
+    qkv = torch.randn(1, grid.npoints, 3, 2, 16, device=DEVICE, requires_grad=True)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (batch, heads, N, d), non-contiguous
+    sizes = dict(ball_size=32, block_size=4, top_k=2, compression_window=8)
+    fused = ball_sparse_attention(q, k, v, grid, backend="fused", **sizes)
+    (grad_fused,) = torch.autograd.grad(fused.square().sum(), qkv)
+    reference = ball_sparse_attention(q, k, v, grid, backend="reference", **sizes)
+    (grad_reference,) = torch.autograd.grad(reference.square().sum(), qkv)
+    assert torch.allclose(fused, reference, atol=1e-5)
+    assert torch.allclose(grad_fused, grad_reference, atol=1e-4)
+
+
+def test_fused_layer_equals_reference_layer():
+    grid = Grid(8, 16, "legendre-gauss")
+    fused = S2BallSparseAttention(16, 2, grid, ball_size=32, block_size=4, compression_window=8, backend="fused")
+    reference = S2BallSparseAttention(16, 2, grid, ball_size=32, block_size=4, compression_window=8)
+    reference.load_state_dict(fused.state_dict())
+    x = torch.randn(1, 16, *grid.shape, device=DEVICE)
+    assert torch.allclose(fused.to(DEVICE)(x), reference.to(DEVICE)(x), atol=1e-5)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        S2BallSparseAttention(16, 2, grid, ball_size=32, backend="triton")
+
+
+def test_indexed_attention_lists_per_head_and_skipped_entries():
+    """The kernel on its own: per-(batch, head) key lists with skipped (-1) entries and a key of
+    weight zero, against dense masked SDPA."""
+    from s2forecast.ops.cuda.fused_indexed_attention import fused_indexed_attention
+
+    batch, heads, tiles, rows, keys, listed = 2, 2, 3, 24, 50, 20
+    q, k, v = (torch.randn(batch, heads, n, d, device=DEVICE) for n, d in ((tiles * rows, 16), (keys, 16), (keys, 8)))
+    index = torch.stack([torch.randperm(keys)[:listed] for _ in range(batch * heads * tiles)])
+    index = index.view(batch, heads, tiles, listed).to(DEVICE)
+    index[0, 1, 2, :7] = -1
+    log_w = torch.randn(keys, device=DEVICE)
+    log_w[index[1, 0, 0, 0]] = float("-inf")
+    out = fused_indexed_attention(q, k, v, index, log_w, scale=0.3)
+    allowed = torch.zeros(batch, heads, tiles * rows, keys, dtype=torch.bool, device=DEVICE)
+    for b in range(batch):
+        for h in range(heads):
+            for t in range(tiles):
+                listed_keys = index[b, h, t][index[b, h, t] >= 0]
+                allowed[b, h, t * rows : (t + 1) * rows, listed_keys] = True
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(allowed, log_w, float("-inf")), scale=0.3)
+    assert torch.allclose(out, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="72 queries do not split into 5 tiles"):
+        fused_indexed_attention(q, k, v, index[0, 0, :, :5].T, log_w, scale=0.3)
+
+
+# --- GPU only: the compiled kernels at full size -------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("window", [None, 256])
+def test_cuda_128x256_matches_reference(dtype, atol, window):
+    """Ball and compression branches (the selection is shared code; in bf16 close scores may
+    pick other blocks, so it is compared in float32 only)."""
+    grid = Grid(128, 256)
+    branches = BRANCHES if dtype == torch.float32 else ("ball", "compression")
+    inputs = random_qkv(grid, batch=2, heads=4, head_dim=32, dtype=dtype)
+    assert_fused_matches_reference(inputs, grid, atol=atol, branches=branches, compression_window=window)
+
+
+@pytest.mark.cuda
+def test_cuda_quarter_degree_runs_and_matches_reference():
+    """0.25 degree (1,038,240 points), multi-level compression: forward and backward on the fused
+    path, compared with the PyTorch path in float32."""
+    grid = Grid(721, 1440)
+    inputs = random_qkv(grid, batch=1, heads=4, head_dim=16)
+    grad_out = torch.randn_like(inputs[2])
+    fused = outputs_and_grads(inputs, grid, grad_out, backend="fused", compression_window=256)
+    reference = outputs_and_grads(inputs, grid, grad_out, backend="reference", compression_window=256)
+    for name, got, want in zip(["out", "dq", "dk", "dv"], fused, reference, strict=True):
+        error = (got - want).abs().max().item()
+        assert error <= 1e-3, f"{name}: max error {error:.2e}"
