@@ -34,9 +34,7 @@ def assert_fused_matches_reference(inputs, grid, atol, **kwargs):
     could flip; the inputs here are random and the tolerance is far below any flip)."""
     grad_out = torch.randn(inputs[0].shape[:-1] + inputs[2].shape[-1:], device=inputs[0].device)
     fused = outputs_and_grads(inputs, grid, grad_out.to(inputs[0].dtype), backend="fused", **kwargs)
-    reference = outputs_and_grads(
-        [t.double() for t in inputs], grid, grad_out.double(), backend="reference", **kwargs
-    )
+    reference = outputs_and_grads([t.double() for t in inputs], grid, grad_out.double(), backend="reference", **kwargs)
     for name, got, want in zip(["out", "dq", "dk", "dv"], fused, reference, strict=True):
         assert got.dtype == inputs[0].dtype
         error = (got.double() - want).abs().max().item()
