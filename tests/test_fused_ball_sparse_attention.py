@@ -149,3 +149,15 @@ def test_cuda_quarter_degree_runs_and_matches_reference():
     for name, got, want in zip(["out", "dq", "dk", "dv"], fused, reference, strict=True):
         error = (got - want).abs().max().item()
         assert error <= 1e-3, f"{name}: max error {error:.2e}"
+
+
+def test_autotune_skips_tiles_taller_than_a_query_tile():
+    """On a GPU the kernels autotune; tiles of more rows than a selection group only waste work."""
+    import triton
+
+    from s2forecast.ops.cuda.fused_indexed_attention import _prune
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 32}) for m in (16, 32, 64, 128)]
+    assert [c.kwargs["BLOCK_M"] for c in _prune(configs, {"rows_per_tile": 8})] == [16]
+    assert [c.kwargs["BLOCK_M"] for c in _prune(configs, {"rows_per_tile": 40})] == [16, 32, 64]
+    assert len(_prune(configs, {"rows_per_tile": 256})) == 4
