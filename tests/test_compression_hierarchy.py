@@ -97,6 +97,7 @@ def slot_pooled_reference(q, k, v, grid, ball_size, block_size, window):
         ("equiangular", (16, 32), 32, 4, 8),  # 16 balls, 128 level-1 tokens: levels of 8 -> 3 levels
         ("legendre-gauss", (12, 24), 64, 8, 8),  # 288 points in 5 balls: padding slots and tokens
         ("equiangular-midpoint", (12, 15), 16, 4, 4),  # 180 points, 12 balls of 16, 4 levels
+        ("equiangular", (8, 10), 16, 8, 8),  # 10 level-1 tokens: level 1 padded to 16 for level 2
     ],
 )
 def test_compression_equals_slot_pooled_reference(kind, shape, ball_size, block_size, window):
@@ -152,15 +153,23 @@ def test_descent_finds_a_dominant_block_from_every_ball():
     assert not (blocks[0, 0, ~outside] == slot // 4).any()  # the own ball's groups may not select it
 
 
-@pytest.mark.parametrize("kind, shape", [("equiangular", (32, 64)), ("legendre-gauss", (12, 15))])
-def test_descent_picks_distinct_blocks_outside_the_own_ball(kind, shape):
+@pytest.mark.parametrize(
+    "kind, shape, ball_size, window, top_k",
+    [
+        ("equiangular", (32, 64), 32, 8, 5),
+        ("legendre-gauss", (12, 15), 32, 8, 5),
+        # top_k above the real candidates of a level: padding picks whose children lie past the level
+        ("legendre-gauss", (10, 14), 16, 4, 9),
+    ],
+)
+def test_descent_picks_distinct_blocks_outside_the_own_ball(kind, shape, ball_size, window, top_k):
     grid = Grid(*shape, kind)
     q, k, _ = (t.detach() for t in qkv(grid, dtype=torch.float32))
-    (blocks, ok), ordering = descend(q, k, grid, ball_size=32, block_size=4, window=8, top_k=5, group_size=4)
+    (blocks, ok), ordering = descend(q, k, grid, ball_size, block_size=4, window=window, top_k=top_k, group_size=4)
     assert ok.all()
-    assert blocks.shape == (2, 2, ordering.padded_size // 4, 5)
-    ball_of_group = torch.arange(blocks.shape[2]) * 4 // 32
-    assert not (blocks // 8 == ball_of_group[:, None]).any()
+    assert blocks.shape == (2, 2, ordering.padded_size // 4, top_k)
+    ball_of_group = torch.arange(blocks.shape[2]) * 4 // ball_size
+    assert not (blocks // (ball_size // 4) == ball_of_group[:, None]).any()
     assert (blocks.sort(-1).values.diff(dim=-1) > 0).all()  # distinct
     real_blocks = (~ordering.is_padding).view(-1, 4).any(-1)
     assert real_blocks[blocks].all()

@@ -123,10 +123,12 @@ def ball_sparse_attention(
             (``s2forecast.ops.compression_hierarchy``), ``compression_window`` tokens per level
             and ball, and selection by a top-k descent of the levels: cost O(N log N). Needs
             ``select_block == block_size``.
-        backend: "fused" (the Triton kernels of ``s2forecast.ops.cuda.fused_indexed_attention``
-            read keys through index lists: no gathered copies of K and V; CUDA tensors, or CPU
-            under TRITON_INTERPRET=1), "reference" (PyTorch gathers and SDPA), or "auto" (fused
-            for CUDA tensors other than float64).
+        backend: where the reference gathers keys per query tile (the multi-level compression
+            and the selection), "fused" reads them through index lists with the Triton kernels
+            of ``s2forecast.ops.cuda.fused_indexed_attention`` (CUDA tensors, or CPU under
+            TRITON_INTERPRET=1) instead of materializing copies of K and V; "reference" gathers
+            and calls SDPA; "auto": fused for CUDA tensors other than float64. The ball branch
+            and the single-level compression need no gather and run on SDPA either way.
 
     Returns:
         (batch, heads, nlat*nlon, head_dim_v) in grid order, same dtype as ``q``.
@@ -149,7 +151,7 @@ def ball_sparse_attention(
 
     outputs = {}
     if "ball" in branches:
-        outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale, fused)
+        outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale)
     if "compression" in branches or "selection" in branches:
         hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window)
         levels = coarse_levels(ks, vs, log_w, block_size, hierarchy)
@@ -274,13 +276,10 @@ def fused_indexed_attention(q, k, v, key_index, log_w, scale):
     return fused(q, k, v, key_index, log_w, scale)
 
 
-def _ball_branch(qs, ks, vs, log_w, ball_size: int, scale: float, fused: bool = False) -> torch.Tensor:
+def _ball_branch(qs, ks, vs, log_w, ball_size: int, scale: float) -> torch.Tensor:
     """Block-diagonal attention: (batch, heads, padded N, d) -> (batch, heads, padded N, d_v)."""
     batch, heads, length, _ = qs.shape
     balls = length // ball_size
-    if fused:
-        slots = torch.arange(length, device=qs.device).view(balls, ball_size)
-        return fused_indexed_attention(qs, ks, vs, slots, log_w, scale)
 
     def split(t):
         return t.reshape(batch * heads, balls, ball_size, t.shape[-1])
@@ -315,33 +314,31 @@ def coarse_levels(ks, vs, log_w, block_size: int, hierarchy: CompressionHierarch
     """Coarse keys, values and log-weights of every level of ``hierarchy``, level 1 first.
 
     Level 1 pools ``block_size`` slots, each level above pools ``block_size`` tokens of the one
-    below (padded with weightless tokens to ``hierarchy.level_sizes``), so every token holds the
-    w-weighted mean of its slots. Returns a list of (k (batch, heads, n, d), v (..., d_v), log_w (n,)).
+    below; every level is padded with weightless tokens to its ``hierarchy.level_sizes`` entry
+    (which the table's offsets count), so every token holds the w-weighted mean of its slots.
+    Returns a list of (k (batch, heads, n, d), v (..., d_v), log_w (n,)).
     """
-    levels = [compress_blocks(ks, vs, log_w, block_size)]
-    for size in hierarchy.level_sizes[1:]:
-        k, v, lw = levels[-1]
-        missing = size * block_size - k.shape[2]
+    levels = []
+    k, v, lw = ks, vs, log_w
+    for size in hierarchy.level_sizes:
+        k, v, lw = compress_blocks(k, v, lw, block_size)
+        missing = size - k.shape[2]  # weightless tokens so that the level above pools whole blocks
         if missing:
             k, v = F.pad(k, (0, 0, 0, missing)), F.pad(v, (0, 0, 0, missing))
             lw = F.pad(lw, (0, missing), value=float("-inf"))
-        levels.append(compress_blocks(k, v, lw, block_size))
+        levels.append((k, v, lw))
     return levels
 
 
 def _compression_branch(
     qs, levels, hierarchy: CompressionHierarchy, ball_size: int, scale: float, fused: bool = False
 ) -> torch.Tensor:
-    """Attention of every query to its coarse tokens: (batch, heads, M, d) -> (batch, heads, M, d_v)."""
-    if fused:
-        k_all, v_all = (torch.cat([level[i] for level in levels], dim=2) for i in (0, 1))
-        log_w_all = torch.cat([level[2] for level in levels])
-        if hierarchy.num_levels == 1:  # one tile: all queries, all level-1 tokens
-            table = torch.arange(k_all.shape[2], device=qs.device)[None]
-        else:
-            table = hierarchy.table.to(qs.device).masked_fill(~hierarchy.valid.to(qs.device), -1)
-        return fused_indexed_attention(qs, k_all, v_all, table, log_w_all, scale)
-    if hierarchy.num_levels == 1:  # every query sees every level-1 token: one shared key set
+    """Attention of every query to its coarse tokens: (batch, heads, M, d) -> (batch, heads, M, d_v).
+
+    One level: one key set shared by all queries, plain SDPA on either backend. Several levels:
+    per-ball key lists, read through the table by the fused kernel or gathered for SDPA.
+    """
+    if hierarchy.num_levels == 1:
         k_cmp, v_cmp, log_w_cmp = levels[0]
         mask = log_w_cmp.view(1, 1, 1, -1).to(qs.dtype)
         return F.scaled_dot_product_attention(qs, k_cmp, v_cmp, attn_mask=mask, scale=scale)
@@ -350,6 +347,9 @@ def _compression_branch(
     table = hierarchy.table.to(qs.device)
     k_all, v_all = (torch.cat([level[i] for level in levels], dim=2) for i in (0, 1))
     log_w_all = torch.cat([level[2] for level in levels])
+    if fused:
+        listed = table.masked_fill(~hierarchy.valid.to(qs.device), -1)
+        return fused_indexed_attention(qs, k_all, v_all, listed, log_w_all, scale)
 
     def gather(t):  # (batch, heads, tokens, d) -> (batch * heads, balls, width, d)
         picked = t.index_select(2, table.flatten())
@@ -418,9 +418,12 @@ def descend_select_blocks(
             width = tokens.shape[1]
             if kept is not None:  # the children of the tokens kept one level up (never in the own ball)
                 below = (kept[..., None] * block_size + children).flatten(-2)  # (batch, heads, groups, K * l)
+                # children of -inf picks (padding, when fewer than K real candidates) may lie past
+                # the level's end: clamp for the reads, mask their scores
+                dead = ~torch.isfinite(top).repeat_interleave(block_size, dim=-1)
+                below = below.masked_fill(dead, 0)
                 child_keys = k.gather(2, below.flatten(2)[..., None].expand(-1, -1, -1, k.shape[-1]))
                 child_scores = scale * (child_keys.view(*below.shape, -1) @ q_group[..., None]).squeeze(-1)
-                dead = ~torch.isfinite(top).repeat_interleave(block_size, dim=-1)  # children of -inf picks
                 child_scores = (child_scores + log_w[below]).masked_fill(dead, float("-inf"))
                 scores = torch.cat([scores, child_scores], dim=-1)
             top, index = scores.topk(min(top_k, scores.shape[-1]), dim=-1)

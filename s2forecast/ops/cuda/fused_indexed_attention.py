@@ -8,6 +8,7 @@ import math
 
 import torch
 import triton
+from torch.autograd.function import once_differentiable
 
 from s2forecast.ops.cuda.fused_neighborhood_attention import (
     MAX_HEAD_DIM,
@@ -69,6 +70,7 @@ class _IndexedAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         q, k, v, out, lse, key_index, log2_w = ctx.saved_tensors
         batch, heads, num_queries, _ = q.shape

@@ -30,7 +30,8 @@ def _tile_rows(tile_block, rows_per_tile, BLOCK_M: tl.constexpr):
     tile = tile_block // blocks_per_tile
     first = (tile_block % blocks_per_tile) * BLOCK_M
     offs = first + tl.arange(0, BLOCK_M)
-    return tile, tile * rows_per_tile + offs, offs < rows_per_tile
+    # int64 rows: row * stride can pass 2**31 for strided views of large grids
+    return tile, (tile * rows_per_tile + offs).to(tl.int64), offs < rows_per_tile
 
 
 @triton.jit
