@@ -216,3 +216,12 @@ def test_window_sets_how_closely_compression_approximates_global_attention():
         for window in (16, 64, 256)
     }  # fmt: skip
     assert deviation[256] < 0.03 < deviation[64] < deviation[16] < 0.5, deviation
+
+
+def test_device_copies_are_cached():
+    """The tables move to the queries' device once, not on every call."""
+    hierarchy = compression_hierarchy(32, 256, 8, 64)
+    assert hierarchy.to("cpu") is hierarchy
+    moved = hierarchy.to("meta")
+    assert moved is hierarchy.to("meta") and moved.table.is_meta and moved.valid.is_meta
+    assert moved.columns == hierarchy.columns and moved.offsets == hierarchy.offsets

@@ -153,7 +153,7 @@ def ball_sparse_attention(
     if "ball" in branches:
         outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale)
     if "compression" in branches or "selection" in branches:
-        hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window)
+        hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window).to(q.device)
         levels = coarse_levels(ks, vs, log_w, block_size, hierarchy)
         if "compression" in branches:
             outputs["compression"] = _compression_branch(qs, levels, hierarchy, ball_size, scale, fused)
@@ -344,18 +344,18 @@ def _compression_branch(
         return F.scaled_dot_product_attention(qs, k_cmp, v_cmp, attn_mask=mask, scale=scale)
     batch, heads, length, _ = qs.shape
     balls = length // ball_size
-    table = hierarchy.table.to(qs.device)
+    table = hierarchy.table
     k_all, v_all = (torch.cat([level[i] for level in levels], dim=2) for i in (0, 1))
     log_w_all = torch.cat([level[2] for level in levels])
     if fused:
-        listed = table.masked_fill(~hierarchy.valid.to(qs.device), -1)
+        listed = table.masked_fill(~hierarchy.valid, -1)
         return fused_indexed_attention(qs, k_all, v_all, listed, log_w_all, scale)
 
     def gather(t):  # (batch, heads, tokens, d) -> (batch * heads, balls, width, d)
         picked = t.index_select(2, table.flatten())
         return picked.reshape(batch * heads, balls, table.shape[1], t.shape[-1])
 
-    bias = log_w_all[table].masked_fill(~hierarchy.valid.to(qs.device), float("-inf"))
+    bias = log_w_all[table].masked_fill(~hierarchy.valid, float("-inf"))
     mask = bias.view(1, balls, 1, -1).to(qs.dtype)
     q_balls = qs.reshape(batch * heads, balls, ball_size, qs.shape[-1])
     out = F.scaled_dot_product_attention(q_balls, gather(k_all), gather(v_all), attn_mask=mask, scale=scale)
@@ -407,7 +407,7 @@ def descend_select_blocks(
         for level in reversed(range(hierarchy.num_levels)):
             k, _, log_w = levels[level]
             k, log_w = k.to(work), log_w.to(work)
-            tokens, valid = (t.to(qs.device) for t in hierarchy.level_table(level))  # (balls, width)
+            tokens, valid = hierarchy.level_table(level)  # (balls, width), on the queries' device
             bias = log_w[tokens].masked_fill(~valid, float("-inf"))
             if level == 0:  # the ball's own blocks belong to the ball branch
                 ball = torch.arange(len(tokens), device=qs.device)[:, None]

@@ -28,7 +28,7 @@ log-weight -inf and are never attended to.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -62,10 +62,21 @@ class CompressionHierarchy:
     def num_levels(self) -> int:
         return len(self.level_sizes)
 
+    def to(self, device) -> "CompressionHierarchy":
+        """This hierarchy with its tables on ``device`` (cached: one copy per device)."""
+        return _on_device(self, torch.device(device))
+
     def level_table(self, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(num_balls, columns) token indices local to ``level`` (0-based) and their validity."""
         cols = self.columns[level]
         return self.table[:, cols] - self.offsets[level], self.valid[:, cols]
+
+
+@lru_cache(maxsize=64)
+def _on_device(hierarchy: CompressionHierarchy, device: torch.device) -> CompressionHierarchy:
+    if hierarchy.table.device == device:
+        return hierarchy
+    return replace(hierarchy, table=hierarchy.table.to(device), valid=hierarchy.valid.to(device))
 
 
 def check_compression_window(window, ball_size: int, block_size: int) -> int | None:
