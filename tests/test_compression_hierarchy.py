@@ -2,6 +2,8 @@
 partition the sphere, the branch equals attention to slot-pooled tokens built from the definition,
 one level is the paper's compression, the descent finds a dominant block, gradients."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -225,3 +227,17 @@ def test_device_copies_are_cached():
     moved = hierarchy.to("meta")
     assert moved is hierarchy.to("meta") and moved.table.is_meta and moved.valid.is_meta
     assert moved.columns == hierarchy.columns and moved.offsets == hierarchy.offsets
+
+
+@pytest.mark.parametrize("balls_per_chunk", [1, 3])  # 3 does not divide the 16 balls
+def test_descent_in_chunks_of_balls_is_the_same(monkeypatch, balls_per_chunk):
+    bsa = sys.modules[descend_select_blocks.__module__]  # the module, not the function of the same name
+
+    grid = Grid(16, 32)
+    q, k, _ = (t.detach() for t in qkv(grid, dtype=torch.float32))
+    whole, _ = descend(q, k, grid, ball_size=32, block_size=4, window=8, top_k=3, group_size=4)
+    width = compression_hierarchy(16, 32, 4, 8).table.shape[1]
+    per_ball = 2 * 2 * (32 // 4) * (width + 3 * 4) * 8  # batch * heads * groups * (width + K * l) * d
+    monkeypatch.setattr(bsa, "DESCENT_CHUNK_ELEMENTS", balls_per_chunk * per_ball)
+    chunked, _ = descend(q, k, grid, ball_size=32, block_size=4, window=8, top_k=3, group_size=4)
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])

@@ -81,6 +81,8 @@ BRANCHES = ("ball", "compression", "selection")
 BACKENDS = ("auto", "fused", "reference")
 # elements of one chunk of the (batch, heads, groups, coarse blocks) selection-score tensor
 SCORE_CHUNK_ELEMENTS = 2**24
+# scored key elements per chunk of the multi-level descent (larger: fewer launches on a GPU)
+DESCENT_CHUNK_ELEMENTS = 2**27
 
 
 def ball_sparse_attention(
@@ -393,45 +395,61 @@ def descend_select_blocks(
         blocks (batch, heads, M/group_size, top_k) int64 level-1 token (= selection block)
         indices, sorted by decreasing score, and ok (same shape), False where the score is -inf.
     """
-    batch, heads, length, _ = qs.shape
-    groups = length // group_size
+    batch, heads, length, head_dim = qs.shape
     per_ball = ordering.ball_size // group_size
-    block_size = hierarchy.block_size
     work = torch.promote_types(qs.dtype, torch.float32)
     q_group = _group_queries(qs, ordering, group_size, work)  # (batch, heads, groups, d)
-    q_ball = q_group.unflatten(2, (-1, per_ball))  # (batch, heads, balls, groups per ball, d)
-    ball_of_group = torch.arange(groups, device=qs.device) // per_ball
-    children = torch.arange(block_size, device=qs.device)
-    kept = top = None
     with torch.autocast(qs.device.type, enabled=False):
-        for level in reversed(range(hierarchy.num_levels)):
-            k, _, log_w = levels[level]
-            k, log_w = k.to(work), log_w.to(work)
-            tokens, valid = hierarchy.level_table(level)  # (balls, width), on the queries' device
-            bias = log_w[tokens].masked_fill(~valid, float("-inf"))
-            if level == 0:  # the ball's own blocks belong to the ball branch
-                ball = torch.arange(len(tokens), device=qs.device)[:, None]
-                own = tokens // (ordering.ball_size // block_size) == ball
-                bias = bias.masked_fill(own, float("-inf"))
-            keys = k.index_select(2, tokens.flatten()).unflatten(2, tokens.shape)  # (batch, heads, balls, width, d)
-            scores = (scale * q_ball @ keys.transpose(-1, -2) + bias[:, None]).flatten(2, 3)  # (..., groups, width)
-            width = tokens.shape[1]
-            if kept is not None:  # the children of the tokens kept one level up (never in the own ball)
-                below = (kept[..., None] * block_size + children).flatten(-2)  # (batch, heads, groups, K * l)
-                # children of -inf picks (padding, when fewer than K real candidates) may lie past
-                # the level's end: clamp for the reads, mask their scores
-                dead = ~torch.isfinite(top).repeat_interleave(block_size, dim=-1)
-                below = below.masked_fill(dead, 0)
-                child_keys = k.gather(2, below.flatten(2)[..., None].expand(-1, -1, -1, k.shape[-1]))
-                child_scores = scale * (child_keys.view(*below.shape, -1) @ q_group[..., None]).squeeze(-1)
-                child_scores = (child_scores + log_w[below]).masked_fill(dead, float("-inf"))
-                scores = torch.cat([scores, child_scores], dim=-1)
-            top, index = scores.topk(min(top_k, scores.shape[-1]), dim=-1)
-            in_window = index < width
-            picked = tokens[ball_of_group[:, None], index.clamp_max(width - 1)]  # (batch, heads, groups, K)
-            if kept is not None:
-                picked = torch.where(in_window, picked, below.gather(-1, (index - width).clamp_min(0)))
-            kept = picked
+        levels = [(k.to(work), log_w.to(work)) for k, _, log_w in levels]
+        # balls per chunk, so that the scored keys of a chunk stay under DESCENT_CHUNK_ELEMENTS
+        per_chunk_ball = batch * heads * per_ball * (hierarchy.table.shape[1] + top_k * hierarchy.block_size) * head_dim
+        chunk = max(1, DESCENT_CHUNK_ELEMENTS // per_chunk_ball)
+        num_balls = ordering.num_balls
+        picks = [
+            _descend(q_group[:, :, first * per_ball : min(num_balls, first + chunk) * per_ball], levels, hierarchy,
+                     first, min(num_balls, first + chunk), ordering.ball_size, top_k, scale)
+            for first in range(0, num_balls, chunk)
+        ]  # fmt: skip
+    return torch.cat([p[0] for p in picks], dim=2), torch.cat([p[1] for p in picks], dim=2)
+
+
+def _descend(q_group, levels, hierarchy: CompressionHierarchy, first: int, last: int, ball_size, top_k, scale):
+    """``descend_select_blocks`` for the groups of balls ``first`` .. ``last - 1``.
+
+    q_group: (batch, heads, groups of these balls, d); levels: per level (keys, log-weights).
+    """
+    per_ball = q_group.shape[2] // (last - first)
+    block_size = hierarchy.block_size
+    device = q_group.device
+    q_ball = q_group.unflatten(2, (-1, per_ball))  # (batch, heads, balls, groups per ball, d)
+    ball_of_group = torch.arange(q_group.shape[2], device=device) // per_ball
+    children = torch.arange(block_size, device=device)
+    kept = top = None
+    for level in reversed(range(hierarchy.num_levels)):
+        k, log_w = levels[level]
+        tokens, valid = (t[first:last] for t in hierarchy.level_table(level))  # (balls, width)
+        bias = log_w[tokens].masked_fill(~valid, float("-inf"))
+        if level == 0:  # the ball's own blocks belong to the ball branch
+            own = tokens // (ball_size // block_size) == torch.arange(first, last, device=device)[:, None]
+            bias = bias.masked_fill(own, float("-inf"))
+        keys = k.index_select(2, tokens.flatten()).unflatten(2, tokens.shape)  # (batch, heads, balls, width, d)
+        scores = (scale * q_ball @ keys.transpose(-1, -2) + bias[:, None]).flatten(2, 3)  # (..., groups, width)
+        width = tokens.shape[1]
+        if kept is not None:  # the children of the tokens kept one level up (never in the own ball)
+            below = (kept[..., None] * block_size + children).flatten(-2)  # (batch, heads, groups, K * l)
+            # children of -inf picks (padding, when fewer than K real candidates) may lie past
+            # the level's end: clamp for the reads, mask their scores
+            dead = ~torch.isfinite(top).repeat_interleave(block_size, dim=-1)
+            below = below.masked_fill(dead, 0)
+            child_keys = k.gather(2, below.flatten(2)[..., None].expand(-1, -1, -1, k.shape[-1]))
+            child_scores = scale * (child_keys.view(*below.shape, -1) @ q_group[..., None]).squeeze(-1)
+            child_scores = (child_scores + log_w[below]).masked_fill(dead, float("-inf"))
+            scores = torch.cat([scores, child_scores], dim=-1)
+        top, index = scores.topk(min(top_k, scores.shape[-1]), dim=-1)
+        picked = tokens[ball_of_group[:, None], index.clamp_max(width - 1)]  # (batch, heads, groups, K)
+        if kept is not None:
+            picked = torch.where(index < width, picked, below.gather(-1, (index - width).clamp_min(0)))
+        kept = picked
     return kept, torch.isfinite(top)
 
 
