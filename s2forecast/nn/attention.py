@@ -7,8 +7,7 @@ from torch import nn
 
 from s2forecast.geometry import Grid
 from s2forecast.ops import default_radius, global_attention, neighborhood_attention
-from s2forecast.ops.neighborhood_attention import BACKENDS
-from s2forecast.ops.validation import check_grid, check_radius
+from s2forecast.ops.validation import check_backend, check_grid, check_radius
 
 
 class QKPositionEmbedding(Protocol):
@@ -189,9 +188,7 @@ class S2NeighborhoodAttention(_SphericalAttention):
         )
         self.grid = check_grid(grid, "grid")
         self.theta = default_radius(grid) if theta is None else check_radius(theta)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        self.backend = backend
+        self.backend = check_backend(backend)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query, key and value (defaults: query) all on ``grid``."""

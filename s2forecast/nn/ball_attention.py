@@ -6,13 +6,12 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.nn.attention import _SphericalAttention
 from s2forecast.ops.ball_sparse_attention import (
-    BACKENDS,
     BRANCHES,
     ball_sparse_attention,
     check_ball_sparse_sizes,
     check_branches,
 )
-from s2forecast.ops.validation import check_grid
+from s2forecast.ops.validation import check_backend, check_grid
 
 
 class S2BallSparseAttention(_SphericalAttention):
@@ -76,9 +75,7 @@ class S2BallSparseAttention(_SphericalAttention):
         self.top_k = top_k
         self.group_size = group_size
         self.compression_window = compression_window
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        self.backend = backend
+        self.backend = check_backend(backend)
         self.gate_proj = nn.Linear(in_channels, len(self.branches) * num_heads, bias=True)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):

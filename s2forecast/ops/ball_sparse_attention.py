@@ -75,10 +75,9 @@ from s2forecast.geometry import Grid
 from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
 from s2forecast.ops.compression_hierarchy import CompressionHierarchy, check_compression_window, compression_hierarchy
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
-from s2forecast.ops.validation import check_attention_inputs, check_grid
+from s2forecast.ops.validation import check_attention_inputs, check_grid, use_fused
 
 BRANCHES = ("ball", "compression", "selection")
-BACKENDS = ("auto", "fused", "reference")
 # elements of one chunk of the (batch, heads, groups, coarse blocks) selection-score tensor
 SCORE_CHUNK_ELEMENTS = 2**24
 # scored key elements per chunk of the multi-level descent (larger: fewer launches on a GPU)
@@ -143,9 +142,7 @@ def ball_sparse_attention(
     )
     gates = _check_gates(gates, q)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    fused = backend == "fused" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64)
+    fused = use_fused(backend, q)
 
     ordering = ball_ordering(grid, ball_size)
     index, log_w = _slot_tensors(ordering, q.device, bias_dtype(q.dtype))

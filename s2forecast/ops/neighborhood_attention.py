@@ -20,11 +20,10 @@ from torch.utils.checkpoint import checkpoint
 from s2forecast.geometry import Grid
 from s2forecast.ops.neighborhood import SphericalNeighborhood, spherical_neighborhood
 from s2forecast.ops.quadrature_bias import bias_dtype, log_row_weights
-from s2forecast.ops.validation import check_attention_inputs, check_grid, check_radius
+from s2forecast.ops.validation import check_attention_inputs, check_grid, check_radius, use_fused
 
 # Working-set budget of one chunk of query rows (gathered keys/values, mask and SDPA scratch).
 CHUNK_BYTES = 256 * 2**20
-BACKENDS = ("auto", "fused", "reference")
 
 
 def neighborhood_attention(
@@ -56,9 +55,7 @@ def neighborhood_attention(
     theta = check_radius(theta)
     check_attention_inputs(q, k, v, grid, grid)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "fused" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64):
+    if use_fused(backend, q):
         from s2forecast.ops.cuda.fused_neighborhood_attention import fused_neighborhood_attention
 
         return fused_neighborhood_attention(q, k, v, grid, theta, scale)

@@ -11,10 +11,9 @@ import triton
 from torch.autograd.function import once_differentiable
 
 from s2forecast.ops.cuda.fused_neighborhood_attention import (
-    MAX_HEAD_DIM,
     _dense,
     _shared_meta,
-    fused_supported,
+    check_fused_inputs,
     interpreting,
 )
 from s2forecast.ops.cuda.indexed_attention_kernels import indexed_backward_kernel, indexed_forward_kernel
@@ -115,13 +114,7 @@ def fused_indexed_attention(
         (batch, heads, num_queries, head_dim_v): softmax_j(scale * q.k_j + log w_j) v_j over
         the listed keys j of the query's tile. Every tile must list a key of positive weight.
     """
-    reason = fused_supported(q)
-    if reason is not None:
-        raise ValueError(reason)
-    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
-        raise ValueError(
-            f"the fused kernel takes head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]} / {v.shape[-1]}; use more heads"
-        )
+    check_fused_inputs(q, v)
     batch, heads, num_queries, _ = q.shape
     if key_index.dim() == 2:
         key_index = key_index[None]

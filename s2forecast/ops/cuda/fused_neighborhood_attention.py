@@ -41,6 +41,18 @@ def fused_supported(q: torch.Tensor) -> str | None:
     return None
 
 
+def check_fused_inputs(q: torch.Tensor, v: torch.Tensor) -> None:
+    """ValueError unless the fused kernels can take ``q`` and ``v`` (device, dtype, head_dim)."""
+    reason = fused_supported(q)
+    if reason is not None:
+        raise ValueError(reason)
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
+        raise ValueError(
+            f"the fused kernel takes head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]} / {v.shape[-1]}; "
+            "use more heads or backend='reference'"
+        )
+
+
 @dataclass(frozen=True)
 class PartnerTable:
     """For each row of the grid, the rows it interacts with and the arc half-widths.
@@ -215,12 +227,5 @@ def fused_neighborhood_attention(q, k, v, grid: Grid, theta: float, scale: float
     No (N x neighbors) intermediate: the forward keeps an online softmax and saves the
     log-sum-exp per query (4 bytes), the backward recomputes the probabilities.
     """
-    reason = fused_supported(q)
-    if reason is not None:
-        raise ValueError(reason)
-    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
-        raise ValueError(
-            f"the fused kernel takes head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]} / {v.shape[-1]}; "
-            "use more heads or backend='reference'"
-        )
+    check_fused_inputs(q, v)
     return _FusedNeighborhoodAttention.apply(q, k, v, grid, theta, scale)
