@@ -60,9 +60,11 @@ from s2forecast.evaluation.climatology import compute_climatology, open_climatol
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
     LEAD_DIM,
+    SPATIAL_DIMS,
     MissingTruthWarning,
     acc,
     bias,
+    check_forecast_layout,
     climatology_forecast,
     mse,
     nearest_hours,
@@ -85,7 +87,6 @@ HEADLINE_LEVELS = {
 MAX_PLOT_LEVELS = 3  # plot every level of a variable with at most this many, else its headline levels
 MAX_TABLE_LEADS = 8
 BLOCK_BYTES = 64 * 2**20  # forecast bytes (float64) per variable read and scored at once
-SPATIAL = ("latitude", "longitude")
 
 
 # --- opening and checking inputs ---------------------------------------------------------
@@ -128,15 +129,7 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
         else:
             forecast = xr.open_dataset(path, chunks={INIT_DIM: 1})
     forecast = forecast.drop_vars("valid_time", errors="ignore")
-    for dim in (INIT_DIM, LEAD_DIM, *SPATIAL):
-        if dim not in forecast.dims:
-            raise ValueError(
-                f"the forecast has no {dim!r} dim (dims {dict(forecast.sizes)}); expected the WB2 layout (time=init "
-                "time, prediction_timedelta=lead, [level], latitude, longitude): rename e.g. init_time -> time, "
-                "lead_time -> prediction_timedelta, lat -> latitude, lon -> longitude"
-            )
-    if not np.issubdtype(forecast[INIT_DIM].dtype, np.datetime64):
-        raise ValueError(f"forecast 'time' (init time) must be datetime64, got dtype {forecast[INIT_DIM].dtype}")
+    check_forecast_layout(forecast)
     if not forecast.indexes[INIT_DIM].is_unique:
         raise ValueError("forecast 'time' (init time) has duplicate values; drop them")
     lead = forecast[LEAD_DIM]
@@ -182,7 +175,8 @@ def open_truth(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
 
 
 def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
-    scorable = [name for name, var in forecast.data_vars.items() if {INIT_DIM, LEAD_DIM, *SPATIAL} <= set(var.dims)]
+    needed = {INIT_DIM, LEAD_DIM, *SPATIAL_DIMS}
+    scorable = [name for name, var in forecast.data_vars.items() if needed <= set(var.dims)]
     if variables is None:
         if not scorable:
             raise ValueError(
@@ -234,7 +228,7 @@ def _grid_summary(data: xr.Dataset) -> str:
 
 def _check_grid(forecast: xr.Dataset, other: xr.Dataset, name: str, where: str) -> None:
     """The same latitudes and longitudes as sets (any order), else a ValueError naming both grids."""
-    for dim in SPATIAL:
+    for dim in SPATIAL_DIMS:
         if dim not in other.dims:
             raise ValueError(f"the {name} {where} has no {dim!r} dim (dims {dict(other.sizes)}); rename it")
         a = np.sort(np.asarray(forecast[dim].values, dtype=np.float64))

@@ -204,16 +204,21 @@ def _align_like(data: Data, reference: Data, name: str) -> Data:
     return data
 
 
-def _check_forecast(forecast: Data) -> None:
+def check_forecast_layout(forecast: Data) -> None:
+    """ValueError unless ``forecast`` has the WB2 dims and datetime64 init times."""
     for dim in (INIT_DIM, LEAD_DIM, *SPATIAL_DIMS):
         if dim not in forecast.dims:
             raise ValueError(
-                f"the forecast has no {dim!r} dim (dims {tuple(forecast.dims)}); expected the WB2 layout "
-                "(time=init time, prediction_timedelta=lead, [level], latitude, longitude): rename e.g. "
-                "init_time -> time, lead_time -> prediction_timedelta"
+                f"the forecast has no {dim!r} dim (dims {dict(forecast.sizes)}); expected the WB2 layout (time=init "
+                "time, prediction_timedelta=lead, [level], latitude, longitude): rename e.g. init_time -> time, "
+                "lead_time -> prediction_timedelta, lat -> latitude, lon -> longitude"
             )
     if not np.issubdtype(forecast[INIT_DIM].dtype, np.datetime64):
-        raise ValueError(f"forecast 'time' must be datetime64 init times, got dtype {forecast[INIT_DIM].dtype}")
+        raise ValueError(f"forecast 'time' (init time) must be datetime64, got dtype {forecast[INIT_DIM].dtype}")
+
+
+def _check_forecast(forecast: Data) -> None:
+    check_forecast_layout(forecast)
     if not np.issubdtype(forecast[LEAD_DIM].dtype, np.timedelta64):
         raise ValueError(f"forecast 'prediction_timedelta' must be timedelta64, got {forecast[LEAD_DIM].dtype}")
 
