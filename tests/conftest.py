@@ -9,6 +9,24 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_configure(config):
+    """Triton's interpreter before 3.8 turns 1-element arrays into loop bounds with int(),
+    which numpy 2.4 refuses: say so once instead of failing every kernel test."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    import numpy as np
+    import triton
+
+    def version(text):
+        return tuple(int(part) for part in text.split(".")[:2])
+
+    if version(triton.__version__) < (3, 8) and version(np.__version__) >= (2, 4):
+        raise pytest.UsageError(
+            f"triton {triton.__version__}'s interpreter (the CPU kernel tests) needs numpy < 2.4, found "
+            f"{np.__version__}: pip install 'numpy<2.4', or triton >= 3.8"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -98,6 +98,42 @@ def test_folded_bias_path_equals_mask_path():
     assert torch.allclose(folded, dense_reference(q, k, v, grid), atol=1e-5)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, heads, head_dim", [((64, 128), 1, 64), ((180, 360), 8, 32)])
+def test_bfloat16_fold_on_gpu_against_fp32_mask_path(shape, heads, head_dim):
+    """The fold (bf16 on CUDA) against the fp32 mask path, outputs and gradients."""
+    grid = Grid(*shape)
+    q, k, v = (t.detach().cuda() for t in qkv(grid, batch=1, heads=heads, head_dim=head_dim))
+    grad = torch.randn_like(q)
+    low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    high = [t.requires_grad_() for t in (q, k, v)]
+    out_low = global_attention(*low, grid)
+    out_high = global_attention(*high, grid)  # fp32 on CUDA: the log-w mask path
+    grads_low = torch.autograd.grad(out_low, low, grad.bfloat16())
+    grads_high = torch.autograd.grad(out_high, high, grad)
+
+    def relative(a, b):
+        return ((a.float() - b).norm() / b.norm()).item()
+
+    assert relative(out_low, out_high) < 1e-2
+    for name, a, b in zip("qkv", grads_low, grads_high, strict=True):
+        assert relative(a, b) < 2e-2, name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_bfloat16_fold_keeps_flash_attention_eligible(head_dim):
+    """With only FlashAttention allowed, SDPA raises if the folded inputs are not eligible."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    grid = Grid(32, 64)
+    q, k, v = (t.detach().cuda().bfloat16().requires_grad_() for t in qkv(grid, head_dim=head_dim))
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        out = global_attention(q, k, v, grid)
+        out.float().square().sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", [(8, 16), (16, 32), (33, 64)])
 def test_neighborhood_attention_equals_dense_sdpa(kind, shape):

@@ -1,0 +1,110 @@
+"""scripts/gpu_check.py: one run end to end on a tiny CPU benchmark, the goals it computes,
+merging parts, and its one-line errors."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[1] / "scripts" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def neighborhood_row(config, impl, fwd_bwd_ms, dtype="float32", **extra):
+    return {"benchmark": "n", "command": "c", "config": config, "op": "neighborhood", "impl": impl, "dtype": dtype,
+            "fwd_bwd_ms": fwd_bwd_ms, **extra}  # fmt: skip
+
+
+def test_run_writes_report_of_a_tiny_benchmark(gpu_check, tmp_path, monkeypatch):
+    tiny = ["--op", "global", "--impl", "sdpa-dense", "--nlat", "8", "--nlon", "16", "--channels", "16",
+            "--heads", "2", "--device", "cpu"]  # fmt: skip
+    monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_attention.py", tiny)])
+    gpu_check.main(["run", "--parts", "global", "--out", str(tmp_path), "--repeats", "1"])
+    report = json.loads((tmp_path / "gpu_check-global.json").read_text())
+    assert report["environment"]["torch"] and report["environment"]["device"] == "cpu"
+    (row,) = report["benchmarks"]
+    assert row["benchmark"] == "tiny-global" and row["fwd_bwd_ms"] > 0
+    assert row["command"].startswith("python scripts/bench_attention.py --op global")
+    assert (tmp_path / "tiny-global.log").is_file()
+    markdown = (tmp_path / "gpu_check-global.md").read_text()
+    assert "tiny-global" in markdown and "not run" in markdown  # the other goals had no benchmark
+
+
+def test_targets_compare_with_the_goals(gpu_check):
+    rows = [
+        neighborhood_row("a", "s2forecast-fused", 2.0),
+        neighborhood_row("a", "torch-harmonics", 30.0),  # 15x: goal 10x met
+        neighborhood_row("a", "flex-attention", 1.0),  # faster than ours: goal missed
+        neighborhood_row("c", "s2forecast-fused", 5.0, dtype="bfloat16", attn_fwd_over_floor=8.0),
+        {"benchmark": "train-swe-128x256", "impl": "s2forecast", "samples_per_s": 40.0},
+        {"benchmark": "train-swe-128x256", "impl": "torch-harmonics", "samples_per_s": 10.0},
+    ]
+    found = {target["goal"]: target for target in gpu_check.targets(rows)}
+    peer = found["(a) fwd+bwd fp32: torch-harmonics / s2forecast-fused"]
+    assert peer["measured"] == 15.0 and peer["met"] is True
+    flex = found["(a) fwd+bwd fp32: flex-attention / s2forecast-fused"]
+    assert flex["measured"] == 0.5 and flex["met"] is False
+    floor = found["(c) bf16 memory floor / forward (>= 0.25: within 4x)"]
+    assert floor["measured"] == 0.12 and floor["met"] is False
+    assert found["SWE training bf16 samples/s: s2forecast / torch-harmonics"]["measured"] == 4.0
+    assert found["(b) fwd+bwd fp32: torch-harmonics / s2forecast-fused"]["met"] is None  # not run
+
+
+def test_benchmark_errors_are_kept_not_scored(gpu_check):
+    rows = [neighborhood_row("b", "s2forecast-fused", None, error=["CUDA out of memory"])]
+    found = {target["goal"]: target for target in gpu_check.targets(rows)}
+    assert found["(b) fwd+bwd fp32: torch-harmonics / s2forecast-fused"]["met"] is None
+
+
+def test_report_merges_parts_from_one_device(gpu_check, tmp_path):
+    environment = {"device": "GPU X", "torch": "2.11", "cuda": "13.0", "triton": "3.6", "torch_harmonics": "0.9.2",
+                   "python": "3.12", "date": "2026-11-23"}  # fmt: skip
+    first = {"environment": environment, "parts": ["tests"], "benchmarks": [], "tests": {"command": "pytest -m cuda",
+             "returncode": 0, "seconds": 3, "passed": 4, "failures": 0, "errors": 0, "skipped": 0}}  # fmt: skip
+    rows = [neighborhood_row("a", "s2forecast-fused", 2.0), neighborhood_row("a", "torch-harmonics", 8.0)]
+    second = {"environment": environment, "parts": ["neighborhood"], "benchmarks": rows}
+    paths = []
+    for i, part in enumerate((first, second)):
+        paths.append(tmp_path / f"part{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    gpu_check.main(["report", *map(str, paths), "--out", str(tmp_path / "merged")])
+    merged = json.loads((tmp_path / "merged" / "gpu_check.json").read_text())
+    assert merged["parts"] == ["tests", "neighborhood"] and merged["tests"]["passed"] == 4
+    target = next(t for t in merged["targets"] if t["goal"].startswith("(a) fwd+bwd fp32: torch-harmonics"))
+    assert target["measured"] == 4.0 and target["met"] is False
+
+    other = dict(second, environment=dict(environment, device="GPU Y"))
+    paths[1].write_text(json.dumps(other))
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.main(["report", *map(str, paths), "--out", str(tmp_path / "again")])
+    assert exit_info.value.code == 2
+    assert not (tmp_path / "again" / "gpu_check.json").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["build-peer", "--source", "{tmp}", "--dest", "{tmp}/w", "--cpu"], "has no setup.py"),
+        (["run", "--wheels", "{tmp}", "--out", "{tmp}/o", "--parts", "global"], "no .whl files there"),
+        (["report", "{tmp}/missing.json", "--out", "{tmp}/o"], "not a gpu_check JSON report"),
+        (["run", "--out", "{tmp}/user", "--parts", "global"], "holds files that gpu_check did not write"),
+    ],
+)
+def test_bad_inputs_give_one_line(gpu_check, tmp_path, capsys, argv, message):
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.main([arg.format(tmp=tmp_path) for arg in argv])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and len(error.splitlines()) == 1 and "Traceback" not in error
+    assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "user").iterdir()) == ["notes.txt"]
