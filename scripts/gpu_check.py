@@ -8,7 +8,7 @@ take paths and options only:
     python scripts/gpu_check.py wheels --dest .whl --python-version 3.12 --torch 2.11
     # 2. there: build torch-harmonics' CUDA extension from a source tree (PyPI wheels have
     #    none) into a wheel, outside the project tree
-    python scripts/gpu_check.py build-peer --source /path/to/torch-harmonics --dest /tmp/peer-wheel
+    python scripts/gpu_check.py build-peer --source /path/to/torch-harmonics --version 0.9.2 --dest /tmp/peer-wheel
     # 3. there: install the wheels into a private site directory, run the parts, write
     #    DIR/gpu_check.json and DIR/gpu_check.md
     python scripts/gpu_check.py run --wheels .whl /tmp/peer-wheel --out DIR
@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     peer.add_argument("--source", type=Path, required=True, help="a torch-harmonics source tree (setup.py)")
     peer.add_argument("--dest", type=Path, required=True, help="directory for the wheel (outside the project)")
     peer.add_argument("--cpu", action="store_true", help="build the C++ extension only (a rehearsal without GPU)")
+    peer.add_argument(
+        "--version", help="the release the tree is (e.g. 0.9.2): a tree without git metadata builds as 0.0.0"
+    )
     peer.set_defaults(handler=build_peer)
 
     run = commands.add_parser("run", help="install wheels, run the parts, write the report")
@@ -172,6 +175,8 @@ def build_peer(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="torch-harmonics-build-") as build:
         tree = Path(build) / "src"
         shutil.copytree(args.source, tree, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info"))
+        if args.version:  # what torch_harmonics.__version__ reads (setuptools-scm writes it from git tags)
+            (tree / "torch_harmonics" / "_version.py").write_text(f"version = {args.version!r}\n")
         start = time.perf_counter()
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                    "-w", str(args.dest.resolve()), str(tree)]  # fmt: skip

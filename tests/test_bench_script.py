@@ -33,6 +33,9 @@ def load_script():
 
     spec = importlib.util.spec_from_file_location("bench_attention", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    # importable by name: torch 2.11's flex_attention traces score_mod with dynamo, which
+    # re-imports the module of the function's globals
+    sys.modules.setdefault("bench_attention", module)
     spec.loader.exec_module(module)
     return module
 
