@@ -37,6 +37,23 @@ UNITS = {
 }
 WB2 = {"z": "geopotential", "t": "temperature", "u": "u_component_of_wind", "t2m": "2m_temperature"}
 WB2 |= {"msl": "mean_sea_level_pressure", "lsm": "land_sea_mask", "tp": "total_precipitation"}
+# (typical value, spread) of synthetic fields in CDS units: convert-era5 refuses implausible values
+TYPICAL = {"t": (250.0, 10.0), "t2m": (280.0, 10.0), "u": (0.0, 10.0), "v": (0.0, 10.0), "u10": (0.0, 5.0)}
+TYPICAL |= {"v10": (0.0, 5.0), "q": (0.005, 0.001), "msl": (101_000.0, 1000.0), "tp": (0.001, 0.0003)}
+TYPICAL |= {"lsm": (0.5, 0.1), "z": (30_000.0, 5000.0)}  # z without levels: surface geopotential
+GEOPOTENTIAL = {1000: 1000.0, 850: 14_500.0, 500: 55_000.0}  # m**2 s**-2 at these hPa (about g x height)
+
+
+def fake_values(short: str, shape: tuple[int, ...], rng, levels=None, level_axis: int = 1) -> np.ndarray:
+    """Random float32 values of ECMWF variable ``short`` around its typical value (N(0, 1) for unknown
+    names); geopotential around its typical value at each of ``levels`` (hPa) along ``level_axis``."""
+    center, spread = TYPICAL.get(short, (0.0, 1.0))
+    if short == "z" and levels is not None:
+        center = np.asarray([GEOPOTENTIAL[int(level)] for level in levels])
+        center = center.reshape([-1 if axis == level_axis else 1 for axis in range(len(shape))])
+        spread = 300.0
+    values = center + spread * rng.normal(size=shape)
+    return (values.clip(0.0, 1.0) if short == "lsm" else values).astype(np.float32)
 
 
 def six_hourly(start: str, n: int) -> np.ndarray:
@@ -76,8 +93,13 @@ def cds_file(
         coords["number"] = ("number", np.asarray(members))
     shape = tuple(len(coords[d][1]) for d in dims)
     units = {**UNITS, **(units or {})}
+    level_axis = dims.index("pressure_level") if levels else 0
     data = {
-        name: (dims, rng.normal(size=shape).astype(np.float32), {"units": units.get(name, "1"), "long_name": name})
+        name: (
+            dims,
+            fake_values(name, shape, rng, levels, level_axis),
+            {"units": units.get(name, "1"), "long_name": name},
+        )
         for name in variables
     }
     ds = xr.Dataset(data, coords=coords, attrs={"Conventions": "CF-1.7", "institution": "ECMWF"})
@@ -172,7 +194,7 @@ def test_cfgrib_naming_with_time_and_step(tmp_path):
         {
             name: (
                 ("time", "step", "isobaricInhPa", "latitude", "longitude"),
-                rng.normal(size=(2, 2, 2, 5, 8)).astype(np.float32),
+                fake_values(name, (2, 2, 2, 5, 8), rng),
                 {"units": UNITS[name], "GRIB_shortName": name},
             )
             for name in ("t", "u")
@@ -189,7 +211,7 @@ def test_cfgrib_naming_with_time_and_step(tmp_path):
     )
     sfc_times = six_hourly("2021-06-01T00", 4)
     sfc = xr.Dataset(
-        {"t2m": (("time", "latitude", "longitude"), rng.normal(size=(4, 5, 8)).astype(np.float32), {"units": "K"})},
+        {"t2m": (("time", "latitude", "longitude"), fake_values("t2m", (4, 5, 8), rng), {"units": "K"})},
         coords={
             "time": sfc_times,
             "step": np.timedelta64(0, "ns"),
@@ -224,7 +246,7 @@ def test_old_cds_naming_expver_and_static_file(tmp_path):
     the other has data) is merged; a land-sea mask downloaded for a single other date is static."""
     rng = np.random.default_rng(6)
     times = six_hourly("2023-05-01", 4)
-    values = rng.normal(size=(4, 2, 5, 8)).astype(np.float32)
+    values = fake_values("t2m", (4, 2, 5, 8), rng)
     values[2:, 0] = np.nan  # ERA5 (expver 1) stops, ERA5T (expver 5) takes over
     values[:2, 1] = np.nan
     coords = {"time": times, "expver": [1, 5], "latitude": LAT, "longitude": LON}
@@ -249,7 +271,7 @@ def test_cfgrib_single_level_squeezed_to_a_scalar(tmp_path):
     both = cds_file(tmp_path / "t.nc", times, ("t",), levels=(1000, 500))
     rng = np.random.default_rng(7)
     q = xr.Dataset(
-        {"q": (("time", "latitude", "longitude"), rng.normal(size=(2, 5, 8)).astype(np.float32), {"units": "kg/kg"})},
+        {"q": (("time", "latitude", "longitude"), fake_values("q", (2, 5, 8), rng), {"units": "kg/kg"})},
         coords={
             "time": times,
             "isobaricInhPa": 500.0,
