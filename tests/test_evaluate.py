@@ -32,7 +32,8 @@ def wb2_weights(lat):
 def make_truth():
     rng = np.random.default_rng(0)
     nt = TIMES.size
-    base = 50000.0 + 3000.0 * np.cos(np.deg2rad(LAT))[None, None, :, None]
+    level_height = np.array([5500.0, 1450.0])[None, :, None, None]  # m, at LEVELS (500, 850 hPa)
+    base = 9.81 * level_height + 3000.0 * np.cos(np.deg2rad(LAT))[None, None, :, None]
     z = base + 300.0 * rng.normal(size=(nt, len(LEVELS), LAT.size, LON.size))
     t2m = 280.0 + 5.0 * rng.normal(size=(nt, LAT.size, LON.size))
     return xr.Dataset(
@@ -150,7 +151,8 @@ def test_constant_offset_and_latitude_order(tmp_path, truth_path, truth_ds, offs
 def test_missing_valid_times_are_reported(tmp_path, truth_path, truth_ds):
     leads = pd.to_timedelta([6, 60, 72], unit="h")  # from the 4 inits of day 1: 60 h partly, 72 h never in truth
     forecast = perfect_forecast(truth_ds, leads=leads)
-    path = write_nc(forecast.fillna(0.0), tmp_path / "forecast.nc")
+    filler = truth_ds.drop_vars("written").isel(time=0, drop=True)  # plausible values where truth is missing
+    path = write_nc(forecast.fillna(filler), tmp_path / "forecast.nc")
     with pytest.warns(MissingTruthWarning, match=r"\[72\] h have no truth"):
         metrics = evaluate(path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
     np.testing.assert_array_equal(metrics["n_init_times"].values, [4, 2, 0])
@@ -167,7 +169,10 @@ def test_swe_store_with_trajectories(tmp_path):
     times = pd.date_range("2000-01-01", periods=13, freq="h").append(pd.date_range("2000-01-02", periods=13, freq="h"))
     shape = (times.size, LAT.size, LON.size)
     truth = xr.Dataset(
-        {name: (("time", "latitude", "longitude"), rng.normal(size=shape)) for name in ("vorticity", "divergence")},
+        {
+            name: (("time", "latitude", "longitude"), 1e-5 * rng.normal(size=shape))
+            for name in ("vorticity", "divergence")
+        },
         coords={"time": times, "trajectory": ("time", np.repeat([0, 1], 13)), "latitude": LAT, "longitude": LON},
         attrs={"grid_kind": "equiangular", "s2forecast_complete": "true"},
     )

@@ -23,7 +23,9 @@ have a single step 0, so valid time = time). Level: ``pressure_level`` / ``isoba
 Variables: ECMWF short names map to WeatherBench2 names (``ERA5_NAMES``); a ``z`` without a level
 dimension is the surface geopotential (``geopotential_at_surface``). Static fields
 (``land_sea_mask``, ``geopotential_at_surface``) are taken at the earliest time found and stored as
-``(latitude, longitude)``. Units are checked with ``normalize_units`` against ``store.VARIABLES``.
+``(latitude, longitude)``. Units are checked with ``normalize_units`` against ``store.VARIABLES``, and
+the values against them (``s2forecast.datamodules.plausibility``: Celsius labelled K, hPa labelled Pa,
+geopotential height labelled geopotential are refused).
 
 Files may split the data by month and by variable: they are merged on time. Grids must agree
 between files, a variable's times must not repeat across files, and every time-dependent variable
@@ -48,6 +50,7 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
+from s2forecast.datamodules.plausibility import check_plausible
 from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.datamodules.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
@@ -415,6 +418,14 @@ def _check_times(per_variable: dict[str, np.ndarray], fields: dict[str, list[_Fi
     return times
 
 
+def _check_values(fields: dict[str, list[_Field]]) -> None:
+    """Values plausible in their units (``plausibility``: degC labelled K, hPa labelled Pa, ...),
+    judged on the first, middle and last time of every variable of every file."""
+    for name, per_file in fields.items():
+        for f in per_file:
+            check_plausible(f.data, name, f"{f.path}: variable {name}")
+
+
 def _resolve_levels(fields: dict[str, list[_Field]], levels: Sequence[int] | None) -> list[int]:
     """The store's pressure levels: ``levels`` if given (each file must have them), else the levels
     every pressure-level file shares (they must all have the same)."""
@@ -566,6 +577,7 @@ def convert_era5(
             raise ValueError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}")
         store_levels = _resolve_levels(by_name, levels)
         times = _check_times({name: _check_duplicates(name, by_name[name]) for name in dynamic}, by_name)
+        _check_values(by_name)
 
         data = {name: _assemble(by_name[name], store_levels) for name in dynamic}
         statics = {name: _static(by_name[name]) for name in static}

@@ -8,9 +8,11 @@ with it). Weights are WeatherBench2's cell areas (``Grid.area_weights``). The re
 it. Computed lazily with dask, so the store is streamed, not loaded.
 """
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import dask
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -18,6 +20,7 @@ import xarray as xr
 from s2forecast.datamodules.store import describe, open_store
 
 STATS_GROUP = "stats"
+STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
 
 
 def channel_names(variable: str, levels) -> list[str]:
@@ -35,52 +38,71 @@ def time_step(times: np.ndarray) -> np.timedelta64:
 
 def compute_stats(path: str | Path, start=None, end=None, step_hours: float | None = None) -> xr.Dataset:
     """Statistics of the store at ``path`` over times in [start, end], written to its ``stats``
-    group and returned.
+    group and returned. Everything is checked and computed before anything is written, so a
+    refused run leaves earlier statistics as they were.
 
     Args:
-        path: the store.
-        start, end: inclusive time range (anything ``numpy.datetime64`` parses); default all.
-        step_hours: tendency step; defaults to the store's time step.
+        path: the store; its times must be ascending and unique (every reader assumes so).
+        start, end: inclusive time range inside the store, start before end (anything
+            ``pandas.Timestamp`` parses); default all.
+        step_hours: tendency step, positive; default the store's time step. At least one pair
+            of times in the range must be that far apart (within one trajectory), so on a
+            regular store it is a multiple of the time step.
 
     Returns:
         Dataset over ``channel`` with ``mean``, ``std``, ``tendency_mean``, ``tendency_std``
         (NaN for static fields' tendencies) and attributes start, end, tendency_step_hours.
+
+    Raises:
+        ValueError: bad arguments, unordered or repeated times, infinite values or a channel
+            without a finite value in the range (naming the variable, level and first bad time).
     """
     ds = xr.open_zarr(path, chunks={})  # dask: streamed reductions
     info = describe(open_store(path), str(path))
     times = ds["time"].values
-    lo = np.datetime64(pd.Timestamp(start), "ns") if start is not None else times[0]
-    hi = np.datetime64(pd.Timestamp(end), "ns") if end is not None else times[-1]
+    check_time_axis(times, path)
+    lo, hi = _period(start, end, times, path)
     selected = times[(times >= lo) & (times <= hi)]
-    if selected.size == 0:
-        raise ValueError(f"no times of {path} lie in [{lo}, {hi}]; the store covers {times[0]} .. {times[-1]}")
-    step = time_step(times) if step_hours is None else np.timedelta64(int(round(step_hours * 3600)), "s")
+    step = _tendency_step(step_hours, times)
     pairs = selected[np.isin(selected + step, times) & (selected + step <= hi)]
     if "trajectory" in ds.coords:  # never difference across two trajectories
         trajectory = ds["trajectory"].to_series()
         pairs = pairs[trajectory.loc[pairs].values == trajectory.loc[pairs + step].values]
+    if info.variables and pairs.size == 0:
+        raise ValueError(_no_pairs(path, step, time_step(times), selected))
 
     # Grid rows run north -> south; label them so xarray aligns them with either store order
     north_to_south = np.sort(ds["latitude"].values)[::-1]
     weights = xr.DataArray(info.grid.area_weights.numpy(), dims="latitude", coords={"latitude": north_to_south})
-    names, rows = [], []
+    names, rows, time_dependent = [], [], []
     for name in info.variables + info.static:
         var = ds[name].astype(np.float64)
         dims = [d for d in ("time", "latitude", "longitude") if d in var.dims]
         fields = var.sel(time=selected) if "time" in var.dims else var
         mean, std = _weighted_moments(fields, weights, dims)
-        if "time" in var.dims and pairs.size:
+        if "time" in var.dims:
             later = var.sel(time=pairs + step).drop_vars("time")
             earlier = var.sel(time=pairs).drop_vars("time")
             t_mean, t_std = _weighted_moments(later - earlier, weights, dims)
         else:
             t_mean = t_std = xr.full_like(mean, np.nan)
+        # one pass over the data: the moments and what _check_finite needs (inf - inf warns: it is refused next)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            moments, infinite, has_value = dask.compute(
+                xr.concat([mean, std, t_mean, t_std], dim="stat"),
+                np.isinf(fields).any(["latitude", "longitude"]),
+                fields.notnull().any(dims),
+            )
+        _check_finite(path, name, infinite, has_value, selected)
         levels = var["level"].values if "level" in var.dims else None
         names += channel_names(name, levels)
-        rows.append(xr.concat([mean, std, t_mean, t_std], dim="stat").compute().values.reshape(4, -1))
+        time_dependent += [name in info.variables] * len(channel_names(name, levels))
+        rows.append(moments.values.reshape(4, -1))
     values = np.concatenate(rows, axis=1)
+    _check_stats(path, names, values, np.array(time_dependent))
     stats = xr.Dataset(
-        {key: ("channel", values[i]) for i, key in enumerate(("mean", "std", "tendency_mean", "tendency_std"))},
+        {key: ("channel", values[i]) for i, key in enumerate(STAT_NAMES)},
         coords={"channel": np.array(names, dtype=object)},
         attrs={
             "start": str(selected[0]),
@@ -93,6 +115,129 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
     )
     stats.to_zarr(path, group=STATS_GROUP, mode="w", zarr_format=3, consolidated=True)
     return stats
+
+
+# --- checks: arguments and data, all before anything is written ---------------------------------
+
+
+def _when(time: np.datetime64) -> str:
+    return f"{pd.Timestamp(time):%Y-%m-%dT%H:%M}"
+
+
+def _hours(step: np.timedelta64) -> str:
+    return f"{step / np.timedelta64(1, 'h'):g}"
+
+
+def check_time_axis(times: np.ndarray, path) -> None:
+    """Times unique and ascending. Readers look times up by bisection, so a store with repeated or
+    unordered times is refused rather than deduplicated or sorted here: that would give statistics
+    of a store that every other reader misreads."""
+    unique, counts = np.unique(times, return_counts=True)
+    if (counts > 1).any():
+        repeated = unique[counts > 1]
+        raise ValueError(
+            f"time {_when(repeated[0])} appears {int(counts[counts > 1][0])} times in {path} ({repeated.size} repeated "
+            "time(s) in all); rewrite the store without the repeated time steps"
+        )
+    backwards = np.flatnonzero(np.diff(times) < np.timedelta64(0, "ns"))
+    if backwards.size:
+        i = int(backwards[0])
+        raise ValueError(
+            f"times of {path} are not in ascending order: {_when(times[i + 1])} comes after {_when(times[i])} "
+            f"(position {i + 1}); rewrite the store with its times sorted"
+        )
+
+
+def _parse_time(value, option: str) -> np.datetime64:
+    try:
+        return np.datetime64(pd.Timestamp(value), "ns")
+    except (ValueError, TypeError):
+        raise ValueError(f"{option} {value!r} is not a date; use e.g. 2020-01-01 or 2020-01-01T06") from None
+
+
+def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.datetime64]:
+    """[start, end] parsed, inside the store's times, start before end."""
+    first, last = times[0], times[-1]
+    lo = _parse_time(start, "--start") if start is not None else first
+    hi = _parse_time(end, "--end") if end is not None else last
+    for option, value in (("--start", lo), ("--end", hi)):
+        if not first <= value <= last:
+            raise ValueError(
+                f"{option} {_when(value)} is outside the store {path}, which covers {_when(first)} .. {_when(last)}"
+            )
+    if lo >= hi:
+        raise ValueError(f"--start {_when(lo)} must be before --end {_when(hi)}")
+    return lo, hi
+
+
+def _tendency_step(step_hours: float | None, times: np.ndarray) -> np.timedelta64:
+    """The tendency step: ``step_hours`` (a positive, finite number of hours) or the store's time step."""
+    if step_hours is None:
+        return time_step(times)
+    seconds = float(step_hours) * 3600.0
+    if not np.isfinite(seconds) or round(seconds) <= 0:
+        raise ValueError(
+            f"--step-hours must be a positive number of hours, got {step_hours:g}; the store's time step is "
+            f"{_hours(time_step(times))} h"
+        )
+    return np.timedelta64(int(round(seconds)), "s").astype("timedelta64[ns]")
+
+
+def _no_pairs(path, step: np.timedelta64, store_step: np.timedelta64, selected: np.ndarray) -> str:
+    if step % store_step != np.timedelta64(0, "ns"):
+        return (
+            f"--step-hours {_hours(step)} is not a multiple of the time step of {path} ({_hours(store_step)} h): no "
+            f"two of its times are {_hours(step)} h apart; use {_hours(store_step)}, {_hours(2 * store_step)}, ..."
+        )
+    return (
+        f"no two times of {path} between {_when(selected[0])} and {_when(selected[-1])} are {_hours(step)} h apart "
+        "(within one trajectory); choose a longer period or a shorter --step-hours"
+    )
+
+
+def _check_finite(path, name: str, infinite: xr.DataArray, has_value: xr.DataArray, selected: np.ndarray) -> None:
+    """No infinite value, and some finite value in every channel (NaN alone are skipped by the means).
+
+    Args:
+        infinite: (time, [level]) or ([level]) for static fields: any infinite value in the field.
+        has_value: ([level]): any non-NaN value over the period.
+    """
+    levels = infinite["level"].values if "level" in infinite.dims else [None]
+    for k, level in enumerate(levels):
+        where = f"variable {name}" + (f" at {int(level)} hPa" if level is not None else "")
+        bad = infinite.isel(level=k).values if level is not None else infinite.values
+        if bad.any():
+            if "time" in infinite.dims:
+                first = infinite["time"].values[np.flatnonzero(bad)[0]]
+                at = f"at {_when(first)} (the first of {int(bad.sum())} such times)"
+            else:
+                at = "(a static field)"
+            raise ValueError(
+                f"{path}: {where} has infinite values {at}; replace them (NaN marks missing values) or leave "
+                "those times out with --start/--end"
+            )
+        present = has_value.isel(level=k).values if level is not None else has_value.values
+        if not present:
+            raise ValueError(
+                f"{path}: {where} has only NaN values between {_when(selected[0])} and {_when(selected[-1])}; its "
+                "statistics are undefined: fill it or drop the variable from the store"
+            )
+
+
+def _check_stats(path, channels: list[str], values: np.ndarray, time_dependent: np.ndarray) -> None:
+    """Finite statistics (static fields have no tendency): catches what the data checks cannot, e.g. overflow.
+
+    Args:
+        values: (4, channel) in the order of ``STAT_NAMES``.
+        time_dependent: (channel,) bool.
+    """
+    required = np.isfinite(values)
+    required[2:, ~time_dependent] = True
+    bad = np.flatnonzero(~required.all(0))
+    if bad.size:
+        k = int(bad[0])
+        listed = ", ".join(f"{key} {value:g}" for key, value in zip(STAT_NAMES, values[:, k], strict=True))
+        raise ValueError(f"{path}: the statistics of {channels[k]} are not finite ({listed}); check its values")
 
 
 def _weighted_moments(x: xr.DataArray, weights: xr.DataArray, dims) -> tuple[xr.DataArray, xr.DataArray]:

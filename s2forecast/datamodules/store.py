@@ -31,7 +31,8 @@ from s2forecast.geometry import Grid
 LAYOUT_VERSION = "1"
 COMPLETE_ATTR = "s2forecast_complete"
 
-# WeatherBench2 name -> (units, long_name, CF standard_name or None)
+# WeatherBench2 name -> (units, long_name, CF standard_name or None); plausible values in these
+# units: s2forecast.datamodules.plausibility.PLAUSIBLE
 VARIABLES: dict[str, tuple[str, str, str | None]] = {
     "geopotential": ("m**2 s**-2", "Geopotential", "geopotential"),
     "temperature": ("K", "Temperature", "air_temperature"),

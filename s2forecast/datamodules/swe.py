@@ -27,6 +27,8 @@ from s2forecast.geometry import Grid
 SWE_VARIABLES = ("geopotential_height", "vorticity", "divergence")
 SWE_START = np.datetime64("2000-01-01T00:00", "ns")
 SOLVER_GRIDS = ("equiangular", "legendre-gauss")
+MIN_POINTS = 4  # latitudes and longitudes
+MAX_DEPTH_RATIO = 2.0  # a layer deeper than twice its mean depth (10 km) means the solver blew up
 
 
 def trajectory_times(trajectories: int, steps: int, dt_hours: float) -> tuple[np.ndarray, np.ndarray]:
@@ -66,14 +68,9 @@ def generate_swe(
     from torch_harmonics.examples import ShallowWaterSolver
     from tqdm import tqdm
 
-    if grid not in SOLVER_GRIDS:
-        raise ValueError(f"the shallow-water solver supports grid {SOLVER_GRIDS}, got {grid!r}")
-    for name, value in (("trajectories", trajectories), ("steps", steps), ("nlat", nlat), ("nlon", nlon)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if dt_hours <= 0 or solver_dt_seconds <= 0:
-        raise ValueError(f"dt_hours and solver_dt_seconds must be positive, got {dt_hours} and {solver_dt_seconds}")
+    check_arguments(nlat, nlon, grid, trajectories, steps, dt_hours, solver_dt_seconds)
     substeps = math.ceil(dt_hours * 3600.0 / solver_dt_seconds)
+    solver_dt = dt_hours * 3600.0 / substeps
     geometry = Grid(nlat, nlon, grid)
     times, trajectory = trajectory_times(trajectories, steps, dt_hours)
 
@@ -90,7 +87,7 @@ def generate_swe(
             "source": "s2forecast generate-swe: torch-harmonics ShallowWaterSolver, random initial conditions",
             "history": f"s2forecast generate-swe --nlat {nlat} --nlon {nlon} --grid {grid} --trajectories "
             f"{trajectories} --steps {steps} --dt-hours {dt_hours} --seed {seed}",
-            "swe_solver_dt_seconds": dt_hours * 3600.0 / substeps,
+            "swe_solver_dt_seconds": solver_dt,
         },
     )
     signature = {
@@ -106,13 +103,22 @@ def generate_swe(
     written = writer.create(template)
 
     lmax = math.ceil(nlat / 3)
-    solver = ShallowWaterSolver(nlat, nlon, dt_hours * 3600.0 / substeps, lmax=lmax, mmax=lmax, grid=grid).double()
+    solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
     per_trajectory = steps + 1
     for k in tqdm(range(trajectories), desc="shallow water", unit="trajectory", disable=not progress):
         start = k * per_trajectory
         if written[start : start + per_trajectory].all():
             continue
-        fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
+        try:
+            fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
+        except UnstableIntegration as error:
+            step_time = pd.Timestamp(times[start + error.step])
+            raise ValueError(
+                f"the shallow-water integration of trajectory {k} became unstable at stored step {error.step} "
+                f"({step_time:%Y-%m-%dT%H:%M}): {error}; the solver step of {solver_dt:g} s is too long for the "
+                f"{nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. {solver_dt / 4:g}); {out} is left "
+                "incomplete (readers refuse it)"
+            ) from None
         slab = xr.Dataset(
             {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
             coords={"time": times[start : start + per_trajectory]},
@@ -122,11 +128,63 @@ def generate_swe(
     return Path(out)
 
 
+def check_arguments(
+    nlat: int, nlon: int, grid: str, trajectories: int, steps: int, dt_hours: float, solver_dt_seconds: float
+) -> None:
+    """Refuse arguments the solver cannot run (before anything is written)."""
+    if grid not in SOLVER_GRIDS:
+        raise ValueError(f"the shallow-water solver supports grid {SOLVER_GRIDS}, got {grid!r}")
+    for name, value in (("trajectories", trajectories), ("steps", steps)):
+        if value < 1:
+            raise ValueError(f"--{name} must be >= 1, got {value}")
+    # the spectral truncation nlat/3 needs a few latitudes (below 4 the random initial state is degenerate)
+    for name, value in (("nlat", nlat), ("nlon", nlon)):
+        if value < MIN_POINTS:
+            raise ValueError(f"--{name} must be >= {MIN_POINTS}, got {value}")
+    for name, value in (("dt-hours", dt_hours), ("solver-dt-seconds", solver_dt_seconds)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"--{name} must be a positive number, got {value}")
+
+
+class UnstableIntegration(ValueError):
+    """The solver produced an unphysical state at stored step ``step``."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+def unphysical(fields: np.ndarray, mean_depth: float) -> str | None:
+    """What is unphysical about one state, or None.
+
+    Args:
+        fields: (3, nlat, nlon) [layer depth h (m), vorticity, divergence].
+        mean_depth: the solver's mean layer depth (m); h must stay in (0, MAX_DEPTH_RATIO * mean_depth).
+    """
+    if not np.isfinite(fields).all():
+        names = [name for name, f in zip(SWE_VARIABLES, fields, strict=True) if not np.isfinite(f).all()]
+        return f"non-finite {', '.join(names)}"
+    low, high = float(fields[0].min()), float(fields[0].max())
+    limit = MAX_DEPTH_RATIO * mean_depth
+    if low <= 0 or high >= limit:
+        depth = low if low <= 0 else high
+        return (
+            f"layer depth {depth:.0f} m, outside the physical range 0 < h < {limit:.0f} m ({MAX_DEPTH_RATIO:g} "
+            f"times the mean depth)"
+        )
+    return None
+
+
 def integrate(solver, seed: int, steps: int, substeps: int) -> np.ndarray:
-    """(steps + 1, 3, nlat, nlon) float32 [h (m), vorticity, divergence] from one random start."""
+    """(steps + 1, 3, nlat, nlon) float32 [h (m), vorticity, divergence] from one random start.
+
+    Raises:
+        UnstableIntegration: at the first stored step whose state is unphysical (``unphysical``).
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         state = solver.random_initial_condition(mach=0.2)
+    mean_depth = float(solver.havg)
     out = []
     with torch.no_grad():
         for step in range(steps + 1):
@@ -134,10 +192,9 @@ def integrate(solver, seed: int, steps: int, substeps: int) -> np.ndarray:
                 state = solver.timestep(state, substeps)
             fields = solver.spec2grid(state)
             fields[0] = fields[0] / solver.gravity
-            out.append(fields.float().numpy())
-    result = np.stack(out)
-    if not np.isfinite(result).all():
-        raise FloatingPointError(
-            f"the shallow-water solution blew up (seed {seed}); use a smaller solver_dt_seconds or coarser grid"
-        )
-    return result
+            fields = fields.float().numpy()
+            problem = unphysical(fields, mean_depth)
+            if problem is not None:
+                raise UnstableIntegration(problem, step)
+            out.append(fields)
+    return np.stack(out)

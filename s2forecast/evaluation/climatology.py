@@ -207,6 +207,11 @@ def compute_climatology(
         ``climatology_method``, ``climatology_method_reason``, ``climatology_window_days``
         (0 when no smoothing along dayofyear was applied), ``dayofyear_convention``,
         ``climatology_start``, ``climatology_end``, ``climatology_n_times``.
+
+    Raises:
+        ValueError: a repeated truth time, a start or end that is not a date or a period with
+            no truth time, or (when computed, for dask-backed data) an infinite value, naming
+            the variable and time.
     """
     if method not in CLIMATOLOGY_METHODS:
         raise ValueError(f"unknown climatology method {method!r}; use one of {CLIMATOLOGY_METHODS}")
@@ -218,12 +223,10 @@ def compute_climatology(
         truth = truth.drop_vars(static)
         if not truth.data_vars:
             raise ValueError("the truth has no variable with a 'time' dim")
-    if not truth.indexes["time"].is_monotonic_increasing:
+    _check_unique_times(truth)
+    if not truth.indexes["time"].is_monotonic_increasing:  # a mean does not depend on the order: sort
         truth = truth.sortby("time")
-    if start is not None or end is not None:
-        truth = truth.sel(time=slice(start, end))
-    if truth.sizes["time"] == 0:
-        raise ValueError(f"no truth times between start={start!r} and end={end!r}")
+    truth = _select_period(truth, start, end)
 
     is_datetime = np.issubdtype(truth["time"].dtype, np.datetime64)
     stamps = pd.DatetimeIndex(truth["time"].values) if is_datetime else None
@@ -235,7 +238,7 @@ def compute_climatology(
             raise ValueError(f"method {method!r} needs a datetime64 time axis; use method='mean'")
         reason = f"requested method={method!r} ({reason})"
 
-    data = _drop_time_coords(truth)
+    data = _drop_time_coords(_refuse_infinite(truth))
     if method == "dayofyear_hour":
         clim = smooth_dayofyear(_dayofyear_hour_means(data, stamps), window_days)
     elif method == "hour":
@@ -260,6 +263,82 @@ def compute_climatology(
         climatology_n_times=int(truth.sizes["time"]),
     )
     return clim.assign_attrs(attrs)
+
+
+# --- checks of the truth: each time once, finite values, a period inside the record ---------------
+
+
+def _when(time) -> str:
+    return f"{pd.Timestamp(time):%Y-%m-%dT%H:%M}" if isinstance(time, np.datetime64) else repr(time)
+
+
+def _check_unique_times(truth: Data) -> None:
+    """Each time once: a repeated time would count twice in every mean it falls in."""
+    index = truth.indexes["time"]
+    if not index.is_unique:
+        repeated = index[index.duplicated()]
+        raise ValueError(
+            f"truth time {_when(repeated.values[0])} appears more than once ({repeated.unique().size} repeated time(s) "
+            "in all); a climatology would count it twice: remove the repeated time steps"
+        )
+
+
+def _select_period(truth: Data, start, end) -> Data:
+    """The truth in [start, end], inclusive, as ``.sel(time=slice(start, end))`` selects it ("2019" is
+    the whole year); refuses what is not a date and a period holding no truth time."""
+    if start is None and end is None:
+        return truth
+    is_datetime = np.issubdtype(truth["time"].dtype, np.datetime64)
+    if is_datetime:
+        for option, value in (("start", start), ("end", end)):
+            try:
+                if value is not None:
+                    pd.Timestamp(value)
+            except (ValueError, TypeError):
+                raise ValueError(f"climatology {option} {value!r} is not a date; use e.g. 1990-01-01 or 1990") from None
+    selected = truth.sel(time=slice(start, end))
+    if selected.sizes["time"]:
+        return selected
+    if is_datetime and start is not None and end is not None and pd.Timestamp(start) > pd.Timestamp(end):
+        raise ValueError(f"the climatology period starts ({start}) after it ends ({end}); swap start and end")
+    times = truth["time"].values
+    raise ValueError(
+        f"no truth times between start={start!r} and end={end!r}; the truth covers {_when(times[0])} .. "
+        f"{_when(times[-1])}"
+    )
+
+
+def _refuse_infinite(data: Data) -> Data:
+    """``data`` with a check that raises a ValueError naming the variable and time of an infinite value,
+    which a climatology would smooth into every slot of its window (and an overall mean into all 366
+    days). numpy-backed data are checked now; dask-backed data when computed, in the same pass over the
+    data as the climatology itself. NaN (missing values) are left to the means, which skip them."""
+    return _map_arrays(data, _infinite_checked)
+
+
+def _infinite_checked(array: xr.DataArray) -> xr.DataArray:
+    times, axis = array["time"].values, array.get_axis_num("time")
+    name = f"variable {array.name}" if array.name is not None else "the truth"
+
+    def check(block: np.ndarray, offset: int) -> None:
+        infinite = np.isinf(block)
+        if infinite.any():
+            per_time = infinite.any(axis=tuple(i for i in range(block.ndim) if i != axis))
+            when = _when(times[offset + int(np.flatnonzero(per_time)[0])])
+            raise ValueError(
+                f"{name} has infinite values at {when}; replace them (NaN marks missing values) or leave that time "
+                "out of the climatology period"
+            )
+
+    if array.chunks is None:
+        check(np.asarray(array.values), 0)
+        return array
+
+    def checked(block: np.ndarray, block_info=None) -> np.ndarray:
+        check(block, block_info[0]["array-location"][axis][0])
+        return block
+
+    return array.copy(data=array.data.map_blocks(checked, dtype=array.dtype))
 
 
 def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:

@@ -15,7 +15,9 @@ Inputs:
         prediction_timedelta, [level], latitude, longitude)``, ``time`` the init time
         (datetime64), ``prediction_timedelta`` the lead (timedelta64, or numbers with a
         ``units`` attribute such as ``hours``); latitude in either order; a ``valid_time``
-        coordinate is ignored. Variable names and units as in the truth store.
+        coordinate is ignored. Variable names and units as in the truth store: differing
+        ``units`` attributes are refused, and values implausible in their units (Celsius
+        labelled K, ...: :mod:`s2forecast.datamodules.plausibility`) in forecast or truth too.
     truth: a store opened with :func:`~s2forecast.datamodules.store.open_store` (its
         ``written`` variable and coordinates along ``time`` such as ``trajectory`` are
         ignored), dims ``(time, [level], latitude, longitude)``, ``time`` the valid time.
@@ -56,6 +58,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.datamodules.plausibility import check_plausible, has_canonical_units
+from s2forecast.datamodules.store import normalize_units
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
@@ -217,6 +221,32 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
                 )
 
 
+def _check_units(forecast: xr.Dataset, other: xr.Dataset, variables: list[str], name: str, where: str) -> None:
+    """Every variable in the same units in the forecast and the truth (or climatology), where both say."""
+    for v in variables:
+        mine, theirs = forecast[v].attrs.get("units"), other[v].attrs.get("units")
+        if mine is None or theirs is None or normalize_units(str(mine)) == normalize_units(str(theirs)):
+            continue
+        raise ValueError(
+            f"forecast variable {v} has units {mine!r} but the {name} {where} has {theirs!r}; convert the forecast "
+            f"to {theirs} before scoring"
+        )
+
+
+def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], truth_name: str) -> None:
+    """Forecast and truth values plausible in their units (``s2forecast.datamodules.plausibility``),
+    judged on the first, middle and last init time (first, middle, last lead) and truth time.
+    Values in other than the canonical units of ``store.VARIABLES`` are not judged."""
+    for v in variables:
+        truth_units = truth[v].attrs.get("units")
+        if has_canonical_units(v, forecast[v].attrs.get("units", truth_units)):
+            labels = {INIT_DIM: "init time", LEAD_DIM: "lead"}
+            check_plausible(forecast[v], v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
+        if has_canonical_units(v, truth_units):
+            observed = truth[v].sel(level=forecast[v]["level"].values) if "level" in forecast[v].dims else truth[v]
+            check_plausible(observed, v, f"truth store {truth_name}: variable {v}")
+
+
 def _grid_summary(data: xr.Dataset) -> str:
     lat, lon = data["latitude"].values, data["longitude"].values
     return (
@@ -349,6 +379,7 @@ def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tup
         clim, where = open_climatology(path), str(path.resolve())
     _check_variables(forecast, clim, variables, "climatology", where)
     _check_grid(forecast, clim, "climatology", where)
+    _check_units(forecast, clim, variables, "climatology", where)
     attrs = {"climatology": where, **_climatology_attrs(clim.attrs)}
     attrs.setdefault("climatology_method", "not recorded in the climatology file")
     return clim[variables], attrs
@@ -705,7 +736,8 @@ def evaluate(
         FileNotFoundError: an input path does not exist.
         PermissionError: ``out`` cannot be written (checked before any computation).
         ValueError: grids differ, a forecast variable or level is not in the truth or the
-            climatology, or an input is not in the expected layout.
+            climatology, units differ between them, values are implausible in their units
+            (degC labelled K, ...), or an input is not in the expected layout.
     """
     out = Path(out)
     forecast_ds = open_forecast(forecast)
@@ -714,6 +746,8 @@ def evaluate(
     variables = _forecast_variables(forecast_ds, variables)
     _check_variables(forecast_ds, truth_ds, variables, "truth store", truth_name)
     _check_grid(forecast_ds, truth_ds, "truth store", truth_name)
+    _check_units(forecast_ds, truth_ds, variables, "truth store", truth_name)
+    _check_values(forecast_ds, truth_ds, variables, truth_name)
     levels = forecast_ds["level"].values if any("level" in forecast_ds[v].dims for v in variables) else None
     leads = forecast_ds[LEAD_DIM].values
     if map_leads is None:

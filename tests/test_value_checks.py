@@ -1,0 +1,402 @@
+"""Values and arguments that pass every check on labels but are wrong: refused with one line, nothing lost.
+
+Physical plausibility (degC labelled K, hPa labelled Pa, geopotential height labelled geopotential)
+in ``convert-era5`` and ``evaluate``; unit mismatches in ``evaluate``; ``stats`` arguments and
+non-finite or unordered inputs; ``climatology`` duplicates and infinities; an unstable
+``generate-swe`` solver step.
+"""
+
+import hashlib
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import compute_stats, open_store
+from s2forecast.datamodules.plausibility import check_plausible, field_problem
+from s2forecast.evaluation import compute_climatology
+from s2forecast.evaluation.evaluate import evaluate
+
+DATA = Path(__file__).parent / "data"
+ERA5_SLICE = DATA / "era5_sample_slice.nc"  # real ERA5, see tests/data/README.md
+ERA5_NAMES = {"t2m": "2m_temperature", "u10": "10m_u_component_of_wind", "v10": "10m_v_component_of_wind"}
+ERA5_NAMES |= {"msl": "mean_sea_level_pressure", "tp": "total_precipitation"}
+
+LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles
+LON = np.arange(12) * 30.0
+TIMES = pd.date_range("2020-01-01", periods=4, freq="6h").values
+G = 9.80665  # m s**-2
+
+
+def refused(args: list[str], capsys) -> str:
+    """Run the ``s2forecast`` command expecting a user error: exit status 2 and one line on stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def digest(path: Path) -> dict[str, str]:
+    """Every file under ``path`` (or ``path`` itself) -> sha256 of its bytes."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path.parent)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def field(center: float, spread: float, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return (center + spread * np.random.default_rng(seed).normal(size=shape)).astype(np.float32)
+
+
+# --- convert-era5 --------------------------------------------------------------------------------
+
+
+def cds_file(path: Path, short: str, values: np.ndarray, units: str, levels=None) -> Path:
+    """A NetCDF file as the new CDS API writes it: (valid_time, [pressure_level,] latitude, longitude)."""
+    dims = (
+        ("valid_time", "pressure_level", "latitude", "longitude") if levels else ("valid_time", "latitude", "longitude")
+    )
+    coords = {"valid_time": TIMES, "latitude": LAT, "longitude": LON, "number": 0}
+    if levels:
+        coords["pressure_level"] = ("pressure_level", np.asarray(levels, dtype=np.float64), {"units": "hPa"})
+    ds = xr.Dataset({short: (dims, values, {"units": units})}, coords=coords)
+    ds.to_netcdf(path, encoding={"valid_time": {"units": "seconds since 1970-01-01", "dtype": "int64"}})
+    return path
+
+
+@pytest.fixture(scope="module")
+def good_store(tmp_path_factory) -> Path:
+    """A store converted from plausible 2 m temperatures: what a refused conversion must not touch."""
+    tmp = tmp_path_factory.mktemp("good")
+    source = cds_file(tmp / "t2m.nc", "t2m", field(280.0, 10.0, (4, 7, 12)), "K")
+    cli(["convert-era5", str(source), "--out", str(tmp / "era5.zarr"), "--no-progress"])
+    return tmp / "era5.zarr"
+
+
+SURFACE = (4, 7, 12)
+PRESSURE = (4, 2, 7, 12)
+HEIGHTS = np.array([5500.0, 100.0])[None, :, None, None]  # m at 500 and 1000 hPa
+
+
+@pytest.mark.parametrize(
+    ("short", "values", "units", "levels", "message"),
+    [
+        pytest.param(
+            "t",
+            field(-20.0, 10.0, (4, 1, 7, 12)),
+            "K",
+            (850,),
+            r"variable temperature at 850 hPa at time 2020-01-01T00:00: median -\d+(\.\d+)? is outside the plausible "
+            r"range 150\.\.350 K for temperature; the values look like degC: convert them to K or fix the units",
+            id="degC-as-K",
+        ),
+        pytest.param(
+            "msl",
+            field(1010.0, 10.0, SURFACE),
+            "Pa",
+            None,
+            r"variable mean_sea_level_pressure at time 2020-01-01T00:00: median 10\d\d(\.\d+)? is outside the "
+            r"plausible range 90000\.\.110000 Pa .*; the values look like hPa: convert them to Pa",
+            id="hPa-as-Pa",
+        ),
+        pytest.param(
+            "z",
+            (HEIGHTS + 20.0 * np.random.default_rng(1).normal(size=PRESSURE)).astype(np.float32),
+            "m**2 s**-2",
+            (500, 1000),
+            r"variable geopotential at 500 hPa at time 2020-01-01T00:00: median 5\d\d\d(\.\d+)? is outside the "
+            r"plausible range .* m\*\*2 s\*\*-2 for geopotential; the values look like geopotential height in m",
+            id="height-as-geopotential",
+        ),
+    ],
+)
+def test_convert_era5_refuses_implausible_values(tmp_path, capsys, good_store, short, values, units, levels, message):
+    source = cds_file(tmp_path / f"{short}.nc", short, values, units, levels)
+    fresh = tmp_path / "fresh.zarr"
+    err = refused(["convert-era5", str(source), "--out", str(fresh), "--no-progress"], capsys)
+    assert f"{source}: " in err
+    assert not fresh.exists()
+    existing = tmp_path / "existing.zarr"
+    shutil.copytree(good_store, existing)
+    before = digest(existing)
+    err = refused(["convert-era5", str(source), "--out", str(existing), "--overwrite", "--no-progress"], capsys)
+    assert re.search(message, err), err
+    assert digest(existing) == before
+
+
+def test_plausibility_accepts_the_real_era5_slice():
+    """No false positive on real ERA5 fields: every variable, every time of the committed slice."""
+    with xr.open_dataset(ERA5_SLICE) as sample:
+        for short, name in ERA5_NAMES.items():
+            data = sample[short].load()
+            for time in range(data.sizes["valid_time"]):
+                assert field_problem(name, data.isel(valid_time=time).values) is None
+            check_plausible(data, name, short, sample_dims=("valid_time",))
+
+
+@pytest.mark.parametrize(
+    ("level", "height"),
+    # typical global-mean geopotential heights (m) of ERA5 at these levels, from the WMO standard
+    # atmosphere tables rounded and shifted a little (real fields differ from the standard by a few %)
+    [(925, 780.0), (850, 1500.0), (700, 3050.0), (500, 5650.0), (300, 9300.0), (200, 11900.0), (50, 20700.0)],
+)
+def test_geopotential_bounds_separate_geopotential_from_height(level, height):
+    shape = (7, 12)
+    assert field_problem("geopotential", np.full(shape, G * height), level) is None
+    assert "geopotential height in m" in field_problem("geopotential", np.full(shape, height), level)
+
+
+# --- evaluate ------------------------------------------------------------------------------------
+
+
+def truth_store(path: Path, t2m: np.ndarray, units: str = "K") -> Path:
+    ds = xr.Dataset(
+        {
+            "2m_temperature": (("time", "latitude", "longitude"), t2m, {"units": units}),
+            "written": (("time",), np.ones(TIMES.size, dtype=bool)),
+        },
+        coords={"time": TIMES, "latitude": LAT, "longitude": LON},
+        attrs={"grid_kind": "equiangular", "s2forecast_complete": "true"},
+    )
+    ds.to_zarr(path, zarr_format=3, consolidated=True)
+    return path
+
+
+def forecast_file(path: Path, t2m: np.ndarray, units: str) -> Path:
+    """Init times TIMES[:2], leads 6 and 12 h: (time, prediction_timedelta, latitude, longitude)."""
+    dims = ("time", "prediction_timedelta", "latitude", "longitude")
+    coords = {"time": TIMES[:2], "prediction_timedelta": pd.to_timedelta([6, 12], unit="h").values}
+    coords |= {"latitude": LAT, "longitude": LON}
+    xr.Dataset({"2m_temperature": (dims, t2m, {"units": units})}, coords=coords).to_netcdf(path)
+    return path
+
+
+FORECAST = (2, 2, 7, 12)
+
+
+@pytest.mark.parametrize(
+    ("forecast_values", "forecast_units", "truth_values", "message"),
+    [
+        pytest.param(
+            field(5.0, 5.0, FORECAST),
+            "K",
+            field(278.0, 5.0, SURFACE),
+            r"forecast variable 2m_temperature at init time 2020-01-01T00:00 at lead 6 h: median \d+(\.\d+)? is "
+            r"outside the plausible range 150\.\.350 K for 2m_temperature; the values look like degC",
+            id="degC-forecast-labelled-K",
+        ),
+        pytest.param(
+            field(5.0, 5.0, FORECAST),
+            "degC",
+            field(278.0, 5.0, SURFACE),
+            r"forecast variable 2m_temperature has units 'degC' but the truth store .*truth\.zarr has 'K'; convert "
+            r"the forecast to K before scoring",
+            id="degC-forecast-vs-K-truth",
+        ),
+        pytest.param(
+            field(278.0, 5.0, FORECAST),
+            "K",
+            field(5.0, 5.0, SURFACE),
+            r"truth store .*truth\.zarr: variable 2m_temperature at time 2020-01-01T00:00: median \d+(\.\d+)? is "
+            r"outside the plausible range 150\.\.350 K .*look like degC",
+            id="degC-truth-labelled-K",
+        ),
+    ],
+)
+def test_evaluate_refuses_unit_mistakes(tmp_path, capsys, forecast_values, forecast_units, truth_values, message):
+    truth = truth_store(tmp_path / "truth.zarr", truth_values)
+    forecast = forecast_file(tmp_path / "forecast.nc", forecast_values, forecast_units)
+    out = tmp_path / "metrics.nc"
+    out.write_bytes(b"earlier metrics")
+    args = ["evaluate", "--forecast", str(forecast), "--truth", str(truth), "--out", str(out), "--no-progress"]
+    err = refused(args, capsys)
+    assert re.search(message, err), err
+    assert out.read_bytes() == b"earlier metrics"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forecast.nc", "metrics.nc", "truth.zarr"]
+
+
+def test_evaluate_scores_consistent_non_canonical_units(tmp_path):
+    """degC forecast against a degC truth: nothing to refuse (the ranges are for canonical units only)."""
+    truth = truth_store(tmp_path / "truth.zarr", field(5.0, 5.0, SURFACE), units="degC")
+    forecast = forecast_file(tmp_path / "forecast.nc", field(5.0, 5.0, FORECAST, seed=1), "degC")
+    metrics = evaluate(forecast, truth, tmp_path / "metrics.nc", plots=False, progress=False)
+    assert np.isfinite(metrics["2m_temperature"].sel(metric="rmse", model="forecast").values).all()
+
+
+# --- stats ---------------------------------------------------------------------------------------
+
+GRID_LAT = np.linspace(90.0, -90.0, 5)  # Grid(5, 8): equiangular with poles
+GRID_LON = np.arange(8) * 45.0
+
+
+def store(path: Path, n_times: int = 6) -> Path:
+    """A complete 6-hourly store: temperature at 500 and 850 hPa, 2 m temperature, a land-sea mask."""
+    rng = np.random.default_rng(0)
+    times = pd.date_range("2020-01-01", periods=n_times, freq="6h").values
+    ds = xr.Dataset(
+        {
+            "temperature": (("time", "level", "latitude", "longitude"), 250 + rng.normal(size=(n_times, 2, 5, 8))),
+            "2m_temperature": (("time", "latitude", "longitude"), 280 + rng.normal(size=(n_times, 5, 8))),
+            "land_sea_mask": (("latitude", "longitude"), (rng.random((5, 8)) > 0.5).astype(np.float64)),
+            "written": (("time",), np.ones(n_times, dtype=bool)),
+        },
+        coords={"time": times, "level": [500, 850], "latitude": GRID_LAT, "longitude": GRID_LON},
+        attrs={"grid_kind": "equiangular", "s2forecast_complete": "true"},
+    )
+    ds.to_zarr(path, zarr_format=3, consolidated=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store_with_stats(tmp_path_factory) -> Path:
+    path = store(tmp_path_factory.mktemp("stats") / "store.zarr")
+    cli(["stats", str(path)])
+    return path
+
+
+def set_time(group, values: np.ndarray) -> None:
+    """Overwrite the stored (encoded) time coordinate, e.g. to repeat or swap times."""
+    group["time"][:] = values
+
+
+@pytest.mark.parametrize(
+    ("args", "corrupt", "message"),
+    [
+        (["--step-hours", "0"], None, r"--step-hours must be a positive number of hours, got 0; the store's time step "
+         r"is 6 h"),
+        (["--step-hours", "-6"], None, r"--step-hours must be a positive number of hours, got -6"),
+        (["--step-hours", "nan"], None, r"--step-hours must be a positive number of hours, got nan"),
+        (["--step-hours", "9"], None, r"--step-hours 9 is not a multiple of the time step of .*store\.zarr \(6 h\): "
+         r"no two of its times are 9 h apart; use 6, 12, \.\.\."),
+        (["--start", "2020-01-01T12", "--end", "2020-01-01T12"], None, r"--start 2020-01-01T12:00 must be before "
+         r"--end 2020-01-01T12:00"),
+        (["--start", "2020-01-02", "--end", "2020-01-01T06"], None, r"--start 2020-01-02T00:00 must be before"),
+        (["--start", "2019-12-31"], None, r"--start 2019-12-31T00:00 is outside the store .*store\.zarr, which covers "
+         r"2020-01-01T00:00 \.\. 2020-01-02T06:00"),
+        (["--end", "2020-01-03"], None, r"--end 2020-01-03T00:00 is outside the store"),
+        (["--start", "soon"], None, r"--start 'soon' is not a date; use e\.g\. 2020-01-01"),
+        (["--start", "2020-01-01T00", "--end", "2020-01-01T05"], None, r"no two times of .* between "
+         r"2020-01-01T00:00 and 2020-01-01T00:00 are 6 h apart"),
+        ([], lambda g: g["temperature"].__setitem__((2, 1, 0, 3), np.inf), r"variable temperature at 850 hPa has "
+         r"infinite values at 2020-01-01T12:00 \(the first of 1 such times\)"),
+        ([], lambda g: g["2m_temperature"].__setitem__((4, 2, 2), -np.inf), r"variable 2m_temperature has infinite "
+         r"values at 2020-01-02T00:00"),
+        ([], lambda g: g["land_sea_mask"].__setitem__((0, 0), np.inf), r"variable land_sea_mask has infinite values "
+         r"\(a static field\)"),
+        ([], lambda g: g["2m_temperature"].__setitem__(slice(None), np.nan), r"variable 2m_temperature has only NaN "
+         r"values between 2020-01-01T00:00 and 2020-01-02T06:00; its statistics are undefined"),
+        ([], lambda g: set_time(g, g["time"][:][[0, 1, 3, 2, 4, 5]]), r"times of .*store\.zarr are not in ascending "
+         r"order: 2020-01-01T12:00 comes after 2020-01-01T18:00 \(position 3\)"),
+        ([], lambda g: set_time(g, g["time"][:][[0, 1, 2, 2, 4, 5]]), r"time 2020-01-01T12:00 appears 2 times in "
+         r".*store\.zarr"),
+    ],
+)  # fmt: skip
+def test_stats_refuses_bad_arguments_and_data_and_keeps_earlier_stats(
+    tmp_path, capsys, store_with_stats, args, corrupt, message
+):
+    path = tmp_path / "store.zarr"
+    shutil.copytree(store_with_stats, path)
+    if corrupt is not None:
+        corrupt(zarr.open_group(path, mode="r+", zarr_format=3))
+    before = digest(path / "stats")
+    err = refused(["stats", str(path), *args], capsys)
+    assert re.search(message, err), err
+    assert digest(path / "stats") == before
+
+
+def test_stats_step_on_an_irregular_store(tmp_path):
+    """On irregular times (8 h then 7 h, as in the real ERA5 sample) a step that pairs some times is fine."""
+    path = store(tmp_path / "store.zarr", n_times=3)
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    encoded = group["time"][:]  # 0, 6, 12 hours in the store's time units
+    set_time(group, encoded[0] + (encoded[1] - encoded[0]) // 6 * np.array([0, 8, 15]))
+    stats = compute_stats(path, step_hours=8)
+    assert stats.attrs["tendency_pairs"] == 1 and np.isfinite(stats["tendency_std"].values[:3]).all()
+
+
+# --- climatology ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "corrupt", "message"),
+    [
+        ([], lambda g: g["2m_temperature"].__setitem__((3, 1, 1), np.inf), r"variable 2m_temperature has infinite "
+         r"values at 2020-01-01T18:00; replace them"),
+        ([], lambda g: set_time(g, g["time"][:][[0, 1, 2, 2, 4, 5]]), r"truth time 2020-01-01T12:00 appears more than "
+         r"once .*; a climatology would count it twice"),
+        (["--start", "2020-01-02", "--end", "2020-01-01"], None, r"the climatology period starts \(2020-01-02\) after "
+         r"it ends \(2020-01-01\)"),
+        (["--start", "2021"], None, r"no truth times between start='2021' and end=None; the truth covers "
+         r"2020-01-01T00:00 \.\. 2020-01-02T06:00"),
+        (["--end", "someday"], None, r"climatology end 'someday' is not a date"),
+    ],
+)  # fmt: skip
+def test_climatology_refuses_repeated_times_infinities_and_bad_periods(tmp_path, capsys, args, corrupt, message):
+    path = store(tmp_path / "store.zarr")
+    if corrupt is not None:
+        corrupt(zarr.open_group(path, mode="r+", zarr_format=3))
+    out = tmp_path / "clim.zarr"
+    out.mkdir()
+    (out / "earlier").write_text("an earlier climatology")
+    before = digest(out)
+    err = refused(["climatology", str(path), "--out", str(out), *args], capsys)
+    assert re.search(message, err), err
+    assert digest(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clim.zarr", "store.zarr"]  # no temporary left
+
+
+def test_climatology_of_in_memory_data_refuses_infinities_at_once():
+    values = np.full((4, 5, 8), 280.0)
+    values[2, 0, 0] = -np.inf
+    truth = xr.Dataset(
+        {"2m_temperature": (("time", "latitude", "longitude"), values)},
+        coords={"time": TIMES, "latitude": GRID_LAT, "longitude": GRID_LON},
+    )
+    with pytest.raises(ValueError, match=r"variable 2m_temperature has infinite values at 2020-01-01T12:00"):
+        compute_climatology(truth)
+
+
+# --- generate-swe --------------------------------------------------------------------------------
+
+SWE = ["generate-swe", "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "4", "--no-progress"]
+
+
+def test_generate_swe_refuses_an_unstable_solver_step(tmp_path, capsys):
+    """One day per solver step on an 8x16 grid blows up within 4 stored days: refused, never complete."""
+    out = tmp_path / "swe.zarr"
+    err = refused([*SWE, "--out", str(out), "--dt-hours", "24", "--solver-dt-seconds", "86400"], capsys)
+    assert re.search(
+        r"the shallow-water integration of trajectory 0 became unstable at stored step \d \(2000-01-0\dT00:00\): "
+        r"layer depth -?\d+ m, outside the physical range 0 < h < 20000 m .*use a smaller --solver-dt-seconds "
+        r"\(e\.g\. 21600\); .*swe\.zarr is left incomplete",
+        err,
+    ), err
+    assert zarr.open_group(out, mode="r", zarr_format=3).attrs["s2forecast_complete"] == "false"
+    with pytest.raises(ValueError, match="incomplete"):
+        open_store(out)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trajectories", "0"], r"--trajectories must be >= 1, got 0"),
+        (["--steps", "-1"], r"--steps must be >= 1, got -1"),
+        (["--nlat", "3"], r"--nlat must be >= 4, got 3"),
+        (["--nlon", "2"], r"--nlon must be >= 4, got 2"),
+        (["--dt-hours", "0"], r"--dt-hours must be a positive number, got 0"),
+        (["--dt-hours", "nan"], r"--dt-hours must be a positive number, got nan"),
+        (["--solver-dt-seconds", "-5"], r"--solver-dt-seconds must be a positive number, got -5"),
+        (["--solver-dt-seconds", "inf"], r"--solver-dt-seconds must be a positive number, got inf"),
+    ],
+)
+def test_generate_swe_refuses_bad_numbers_before_writing(tmp_path, capsys, args, message):
+    out = tmp_path / "swe.zarr"
+    err = refused([*SWE, "--out", str(out), *args], capsys)
+    assert re.search(message, err), err
+    assert not out.exists()
