@@ -7,10 +7,16 @@ then writes time slabs with ``write``, each of which flips ``written`` for its t
 data is on disk; ``finish`` sets ``s2forecast_complete`` to "true" and consolidates the
 metadata. A crash therefore leaves a store that readers refuse and that a rerun of the same
 command completes, skipping the slabs already written (``pending``).
+
+The skeleton is claimed and written through ``s2forecast.output.Output`` (a temporary sibling
+renamed into place, so a crash never leaves a store without its marker); ``overwrite`` replaces
+only a store s2forecast wrote, and gives the new store a fresh ``s2forecast_generation``.
 """
 
 import json
+import os
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import dask.array as da
@@ -19,6 +25,14 @@ import xarray as xr
 import zarr
 
 from s2forecast.datamodules.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
+from s2forecast.output import (
+    Output,
+    check_target,
+    clean_leftovers,
+    foreign_error,
+    written_by_s2forecast,
+    zarr_attributes,
+)
 
 
 class StoreWriter:
@@ -30,13 +44,16 @@ class StoreWriter:
         path: the zarr store to write.
         signature: JSON-serializable description of the inputs and options; a rerun with the
             same signature resumes, a different one is refused unless ``overwrite``.
-        overwrite: replace an existing store (complete or not) instead of resuming.
+        overwrite: replace an existing store (complete or not) instead of resuming; only a
+            store s2forecast wrote is ever replaced.
+        inputs: the files the store is made from (the store may not be, hold or lie in one).
     """
 
-    def __init__(self, path: str | Path, signature: dict, overwrite: bool = False):
+    def __init__(self, path: str | Path, signature: dict, overwrite: bool = False, inputs: Iterable[str | Path] = ()):
         self.path = Path(path)
         self.signature = json.dumps(signature, sort_keys=True, default=str)
         self.overwrite = overwrite
+        self.inputs = tuple(inputs)
 
     def create(self, template: xr.Dataset) -> np.ndarray:
         """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
@@ -45,17 +62,32 @@ class StoreWriter:
         Returns:
             (time,) bool array of the time steps already written (all false for a new store).
         """
-        if self.path.exists() and not self.overwrite:
-            existing = xr.open_zarr(self.path, consolidated=False, chunks=None)
-            if existing.attrs.get("s2forecast_signature") != self.signature:
-                raise ValueError(
-                    f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
-                    "it or choose another --out"
-                )
-            if existing.attrs.get(COMPLETE_ATTR) == "true":
-                return np.ones(existing.sizes["time"], dtype=bool)
-            return existing["written"].values.astype(bool)
+        if os.path.lexists(self.path) and not self.overwrite:
+            return self._resume()
+        output = Output(self.path, "store", directory=True, inputs=self.inputs, overwrite=self.overwrite)
+        with output:
+            self._write_skeleton(template, output)
+            output.commit()
+        return np.zeros(template.sizes["time"], dtype=bool)
 
+    def _resume(self) -> np.ndarray:
+        """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""
+        check_target(self.path, self.inputs)
+        clean_leftovers(self.path)
+        attrs = zarr_attributes(self.path)
+        if attrs is None or not written_by_s2forecast(self.path):
+            raise foreign_error(self.path)
+        if attrs.get("s2forecast_signature") != self.signature:
+            raise ValueError(
+                f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
+                "it or choose another --out"
+            )
+        written = zarr.open_group(self.path, mode="r")["written"][:].astype(bool)
+        if attrs.get(COMPLETE_ATTR) == "true":
+            return np.ones(written.size, dtype=bool)
+        return written
+
+    def _write_skeleton(self, template: xr.Dataset, output: Output) -> None:
         ds = template.copy()
         for name in list(ds.data_vars):
             if "time" not in ds[name].dims:  # static fields are written now: compute=False would defer them
@@ -73,10 +105,10 @@ class StoreWriter:
                 "s2forecast_layout": LAYOUT_VERSION,
                 "s2forecast_signature": self.signature,
                 COMPLETE_ATTR: "false",
+                **output.attrs,
             }
         )
-        ds.to_zarr(self.path, mode="w", compute=False, consolidated=False, zarr_format=3)
-        return np.zeros(ds.sizes["time"], dtype=bool)
+        ds.to_zarr(output.tmp, mode="w", compute=False, consolidated=False, zarr_format=3)
 
     def write(self, slab: xr.Dataset, start: int) -> None:
         """Write the time-dependent variables of ``slab`` at time indices start..start+len-1
