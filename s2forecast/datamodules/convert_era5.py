@@ -622,25 +622,26 @@ def _write(
     time_chunk: int,
 ) -> Path:
     out = writer.path
-    written = writer.create(template)
-    if written.all() and _is_complete(out):
-        return out  # nothing to do: a rerun on a complete store
-    slabs = _slabs(written, time_chunk)
-    with (
-        dask.config.set(scheduler="threads"),
-        tqdm(
-            total=written.size,
-            initial=int(written.sum()),
-            unit="step",
-            desc=f"convert-era5 {out.name}",
-            disable=not progress,
-        ) as bar,
-    ):
-        for start, stop in slabs:
-            slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()})
-            writer.write(slab, start)
-            bar.update(stop - start)
-    writer.finish()
+    with writer:
+        written = writer.create(template)
+        if written.all() and _is_complete(out):
+            return out  # nothing to do: a rerun on a complete store
+        slabs = _slabs(written, time_chunk)
+        with (
+            dask.config.set(scheduler="threads"),
+            tqdm(
+                total=written.size,
+                initial=int(written.sum()),
+                unit="step",
+                desc=f"convert-era5 {out.name}",
+                disable=not progress,
+            ) as bar,
+        ):
+            for start, stop in slabs:
+                slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()})
+                writer.write(slab, start)
+                bar.update(stop - start)
+        writer.finish()
     return out
 
 

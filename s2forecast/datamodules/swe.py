@@ -102,23 +102,22 @@ def generate_swe(
         "seed": seed,
         "solver_dt_seconds": solver_dt_seconds,
     }
-    writer = StoreWriter(out, signature, overwrite=overwrite)
-    written = writer.create(template)
-
-    lmax = math.ceil(nlat / 3)
-    solver = ShallowWaterSolver(nlat, nlon, dt_hours * 3600.0 / substeps, lmax=lmax, mmax=lmax, grid=grid).double()
-    per_trajectory = steps + 1
-    for k in tqdm(range(trajectories), desc="shallow water", unit="trajectory", disable=not progress):
-        start = k * per_trajectory
-        if written[start : start + per_trajectory].all():
-            continue
-        fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
-        slab = xr.Dataset(
-            {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
-            coords={"time": times[start : start + per_trajectory]},
-        )
-        writer.write(slab, start)
-    writer.finish()
+    with StoreWriter(out, signature, overwrite=overwrite) as writer:
+        written = writer.create(template)
+        lmax = math.ceil(nlat / 3)
+        solver = ShallowWaterSolver(nlat, nlon, dt_hours * 3600.0 / substeps, lmax=lmax, mmax=lmax, grid=grid).double()
+        per_trajectory = steps + 1
+        for k in tqdm(range(trajectories), desc="shallow water", unit="trajectory", disable=not progress):
+            start = k * per_trajectory
+            if written[start : start + per_trajectory].all():
+                continue
+            fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
+            slab = xr.Dataset(
+                {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
+                coords={"time": times[start : start + per_trajectory]},
+            )
+            writer.write(slab, start)
+        writer.finish()
     return Path(out)
 
 

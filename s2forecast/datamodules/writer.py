@@ -8,11 +8,17 @@ data is on disk; ``finish`` sets ``s2forecast_complete`` to "true" and consolida
 metadata. A crash therefore leaves a store that readers refuse and that a rerun of the same
 command completes, skipping the slabs already written (``pending``).
 
-The skeleton is claimed and written through ``s2forecast.output.Output`` (a temporary sibling
-renamed into place, so a crash never leaves a store without its marker); ``overwrite`` replaces
-only a store s2forecast wrote, and gives the new store a fresh ``s2forecast_generation``.
+New stores are claimed through ``s2forecast.output.Output``: the skeleton is written under a
+temporary sibling and renamed into place (a crash never leaves a store without its marker),
+then filled in place, resumably. ``overwrite`` replaces only a store s2forecast wrote, and
+atomically: the new store (fresh ``s2forecast_generation``) is filled beside the old one and
+renamed over it by ``finish``, so until then readers see the old store, and a failed or
+interrupted overwrite leaves it intact (the next ``--overwrite`` run starts afresh). Use the
+writer as a context manager: on an error it removes such a half-built replacement and reports
+a full disk in one line.
 """
 
+import errno
 import json
 import os
 import warnings
@@ -54,6 +60,8 @@ class StoreWriter:
         self.signature = json.dumps(signature, sort_keys=True, default=str)
         self.overwrite = overwrite
         self.inputs = tuple(inputs)
+        self.target = self.path  # where slabs go: the store, or the replacement being built beside it
+        self._replacement: Output | None = None
 
     def create(self, template: xr.Dataset) -> np.ndarray:
         """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
@@ -67,8 +75,26 @@ class StoreWriter:
         output = Output(self.path, "store", directory=True, inputs=self.inputs, overwrite=self.overwrite)
         with output:
             self._write_skeleton(template, output)
-            output.commit()
+            if os.path.lexists(self.path):  # replacing: fill the new store beside the old one
+                self._replacement, self.target = output, output.tmp
+            else:
+                output.commit()
         return np.zeros(template.sizes["time"], dtype=bool)
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is None:
+            return False
+        if self._replacement is not None:  # the old store stays; the half-built new one goes
+            return self._replacement.__exit__(kind, error, traceback)
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+            raise OSError(
+                f"could not write {self.path}: {error.strerror or error}; the store stays incomplete and a rerun of "
+                "the same command resumes it"
+            ) from error
+        return False
 
     def _resume(self) -> np.ndarray:
         """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""
@@ -120,20 +146,23 @@ class StoreWriter:
         for var in data.data_vars.values():
             var.attrs = {}
             var.encoding = {}
-        data.to_zarr(self.path, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
-        group = zarr.open_group(self.path, mode="r+", zarr_format=3)
+        data.to_zarr(self.target, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
+        group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         group["written"][start:stop] = True
 
     def finish(self) -> None:
-        """Mark the store complete and consolidate its metadata."""
-        group = zarr.open_group(self.path, mode="r+", zarr_format=3)
+        """Mark the store complete and consolidate its metadata (a replacement then goes into place)."""
+        group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         missing = int((~group["written"][:]).sum())
         if missing:
             raise RuntimeError(f"{self.path}: {missing} time steps were not written; the store stays incomplete")
         group.attrs[COMPLETE_ATTR] = "true"
         with warnings.catch_warnings():  # consolidated metadata is outside the v3 spec; we use it on purpose
             warnings.simplefilter("ignore", UserWarning)
-            zarr.consolidate_metadata(self.path, zarr_format=3)
+            zarr.consolidate_metadata(self.target, zarr_format=3)
+        if self._replacement is not None:
+            self._replacement.commit()
+            self._replacement, self.target = None, self.path
 
 
 def lazy_empty(shape: tuple[int, ...], dims: tuple[str, ...], dtype=np.float32) -> xr.Variable:
