@@ -233,7 +233,7 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
         )
     if path.is_symlink():
         raise ValueError(
-            f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another {option}"
+            f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out"
         )
     identity = _identity(path)
     for given in inputs:
@@ -252,7 +252,7 @@ def foreign_error(path: Path, option: str = "--out") -> ValueError:
     """The error for an existing ``path`` that s2forecast did not write."""
     return ValueError(
         f"{option} {path} exists and was not written by s2forecast (it has no s2forecast marker); it is never "
-        f"replaced, even with --overwrite: choose another {option} or move it away yourself"
+        "replaced, even with --overwrite: choose another --out or move it away yourself"
     )
 
 
@@ -323,7 +323,8 @@ class Output:
         directory: the artifact is a directory (zarr, plots); ``tmp`` is then an empty directory.
         inputs: the paths the command reads.
         overwrite: replace an existing artifact that s2forecast wrote.
-        option: how the user gave ``path``, for messages.
+        option: what ``path`` is to the user, for messages ("--out", or e.g. "plots directory"
+            for a path derived from ``--out``).
         owned: recognises an existing ``path`` as s2forecast's (default ``written_by_s2forecast``).
         make_parent: create a missing parent directory instead of refusing.
 
@@ -400,8 +401,7 @@ class Output:
             return
         if not self.overwrite:
             raise FileExistsError(
-                f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another "
-                f"{self.option}"
+                f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another --out"
             )
         if not self.owned(self.path):
             raise foreign_error(self.path, self.option)

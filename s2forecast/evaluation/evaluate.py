@@ -75,6 +75,7 @@ from s2forecast.output import (
     GENERATION_ATTR,
     MARKER_ATTR,
     Output,
+    check_target,
     check_unchanged,
     file_sha256,
     netcdf_attributes,
@@ -294,17 +295,17 @@ def _is_path(source) -> bool:
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
     """The metrics NetCDF, its CSV and (with ``plots``) its plots directory, claimed under the
     output policy before any computation (``s2forecast.output``), plots first, NetCDF last."""
+    check_target(out, inputs)  # first: `--out .` or an input is refused as such, whatever its name
     if out.suffix != ".nc":
         raise ValueError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
-    if out.is_dir() and not out.is_symlink():
-        raise IsADirectoryError(f"--out {out} is a directory; name a file such as {out / 'metrics.nc'}")
     claimed = []
     policy = {"inputs": inputs, "overwrite": overwrite, "make_parent": True}
     try:
         if plots:
-            claimed.append(Output(out.with_name(f"{out.stem}_plots"), "plots", directory=True, **policy))
+            plot_dir = out.with_name(f"{out.stem}_plots")
+            claimed.append(Output(plot_dir, "plots", directory=True, option="plots directory", **policy))
         owned = partial(_csv_of_metrics, out)  # a CSV is ours when our metrics file records its hash
-        claimed.append(Output(out.with_suffix(".csv"), "metrics", owned=owned, **policy))
+        claimed.append(Output(out.with_suffix(".csv"), "metrics", owned=owned, option="metrics CSV", **policy))
         claimed.append(Output(out, "metrics", **policy))
     except BaseException:
         for output in claimed:

@@ -284,21 +284,17 @@ def rollout(
         raise ValueError("no initialization times selected")
     output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, store), overwrite=overwrite)
     with output:  # on any error the temporary output goes and nothing at ``out`` changes
-        model = load_forecaster(checkpoint, device)
-        dataset = open_inputs(model, store, other_grid)
-        writer = _start_file(output, model, dataset, checkpoint, store, steps, init_times, fmt)
-        try:
-            _forecast(model, dataset, writer, init_times, steps, batch_size, device, bf16, nan_policy, progress)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-        check_unchanged(store, dataset.generation)
-        return output.commit()
+        options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid)
+        return _rollout(checkpoint, store, steps, init_times, output, *options)
 
 
-def _start_file(output, model, dataset, checkpoint, store, steps, init_times, fmt) -> ForecastFile:
-    """Put the model on the store's grid and open the forecast file at ``output.tmp``."""
+def _rollout(checkpoint, store, steps, init_times, output, fmt, batch_size, device, bf16, nan_policy, progress,
+             other_grid) -> Path:  # fmt: skip
+    """``rollout`` once its output is claimed: forecast into ``output.tmp``, then commit it."""
+    from tqdm import tqdm
+
+    model = load_forecaster(checkpoint, device)
+    dataset = open_inputs(model, store, other_grid)
     if dataset.grid != model.grid:
         if not hasattr(model.net, "on_grid"):
             raise ValueError(f"the {model.hparams.architecture} model is bound to its training grid {model.grid}")
@@ -321,51 +317,50 @@ def _start_file(output, model, dataset, checkpoint, store, steps, init_times, fm
         "initial_conditions": str(store),
         **output.attrs,
     }
-    return ForecastFile(
+    writer = ForecastFile(
         output.tmp, fmt, layout, np.asarray(init_times), leads, dataset.lat_deg, dataset.lon_deg, units, attrs
     )
-
-
-def _forecast(model, dataset, writer, init_times, steps, batch_size, device, bf16, nan_policy, progress) -> None:
-    """Roll out every batch of init times, writing each step as it is made."""
-    from tqdm import tqdm
-
-    info = model.hparams.data
-    leads = (np.arange(1, steps + 1) * dataset.step).astype("timedelta64[ns]")
     nonfinite = []
-    autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
-    batches = range(0, len(init_times), batch_size)
-    for start in tqdm(batches, desc="rollout", unit="batch", disable=not progress):
-        times = np.asarray(init_times[start : start + batch_size])
-        batch = {k: v.to(device) for k, v in read_initial_conditions(dataset, times, steps).items()}
-        states = batch["inputs"]
-        history = states.shape[1]
-        dead = torch.zeros(len(times), dtype=torch.bool, device=states.device)  # went non-finite ("write")
-        with torch.no_grad(), autocast:
-            for k in range(steps):
-                prediction = model.step(states, batch["static"], batch["forcings"][:, k : k + history + 1]).float()
-                physical = model.to_physical(prediction).cpu().numpy()
-                physical[dead.cpu().numpy()] = np.nan
-                bad = ~np.isfinite(physical).all(axis=(2, 3)) & ~dead.cpu().numpy()[:, None]
-                if bad.any():
-                    b, c = np.argwhere(bad)[0]
-                    lead = leads[k] / np.timedelta64(1, "h")
-                    where = f"init {times[b]}, step {k + 1} (+{lead:g} h), {info['channels'][c]}"
-                    if nan_policy == "fail":
-                        raise ValueError(f"non-finite forecast at {where}; pass --nan write to keep going")
-                    nonfinite.append(where)
-                    dead |= torch.from_numpy(bad.any(axis=1)).to(dead.device)
-                writer.write(start, k, physical)
-                # a forecast that went non-finite is written as NaN from then on; feed the model zeros
-                # in its place so that the other forecasts of the batch go on
-                prediction = torch.where(dead[:, None, None, None], 0.0, prediction)
-                states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
-                states = torch.where(dead[:, None, None, None, None], 0.0, states)
-    if nonfinite:
-        writer_attrs = {"nonfinite_forecasts": "; ".join(nonfinite[:100])}
-        if writer.ds is not None:
-            writer.ds.setncatts(writer_attrs)
-        else:
-            import zarr
+    try:
+        autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
+        batches = range(0, len(init_times), batch_size)
+        for start in tqdm(batches, desc="rollout", unit="batch", disable=not progress):
+            times = np.asarray(init_times[start : start + batch_size])
+            batch = {k: v.to(device) for k, v in read_initial_conditions(dataset, times, steps).items()}
+            states = batch["inputs"]
+            history = states.shape[1]
+            dead = torch.zeros(len(times), dtype=torch.bool, device=states.device)  # went non-finite ("write")
+            with torch.no_grad(), autocast:
+                for k in range(steps):
+                    prediction = model.step(states, batch["static"], batch["forcings"][:, k : k + history + 1]).float()
+                    physical = model.to_physical(prediction).cpu().numpy()
+                    physical[dead.cpu().numpy()] = np.nan
+                    bad = ~np.isfinite(physical).all(axis=(2, 3)) & ~dead.cpu().numpy()[:, None]
+                    if bad.any():
+                        b, c = np.argwhere(bad)[0]
+                        lead = leads[k] / np.timedelta64(1, "h")
+                        where = f"init {times[b]}, step {k + 1} (+{lead:g} h), {info['channels'][c]}"
+                        if nan_policy == "fail":
+                            raise ValueError(f"non-finite forecast at {where}; pass --nan write to keep going")
+                        nonfinite.append(where)
+                        dead |= torch.from_numpy(bad.any(axis=1)).to(dead.device)
+                    writer.write(start, k, physical)
+                    # a forecast that went non-finite is written as NaN from then on; feed the model zeros
+                    # in its place so that the other forecasts of the batch go on
+                    prediction = torch.where(dead[:, None, None, None], 0.0, prediction)
+                    states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
+                    states = torch.where(dead[:, None, None, None, None], 0.0, states)
+        if nonfinite:
+            writer_attrs = {"nonfinite_forecasts": "; ".join(nonfinite[:100])}
+            if writer.ds is not None:
+                writer.ds.setncatts(writer_attrs)
+            else:
+                import zarr
 
-            zarr.open_group(writer.tmp, mode="r+").attrs.update(writer_attrs)
+                zarr.open_group(writer.tmp, mode="r+").attrs.update(writer_attrs)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    check_unchanged(store, dataset.generation)
+    return output.commit()
