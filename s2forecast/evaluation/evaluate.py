@@ -294,24 +294,25 @@ def _is_path(source) -> bool:
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
     """The metrics NetCDF, its CSV and (with ``plots``) its plots directory, claimed under the
-    output policy before any computation (``s2forecast.output``), plots first, NetCDF last."""
+    output policy before any computation (``s2forecast.output``); returned in the order they are
+    committed: plots, CSV, then the NetCDF that vouches for them."""
     check_target(out, inputs)  # first: `--out .` or an input is refused as such, whatever its name
     if out.suffix != ".nc":
         raise ValueError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
     claimed = []
     policy = {"inputs": inputs, "overwrite": overwrite, "make_parent": True}
     try:
+        claimed.append(Output(out, "metrics", **policy))
+        owned = partial(_csv_of_metrics, out)  # a CSV is ours when our metrics file records its hash
+        claimed.append(Output(out.with_suffix(".csv"), "metrics", owned=owned, option="metrics CSV", **policy))
         if plots:
             plot_dir = out.with_name(f"{out.stem}_plots")
             claimed.append(Output(plot_dir, "plots", directory=True, option="plots directory", **policy))
-        owned = partial(_csv_of_metrics, out)  # a CSV is ours when our metrics file records its hash
-        claimed.append(Output(out.with_suffix(".csv"), "metrics", owned=owned, option="metrics CSV", **policy))
-        claimed.append(Output(out, "metrics", **policy))
     except BaseException:
         for output in claimed:
             output.discard()
         raise
-    return claimed
+    return claimed[::-1]
 
 
 def _csv_of_metrics(metrics_path: Path, csv_path: Path) -> bool:
@@ -759,7 +760,7 @@ def evaluate(
             forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
             progress=progress, period=climatology_period, generations=generations, outputs=outputs,
         )  # fmt: skip
-        for output in outputs:  # plots, CSV, then the metrics file that vouches for them
+        for output in outputs:
             output.commit()
     return metrics
 
