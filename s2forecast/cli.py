@@ -67,6 +67,7 @@ def forecast_rollout(args: argparse.Namespace) -> None:
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, "zarr" if args.format == "zarr" else "netcdf",
         args.batch_size, args.device, args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid,
+        overwrite=args.overwrite,
     )  # fmt: skip
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
 
@@ -75,7 +76,7 @@ def store_climatology(args: argparse.Namespace) -> None:
     """Day-of-year x hour climatology of a store (WeatherBench2 layout)."""
     from s2forecast.evaluation.climatology import write_climatology
 
-    out = write_climatology(args.store, args.out, args.start, args.end)
+    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite)
     print(f"wrote {out}")
 
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     swe.add_argument("--dt-hours", type=float, default=1.0, help="hours between stored states")
     swe.add_argument("--seed", type=int, default=0)
     swe.add_argument("--solver-dt-seconds", type=float, default=150.0, help="longest solver time step")
-    swe.add_argument("--overwrite", action="store_true", help="replace an existing store instead of resuming it")
+    swe.add_argument("--overwrite", action="store_true", help="replace a store s2forecast wrote instead of resuming it")
     swe.add_argument("--no-progress", action="store_true")
     swe.set_defaults(handler=generate_swe)
 
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     roll.add_argument(
         "--other-grid", action="store_true", help="run on a store at another resolution than training (S2 models)"
     )
+    roll.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     roll.add_argument("--no-progress", action="store_true")
     roll.set_defaults(handler=forecast_rollout)
 
@@ -157,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     clim.add_argument("--out", required=True, help="CLIM.zarr")
     clim.add_argument("--start", help="first time of the period")
     clim.add_argument("--end", help="last time, inclusive")
+    clim.add_argument("--overwrite", action="store_true", help="replace a climatology s2forecast wrote at --out")
     clim.set_defaults(handler=store_climatology)
 
     from s2forecast.evaluation import evaluate

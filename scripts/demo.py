@@ -79,12 +79,12 @@ def main():
     forecast = work / "forecast.nc"
     s2forecast([
         "rollout", "--ckpt", str(checkpoint), "--store", str(store), "--steps", str(args.steps),
-        "--init-times", ",".join(str(t) for t in inits), "--out", str(forecast), "--device", "cpu",
+        "--init-times", ",".join(str(t) for t in inits), "--out", str(forecast), "--device", "cpu", "--overwrite",
     ])  # fmt: skip
 
     print("[4/4] scoring against persistence and climatology", flush=True)
     metrics = work / "metrics.nc"
-    s2forecast(["evaluate", "--forecast", str(forecast), "--truth", str(store), "--out", str(metrics)])
+    s2forecast(["evaluate", "--forecast", str(forecast), "--truth", str(store), "--out", str(metrics), "--overwrite"])
     print(f"\nfiles: store {store}, checkpoint {checkpoint}, forecast {forecast}, metrics {metrics} "
           f"(+ .csv, plots in {metrics.with_suffix('')}_plots/)")  # fmt: skip
     print(f"demo finished in {(time.perf_counter() - start) / 60:.1f} min")

@@ -155,7 +155,7 @@ def test_crash_while_writing_leaves_no_file(trained, tmp_path, monkeypatch):
         return real(self, start, lead, fields)
 
     monkeypatch.setattr(module.ForecastFile, "write", full_disk)
-    with pytest.raises(ValueError, match="could not write .*No space left"):
+    with pytest.raises(OSError, match="could not write .*No space left"):
         rollout(checkpoint, store, 3, times_of(store)[:2], tmp_path / "f.nc", progress=False)
     assert list(tmp_path.iterdir()) == []
 

@@ -54,6 +54,7 @@ from s2forecast.datamodules.plausibility import check_plausible
 from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.datamodules.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.output import check_target
 
 # ECMWF short name -> WeatherBench2 name. ``z`` is the pressure-level geopotential; without a level
 # dimension it is the surface geopotential (SURFACE_GEOPOTENTIAL).
@@ -529,7 +530,7 @@ def convert_era5(
         levels: pressure levels in hPa to keep (default: all, which must agree between files).
         member: ensemble member (value of the ``number`` dimension) to take; required when the
             inputs have one.
-        overwrite: replace an existing store instead of resuming it.
+        overwrite: replace an existing store instead of resuming it (only a store s2forecast wrote).
         progress: show a progress bar.
         time_chunk: time steps per written slab (the unit of work and of resumption).
 
@@ -542,6 +543,7 @@ def convert_era5(
         raise ValueError(f"time_chunk must be >= 1, got {time_chunk}")
     out = Path(out)
     paths = resolve_inputs(inputs)
+    check_target(out, paths)  # before reading anything; the rest of the policy in StoreWriter.create
     requested = resolve_variables(variables) if variables else None
     selection = set().union(*requested.values()) if requested else None
 
@@ -583,7 +585,8 @@ def convert_era5(
         statics = {name: _static(by_name[name]) for name in static}
         template = _template(data, statics, grid, times, store_levels, paths, out)
         signature = _signature(paths, dynamic + static, store_levels, member)
-        return _write(out, template, data, signature, overwrite, progress, time_chunk)
+        writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths)
+        return _write(writer, template, data, progress, time_chunk)
     finally:
         for item in opened:
             item.dataset.close()
@@ -624,34 +627,33 @@ def _template(
 
 
 def _write(
-    out: Path,
+    writer: StoreWriter,
     template: xr.Dataset,
     data: dict[str, xr.DataArray],
-    signature: dict,
-    overwrite: bool,
     progress: bool,
     time_chunk: int,
 ) -> Path:
-    writer = StoreWriter(out, signature, overwrite=overwrite)
-    written = writer.create(template)
-    if written.all() and _is_complete(out):
-        return out  # nothing to do: a rerun on a complete store
-    slabs = _slabs(written, time_chunk)
-    with (
-        dask.config.set(scheduler="threads"),
-        tqdm(
-            total=written.size,
-            initial=int(written.sum()),
-            unit="step",
-            desc=f"convert-era5 {out.name}",
-            disable=not progress,
-        ) as bar,
-    ):
-        for start, stop in slabs:
-            slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()})
-            writer.write(slab, start)
-            bar.update(stop - start)
-    writer.finish()
+    out = writer.path
+    with writer:
+        written = writer.create(template)
+        if written.all() and _is_complete(out):
+            return out  # nothing to do: a rerun on a complete store
+        slabs = _slabs(written, time_chunk)
+        with (
+            dask.config.set(scheduler="threads"),
+            tqdm(
+                total=written.size,
+                initial=int(written.sum()),
+                unit="step",
+                desc=f"convert-era5 {out.name}",
+                disable=not progress,
+            ) as bar,
+        ):
+            for start, stop in slabs:
+                slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()})
+                writer.write(slab, start)
+                bar.update(stop - start)
+        writer.finish()
     return out
 
 
@@ -676,7 +678,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--levels", nargs="+", type=int, metavar="HPA", help="pressure levels to keep (default: all)")
     parser.add_argument("--member", type=int, help="ensemble member (value of the 'number' dimension) to convert")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing store instead of resuming it")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing store that s2forecast wrote instead of resuming it (never anything else)",
+    )
     parser.add_argument(
         "--time-chunk",
         type=int,

@@ -21,6 +21,7 @@ from s2forecast.datamodules.forcings import forcing_channels, forcing_fields
 from s2forecast.datamodules.stats import channel_names, load_stats
 from s2forecast.datamodules.store import STATIC_VARIABLES, describe, open_store
 from s2forecast.geometry import Grid
+from s2forecast.output import GENERATION_ATTR, rewritten_error
 
 NAN_POLICIES = ("fail", "skip")
 
@@ -125,6 +126,7 @@ class FieldDataset(torch.utils.data.Dataset):
             raise ValueError(f"history and rollout must be >= 1, got {spec.history} and {spec.rollout}")
         self.path, self.spec, self.nan_policy = str(path), spec, nan_policy
         ds = open_store(path)
+        self.generation = ds.attrs.get(GENERATION_ATTR)  # every later read must see the same store
         info = describe(ds, self.path)
         self.grid = info.grid
         self.lat_deg, self.lon_deg = ds["latitude"].values, ds["longitude"].values
@@ -217,9 +219,16 @@ class FieldDataset(torch.utils.data.Dataset):
     # --- reading -------------------------------------------------------------------------
     @property
     def store(self) -> xr.Dataset:
-        """The store, opened once per process (DataLoader workers get their own handle)."""
+        """The store, opened once per process (DataLoader workers get their own handle).
+
+        Raises:
+            ValueError: the store was rewritten since this dataset was built.
+        """
         if self._store is None or self._pid != os.getpid():
-            self._store = open_store(self.path)
+            store = open_store(self.path)
+            if store.attrs.get(GENERATION_ATTR) != self.generation:
+                raise rewritten_error(self.path, self.generation, store.attrs.get(GENERATION_ATTR))
+            self._store = store
             self._pid = os.getpid()
         return self._store
 

@@ -6,8 +6,13 @@ for its one-step tendency x(t + step) - x(t) (models that predict increments nor
 with it). Weights are WeatherBench2's cell areas (``Grid.area_weights``). The result is the
 ``stats`` group of the store, read back by ``load_stats``; DataModules refuse a store without
 it. Computed lazily with dask, so the store is streamed, not loaded.
+
+The group is written beside the old one and renamed into place (``s2forecast.output.Output``),
+replacing only a ``stats`` group s2forecast wrote; the store must not have been rewritten
+while it was read (its generation is checked before the group is written).
 """
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +21,10 @@ import dask
 import numpy as np
 import pandas as pd
 import xarray as xr
+import zarr
 
-from s2forecast.datamodules.store import describe, open_store
+from s2forecast.datamodules.store import check_store_unchanged, describe, open_store
+from s2forecast.output import Output, written_by_s2forecast
 
 STATS_GROUP = "stats"
 STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
@@ -57,8 +64,9 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
         ValueError: bad arguments, unordered or repeated times, infinite values or a channel
             without a finite value in the range (naming the variable, level and first bad time).
     """
-    ds = xr.open_zarr(path, chunks={})  # dask: streamed reductions
-    info = describe(open_store(path), str(path))
+    ds = open_store(path, chunks={})  # dask: streamed reductions
+    info = describe(ds, str(path))
+    _check_replaceable(Path(path))
     times = ds["time"].values
     check_time_axis(times, path)
     lo, hi = _period(start, end, times, path)
@@ -113,7 +121,8 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
             "weights": "WeatherBench2 cell areas",
         },
     )
-    stats.to_zarr(path, group=STATS_GROUP, mode="w", zarr_format=3, consolidated=True)
+    check_store_unchanged(path, ds)
+    write_stats(path, stats)
     return stats
 
 
@@ -238,6 +247,28 @@ def _check_stats(path, channels: list[str], values: np.ndarray, time_dependent: 
         k = int(bad[0])
         listed = ", ".join(f"{key} {value:g}" for key, value in zip(STAT_NAMES, values[:, k], strict=True))
         raise ValueError(f"{path}: the statistics of {channels[k]} are not finite ({listed}); check its values")
+
+
+def _check_replaceable(path: Path) -> None:
+    group = path / STATS_GROUP
+    if os.path.lexists(group) and not written_by_s2forecast(group):
+        raise ValueError(
+            f"{group} exists and was not written by s2forecast stats (it has no s2forecast marker); it is never "
+            "replaced: move it away yourself to store statistics in this store"
+        )
+
+
+def write_stats(path: str | Path, stats: xr.Dataset) -> None:
+    """Replace the ``stats`` group of the store at ``path`` by ``stats``, atomically; a ``stats``
+    group that s2forecast did not write is never replaced."""
+    _check_replaceable(Path(path))
+    output = Output(Path(path) / STATS_GROUP, "stats", directory=True, overwrite=True, option="stats group")
+    with output:
+        stats.assign_attrs(output.attrs).to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=False)
+        output.commit()
+    with warnings.catch_warnings():  # consolidated metadata is outside the v3 spec; we use it on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        zarr.consolidate_metadata(path, zarr_format=3)
 
 
 def _weighted_moments(x: xr.DataArray, weights: xr.DataArray, dims) -> tuple[xr.DataArray, xr.DataArray]:

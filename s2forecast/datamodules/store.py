@@ -9,6 +9,10 @@ Layout (zarr v3, WeatherBench2-compatible):
   - global attributes ``grid_kind`` (an ``s2forecast.geometry.GRID_KINDS`` entry),
     ``Conventions`` and ``s2forecast_complete``: "false" while a writer is filling the
     store, "true" once every time step is in. Readers refuse incomplete stores.
+  - global attributes ``s2forecast_artifact`` ("store": s2forecast wrote it, so ``--overwrite``
+    may replace it) and ``s2forecast_generation``, a fresh id each time a writer creates or
+    overwrites the store (``s2forecast.output``): long readers record it in ``open_store`` (it
+    is in the dataset's attributes) and ``check_unchanged`` it before they write.
   - a ``written`` (time,) boolean variable: which time steps a writer has finished, so an
     interrupted conversion resumes where it stopped.
   - per-channel normalization statistics, once ``s2forecast stats`` has run, in the
@@ -27,6 +31,7 @@ import numpy as np
 import xarray as xr
 
 from s2forecast.geometry import Grid
+from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
 
 LAYOUT_VERSION = "1"
 COMPLETE_ATTR = "s2forecast_complete"
@@ -127,22 +132,39 @@ class StoreInfo:
     levels: tuple[int, ...]
 
 
-def open_store(path: str | Path, require_complete: bool = True) -> xr.Dataset:
-    """Open a store lazily (no dask graph: xarray's lazy indexing reads only the chunks asked
-    for), in model latitude order.
+def open_store(path: str | Path, require_complete: bool = True, chunks: dict | None = None) -> xr.Dataset:
+    """Open a store lazily, in model latitude order: the one way every reader opens a store.
+
+    Args:
+        path: the store.
+        require_complete: refuse a store a writer has not finished.
+        chunks: None (no dask graph: xarray's lazy indexing reads only the chunks asked for),
+            or dask chunks for streamed reductions (``{}``: the store's own chunks).
+
+    Returns:
+        The dataset; ``attrs[GENERATION_ATTR]`` (when the store has one) is the generation to
+        pass to ``check_unchanged`` once the reading is done.
 
     Raises:
-        FileNotFoundError: no store at ``path``.
-        ValueError: the store is still being written (or was interrupted) and
-            ``require_complete`` is set.
+        FileNotFoundError: nothing at ``path``.
+        ValueError: ``path`` is not a zarr store, or the store is still being written (or was
+            interrupted) and ``require_complete`` is set.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no zarr store at {path}")
+    if zarr_attributes(path) is None:
+        raise ValueError(
+            f"{path} is not a zarr store (no zarr.json or .zgroup metadata); pass the store written by "
+            "convert-era5 or generate-swe"
+        )
     try:
-        ds = xr.open_zarr(path, consolidated=True, chunks=None)
-    except (KeyError, ValueError, FileNotFoundError):
-        ds = xr.open_zarr(path, consolidated=False, chunks=None)
+        try:
+            ds = xr.open_zarr(path, consolidated=True, chunks=chunks)
+        except (KeyError, ValueError, FileNotFoundError):
+            ds = xr.open_zarr(path, consolidated=False, chunks=chunks)
+    except (KeyError, ValueError, FileNotFoundError) as error:
+        raise ValueError(f"cannot read the zarr store {path}: {error}") from None
     if require_complete and ds.attrs.get(COMPLETE_ATTR, "true") != "true":
         raise ValueError(
             f"store {path} is incomplete (attribute {COMPLETE_ATTR}={ds.attrs.get(COMPLETE_ATTR)!r}): a writer was "
@@ -152,6 +174,11 @@ def open_store(path: str | Path, require_complete: bool = True) -> xr.Dataset:
         if name not in ds.coords:
             raise ValueError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
     return to_model_order(ds)
+
+
+def check_store_unchanged(path: str | Path, ds: xr.Dataset) -> None:
+    """Raise if the store at ``path`` was rewritten since ``ds`` was opened from it (``open_store``)."""
+    check_unchanged(path, ds.attrs.get(GENERATION_ATTR), "store")
 
 
 def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:

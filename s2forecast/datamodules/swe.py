@@ -99,32 +99,31 @@ def generate_swe(
         "seed": seed,
         "solver_dt_seconds": solver_dt_seconds,
     }
-    writer = StoreWriter(out, signature, overwrite=overwrite)
-    written = writer.create(template)
-
-    lmax = math.ceil(nlat / 3)
-    solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
-    per_trajectory = steps + 1
-    for k in tqdm(range(trajectories), desc="shallow water", unit="trajectory", disable=not progress):
-        start = k * per_trajectory
-        if written[start : start + per_trajectory].all():
-            continue
-        try:
-            fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
-        except UnstableIntegration as error:
-            step_time = pd.Timestamp(times[start + error.step])
-            raise ValueError(
-                f"the shallow-water integration of trajectory {k} became unstable at stored step {error.step} "
-                f"({step_time:%Y-%m-%dT%H:%M}): {error}; the solver step of {solver_dt:g} s is too long for the "
-                f"{nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. {solver_dt / 4:g}); {out} is left "
-                "incomplete (readers refuse it)"
-            ) from None
-        slab = xr.Dataset(
-            {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
-            coords={"time": times[start : start + per_trajectory]},
-        )
-        writer.write(slab, start)
-    writer.finish()
+    with StoreWriter(out, signature, overwrite=overwrite) as writer:
+        written = writer.create(template)
+        lmax = math.ceil(nlat / 3)
+        solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
+        per_trajectory = steps + 1
+        for k in tqdm(range(trajectories), desc="shallow water", unit="trajectory", disable=not progress):
+            start = k * per_trajectory
+            if written[start : start + per_trajectory].all():
+                continue
+            try:
+                fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
+            except UnstableIntegration as error:
+                step_time = pd.Timestamp(times[start + error.step])
+                raise ValueError(
+                    f"the shallow-water integration of trajectory {k} became unstable at stored step {error.step} "
+                    f"({step_time:%Y-%m-%dT%H:%M}): {error}; the solver step of {solver_dt:g} s is too long for the "
+                    f"{nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. {solver_dt / 4:g}); the store "
+                    "being written is left incomplete (readers refuse it)"
+                ) from None
+            slab = xr.Dataset(
+                {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
+                coords={"time": times[start : start + per_trajectory]},
+            )
+            writer.write(slab, start)
+        writer.finish()
     return Path(out)
 
 

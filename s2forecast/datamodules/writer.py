@@ -7,10 +7,22 @@ then writes time slabs with ``write``, each of which flips ``written`` for its t
 data is on disk; ``finish`` sets ``s2forecast_complete`` to "true" and consolidates the
 metadata. A crash therefore leaves a store that readers refuse and that a rerun of the same
 command completes, skipping the slabs already written (``pending``).
+
+New stores are claimed through ``s2forecast.output.Output``: the skeleton is written under a
+temporary sibling and renamed into place (a crash never leaves a store without its marker),
+then filled in place, resumably. ``overwrite`` replaces only a store s2forecast wrote, and
+atomically: the new store (fresh ``s2forecast_generation``) is filled beside the old one and
+renamed over it by ``finish``, so until then readers see the old store, and a failed or
+interrupted overwrite leaves it intact (the next ``--overwrite`` run starts afresh). Use the
+writer as a context manager: on an error it removes such a half-built replacement and reports
+a full disk in one line.
 """
 
+import errno
 import json
+import os
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import dask.array as da
@@ -19,6 +31,14 @@ import xarray as xr
 import zarr
 
 from s2forecast.datamodules.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
+from s2forecast.output import (
+    Output,
+    check_target,
+    clean_leftovers,
+    foreign_error,
+    written_by_s2forecast,
+    zarr_attributes,
+)
 
 
 class StoreWriter:
@@ -30,13 +50,18 @@ class StoreWriter:
         path: the zarr store to write.
         signature: JSON-serializable description of the inputs and options; a rerun with the
             same signature resumes, a different one is refused unless ``overwrite``.
-        overwrite: replace an existing store (complete or not) instead of resuming.
+        overwrite: replace an existing store (complete or not) instead of resuming; only a
+            store s2forecast wrote is ever replaced.
+        inputs: the files the store is made from (the store may not be, hold or lie in one).
     """
 
-    def __init__(self, path: str | Path, signature: dict, overwrite: bool = False):
+    def __init__(self, path: str | Path, signature: dict, overwrite: bool = False, inputs: Iterable[str | Path] = ()):
         self.path = Path(path)
         self.signature = json.dumps(signature, sort_keys=True, default=str)
         self.overwrite = overwrite
+        self.inputs = tuple(inputs)
+        self.target = self.path  # where slabs go: the store, or the replacement being built beside it
+        self._replacement: Output | None = None
 
     def create(self, template: xr.Dataset) -> np.ndarray:
         """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
@@ -45,17 +70,50 @@ class StoreWriter:
         Returns:
             (time,) bool array of the time steps already written (all false for a new store).
         """
-        if self.path.exists() and not self.overwrite:
-            existing = xr.open_zarr(self.path, consolidated=False, chunks=None)
-            if existing.attrs.get("s2forecast_signature") != self.signature:
-                raise ValueError(
-                    f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
-                    "it or choose another --out"
-                )
-            if existing.attrs.get(COMPLETE_ATTR) == "true":
-                return np.ones(existing.sizes["time"], dtype=bool)
-            return existing["written"].values.astype(bool)
+        if os.path.lexists(self.path) and not self.overwrite:
+            return self._resume()
+        output = Output(self.path, "store", directory=True, inputs=self.inputs, overwrite=self.overwrite)
+        with output:
+            self._write_skeleton(template, output)
+            if os.path.lexists(self.path):  # replacing: fill the new store beside the old one
+                self._replacement, self.target = output, output.tmp
+            else:
+                output.commit()
+        return np.zeros(template.sizes["time"], dtype=bool)
 
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is None:
+            return False
+        if self._replacement is not None:  # the old store stays; the half-built new one goes
+            return self._replacement.__exit__(kind, error, traceback)
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+            raise OSError(
+                f"could not write {self.path}: {error.strerror or error}; the store stays incomplete and a rerun of "
+                "the same command resumes it"
+            ) from error
+        return False
+
+    def _resume(self) -> np.ndarray:
+        """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""
+        check_target(self.path, self.inputs)
+        clean_leftovers(self.path)
+        attrs = zarr_attributes(self.path)
+        if attrs is None or not written_by_s2forecast(self.path):
+            raise foreign_error(self.path)
+        if attrs.get("s2forecast_signature") != self.signature:
+            raise ValueError(
+                f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
+                "it or choose another --out"
+            )
+        written = zarr.open_group(self.path, mode="r")["written"][:].astype(bool)
+        if attrs.get(COMPLETE_ATTR) == "true":
+            return np.ones(written.size, dtype=bool)
+        return written
+
+    def _write_skeleton(self, template: xr.Dataset, output: Output) -> None:
         ds = template.copy()
         for name in list(ds.data_vars):
             if "time" not in ds[name].dims:  # static fields are written now: compute=False would defer them
@@ -73,10 +131,10 @@ class StoreWriter:
                 "s2forecast_layout": LAYOUT_VERSION,
                 "s2forecast_signature": self.signature,
                 COMPLETE_ATTR: "false",
+                **output.attrs,
             }
         )
-        ds.to_zarr(self.path, mode="w", compute=False, consolidated=False, zarr_format=3)
-        return np.zeros(ds.sizes["time"], dtype=bool)
+        ds.to_zarr(output.tmp, mode="w", compute=False, consolidated=False, zarr_format=3)
 
     def write(self, slab: xr.Dataset, start: int) -> None:
         """Write the time-dependent variables of ``slab`` at time indices start..start+len-1
@@ -88,20 +146,23 @@ class StoreWriter:
         for var in data.data_vars.values():
             var.attrs = {}
             var.encoding = {}
-        data.to_zarr(self.path, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
-        group = zarr.open_group(self.path, mode="r+", zarr_format=3)
+        data.to_zarr(self.target, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
+        group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         group["written"][start:stop] = True
 
     def finish(self) -> None:
-        """Mark the store complete and consolidate its metadata."""
-        group = zarr.open_group(self.path, mode="r+", zarr_format=3)
+        """Mark the store complete and consolidate its metadata (a replacement then goes into place)."""
+        group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         missing = int((~group["written"][:]).sum())
         if missing:
             raise RuntimeError(f"{self.path}: {missing} time steps were not written; the store stays incomplete")
         group.attrs[COMPLETE_ATTR] = "true"
         with warnings.catch_warnings():  # consolidated metadata is outside the v3 spec; we use it on purpose
             warnings.simplefilter("ignore", UserWarning)
-            zarr.consolidate_metadata(self.path, zarr_format=3)
+            zarr.consolidate_metadata(self.target, zarr_format=3)
+        if self._replacement is not None:
+            self._replacement.commit()
+            self._replacement, self.target = None, self.path
 
 
 def lazy_empty(shape: tuple[int, ...], dims: tuple[str, ...], dtype=np.float32) -> xr.Variable:

@@ -30,9 +30,13 @@ Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
         datetime64): the mean over all times, identical for every day of year and hour.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import xarray as xr
+
+from s2forecast.output import zarr_attributes
 
 Data = xr.DataArray | xr.Dataset
 
@@ -418,6 +422,11 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
     if path_str.endswith(".nc"):
         dataset = xr.open_dataset(path, **open_kwargs)
     else:
+        if Path(path_str).exists() and zarr_attributes(path_str) is None:
+            raise ValueError(
+                f"climatology {path_str} is not a zarr store (no zarr.json or .zgroup metadata); pass the store "
+                "written by s2forecast climatology or a WeatherBench2 climatology"
+            )
         try:
             dataset = xr.open_zarr(path, **open_kwargs)
         except FileNotFoundError as error:
@@ -428,35 +437,31 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
         raise ValueError(f"{path_str}: {error}") from None
 
 
-def write_climatology(store, out, start=None, end=None, window_days: int = 61):
+def write_climatology(store, out, start=None, end=None, window_days: int = 61, overwrite: bool = False):
     """``s2forecast climatology``: the climatology of a store, streamed with dask, written to the
-    zarr ``out`` under a temporary name and renamed when complete.
+    zarr ``out`` following ``s2forecast.output`` (never over the store, only over a climatology
+    s2forecast wrote and only with ``overwrite``; under a temporary name, renamed when complete
+    and only if the store was not rewritten meanwhile).
+
+    Raises:
+        FileNotFoundError, ValueError: no store, not a store, an incomplete store, or an
+            ``out`` the output policy refuses.
+        FileExistsError: ``out`` exists and ``overwrite`` is not set.
 
     Returns:
         The path of the written climatology.
     """
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
+    from s2forecast.datamodules.store import check_store_unchanged, open_store
+    from s2forecast.output import Output
 
-    from s2forecast.datamodules.store import to_model_order
-
-    store, out = Path(store), Path(out)
-    if not store.exists():
-        raise FileNotFoundError(f"no zarr store at {store}")
-    truth = to_model_order(xr.open_zarr(store, chunks={}))
-    truth = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
-    climatology = compute_climatology(truth, start=start, end=end, window_days=window_days)
-    # keep what describes the climatology, not the store's writer flags
-    climatology.attrs = {k: v for k, v in climatology.attrs.items() if not k.startswith("s2forecast_")}
-    directory = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=directory))
-    try:
-        climatology.to_zarr(tmp / "c.zarr", mode="w", zarr_format=3, consolidated=True)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp / "c.zarr", out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
+    with output:
+        truth = open_store(store, chunks={})  # complete stores only; dask: streamed
+        truth = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
+        climatology = compute_climatology(truth, start=start, end=end, window_days=window_days)
+        # keep what describes the climatology, not the store's writer flags, marker and generation
+        attrs = {k: v for k, v in climatology.attrs.items() if not k.startswith("s2forecast_")}
+        climatology.attrs = {**attrs, **output.attrs}
+        climatology.to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=True)
+        check_store_unchanged(store, truth)
+        return output.commit()

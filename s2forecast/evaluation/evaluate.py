@@ -45,13 +45,13 @@ init times).
 """
 
 import argparse
+import contextlib
 import datetime
 import os
 import sys
-import tempfile
-import uuid
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +74,16 @@ from s2forecast.evaluation.metrics import (
     nearest_hours,
     persistence_forecast,
     truth_at_valid_times,
+)
+from s2forecast.output import (
+    GENERATION_ATTR,
+    MARKER_ATTR,
+    Output,
+    check_target,
+    check_unchanged,
+    file_sha256,
+    netcdf_attributes,
+    zarr_attributes,
 )
 
 METRICS = ("rmse", "acc", "bias")
@@ -126,6 +136,11 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     else:
         path = _require_path(source, "forecast")
         if path.is_dir() or path.suffix == ".zarr":
+            if zarr_attributes(path) is None:
+                raise ValueError(
+                    f"forecast {path} is not a zarr store (no zarr.json or .zgroup metadata) nor a NetCDF file; pass "
+                    "the file written by s2forecast rollout"
+                )
             try:
                 forecast = xr.open_zarr(path, consolidated=True)
             except (KeyError, ValueError, FileNotFoundError):
@@ -303,22 +318,38 @@ def _hours(lead) -> float:
     return int(hours) if hours == int(hours) else hours
 
 
-def _check_writable(out: Path) -> None:
-    """Fail before any computation when ``out`` cannot be written (creating its directory if missing)."""
+def _is_path(source) -> bool:
+    return isinstance(source, str | os.PathLike)
+
+
+def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
+    """The metrics NetCDF, its CSV and (with ``plots``) its plots directory, claimed under the
+    output policy before any computation (``s2forecast.output``); returned in the order they are
+    committed: plots, CSV, then the NetCDF that vouches for them."""
+    check_target(out, inputs)  # first: `--out .` or an input is refused as such, whatever its name
     if out.suffix != ".nc":
         raise ValueError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
-    if out.is_dir():
-        raise IsADirectoryError(f"--out {out} is a directory; name a file such as {out / 'metrics.nc'}")
-    parent = out.parent
+    claimed = []
+    policy = {"inputs": inputs, "overwrite": overwrite, "make_parent": True}
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
-            pass
-    except OSError as error:
-        raise PermissionError(
-            f"cannot write the metrics to {out}: directory {parent} is not writable ({error.strerror or error}); "
-            "choose another --out"
-        ) from error
+        claimed.append(Output(out, "metrics", **policy))
+        owned = partial(_csv_of_metrics, out)  # a CSV is ours when our metrics file records its hash
+        claimed.append(Output(out.with_suffix(".csv"), "metrics", owned=owned, option="metrics CSV", **policy))
+        if plots:
+            plot_dir = out.with_name(f"{out.stem}_plots")
+            claimed.append(Output(plot_dir, "plots", directory=True, option="plots directory", **policy))
+    except BaseException:
+        for output in claimed:
+            output.discard()
+        raise
+    return claimed[::-1]
+
+
+def _csv_of_metrics(metrics_path: Path, csv_path: Path) -> bool:
+    attrs = netcdf_attributes(metrics_path) or {}
+    if MARKER_ATTR not in attrs or not csv_path.is_file() or csv_path.is_symlink():
+        return False
+    return attrs.get("csv_sha256") == file_sha256(csv_path)
 
 
 # --- climatology ---------------------------------------------------------------------------
@@ -550,17 +581,6 @@ def _metrics_dataset(
 # --- outputs -------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """``write`` a temporary file beside ``path``, then move it into place; no partial ``path`` ever."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def metrics_table(metrics: xr.Dataset) -> pd.DataFrame:
     """Long format: columns ``variable, level, lead_hours, model, metric, value`` (level NaN for surface fields)."""
     rows = []
@@ -710,6 +730,7 @@ def evaluate(
     plots: bool = True,
     progress: bool = True,
     climatology_period: tuple | None = None,
+    overwrite: bool = False,
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -726,6 +747,8 @@ def evaluate(
         progress: show a progress bar over init times.
         climatology_period: ``(start, end)`` of the truth used for a computed climatology
             (inclusive, e.g. ``("1990", "2017")``); default the whole store.
+        overwrite: replace existing outputs that s2forecast wrote (``s2forecast.output``: never
+            an input, never a file or directory s2forecast did not write).
 
     Returns:
         The metrics Dataset as written: per variable ``(metric, model, prediction_timedelta,
@@ -735,13 +758,21 @@ def evaluate(
     Raises:
         FileNotFoundError: an input path does not exist.
         PermissionError: ``out`` cannot be written (checked before any computation).
+        FileExistsError: an output exists and ``overwrite`` is not set.
         ValueError: grids differ, a forecast variable or level is not in the truth or the
             climatology, units differ between them, values are implausible in their units
-            (degC labelled K, ...), or an input is not in the expected layout.
+            (degC labelled K, ...), an input is not in the expected layout, an output collides
+            with an input or with a path s2forecast may not replace, or an input was rewritten
+            during the evaluation.
     """
     out = Path(out)
     forecast_ds = open_forecast(forecast)
     truth_ds = open_truth(truth)
+    generations = {}  # input path -> (what, generation when opened): checked before the outputs are committed
+    if _is_path(forecast):
+        generations[forecast] = ("forecast", forecast_ds.attrs.get(GENERATION_ATTR))
+    if _is_path(truth):
+        generations[truth] = ("truth store", truth_ds.attrs.get(GENERATION_ATTR))
     truth_name = _describe_source(truth)
     variables = _forecast_variables(forecast_ds, variables)
     _check_variables(forecast_ds, truth_ds, variables, "truth store", truth_name)
@@ -754,12 +785,35 @@ def evaluate(
         map_leads = np.unique(leads[[0, -1]])
     else:
         map_leads = _parse_leads([map_leads] if isinstance(map_leads, str) else list(map_leads), leads)
-    _check_writable(out)
+    inputs = [source for source in (forecast, truth, climatology) if _is_path(source)]
+    outputs = _claim_outputs(out, inputs, overwrite, plots)
+    with contextlib.ExitStack() as stack:  # on any error every temporary output goes, nothing at --out changes
+        for output in outputs:
+            stack.enter_context(output)
+        metrics = _score_and_write(
+            forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
+            progress=progress, period=climatology_period, generations=generations, outputs=outputs,
+        )  # fmt: skip
+        for output in outputs:
+            output.commit()
+    return metrics
 
+
+def _score_and_write(
+    forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
+    *, progress: bool, period, generations: dict, outputs: list[Output],
+) -> xr.Dataset:  # fmt: skip
+    """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
+    write every output at its temporary path, and check that no input was rewritten meanwhile."""
+    plots_output, csv_output, metrics_output = outputs if len(outputs) == 3 else (None, *outputs)
+    out = metrics_output.path
+    leads = forecast_ds[LEAD_DIM].values
     if climatology is None:
-        clim, clim_attrs = _climatology_from_truth(truth_ds, levels, variables, climatology_period)
+        clim, clim_attrs = _climatology_from_truth(truth_ds, levels, variables, period)
     else:
         clim, clim_attrs = _open_climatology(climatology, forecast_ds, variables)
+        if _is_path(climatology):
+            generations[climatology] = ("climatology", clim.attrs.get(GENERATION_ATTR))
     init_times = forecast_ds[INIT_DIM].values
     expected = _missing_truth(init_times, leads, truth_ds[INIT_DIM].values, truth_name)
 
@@ -767,7 +821,7 @@ def evaluate(
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
     metrics = _metrics_dataset(forecast_ds, truth_ds, variables, means, counts, levels)
-    csv_path = out.with_suffix(".csv")
+    csv_path = csv_output.path
     plot_dir = out.with_name(f"{out.stem}_plots")
     metrics.attrs = {
         "title": "forecast skill scores (s2forecast evaluate)",
@@ -789,16 +843,20 @@ def evaluate(
         "(n_init_times); metrics are NaN where n_init_times is 0",
         "csv": str(csv_path.resolve()),
     }
-    if plots:
+    if plots_output is not None:
         metrics.attrs["plots_dir"] = str(plot_dir.resolve())
     from s2forecast import __version__
 
     metrics.attrs["s2forecast_version"] = __version__
-    _atomic_write(out, lambda tmp: metrics.to_netcdf(tmp, format="NETCDF4"))
-    _atomic_write(csv_path, lambda tmp: metrics_table(metrics).to_csv(tmp, index=False))
+    metrics_table(metrics).to_csv(csv_output.tmp, index=False)
+    metrics.attrs.update({**metrics_output.attrs, "csv_sha256": file_sha256(csv_output.tmp)})
+    metrics.to_netcdf(metrics_output.tmp, format="NETCDF4")
     files = []
-    if plots:
-        files = _make_plots(metrics, forecast_ds, truth_ds, variables, map_leads, plot_dir)
+    if plots_output is not None:
+        written = _make_plots(metrics, forecast_ds, truth_ds, variables, map_leads, plots_output.tmp)
+        files = [plot_dir / path.name for path in written]
+    for path, (what, generation) in generations.items():
+        check_unchanged(path, generation, what)
     metrics.attrs["plot_files"] = [str(path) for path in files]
     return metrics
 
@@ -828,6 +886,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--map-leads", nargs="+", type=float, metavar="HOURS", help="leads of the map panels (default: first and last)"
     )
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace metrics, CSV and plots that s2forecast wrote before"
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -848,6 +909,7 @@ def run(args: argparse.Namespace) -> None:
         plots=args.plots,
         progress=args.progress,
         climatology_period=period,
+        overwrite=args.overwrite,
     )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology']} (method {metrics.attrs['climatology_method']})")

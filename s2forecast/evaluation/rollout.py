@@ -5,15 +5,14 @@ initialization times are processed in batches; each model step is written as soo
 made, so memory holds one batch of states, whatever the number of steps. The output has dims
 ``time`` (initialization), ``prediction_timedelta``, ``level`` (when the store has one),
 ``latitude`` (north -> south), ``longitude``, a ``valid_time`` coordinate, the store's
-variable names and units and CF-1.8 attributes. It is written under a temporary name in the
-target directory and renamed when complete: a crash never leaves a file that looks finished.
+variable names and units and CF-1.8 attributes. The output follows ``s2forecast.output``: it
+may not be the checkpoint or the store (nor lie in or hold them), an existing one is replaced
+only with ``overwrite`` and only if s2forecast wrote it, and it is written under a temporary
+name beside the target and renamed when complete, after checking that the store was not
+rewritten meanwhile: a crash never leaves a file that looks finished.
 """
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from s2forecast import __version__
 from s2forecast.datamodules.fields import FieldDataset, SampleSpec
 from s2forecast.datamodules.forcings import forcing_names
 from s2forecast.datamodules.store import VARIABLES, cf_attributes
+from s2forecast.output import Output, check_unchanged, file_sha256
 from s2forecast.training.forecast_module import ForecastModule
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
@@ -134,17 +134,11 @@ def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps
 
 
 class ForecastFile:
-    """A forecast file written step by step (NetCDF4 or zarr), renamed into place on ``close``."""
+    """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
+    an ``s2forecast.output.Output``)."""
 
     def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs):
-        self.path, self.fmt, self.layout = Path(path), fmt, layout
-        directory = self.path.parent if str(self.path.parent) else Path(".")
-        if not directory.is_dir():
-            raise ValueError(f"output directory {directory} does not exist")
-        if not os.access(directory, os.W_OK):
-            raise ValueError(f"output directory {directory} is not writable")
-        suffix = ".nc" if fmt == "netcdf" else ".zarr"
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".partial", dir=directory)) / f"f{suffix}"
+        self.tmp, self.fmt, self.layout = Path(path), fmt, layout
         self.shape = (len(lat), len(lon))
         self.n_levels = len(layout.levels) if layout.levels else 0
         dims = ("time", "prediction_timedelta")
@@ -230,34 +224,24 @@ class ForecastFile:
             region = {"time": slice(start, stop), "prediction_timedelta": slice(lead_index, lead_index + 1)}
             slab.to_zarr(self.tmp, region=region, zarr_format=3)
 
-    def close(self) -> Path:
+    def close(self) -> None:
+        """Finish the file (it stays at its temporary path)."""
         if self.ds is not None:
             self.ds.close()
+            self.ds = None
         if self.fmt == "zarr":
             import zarr
 
             zarr.consolidate_metadata(self.tmp, zarr_format=3)
-        if self.path.exists():
-            shutil.rmtree(self.path) if self.path.is_dir() else self.path.unlink()
-        os.replace(self.tmp, self.path)
-        shutil.rmtree(self.tmp.parent, ignore_errors=True)
-        return self.path
 
     def abort(self) -> None:
+        """Close the file after a failure (``Output`` removes it)."""
         if self.ds is not None:
             try:
                 self.ds.close()
             except RuntimeError:
                 pass
-        shutil.rmtree(self.tmp.parent, ignore_errors=True)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+            self.ds = None
 
 
 def rollout(
@@ -273,19 +257,23 @@ def rollout(
     nan_policy: str = "fail",
     progress: bool = True,
     other_grid: bool = False,
+    overwrite: bool = False,
 ) -> Path:
     """Forecast ``steps`` steps from each of ``init_times`` and write them to ``out``.
+
+    ``other_grid``: run on a store whose grid differs from the training grid
+    (``SphericalTransformer.on_grid``; refused for grid-bound models). ``overwrite``: replace
+    an existing ``out`` that s2forecast wrote (never anything else).
 
     Raises:
         ValueError: the checkpoint and store disagree (channels, grid, normalization), an
             initialization time lacks inputs, a non-finite forecast appears (``nan_policy``
             "fail"; "write" writes it and lists it in the ``nonfinite_forecasts`` attribute),
-            or the output directory is missing or not writable.
-        other_grid: run on a store whose grid differs from the training grid
-            (``SphericalTransformer.on_grid``; refused for grid-bound models).
+            ``out`` collides with an input or with a path s2forecast may not replace, its
+            directory is missing, or the store was rewritten during the rollout.
+        FileExistsError: ``out`` exists and ``overwrite`` is not set.
+        OSError: ``out`` cannot be written (permissions, full disk): nothing at ``out`` changed.
     """
-    from tqdm import tqdm
-
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if fmt not in ("netcdf", "zarr"):
@@ -294,6 +282,17 @@ def rollout(
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     if len(init_times) == 0:
         raise ValueError("no initialization times selected")
+    output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, store), overwrite=overwrite)
+    with output:  # on any error the temporary output goes and nothing at ``out`` changes
+        options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid)
+        return _rollout(checkpoint, store, steps, init_times, output, *options)
+
+
+def _rollout(checkpoint, store, steps, init_times, output, fmt, batch_size, device, bf16, nan_policy, progress,
+             other_grid) -> Path:  # fmt: skip
+    """``rollout`` once its output is claimed: forecast into ``output.tmp``, then commit it."""
+    from tqdm import tqdm
+
     model = load_forecaster(checkpoint, device)
     dataset = open_inputs(model, store, other_grid)
     if dataset.grid != model.grid:
@@ -316,9 +315,10 @@ def rollout(
         "history": f"{datetime.now(UTC).isoformat(timespec='seconds')} s2forecast rollout --steps {steps} "
         f"--store {store}",
         "initial_conditions": str(store),
+        **output.attrs,
     }
     writer = ForecastFile(
-        out, fmt, layout, np.asarray(init_times), leads, dataset.lat_deg, dataset.lon_deg, units, attrs
+        output.tmp, fmt, layout, np.asarray(init_times), leads, dataset.lat_deg, dataset.lon_deg, units, attrs
     )
     nonfinite = []
     try:
@@ -358,10 +358,9 @@ def rollout(
                 import zarr
 
                 zarr.open_group(writer.tmp, mode="r+").attrs.update(writer_attrs)
-        return writer.close()
-    except OSError as error:
-        writer.abort()
-        raise ValueError(f"could not write {out}: {error}") from error
+        writer.close()
     except BaseException:
         writer.abort()
         raise
+    check_unchanged(store, dataset.generation)
+    return output.commit()

@@ -1,0 +1,468 @@
+"""The output policy: what every s2forecast command that writes may replace, and how it writes.
+
+Every command that writes (rollout, climatology, evaluate and its CSV and plots, stats,
+convert-era5, generate-swe) claims its output through ``Output`` before it does any work:
+
+1. An output is never one of the command's inputs, never inside one and never holds one
+   (paths compared after resolving symbolic links, files also by inode), never the current
+   directory or one of its parents, and never a symbolic link.
+2. An existing path is replaced only with ``--overwrite``, and even then only when s2forecast
+   wrote it, recognised by its marker (``written_by_s2forecast``):
+
+   - zarr (stores, forecasts, climatologies, a store's ``stats`` group): root attribute
+     ``s2forecast_artifact``, and nothing in the directory but zarr nodes;
+   - NetCDF (forecasts, metrics): global attribute ``s2forecast_artifact``;
+   - plain directories (plots): a ``.s2forecast-artifact.json`` file listing every file in it.
+
+   A foreign file or directory is never replaced, with or without ``--overwrite``.
+3. The output is written under a temporary sibling ``.NAME.s2forecast-tmp-PID-HOST`` and
+   renamed into place when complete, so a crash never leaves a half-written ``NAME``; an
+   artifact being replaced is first renamed to ``.NAME.s2forecast-old-PID-HOST``. The next run
+   on the same path removes the leftovers of a killed run (its PID no longer alive on this
+   host) and puts back an old artifact whose replacement never arrived.
+
+Every artifact also carries ``s2forecast_generation``, a fresh id per write. Long readers
+record the generation of their inputs when they open them and call ``check_unchanged``
+before they write: an input rewritten during the read fails the run instead of mixing two
+datasets.
+
+Light on purpose (standard library; netCDF4 only to read a NetCDF file's attributes): the
+evaluation code imports it without the training stack.
+"""
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+MARKER_ATTR = "s2forecast_artifact"
+GENERATION_ATTR = "s2forecast_generation"
+MARKER_FILE = ".s2forecast-artifact.json"
+# written by s2forecast before the marker existed: stores (StoreWriter) and their stats groups
+_LEGACY_STORE_ATTR = "s2forecast_signature"
+_LEGACY_STATS_WEIGHTS = "WeatherBench2 cell areas"
+_SIBLING = ".s2forecast-"
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# failed writes, reported as one line naming the output (permissions only when on the output)
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+_PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM)
+
+
+def new_generation() -> str:
+    """A fresh generation id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+# --- recognising artifacts -----------------------------------------------------------------------
+
+
+def zarr_attributes(path: str | os.PathLike) -> dict | None:
+    """The root group attributes of the zarr store at ``path`` (v3 ``zarr.json`` or v2
+    ``.zattrs``), read without zarr; None when ``path`` holds no zarr group."""
+    path = Path(path)
+    try:
+        meta = path / "zarr.json"
+        if meta.is_file():
+            document = json.loads(meta.read_text())
+            return document.get("attributes", {}) if document.get("node_type") == "group" else None
+        if (path / ".zgroup").is_file():
+            attrs = path / ".zattrs"
+            return json.loads(attrs.read_text()) if attrs.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def netcdf_attributes(path: str | os.PathLike) -> dict | None:
+    """The global attributes of the NetCDF file at ``path``; None when it is not one."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    if head != _HDF5_SIGNATURE and head[:3] != b"CDF":
+        return None
+    import netCDF4
+
+    try:
+        with netCDF4.Dataset(path, "r") as ds:
+            return {name: ds.getncattr(name) for name in ds.ncattrs()}
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _marker_file(path: Path) -> dict | None:
+    try:
+        document = json.loads((path / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def artifact_attributes(path: str | os.PathLike) -> dict | None:
+    """The attributes that carry an artifact's marker and generation (zarr root attributes,
+    NetCDF global attributes, or a plain directory's marker file); None for anything else."""
+    path = Path(path)
+    if path.is_symlink():
+        return None
+    if path.is_dir():
+        attrs = zarr_attributes(path)
+        return attrs if attrs is not None else _marker_file(path)
+    if path.is_file():
+        return netcdf_attributes(path)
+    return None
+
+
+def _is_sibling(name: str) -> bool:
+    return name.startswith(".") and _SIBLING in name
+
+
+def written_by_s2forecast(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an artifact s2forecast wrote, by its marker (module docstring).
+
+    A zarr directory also must hold nothing but zarr nodes (and s2forecast's own temporary
+    siblings), and a plain directory nothing but the files its marker lists: a file a user put
+    inside an artifact makes it foreign.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        return False
+    if path.is_file():
+        attrs = netcdf_attributes(path)
+        return attrs is not None and MARKER_ATTR in attrs
+    if not path.is_dir():
+        return False
+    attrs = zarr_attributes(path)
+    if attrs is not None:
+        legacy_stats = attrs.get("weights") == _LEGACY_STATS_WEIGHTS and "tendency_step_hours" in attrs
+        if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not legacy_stats:
+            return False
+        for entry in path.iterdir():
+            if entry.name in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata") or _is_sibling(entry.name):
+                continue
+            if entry.is_symlink() or not entry.is_dir():
+                return False
+            if not any((entry / name).is_file() for name in ("zarr.json", ".zarray", ".zgroup")):
+                return False
+        return True
+    marker = _marker_file(path)
+    if marker is None or MARKER_ATTR not in marker:
+        return False
+    listed = set(marker.get("files", [])) | {MARKER_FILE}
+    return all(entry.name in listed and entry.is_file() and not entry.is_symlink() for entry in path.iterdir())
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- generations ---------------------------------------------------------------------------------
+
+
+def generation_of(path: str | os.PathLike) -> str | None:
+    """The ``s2forecast_generation`` of the artifact at ``path`` (None when it has none).
+
+    Raises:
+        FileNotFoundError: nothing is at ``path`` any more.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} was removed")
+    attrs = artifact_attributes(path) or {}
+    generation = attrs.get(GENERATION_ATTR)
+    return None if generation is None else str(generation)
+
+
+def check_unchanged(path: str | os.PathLike, recorded: str | None, what: str = "store") -> None:
+    """Raise if the artifact at ``path`` is no longer generation ``recorded`` (read when it was opened).
+
+    Raises:
+        ValueError: ``path`` was rewritten or removed since it was opened.
+    """
+    try:
+        now = generation_of(path)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} was removed while it was read; nothing was written, rerun") from None
+    if now != recorded:
+        raise rewritten_error(path, recorded, now, what)
+
+
+def rewritten_error(path, recorded: str | None, now: str | None, what: str = "store") -> ValueError:
+    """The error for an input found at generation ``now`` after it was opened at ``recorded``."""
+    return ValueError(
+        f"{what} {path} was rewritten while it was read (generation {recorded} -> {now}); nothing was written, rerun"
+    )
+
+
+# --- checking a target ---------------------------------------------------------------------------
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), option: str = "--out") -> None:
+    """Refuse an output path that is the current directory or one of its parents, a symbolic
+    link, or that is, contains or lies inside one of ``inputs`` (module docstring, rule 1).
+
+    Raises:
+        ValueError: naming the path, the input it collides with and what to do.
+    """
+    path = Path(path)
+    target = path.resolve()
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise ValueError(
+            f"{option} {path} is the current directory or one of its parents; s2forecast never writes over a "
+            f"directory it did not create: name a new path, e.g. {option} {path / 'output'}"
+        )
+    if path.is_symlink():
+        raise ValueError(
+            f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out"
+        )
+    identity = _identity(path)
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given).resolve()
+        if target == source or (identity is not None and identity == _identity(source)):
+            raise ValueError(f"{option} {path} is the input {given}; write to another path")
+        if source in target.parents:
+            raise ValueError(f"{option} {path} lies inside the input {given}; write outside it")
+        if target in source.parents:
+            raise ValueError(f"{option} {path} contains the input {given}; write to another path")
+
+
+def foreign_error(path: Path, option: str = "--out") -> ValueError:
+    """The error for an existing ``path`` that s2forecast did not write."""
+    return ValueError(
+        f"{option} {path} exists and was not written by s2forecast (it has no s2forecast marker); it is never "
+        "replaced, even with --overwrite: choose another --out or move it away yourself"
+    )
+
+
+def _host() -> str:
+    return socket.gethostname().replace(os.sep, "_") or "localhost"
+
+
+def sibling(path: Path, role: str) -> Path:
+    """``.NAME.s2forecast-ROLE-PID-HOST`` beside ``path``: this process's temporary (role "tmp")
+    or set-aside old (role "old") copy of ``path``."""
+    return path.with_name(f".{path.name}{_SIBLING}{role}-{os.getpid()}-{_host()}")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def clean_leftovers(path: str | os.PathLike) -> None:
+    """Remove the temporary siblings of ``path`` left by killed runs on this host; put back an
+    old artifact whose replacement never arrived. Siblings of live processes are left alone."""
+    path = Path(path)
+    parent = path.parent
+    prefix = f".{path.name}{_SIBLING}"
+    try:
+        entries = [entry for entry in parent.iterdir() if entry.name.startswith(prefix)]
+    except OSError:
+        return
+    for entry in entries:
+        role, _, rest = entry.name[len(prefix) :].partition("-")
+        pid, _, host = rest.partition("-")
+        if role not in ("tmp", "old") or not pid.isdigit() or host != _host() or _alive(int(pid)):
+            continue
+        if role == "old" and not os.path.lexists(path):
+            os.rename(entry, path)
+        else:
+            _remove(entry)
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+class Output:
+    """One output path of a command: checked when claimed, written under ``tmp``, renamed into
+    place by ``commit`` (see the module docstring for the rules).
+
+    Use as a context manager: an exception inside removes ``tmp`` and leaves ``path`` as it
+    was; an ``OSError`` such as a full disk becomes one line naming ``path``.
+
+    Args:
+        path: the final path (a file, or a directory when ``directory``).
+        kind: what is written ("forecast", "climatology", "metrics", "plots", "store", "stats"),
+            recorded in the marker.
+        directory: the artifact is a directory (zarr, plots); ``tmp`` is then an empty directory.
+        inputs: the paths the command reads.
+        overwrite: replace an existing artifact that s2forecast wrote.
+        option: what ``path`` is to the user, for messages ("--out", or e.g. "plots directory"
+            for a path derived from ``--out``).
+        owned: recognises an existing ``path`` as s2forecast's (default ``written_by_s2forecast``).
+        make_parent: create a missing parent directory instead of refusing.
+
+    Attributes:
+        tmp: where to write.
+        generation: the new artifact's generation; ``attrs`` holds it with the marker, for the
+            writer to store among its attributes (``commit`` checks that it did).
+
+    Raises (at construction, before anything is written):
+        ValueError: rule 1 (``check_target``), a foreign existing path, a missing parent.
+        FileExistsError: ``path`` exists and ``overwrite`` is not set.
+        PermissionError: the parent directory cannot be written.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        kind: str,
+        *,
+        directory: bool = False,
+        inputs: Iterable[str | os.PathLike] = (),
+        overwrite: bool = False,
+        option: str = "--out",
+        owned: Callable[[Path], bool] = written_by_s2forecast,
+        make_parent: bool = False,
+    ):
+        self.path, self.kind, self.directory = Path(path), kind, directory
+        self.overwrite, self.option, self.owned = overwrite, option, owned
+        check_target(self.path, inputs, option)
+        parent = self.path.parent
+        if make_parent and not parent.exists():
+            try:
+                parent.mkdir(parents=True)
+            except OSError as error:
+                raise self._unwritable(error) from None
+        if not parent.exists():
+            raise ValueError(f"output directory {parent} does not exist; create it first or choose another {option}")
+        if not parent.is_dir():
+            raise self._unwritable(NotADirectoryError(errno.ENOTDIR, "not a directory"))
+        clean_leftovers(self.path)
+        self._check_existing()
+        self._seen = self._state()
+        self.generation = new_generation()
+        self.tmp = sibling(self.path, "tmp")
+        try:
+            if directory:
+                self.tmp.mkdir()
+            else:
+                self.tmp.touch(exist_ok=False)
+        except OSError as error:
+            raise self._unwritable(error) from None
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        """The marker and generation, to store among the artifact's attributes."""
+        return {MARKER_ATTR: self.kind, GENERATION_ATTR: self.generation}
+
+    def _unwritable(self, error: OSError) -> PermissionError:
+        reason = error.strerror or str(error)
+        return PermissionError(
+            f"cannot write {self.option} {self.path}: directory {self.path.parent} is not writable ({reason}); "
+            f"choose another {self.option}"
+        )
+
+    def _state(self) -> tuple | None:
+        try:
+            stat = self.path.lstat()
+        except FileNotFoundError:
+            return None
+        return stat.st_dev, stat.st_ino, stat.st_mtime_ns
+
+    def _check_existing(self) -> None:
+        if not os.path.lexists(self.path):
+            return
+        if not self.overwrite:
+            raise FileExistsError(
+                f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another --out"
+            )
+        if not self.owned(self.path):
+            raise foreign_error(self.path, self.option)
+
+    def write_marker_file(self) -> None:
+        """A plain directory artifact's marker: every file of ``tmp`` listed (``commit`` writes it)."""
+        files = sorted(entry.name for entry in self.tmp.iterdir() if entry.name != MARKER_FILE)
+        (self.tmp / MARKER_FILE).write_text(json.dumps({**self.attrs, "files": files}, indent=1))
+
+    def commit(self) -> Path:
+        """Rename ``tmp`` into place (replacing the s2forecast artifact there, if any); returns ``path``.
+
+        A plain directory (not zarr) gets its marker file here, listing the files written.
+
+        Raises:
+            FileExistsError / ValueError: something appeared at ``path`` during the run that may
+                not be replaced; ``tmp`` is removed and ``path`` left alone.
+        """
+        try:
+            if self.directory and zarr_attributes(self.tmp) is None:
+                self.write_marker_file()
+            if self.owned is written_by_s2forecast and not written_by_s2forecast(self.tmp):
+                raise RuntimeError(f"internal error: the {self.kind} written to {self.tmp} lacks the s2forecast marker")
+            if self._state() != self._seen:  # the path changed during the run: judge it again
+                self._check_existing()
+        except BaseException:
+            self.discard()
+            raise
+        if not os.path.lexists(self.path):
+            os.rename(self.tmp, self.path)
+        elif not self.directory and self.path.is_file() and not self.path.is_symlink():
+            os.replace(self.tmp, self.path)  # atomic for a file
+        else:
+            old = sibling(self.path, "old")
+            os.rename(self.path, old)
+            os.rename(self.tmp, self.path)
+            _remove(old)
+        return self.path
+
+    def discard(self) -> None:
+        """Remove ``tmp`` (nothing at ``path`` changes)."""
+        if os.path.lexists(self.tmp):
+            _remove(self.tmp)
+
+    def _is_write_error(self, error: OSError) -> bool:
+        if error.errno in _WRITE_ERRNOS:
+            return True
+        if error.errno not in _PERMISSION_ERRNOS or not error.filename:
+            return False
+        where = Path(os.fsdecode(error.filename))
+        return where == self.tmp or self.tmp in where.parents
+
+    def __enter__(self) -> "Output":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is None:
+            return False
+        self.discard()
+        if isinstance(error, OSError) and self._is_write_error(error):
+            raise OSError(
+                f"could not write {self.path}: {error.strerror or error}; nothing was changed at {self.path}"
+            ) from error
+        return False

@@ -1,0 +1,522 @@
+"""The output policy (``s2forecast.output``) on every command that writes, through ``s2forecast``.
+
+Every writing command (rollout to NetCDF and zarr, climatology, evaluate with its CSV and plots,
+stats, convert-era5, generate-swe) must: refuse an output that is, contains or lies inside an
+input, the current directory or a parent of it; refuse an existing path without --overwrite and
+a path s2forecast did not write even with it; replace its own artifact with --overwrite; never
+leave a half-written output (kill -9, full disk, read-only directory), cleaning a killed run's
+leftovers on the next run; refuse an incomplete store or a path that is not a store; and fail,
+writing nothing, when a store is rewritten while it reads it. Each refusal is one line, and
+"nothing changed" is checked on a listing with content hashes of the directories involved.
+"""
+
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import compute_stats, generate_swe, open_store
+from s2forecast.datamodules import stats as stats_module
+from s2forecast.datamodules import swe as swe_module
+from s2forecast.datamodules.writer import StoreWriter
+from s2forecast.evaluation import climatology as climatology_module
+from s2forecast.evaluation import evaluate as evaluate_module
+from s2forecast.evaluation import rollout as rollout_module
+from s2forecast.output import GENERATION_ATTR, MARKER_ATTR, MARKER_FILE, Output, artifact_attributes
+
+# a tiny, fast shallow-water store: two trajectories of two states, two solver steps between them
+SWE = ["--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "1", "--solver-dt-seconds", "1800",
+       "--no-progress"]  # fmt: skip
+
+
+# --- inputs shared by the module ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inputs:
+    root: Path
+    store: Path  # SWE store with stats, 8x16, 2 trajectories of 4 times
+    ckpt: Path  # a checkpoint trained on it for one step
+    forecast: Path  # a rollout of it (NetCDF)
+    era5: Path  # a CDS-like ERA5 NetCDF (t2m, 4 times on a 5x8 grid)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Inputs:
+    import pytorch_lightning as pl
+
+    from s2forecast.datamodules import SWEDataModule
+    from s2forecast.training import ForecastModule, data_info
+
+    root = tmp_path_factory.mktemp("inputs")
+    store = generate_swe(root / "swe.zarr", 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, progress=False)
+    compute_stats(store)
+    data = SWEDataModule(str(store), train_trajectories=(0, 2), val_trajectories=None, test_trajectories=None,
+                         batch_size=4)  # fmt: skip
+    model = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=data_info(data), warmup_steps=1)
+    trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, limit_val_batches=0)  # fmt: skip
+    trainer.fit(model, datamodule=data)
+    ckpt = root / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    times = open_store(store)["time"].values[:2]
+    forecast = rollout_module.rollout(ckpt, store, 2, times, root / "forecast.nc", progress=False)
+    times = np.datetime64("2020-01-01T00", "ns") + np.arange(4) * np.timedelta64(6, "h")
+    lat, lon = np.linspace(90.0, -90.0, 5), np.arange(8) * 45.0
+    t2m = 280.0 + np.random.default_rng(0).normal(size=(4, 5, 8)).astype(np.float32)
+    era5 = xr.Dataset(
+        {"t2m": (("valid_time", "latitude", "longitude"), t2m, {"units": "K"})},
+        coords={"valid_time": times, "latitude": lat, "longitude": lon},
+    )
+    era5.to_netcdf(root / "era5.nc")
+    return Inputs(root, store, ckpt, forecast, root / "era5.nc")
+
+
+# --- the writing commands -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """A writing command: its output's name and how to call it."""
+
+    name: str
+    out: str
+    resumable: bool = False  # a store writer: an existing store of its own is resumed, not refused
+
+    def argv(self, inputs: Inputs, out, *extra) -> list[str]:
+        out = str(out)
+        args = {
+            "rollout": ["rollout", "--ckpt", str(inputs.ckpt), "--store", str(inputs.store), "--steps", "2",
+                        "--init-times", "2000-01-01T01", "--out", out, "--no-progress"],
+            "climatology": ["climatology", str(inputs.store), "--out", out],
+            "evaluate": ["evaluate", "--forecast", str(inputs.forecast), "--truth", str(inputs.store), "--out", out,
+                         "--variables", "vorticity", "--no-plots", "--no-progress"],
+            "convert-era5": ["convert-era5", str(inputs.era5), "--out", out, "--time-chunk", "1", "--no-progress"],
+            "generate-swe": ["generate-swe", "--out", out, *SWE],
+        }[self.name.split(":")[0]]  # fmt: skip
+        if self.name == "rollout:zarr":
+            args += ["--format", "zarr"]
+        if self.name == "evaluate:plots":
+            args.remove("--no-plots")
+        return [*args, *extra]
+
+    def inputs_of(self, inputs: Inputs) -> list[Path]:
+        return {
+            "rollout": [inputs.store, inputs.ckpt],
+            "climatology": [inputs.store],
+            "evaluate": [inputs.forecast, inputs.store],
+            "convert-era5": [inputs.era5],
+            "generate-swe": [],
+        }[self.name.split(":")[0]]
+
+
+COMMANDS = [
+    Command("rollout", "f.nc"),
+    Command("rollout:zarr", "f.zarr"),
+    Command("climatology", "c.zarr"),
+    Command("evaluate", "m.nc"),
+    Command("convert-era5", "s.zarr", resumable=True),
+    Command("generate-swe", "s.zarr", resumable=True),
+]
+BY_NAME = {command.name: command for command in COMMANDS}
+ALL = pytest.mark.parametrize("command", COMMANDS, ids=[c.name for c in COMMANDS])
+
+
+def refused(argv, capsys) -> str:
+    """Run ``s2forecast ARGV``, expect a user error, and return its one line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        cli([str(a) for a in argv])
+    assert exit.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"s2forecast {argv[0]}: error: ")
+    return lines[0]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under ``root`` (hidden ones too) with its content hash ("dir" for directories)."""
+    listing = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        listing[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return listing
+
+
+def leftovers(directory: Path) -> list[str]:
+    return [p.name for p in directory.rglob("*") if ".s2forecast-tmp-" in p.name or ".s2forecast-old-" in p.name]
+
+
+def foreign(path: Path, kind: str) -> None:
+    if kind == "file":
+        path.write_text("my notes\n")
+    else:
+        path.mkdir()
+        (path / "results.txt").write_text("my results\n")
+
+
+def own_store(inputs: Inputs, tmp_path: Path) -> Path:
+    """A copy of the input store (with its stats) for a test to rewrite."""
+    return Path(shutil.copytree(inputs.store, tmp_path / "own.zarr"))
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+@ALL
+@pytest.mark.parametrize("kind", ["file", "dir"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["plain", "overwrite"])
+def test_foreign_path_is_never_replaced(inputs, tmp_path, capsys, command, kind, overwrite):
+    out = tmp_path / command.out
+    foreign(out, kind)
+    before = snapshot(tmp_path)
+    message = refused(command.argv(inputs, out, *(["--overwrite"] if overwrite else [])), capsys)
+    if overwrite or command.resumable:
+        assert f"--out {out} exists and was not written by s2forecast" in message and "even with --overwrite" in message
+    else:
+        assert f"--out {out} already exists; pass --overwrite to replace it" in message
+    assert snapshot(tmp_path) == before
+
+
+def test_evaluate_replaces_its_csv_and_plots_only(inputs, tmp_path, capsys):
+    """The CSV beside the metrics is ours only while our metrics file records its hash; the plots
+    directory only while it holds nothing but the files its marker lists."""
+    out, csv, plots = tmp_path / "m.nc", tmp_path / "m.csv", tmp_path / "m_plots"
+    argv = BY_NAME["evaluate"].argv(inputs, out, "--overwrite")
+    argv.remove("--no-plots")
+    cli(argv)
+    assert (plots / MARKER_FILE).is_file() and any(p.suffix == ".png" for p in plots.iterdir())
+    assert generation(plots) != generation(out)  # both carry a marker, each its own generation
+    ours = csv.read_bytes()
+    for change, path in (
+        (lambda: csv.write_text("variable,value\nmine,1\n"), csv),  # the user's table where ours was
+        (lambda: (plots / "notes.txt").write_text("mine\n"), plots),  # the user's file in our plots
+        (lambda: (shutil.rmtree(plots), foreign(plots, "dir")), plots),  # the user's directory
+    ):
+        change()
+        before = snapshot(tmp_path)
+        assert f"{path} exists and was not written by s2forecast" in refused(argv, capsys)
+        assert snapshot(tmp_path) == before
+        csv.write_bytes(ours)
+    shutil.rmtree(plots)
+    cli(argv)  # ours again: replaced
+    assert leftovers(tmp_path) == []
+
+
+@ALL
+@pytest.mark.parametrize("where", [".", ".."])
+def test_out_is_the_current_directory_or_a_parent(inputs, tmp_path, capsys, monkeypatch, command, where):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine\n")
+    monkeypatch.chdir(work)
+    before = snapshot(tmp_path)
+    message = refused(command.argv(inputs, where, "--overwrite"), capsys)
+    assert f"--out {where} is the current directory or one of its parents" in message
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.name != "generate-swe"], ids=lambda c: c.name)
+@pytest.mark.parametrize("relation", ["is", "inside", "contains"])
+def test_out_collides_with_an_input(inputs, capsys, command, relation):
+    sources = command.inputs_of(inputs)  # generate-swe reads none
+    before = snapshot(inputs.root)
+    if relation == "is":
+        for source in sources:
+            assert f"--out {source} is the input" in refused(command.argv(inputs, source, "--overwrite"), capsys)
+    elif relation == "inside":
+        out = sources[0] / command.out
+        assert f"--out {out} lies inside the input" in refused(command.argv(inputs, out, "--overwrite"), capsys)
+    else:
+        out = inputs.root
+        assert f"--out {out} contains the input" in refused(command.argv(inputs, out, "--overwrite"), capsys)
+    assert snapshot(inputs.root) == before
+
+
+# --- replacing our own artifacts ----------------------------------------------------------------
+
+
+def generation(path: Path) -> str:
+    attrs = artifact_attributes(path)
+    assert attrs is not None and MARKER_ATTR in attrs, f"{path} carries no s2forecast marker"
+    return attrs[GENERATION_ATTR]
+
+
+def disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+FULL_DISK_POINTS = {  # a write each command makes after claiming its output
+    "rollout": (rollout_module.ForecastFile, "write"),
+    "rollout:zarr": (rollout_module.ForecastFile, "write"),
+    "climatology": (xr.Dataset, "to_zarr"),
+    "evaluate": (xr.Dataset, "to_netcdf"),
+    "convert-era5": (StoreWriter, "write"),
+    "generate-swe": (StoreWriter, "write"),
+}
+
+
+@ALL
+def test_overwrite_replaces_only_a_whole_new_artifact(inputs, tmp_path, capsys, monkeypatch, command):
+    """An artifact s2forecast wrote: kept without --overwrite, kept whole when the disk fills up
+    while it is being replaced, replaced by a new generation with --overwrite."""
+    out = tmp_path / command.out
+    cli(command.argv(inputs, out))
+    first = generation(out)
+    before = snapshot(tmp_path)
+    if command.resumable:  # a rerun resumes the complete store: nothing to do
+        cli(command.argv(inputs, out))
+    else:
+        assert "already exists; pass --overwrite" in refused(command.argv(inputs, out), capsys)
+    assert snapshot(tmp_path) == before
+
+    with monkeypatch.context() as patch:
+        patch.setattr(*FULL_DISK_POINTS[command.name], disk_full)
+        message = refused(command.argv(inputs, out, "--overwrite"), capsys)
+    assert f"could not write {out}: No space left on device" in message
+    assert snapshot(tmp_path) == before  # the old artifact whole, no temporary left
+
+    cli(command.argv(inputs, out, "--overwrite"))
+    assert generation(out) != first
+    assert leftovers(tmp_path) == []
+
+
+def test_stats_replaces_only_its_own_stats_group(inputs, tmp_path, capsys, monkeypatch):
+    store = own_store(inputs, tmp_path)
+    first = generation(store / "stats")
+    with monkeypatch.context() as patch:
+        patch.setattr(xr.Dataset, "to_zarr", disk_full)
+        before = snapshot(store)
+        assert "No space left on device" in refused(["stats", store], capsys)
+        assert snapshot(store) == before  # the old statistics whole
+    cli(["stats", str(store)])
+    assert generation(store / "stats") != first and leftovers(store) == []
+    shutil.rmtree(store / "stats")
+    xr.Dataset({"mean": ("channel", [1.0])}).to_zarr(store, group="stats", zarr_format=3)  # a user's group
+    before = snapshot(store)
+    message = refused(["stats", store], capsys)
+    assert f"{store / 'stats'} exists and was not written by s2forecast stats" in message
+    assert snapshot(store) == before
+
+
+# --- crashes ------------------------------------------------------------------------------------
+
+
+def run_and_kill(argv, hook_target, hook_name, calls_before_kill: int) -> None:
+    """Run ``s2forecast ARGV`` in a forked child that SIGKILLs itself when ``hook_target.hook_name``
+    is called for the ``calls_before_kill + 1``-th time (mid-write); wait for it to die."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            import dask.threaded
+
+            torch.set_num_threads(1)  # no thread pool is inherited across fork: start fresh ones
+            dask.threaded.default_pool = None
+            dask.threaded.pools.clear()
+            real = getattr(hook_target, hook_name)
+            calls = []
+
+            def killing(*args, **kwargs):
+                calls.append(1)
+                if len(calls) > calls_before_kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(*args, **kwargs)
+
+            setattr(hook_target, hook_name, killing)
+            cli([str(a) for a in argv])
+        finally:
+            os._exit(3)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"s2forecast {argv[0]} did not reach the write it was to be killed in")
+        time.sleep(0.05)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, "the writer finished or failed instead"
+
+
+KILL_POINTS = {  # where each writer is killed: (object, attribute, calls that go through first)
+    "rollout": (rollout_module.ForecastFile, "write", 1),  # after the first of two steps
+    "rollout:zarr": (rollout_module.ForecastFile, "write", 1),
+    "climatology": (Output, "commit", 0),  # written in full, not yet renamed into place
+    "evaluate": (Output, "commit", 0),
+    "convert-era5": (StoreWriter, "write", 1),  # after the first of four time slabs
+    "generate-swe": (StoreWriter, "write", 1),  # after the first of two trajectories
+}
+
+
+@ALL
+def test_kill_9_leaves_no_half_written_output(inputs, tmp_path, capsys, command):
+    out = tmp_path / command.out
+    run_and_kill(command.argv(inputs, out), *KILL_POINTS[command.name])
+    if command.resumable:  # the store is there, marked incomplete: readers refuse it, a rerun resumes it
+        message = refused(["climatology", out, "--out", tmp_path / "c.zarr"], capsys)
+        assert f"store {out} is incomplete" in message
+        cli(command.argv(inputs, out))
+        assert open_store(out).attrs["s2forecast_complete"] == "true"
+    else:
+        assert not out.exists() and len(leftovers(tmp_path)) >= 1
+        cli(command.argv(inputs, out))  # cleans the killed run's leftovers
+        assert generation(out)
+    assert leftovers(tmp_path) == []
+
+
+def test_kill_9_while_stats_writes_keeps_the_old_stats(inputs, tmp_path):
+    store = own_store(inputs, tmp_path)
+    old = snapshot(store / "stats")
+    run_and_kill(["stats", store], Output, "commit", 0)
+    assert snapshot(store / "stats") == old and len(leftovers(store)) == 1
+    cli(["stats", str(store)])
+    assert leftovers(store) == [] and (store / "stats").is_dir()
+
+
+def test_kill_9_while_overwriting_a_store_keeps_the_old_store(inputs, tmp_path, capsys):
+    out = tmp_path / "s.zarr"
+    command = BY_NAME["generate-swe"]
+    cli(command.argv(inputs, out))
+    before = snapshot(out)
+    run_and_kill([*command.argv(inputs, out), "--overwrite", "--seed", "1"], StoreWriter, "write", 1)
+    assert snapshot(out) == before and len(leftovers(tmp_path)) == 1  # readers still see the old store
+    cli([*command.argv(inputs, out), "--overwrite", "--seed", "1"])
+    assert leftovers(tmp_path) == [] and snapshot(out) != before
+
+
+@ALL
+@pytest.mark.parametrize("how", ["chmod", "oserror"])
+def test_read_only_directory(inputs, tmp_path, capsys, monkeypatch, command, how):
+    directory = tmp_path / "locked"
+    directory.mkdir()
+    if how == "chmod":
+        if os.geteuid() == 0:
+            pytest.skip("root ignores directory permissions; the 'oserror' case checks the same message path")
+        directory.chmod(0o555)
+    else:  # what creating the temporary output meets in a read-only directory
+        for method in ("touch", "mkdir"):
+            real = getattr(Path, method)
+
+            def refuse(self, *args, _real=real, **kwargs):
+                if ".s2forecast-tmp-" in self.name:
+                    raise PermissionError(errno.EACCES, "Permission denied", str(self))
+                return _real(self, *args, **kwargs)
+
+            monkeypatch.setattr(Path, method, refuse)
+    try:
+        message = refused(command.argv(inputs, directory / command.out), capsys)
+    finally:
+        directory.chmod(0o755)
+    assert f"directory {directory} is not writable (Permission denied)" in message
+    assert list(directory.iterdir()) == []
+
+
+# --- readers ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> Path:
+    """A store whose writer was interrupted after the first of its two trajectories."""
+    real = swe_module.integrate
+    calls = []
+
+    def interrupt(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    path = tmp_path_factory.mktemp("interrupted") / "part.zarr"
+    swe_module.integrate = interrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            generate_swe(path, 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, progress=False)
+    finally:
+        swe_module.integrate = real
+    return path
+
+
+def reader_argv(reader: str, inputs: Inputs, store: Path, out: Path) -> list:
+    return {
+        "rollout": ["rollout", "--ckpt", inputs.ckpt, "--store", store, "--steps", "2", "--init-times",
+                    "2000-01-01T01", "--out", out, "--no-progress"],
+        "climatology": ["climatology", store, "--out", out],
+        "stats": ["stats", store],
+        "evaluate": ["evaluate", "--forecast", inputs.forecast, "--truth", store, "--out", out, "--variables",
+                     "vorticity", "--no-plots", "--no-progress"],
+    }[reader]  # fmt: skip
+
+
+READERS = pytest.mark.parametrize("reader", ["rollout", "climatology", "stats", "evaluate"])
+
+
+@READERS
+def test_incomplete_store_is_refused(inputs, tmp_path, capsys, interrupted, reader):
+    out = tmp_path / ("o.zarr" if reader == "climatology" else "o.nc")
+    before = snapshot(interrupted.parent)
+    message = refused(reader_argv(reader, inputs, interrupted, out), capsys)
+    assert f"store {interrupted} is incomplete" in message and "rerun the same convert-era5 / generate-swe" in message
+    assert snapshot(interrupted.parent) == before and list(tmp_path.iterdir()) == []
+
+
+@READERS
+def test_a_directory_that_is_not_a_store_is_refused(inputs, tmp_path, capsys, reader):
+    plain = tmp_path / "plain"
+    foreign(plain, "dir")
+    message = refused(reader_argv(reader, inputs, plain, tmp_path / "o.nc"), capsys)
+    assert f"{plain} is not a zarr store (no zarr.json or .zgroup metadata)" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
+REWRITE_POINTS = {  # a function each reader calls after opening the store and before it finishes reading
+    "rollout": (rollout_module, "read_initial_conditions"),
+    "climatology": (climatology_module, "compute_climatology"),
+    "stats": (stats_module, "_weighted_moments"),
+    "evaluate": (evaluate_module, "_score"),
+}
+
+
+@READERS
+def test_store_rewritten_while_it_is_read(inputs, tmp_path, capsys, monkeypatch, reader):
+    store = own_store(inputs, tmp_path)
+    opened = generation(store)
+    target, name = REWRITE_POINTS[reader]
+    real = getattr(target, name)
+
+    def rewrite_then_read(*args, **kwargs):
+        if generation(store) == opened:  # another command overwrites the store mid-read
+            generate_swe(store, 8, 16, trajectories=2, steps=3, seed=1, solver_dt_seconds=1800, overwrite=True,
+                         progress=False)  # fmt: skip
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, rewrite_then_read)
+    out = tmp_path / ("o.zarr" if reader == "climatology" else "o.nc")
+    message = refused(reader_argv(reader, inputs, store, out), capsys)
+    assert f"store {store} was rewritten while it was read (generation {opened} -> " in message
+    assert not out.exists() and leftovers(tmp_path) == []
+    if reader == "stats":
+        assert not (store / "stats").exists()  # the new store has no statistics, and got none of the old data's
+
+
+def test_dataset_refuses_a_store_rewritten_since_it_was_built(inputs, tmp_path):
+    """A DataLoader worker reopens the store: it must be the one the dataset was built on."""
+    from s2forecast.datamodules.fields import FieldDataset, SampleSpec
+
+    store = own_store(inputs, tmp_path)
+    dataset = FieldDataset(store, SampleSpec(("vorticity",), static=(), step_hours=1.0))
+    opened = generation(store)
+    generate_swe(store, 8, 16, trajectories=2, steps=3, seed=1, solver_dt_seconds=1800, overwrite=True, progress=False)
+    compute_stats(store)
+    with pytest.raises(ValueError, match=f"store {store} was rewritten while it was read \\(generation {opened} -> "):
+        dataset[0]
