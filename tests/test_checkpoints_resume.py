@@ -1,9 +1,155 @@
 """Checkpoints are read weights-only on every path (the CLI, Lightning's restore, rollout; URLs
 refused), and `--ckpt_path last` resumes the run's own experiment exactly, mid-epoch included."""
 
-import torch
+import http.server
+import threading
+from pathlib import Path
 
+import pytest
+import torch
+from test_training import tiny_args
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import compute_stats, generate_swe, open_store
 from s2forecast.datamodules.datamodule import EpochShuffleSampler, ResumableLoader
+from s2forecast.evaluation.rollout import load_forecaster, rollout
+from s2forecast.training.checkpoints import read_checkpoint
+
+
+@pytest.fixture(scope="module")
+def swe_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
+    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
+    compute_stats(path)
+    return path
+
+
+# --- a checkpoint that runs code ------------------------------------------------------------
+class RunsCode:
+    """Unpickling this calls open(marker, "w"): it creates the file ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def crafted_checkpoint(path: Path, marker: Path) -> Path:
+    """A checkpoint-shaped file whose hyper-parameters run code when unpickled."""
+    torch.save({"state_dict": {}, "hyper_parameters": {"lr": RunsCode(marker)}, "global_step": 0}, path)
+    return path
+
+
+def test_the_crafted_checkpoint_runs_code_when_fully_unpickled(tmp_path):
+    """The threat the tests below guard against is real: plain torch.load runs the payload."""
+    marker = tmp_path / "marker"
+    checkpoint = crafted_checkpoint(tmp_path / "evil.ckpt", marker)
+    torch.load(checkpoint, weights_only=False)
+    assert marker.exists()
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_crafted_checkpoint_is_refused_everywhere(swe_store, tmp_path):
+    marker = tmp_path / "marker"
+    evil = crafted_checkpoint(tmp_path / "evil.ckpt", marker)
+    before = evil.read_bytes()
+
+    with pytest.raises(ValueError, match="refused: it references .*open.* weights-only") as error:
+        read_checkpoint(evil)
+    assert str(evil) in one_line(error)
+    for command in ("validate", "fit"):  # --ckpt_path FILE: read before anything is built
+        with pytest.raises(ValueError, match="refused: it references") as error:
+            cli([command, *tiny_args(swe_store, tmp_path), "--ckpt_path", str(evil)])
+        one_line(error)
+    with pytest.raises(ValueError, match="refused: it references") as error:
+        rollout(evil, swe_store, 2, open_store(swe_store)["time"].values[:1], tmp_path / "f.nc", progress=False)
+    one_line(error)
+    with pytest.raises(ValueError, match="refused"):
+        load_forecaster(evil)  # scripts/robustness.py's loader
+
+    # --ckpt_path last: the file Lightning itself loads (through the strategy's checkpoint IO)
+    own = tmp_path / "runs" / "s2_neighborhood" / "version_0" / "checkpoints"
+    own.mkdir(parents=True)
+    (own / "last.ckpt").write_bytes(before)
+    with pytest.raises(ValueError, match="refused: it references") as error:
+        cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
+    assert str(own / "last.ckpt") in one_line(error)
+
+    assert not marker.exists()
+    assert evil.read_bytes() == before and (own / "last.ckpt").read_bytes() == before
+    assert not (tmp_path / "f.nc").exists()
+
+
+def test_files_that_are_not_checkpoints_are_one_line(tmp_path):
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="junk.ckpt refused: it is not a plain PyTorch checkpoint") as error:
+        read_checkpoint(junk)
+    one_line(error)
+    truncated = tmp_path / "truncated.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(100)}}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    with pytest.raises(ValueError, match="truncated.ckpt is not a readable PyTorch checkpoint") as error:
+        read_checkpoint(truncated)
+    one_line(error)
+    with pytest.raises(FileNotFoundError, match="no checkpoint file at"):
+        read_checkpoint(tmp_path / "missing.ckpt")
+    assert junk.read_bytes() == b"not a checkpoint" and len(truncated.read_bytes()) == 300
+
+
+class CountingHandler(http.server.SimpleHTTPRequestHandler):
+    requests: list[str] = []
+
+    def do_GET(self):
+        CountingHandler.requests.append(self.path)
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_urls_are_refused_before_any_request(swe_store, tmp_path):
+    """Lightning would download an http(s) checkpoint and unpickle it with weights_only=False; we
+    refuse every URL scheme before anything is fetched or built."""
+    marker = tmp_path / "marker"
+    served = tmp_path / "served"
+    served.mkdir()
+    crafted_checkpoint(served / "evil.ckpt", marker)
+    handler = lambda *args: CountingHandler(*args, directory=str(served))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    CountingHandler.requests = []
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/evil.ckpt"
+        for location in (url, (served / "evil.ckpt").as_uri()):  # http:// and file://
+            with pytest.raises(ValueError, match="is a URL; .*download it first") as error:
+                cli(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", location])
+            assert location in one_line(error)
+            with pytest.raises(ValueError, match="is a URL"):
+                rollout(location, swe_store, 1, open_store(swe_store)["time"].values[:1], tmp_path / "f.nc")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert CountingHandler.requests == []
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_weights_only_is_not_an_option(swe_store, tmp_path, command, capsys):
+    with pytest.raises(SystemExit):
+        cli([command, *tiny_args(swe_store, tmp_path), "--weights_only", "false"])
+    assert "weights_only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli([command, "--help"])
+    assert "--ckpt_path" in (help_text := capsys.readouterr().out) and "weights_only" not in help_text
 
 
 # --- the loader ------------------------------------------------------------------------------------
