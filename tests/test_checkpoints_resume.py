@@ -2,10 +2,17 @@
 refused), and `--ckpt_path last` resumes the run's own experiment exactly, mid-epoch included."""
 
 import http.server
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from test_training import tiny_args
 
@@ -13,7 +20,9 @@ from s2forecast.cli import main as cli
 from s2forecast.datamodules import compute_stats, generate_swe, open_store
 from s2forecast.datamodules.datamodule import EpochShuffleSampler, ResumableLoader
 from s2forecast.evaluation.rollout import load_forecaster, rollout
-from s2forecast.training.checkpoints import read_checkpoint
+from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
+
+REPO = Path(__file__).parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +159,141 @@ def test_weights_only_is_not_an_option(swe_store, tmp_path, command, capsys):
     with pytest.raises(SystemExit):
         cli([command, "--help"])
     assert "--ckpt_path" in (help_text := capsys.readouterr().out) and "weights_only" not in help_text
+
+
+# --- --ckpt_path last -----------------------------------------------------------------------------
+def touch(path: Path, mtime: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def trainer_with(save_dir, name, root="."):
+    return SimpleNamespace(logger=SimpleNamespace(save_dir=str(save_dir), name=name), default_root_dir=str(root))
+
+
+def test_ckpt_path_last_is_the_latest_version_of_the_same_experiment(tmp_path):
+    runs, now = tmp_path / "runs", time.time()
+    touch(runs / "alpha" / "version_0" / "checkpoints" / "last.ckpt", now - 30)
+    newest_own = touch(runs / "alpha" / "version_1" / "checkpoints" / "last-v1.ckpt", now - 20)
+    touch(runs / "alpha" / "version_1" / "checkpoints" / "last_copy.ckpt", now - 5)  # not Lightning's name
+    touch(runs / "beta" / "version_0" / "checkpoints" / "last.ckpt", now - 10)  # newer, another experiment
+    touch(runs / "alpha" / "version_2" / "metrics.csv", now)  # a version that saved nothing yet
+    assert last_checkpoint(trainer_with(runs, "alpha")) == newest_own
+    assert last_checkpoint(trainer_with(runs, "beta")) == runs / "beta" / "version_0" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError, match=r"no last.ckpt in .*runs/gamma/\*/checkpoints; start without") as error:
+        last_checkpoint(trainer_with(runs, "gamma"))
+    one_line(error)
+    no_logger = SimpleNamespace(logger=None, default_root_dir=str(tmp_path / "plain"))
+    with pytest.raises(ValueError, match="plain/checkpoints"):
+        last_checkpoint(no_logger)
+    plain = touch(tmp_path / "plain" / "checkpoints" / "last.ckpt", now)
+    assert last_checkpoint(no_logger) == plain
+
+
+def test_ckpt_path_last_without_own_checkpoint_is_one_line(swe_store, tmp_path):
+    other = touch(tmp_path / "runs" / "alpha" / "version_0" / "checkpoints" / "last.ckpt", time.time())
+    with pytest.raises(ValueError, match="no last.ckpt in .*s2_neighborhood") as error:
+        cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
+    one_line(error)
+    assert other.exists() and not (tmp_path / "runs" / "s2_neighborhood").exists()
+
+
+# --- exact resume -------------------------------------------------------------------------------
+class KillAfterStep(pl.Callback):
+    """kill -9 of its own process after optimizer step ``step``."""
+
+    def __init__(self, step: int = 7):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Probe(pl.Callback):
+    """Records where each run starts training and whether training steps draw random numbers."""
+
+    starts: list[dict] = []
+    rng_unchanged: list[bool] = []
+
+    def __init__(self):
+        self.first = True
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.first:
+            Probe.starts.append({"step": trainer.global_step, "batch": batch_idx, "ckpt": trainer.ckpt_path})
+            self.first = False
+        self.rng = torch.get_rng_state()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        Probe.rng_unchanged.append(torch.equal(self.rng, torch.get_rng_state()))
+
+
+def assert_identical(a, b, where="checkpoint"):
+    """Equal structure, bit-identical tensors."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_identical(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def newest_last(experiment: Path) -> Path:
+    """Two ModelCheckpoints save "last" here: Lightning names the second one's last-v1.ckpt."""
+    return max(experiment.rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+
+
+def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
+    """2 epochs of 5 steps, shuffled, with EMA weights. One run is killed (SIGKILL) after step 7,
+    its last checkpoint being step 6 (epoch 1, batch 1); `--ckpt_path last` resumes it while
+    another experiment's newer last.ckpt lies next to it. It ends bit-identical to a run that
+    never stopped: weights, EMA weights, optimizer and scheduler."""
+    every_3_steps = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=3",
+                     "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true"]  # fmt: skip
+    common = [*every_3_steps, "--trainer.callbacks+=s2forecast.training.callbacks.EMAWeightAveraging",
+              "--trainer.callbacks+=test_checkpoints_resume.Probe", "--data.init_args.num_workers", "2"]  # fmt: skip
+    straight = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "straight")
+    split = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "split")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    log = tmp_path / "crash.log"
+    with log.open("w") as output:
+        kill = "--trainer.callbacks+=test_checkpoints_resume.KillAfterStep"
+        crash = subprocess.Popen(
+            [sys.executable, "-m", "s2forecast.cli", "fit", *split, kill],
+            env=env, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        Probe.starts, Probe.rng_unchanged = [], []
+        cli(["fit", *straight])  # meanwhile, the uninterrupted run
+        crash.wait(timeout=300)
+    assert crash.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    assert Probe.rng_unchanged and all(Probe.rng_unchanged)  # no dropout or other draws to restore
+
+    runs = tmp_path / "runs"
+    interrupted = newest_last(runs / "split")
+    assert torch.load(interrupted, weights_only=True)["global_step"] == 6  # mid-epoch (5 steps an epoch)
+    other = newest_last(runs / "straight")
+    os.utime(other, (time.time() + 60, time.time() + 60))  # the newest last.ckpt under runs/
+    other_state = (other.read_bytes(), other.stat().st_mtime_ns)
+
+    Probe.starts = []
+    cli(["fit", *split, "--ckpt_path", "last"])
+    assert Probe.starts == [{"step": 6, "batch": 1, "ckpt": str(interrupted)}]
+    assert (other.read_bytes(), other.stat().st_mtime_ns) == other_state
+
+    a = read_checkpoint(other)  # weights-only: EMA, loader and loop states are plain
+    b = read_checkpoint(newest_last(runs / "split"))
+    assert a["global_step"] == b["global_step"] == 10 and "current_model_state" in a
+    for key in ("state_dict", "current_model_state", "optimizer_states", "lr_schedulers", "rollout", "epoch"):
+        assert_identical(a[key], b[key], key)
 
 
 # --- the loader ------------------------------------------------------------------------------------

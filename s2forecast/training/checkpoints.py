@@ -1,4 +1,4 @@
-"""Reading checkpoints without running code from them.
+"""Reading checkpoints without running code from them, and finding a run's ``last.ckpt``.
 
 A checkpoint is a pickle, and unpickling can call any importable function. Every checkpoint
 s2forecast reads (the CLI's ``--ckpt_path``, Lightning's restore through
@@ -9,6 +9,13 @@ one line. Our checkpoints hold nothing else (tested). URLs are refused rather th
 Lightning would fetch them with ``weights_only=False`` into a cache, once per DDP process, and a
 local copy (``curl -fLo model.ckpt URL``) is what the user can keep, check and hash (rollout
 records the checkpoint's sha256).
+
+``--ckpt_path last`` resumes the newest ``last.ckpt`` of the run's own experiment, the
+directory ``<save_dir>/<name>`` of the first logger (``runs/<name>`` with the default
+CSVLogger; for the WandbLogger ``name`` is its project), in any of its versions
+(``<save_dir>/<name>/*/checkpoints/``); without a logger, ``<default_root_dir>/checkpoints``.
+Each start of a CSVLogger run makes a new ``version_N``, so resuming means "the latest version
+of this experiment", never another experiment's directory.
 """
 
 import pickle
@@ -20,6 +27,7 @@ import torch
 from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # Lightning versions the name when two callbacks save "last"
 
 
 def local_checkpoint(path: str | Path) -> Path:
@@ -79,3 +87,24 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+def last_checkpoint(trainer) -> Path:
+    """The newest ``last.ckpt`` (or Lightning's ``last-vN.ckpt``) of ``trainer``'s experiment, in
+    any of its versions: see the module docstring. Raises ValueError when there is none."""
+    logger = trainer.logger
+    if logger is None:
+        where = Path(trainer.default_root_dir) / "checkpoints"
+        directories = [where]
+    else:
+        save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+        experiment = Path(save_dir) / str(logger.name)
+        where = experiment / "*" / "checkpoints"
+        directories = list(experiment.glob("*/checkpoints"))
+    found = [path for directory in directories for path in directory.glob("last*.ckpt") if LAST.match(path.name)]
+    if not found:
+        raise ValueError(
+            f"--ckpt_path last: no last.ckpt in {where}; start without --ckpt_path, set "
+            "trainer.logger.init_args.name to the experiment to resume, or pass a checkpoint file"
+        )
+    return max(found, key=lambda path: path.stat().st_mtime)

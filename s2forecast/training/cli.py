@@ -2,19 +2,21 @@
 DataModules, configured by YAML (``--config``; ``--print_config`` prints the full, reproducible
 configuration of a run).
 
-Defaults: CSV logging under ``runs/``, checkpoints of the best (lowest ``val/loss``) and the
-last epoch, ``seed_everything: 0``; ``--ckpt_path last`` resumes from the newest ``last.ckpt``
-under the logger's directory. The DataModule is chosen by ``data.class_path``
+Defaults: CSV logging under ``runs/<name>/version_N`` (the shipped configs set ``name`` to
+their file name), checkpoints of the best (lowest ``val/loss``) and the last epoch,
+``seed_everything: 0``. The DataModule is chosen by ``data.class_path``
 (``s2forecast.datamodules.SWEDataModule`` or ``ERA5DataModule``); what the model needs to know
 about it (channels, grid, normalization) is linked into ``model.data`` when both are built.
 
 Checkpoints are read weights-only (``s2forecast.training.checkpoints``): Lightning's
 ``weights_only`` argument is not an option, URLs are refused, and a checkpoint that needs more
-than tensors and plain values is refused with one line.
+than tensors and plain values is refused with one line. ``--ckpt_path last`` resumes the newest
+``last.ckpt`` of this run's experiment, ``<save_dir>/<name>/*/checkpoints/`` of its logger (the
+latest version of ``runs/<name>``), never another experiment's; a run with none is an error.
+Resuming is exact, mid-epoch included (``s2forecast.datamodules.datamodule.ResumableLoader``).
 """
 
 import sys
-from pathlib import Path
 
 from jsonargparse import lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -23,7 +25,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.strategies import Strategy
 
 from s2forecast.datamodules import FieldDataModule
-from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, read_checkpoint
+from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
 from s2forecast.training.forecast_module import ForecastModule, data_info
 
 COMMANDS = ("fit", "validate", "test", "predict")
@@ -62,7 +64,7 @@ class ForecastCLI(LightningCLI):
 
     def _prepare_checkpoint_loading(self) -> None:
         """Every checkpoint Lightning loads goes through ``read_checkpoint``; ``--ckpt_path last``
-        becomes the newest last.ckpt under the logger's directory."""
+        becomes the newest last.ckpt of this run's experiment."""
         strategy = self.trainer.strategy
         config = self.config_init[self.subcommand]
         if config.get("ckpt_path") and type(strategy).load_checkpoint is not Strategy.load_checkpoint:
@@ -72,12 +74,8 @@ class ForecastCLI(LightningCLI):
             )
         if not isinstance(strategy.checkpoint_io, WeightsOnlyCheckpointIO):
             strategy.checkpoint_io = WeightsOnlyCheckpointIO(strategy.checkpoint_io)
-        if config.get("ckpt_path") == "last":  # Lightning looks only in the new logger version's directory
-            root = Path(self.trainer.logger.save_dir if self.trainer.logger else self.trainer.default_root_dir)
-            found = sorted(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
-            if not found:
-                raise ValueError(f"--ckpt_path last: no last.ckpt under {root}; pass the checkpoint's path instead")
-            config["ckpt_path"] = str(found[-1])
+        if config.get("ckpt_path") == "last":
+            config["ckpt_path"] = str(last_checkpoint(self.trainer))
 
     before_fit = before_validate = before_test = before_predict = _prepare_checkpoint_loading
 
