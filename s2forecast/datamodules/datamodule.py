@@ -2,9 +2,11 @@
 
 Both build ``FieldDataset`` splits from a store written by ``s2forecast convert-era5`` or
 ``s2forecast generate-swe`` (with ``s2forecast stats`` run on it) and serve ``Batch``es:
-shuffled training batches, one store handle per worker, pinned memory.
+shuffled training batches, one store handle per worker, pinned memory. The training loader
+resumes exactly where a checkpoint left it, mid-epoch included (``ResumableLoader``).
 """
 
+import math
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -17,22 +19,57 @@ ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
 
 
-class EpochShuffleSampler(torch.utils.data.Sampler[int]):
-    """A permutation drawn from (seed, epoch): Lightning calls ``set_epoch`` before every
-    epoch, so a run resumed from a checkpoint sees the same order as an uninterrupted one."""
+class EpochShuffleSampler(torch.utils.data.DistributedSampler):
+    """This process's share of a permutation drawn from (seed, epoch), resumable mid-epoch.
 
-    def __init__(self, length: int, seed: int):
-        self.length, self.seed, self.epoch = length, seed, 0
+    Lightning calls ``set_epoch`` before every epoch, so every epoch's order depends only on
+    the seed and the epoch; ``start`` (set by ``ResumableLoader`` on resume) skips the indices
+    already served in this epoch, without reading them. A ``DistributedSampler`` so that under
+    DDP Lightning uses it as it is rather than wrapping it (each of ``num_replicas`` processes
+    gets every ``num_replicas``-th index of the padded permutation).
+    """
+
+    def __init__(self, dataset: torch.utils.data.Dataset, seed: int, num_replicas: int = 1, rank: int = 0):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        self.start = 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        if epoch != self.epoch:
+            self.start = 0  # a position within another epoch
+        super().set_epoch(epoch)
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        return iter(torch.randperm(self.length, generator=generator).tolist())
+        order = torch.randperm(len(self.dataset), generator=generator).tolist()
+        order = (order * math.ceil(self.total_size / len(order)))[: self.total_size]  # equal shares
+        start, self.start = self.start, 0
+        return iter(order[self.rank : self.total_size : self.num_replicas][start:])
 
-    def __len__(self) -> int:
-        return self.length
+
+class ResumableLoader(torch.utils.data.DataLoader):
+    """The training DataLoader, with the state Lightning checkpoints: the sampler's epoch and how
+    many batches of it this loader has served. Lightning saves the ``state_dict`` of training
+    loaders that have one and loads it when it resumes, before the first batch; the resumed run
+    then serves the rest of that epoch in the uninterrupted run's order.
+    """
+
+    served = 0  # batches of the sampler's current epoch handed out
+
+    def __iter__(self):
+        # A generator, so the sampler draws at the first batch, after Lightning's set_epoch: on
+        # resume Lightning calls iter() before set_epoch, and workers draw indices at once.
+        self.served = self.sampler.start // self.batch_size if isinstance(self.sampler, EpochShuffleSampler) else 0
+        for batch in super().__iter__():
+            self.served += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": getattr(self.sampler, "epoch", 0), "batches": self.served}
+
+    def load_state_dict(self, state: dict) -> None:
+        if isinstance(self.sampler, EpochShuffleSampler):
+            self.sampler.set_epoch(state["epoch"])
+            self.sampler.start = state["batches"] * self.batch_size
 
 
 class FieldDataModule(pl.LightningDataModule):
@@ -69,6 +106,8 @@ class FieldDataModule(pl.LightningDataModule):
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
         self.datasets: dict[str, FieldDataset] = {}
+        self._train_loader: ResumableLoader | None = None
+        self._train_state: dict | None = None  # restored before the training loader exists
 
     def setup(self, stage: str | None = None) -> None:
         for name, options in self.splits.items():
@@ -108,19 +147,40 @@ class FieldDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> torch.utils.data.DataLoader:
         dataset = self.dataset(split)
-        return torch.utils.data.DataLoader(
-            dataset,
+        options = dict(
             batch_size=self.batch_size,
-            sampler=EpochShuffleSampler(len(dataset), self.seed) if shuffle else None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
             collate_fn=dataset.collate,
             persistent_workers=self.num_workers > 0,
-            drop_last=shuffle and len(dataset) > self.batch_size,
         )
+        if not shuffle:
+            return torch.utils.data.DataLoader(dataset, **options)
+        # under DDP the sampler shards by rank (Lightning's distributed_sampler_kwargs)
+        shards = (self.trainer.distributed_sampler_kwargs if self.trainer is not None else None) or {}
+        sampler = EpochShuffleSampler(dataset, self.seed, **shards)
+        return ResumableLoader(dataset, sampler=sampler, drop_last=len(dataset) > self.batch_size, **options)
 
     def train_dataloader(self):
-        return self._loader("train", shuffle=True)
+        self._train_loader = self._loader("train", shuffle=True)
+        if self._train_state is not None:
+            self._train_loader.load_state_dict(self._train_state)
+            self._train_state = None
+        return self._train_loader
+
+    # The training loader's position goes into checkpoints twice: Lightning's fit loop saves it
+    # but restores it only if it builds the loader after restoring, and ForecastModule's
+    # configure_optimizers builds it before (estimated_stepping_batches); the DataModule's copy
+    # is restored before either.
+    def state_dict(self) -> dict:
+        return {"train_loader": self._train_loader.state_dict()} if self._train_loader is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "train_loader" in state:
+            if self._train_loader is not None:
+                self._train_loader.load_state_dict(state["train_loader"])
+            else:
+                self._train_state = state["train_loader"]
 
     def val_dataloader(self):
         return self._loader("val", shuffle=False)

@@ -26,6 +26,7 @@ from s2forecast.datamodules.fields import FieldDataset, SampleSpec
 from s2forecast.datamodules.forcings import forcing_names
 from s2forecast.datamodules.store import VARIABLES, cf_attributes
 from s2forecast.output import Output, check_unchanged, file_sha256
+from s2forecast.training.checkpoints import read_checkpoint
 from s2forecast.training.forecast_module import ForecastModule
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
@@ -54,12 +55,18 @@ class ChannelLayout:
 
 
 def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> ForecastModule:
-    """A trained ForecastModule in eval mode (``weights_only`` loading: tensors and plain values)."""
-    checkpoint = Path(checkpoint)
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"no checkpoint at {checkpoint}")
-    model = ForecastModule.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
-    return model.eval()
+    """A trained ForecastModule in eval mode, from a local checkpoint read weights-only
+    (``read_checkpoint``: tensors and plain values; nothing in the file runs)."""
+    state = read_checkpoint(checkpoint, map_location=device)
+    if "hyper_parameters" not in state or "state_dict" not in state:
+        raise ValueError(f"{checkpoint} is not a ForecastModule checkpoint (no hyper_parameters or state_dict)")
+    hparams = {name: value for name, value in state["hyper_parameters"].items() if not name.startswith("_")}
+    try:
+        model = ForecastModule(**hparams)
+        model.load_state_dict(state["state_dict"])
+    except (TypeError, RuntimeError) as error:  # other hyper-parameters or weights than this version's
+        raise ValueError(f"{checkpoint} is not a ForecastModule checkpoint: {str(error).splitlines()[0]}") from None
+    return model.to(device).eval()
 
 
 def open_inputs(model: ForecastModule, store: str | Path, other_grid: bool = False) -> FieldDataset:

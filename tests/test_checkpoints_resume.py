@@ -1,0 +1,344 @@
+"""Checkpoints are read weights-only on every path (the CLI, Lightning's restore, rollout; URLs
+refused), and `--ckpt_path last` resumes the run's own experiment exactly, mid-epoch included."""
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from test_training import tiny_args
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import compute_stats, generate_swe, open_store
+from s2forecast.datamodules.datamodule import EpochShuffleSampler, ResumableLoader
+from s2forecast.evaluation.rollout import load_forecaster, rollout
+from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
+
+REPO = Path(__file__).parents[1]
+
+
+@pytest.fixture(scope="module")
+def swe_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
+    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
+    compute_stats(path)
+    return path
+
+
+# --- a checkpoint that runs code ------------------------------------------------------------
+class RunsCode:
+    """Unpickling this calls open(marker, "w"): it creates the file ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def crafted_checkpoint(path: Path, marker: Path) -> Path:
+    """A checkpoint-shaped file whose hyper-parameters run code when unpickled."""
+    torch.save({"state_dict": {}, "hyper_parameters": {"lr": RunsCode(marker)}, "global_step": 0}, path)
+    return path
+
+
+def test_the_crafted_checkpoint_runs_code_when_fully_unpickled(tmp_path):
+    """The threat the tests below guard against is real: plain torch.load runs the payload."""
+    marker = tmp_path / "marker"
+    checkpoint = crafted_checkpoint(tmp_path / "evil.ckpt", marker)
+    torch.load(checkpoint, weights_only=False)
+    assert marker.exists()
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_crafted_checkpoint_is_refused_everywhere(swe_store, tmp_path):
+    marker = tmp_path / "marker"
+    evil = crafted_checkpoint(tmp_path / "evil.ckpt", marker)
+    before = evil.read_bytes()
+
+    with pytest.raises(ValueError, match="refused: it references .*open.* weights-only") as error:
+        read_checkpoint(evil)
+    assert str(evil) in one_line(error)
+    for command in ("validate", "fit"):  # --ckpt_path FILE: read before anything is built
+        with pytest.raises(ValueError, match="refused: it references") as error:
+            cli([command, *tiny_args(swe_store, tmp_path), "--ckpt_path", str(evil)])
+        one_line(error)
+    with pytest.raises(ValueError, match="refused: it references") as error:
+        rollout(evil, swe_store, 2, open_store(swe_store)["time"].values[:1], tmp_path / "f.nc", progress=False)
+    one_line(error)
+    with pytest.raises(ValueError, match="refused"):
+        load_forecaster(evil)  # scripts/robustness.py's loader
+
+    # --ckpt_path last: the file Lightning itself loads (through the strategy's checkpoint IO)
+    own = tmp_path / "runs" / "s2_neighborhood" / "version_0" / "checkpoints"
+    own.mkdir(parents=True)
+    (own / "last.ckpt").write_bytes(before)
+    with pytest.raises(ValueError, match="refused: it references") as error:
+        cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
+    assert str(own / "last.ckpt") in one_line(error)
+
+    assert not marker.exists()
+    assert evil.read_bytes() == before and (own / "last.ckpt").read_bytes() == before
+    assert not (tmp_path / "f.nc").exists()
+
+
+def test_files_that_are_not_checkpoints_are_one_line(tmp_path):
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="junk.ckpt refused: it is not a plain PyTorch checkpoint") as error:
+        read_checkpoint(junk)
+    one_line(error)
+    truncated = tmp_path / "truncated.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(100)}}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    with pytest.raises(ValueError, match="truncated.ckpt is not a readable PyTorch checkpoint") as error:
+        read_checkpoint(truncated)
+    one_line(error)
+    with pytest.raises(FileNotFoundError, match="no checkpoint file at"):
+        read_checkpoint(tmp_path / "missing.ckpt")
+    assert junk.read_bytes() == b"not a checkpoint" and len(truncated.read_bytes()) == 300
+
+
+class CountingHandler(http.server.SimpleHTTPRequestHandler):
+    requests: list[str] = []
+
+    def do_GET(self):
+        CountingHandler.requests.append(self.path)
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_urls_are_refused_before_any_request(swe_store, tmp_path):
+    """Lightning would download an http(s) checkpoint and unpickle it with weights_only=False; we
+    refuse every URL scheme before anything is fetched or built."""
+    marker = tmp_path / "marker"
+    served = tmp_path / "served"
+    served.mkdir()
+    crafted_checkpoint(served / "evil.ckpt", marker)
+    handler = lambda *args: CountingHandler(*args, directory=str(served))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    CountingHandler.requests = []
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/evil.ckpt"
+        for location in (url, (served / "evil.ckpt").as_uri()):  # http:// and file://
+            with pytest.raises(ValueError, match="is a URL; .*download it first") as error:
+                cli(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", location])
+            assert location in one_line(error)
+            with pytest.raises(ValueError, match="is a URL"):
+                rollout(location, swe_store, 1, open_store(swe_store)["time"].values[:1], tmp_path / "f.nc")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert CountingHandler.requests == []
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_weights_only_is_not_an_option(swe_store, tmp_path, command, capsys):
+    with pytest.raises(SystemExit):
+        cli([command, *tiny_args(swe_store, tmp_path), "--weights_only", "false"])
+    assert "weights_only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli([command, "--help"])
+    assert "--ckpt_path" in (help_text := capsys.readouterr().out) and "weights_only" not in help_text
+
+
+# --- --ckpt_path last -----------------------------------------------------------------------------
+def touch(path: Path, mtime: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def trainer_with(save_dir, name, root="."):
+    return SimpleNamespace(logger=SimpleNamespace(save_dir=str(save_dir), name=name), default_root_dir=str(root))
+
+
+def test_ckpt_path_last_is_the_latest_version_of_the_same_experiment(tmp_path):
+    runs, now = tmp_path / "runs", time.time()
+    touch(runs / "alpha" / "version_0" / "checkpoints" / "last.ckpt", now - 30)
+    newest_own = touch(runs / "alpha" / "version_1" / "checkpoints" / "last-v1.ckpt", now - 20)
+    touch(runs / "alpha" / "version_1" / "checkpoints" / "last_copy.ckpt", now - 5)  # not Lightning's name
+    touch(runs / "beta" / "version_0" / "checkpoints" / "last.ckpt", now - 10)  # newer, another experiment
+    touch(runs / "alpha" / "version_2" / "metrics.csv", now)  # a version that saved nothing yet
+    assert last_checkpoint(trainer_with(runs, "alpha")) == newest_own
+    assert last_checkpoint(trainer_with(runs, "beta")) == runs / "beta" / "version_0" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError, match=r"no last.ckpt in .*runs/gamma/\*/checkpoints; start without") as error:
+        last_checkpoint(trainer_with(runs, "gamma"))
+    one_line(error)
+    no_logger = SimpleNamespace(logger=None, default_root_dir=str(tmp_path / "plain"))
+    with pytest.raises(ValueError, match="plain/checkpoints"):
+        last_checkpoint(no_logger)
+    plain = touch(tmp_path / "plain" / "checkpoints" / "last.ckpt", now)
+    assert last_checkpoint(no_logger) == plain
+
+
+def test_ckpt_path_last_without_own_checkpoint_is_one_line(swe_store, tmp_path):
+    other = touch(tmp_path / "runs" / "alpha" / "version_0" / "checkpoints" / "last.ckpt", time.time())
+    with pytest.raises(ValueError, match="no last.ckpt in .*s2_neighborhood") as error:
+        cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
+    one_line(error)
+    assert other.exists() and not (tmp_path / "runs" / "s2_neighborhood").exists()
+
+
+# --- exact resume -------------------------------------------------------------------------------
+class KillAfterStep(pl.Callback):
+    """kill -9 of its own process after optimizer step ``step``."""
+
+    def __init__(self, step: int = 7):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Probe(pl.Callback):
+    """Records where each run starts training and whether training steps draw random numbers."""
+
+    starts: list[dict] = []
+    rng_unchanged: list[bool] = []
+
+    def __init__(self):
+        self.first = True
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.first:
+            Probe.starts.append({"step": trainer.global_step, "batch": batch_idx, "ckpt": trainer.ckpt_path})
+            self.first = False
+        self.rng = torch.get_rng_state()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        Probe.rng_unchanged.append(torch.equal(self.rng, torch.get_rng_state()))
+
+
+def assert_identical(a, b, where="checkpoint"):
+    """Equal structure, bit-identical tensors."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_identical(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def newest_last(experiment: Path) -> Path:
+    """Two ModelCheckpoints save "last" here: Lightning names the second one's last-v1.ckpt."""
+    return max(experiment.rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+
+
+def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
+    """2 epochs of 5 steps, shuffled, with EMA weights. One run is killed (SIGKILL) after step 7,
+    its last checkpoint being step 6 (epoch 1, batch 1); `--ckpt_path last` resumes it while
+    another experiment's newer last.ckpt lies next to it. It ends bit-identical to a run that
+    never stopped: weights, EMA weights, optimizer and scheduler."""
+    every_3_steps = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=3",
+                     "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true"]  # fmt: skip
+    common = [*every_3_steps, "--trainer.callbacks+=s2forecast.training.callbacks.EMAWeightAveraging",
+              "--trainer.callbacks+=test_checkpoints_resume.Probe", "--data.init_args.num_workers", "2"]  # fmt: skip
+    straight = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "straight")
+    split = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "split")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    log = tmp_path / "crash.log"
+    with log.open("w") as output:
+        kill = "--trainer.callbacks+=test_checkpoints_resume.KillAfterStep"
+        crash = subprocess.Popen(
+            [sys.executable, "-m", "s2forecast.cli", "fit", *split, kill],
+            env=env, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        Probe.starts, Probe.rng_unchanged = [], []
+        cli(["fit", *straight])  # meanwhile, the uninterrupted run
+        crash.wait(timeout=300)
+    assert crash.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    assert Probe.rng_unchanged and all(Probe.rng_unchanged)  # no dropout or other draws to restore
+
+    runs = tmp_path / "runs"
+    interrupted = newest_last(runs / "split")
+    assert torch.load(interrupted, weights_only=True)["global_step"] == 6  # mid-epoch (5 steps an epoch)
+    other = newest_last(runs / "straight")
+    os.utime(other, (time.time() + 60, time.time() + 60))  # the newest last.ckpt under runs/
+    other_state = (other.read_bytes(), other.stat().st_mtime_ns)
+
+    Probe.starts = []
+    cli(["fit", *split, "--ckpt_path", "last"])
+    assert Probe.starts == [{"step": 6, "batch": 1, "ckpt": str(interrupted)}]
+    assert (other.read_bytes(), other.stat().st_mtime_ns) == other_state
+
+    a = read_checkpoint(other)  # weights-only: EMA, loader and loop states are plain
+    b = read_checkpoint(newest_last(runs / "split"))
+    assert a["global_step"] == b["global_step"] == 10 and "current_model_state" in a
+    for key in ("state_dict", "current_model_state", "optimizer_states", "lr_schedulers", "rollout", "epoch"):
+        assert_identical(a[key], b[key], key)
+
+
+# --- the loader ------------------------------------------------------------------------------------
+def epoch_batches(loader, epoch, set_epoch_after_iter=False):
+    if not set_epoch_after_iter:
+        loader.sampler.set_epoch(epoch)
+    iterator = iter(loader)
+    if set_epoch_after_iter:
+        loader.sampler.set_epoch(epoch)
+    return [batch.tolist() for batch in iterator]
+
+
+def make_loader(workers=0, **sampler_options):
+    data = torch.arange(11)
+    sampler = EpochShuffleSampler(data, seed=3, **sampler_options)
+    return ResumableLoader(data, batch_size=2, sampler=sampler, num_workers=workers, drop_last=True)
+
+
+def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
+    """Lightning restores the state, calls iter() and only then set_epoch; with workers the
+    indices are drawn early, which used to give the resumed epoch epoch 0's order."""
+    full = epoch_batches(make_loader(), 1)
+    assert len(full) == 5 and full != epoch_batches(make_loader(), 0)
+    interrupted = make_loader(workers=2)
+    interrupted.sampler.set_epoch(1)
+    iterator = iter(interrupted)
+    assert [next(iterator).tolist() for _ in range(2)] == full[:2]
+    state = interrupted.state_dict()
+    assert state == {"epoch": 1, "batches": 2}
+
+    resumed = make_loader(workers=2)
+    resumed.load_state_dict(state)
+    assert epoch_batches(resumed, 1, set_epoch_after_iter=True) == full[2:]
+    assert epoch_batches(resumed, 2) == epoch_batches(make_loader(), 2)  # the next epoch is whole
+    fresh = make_loader(workers=2)
+    assert epoch_batches(fresh, 1, set_epoch_after_iter=True) == full
+
+    finished = make_loader()
+    finished.load_state_dict({"epoch": 1, "batches": 5})  # saved at the end of epoch 1
+    assert epoch_batches(finished, 2) == epoch_batches(make_loader(), 2)
+
+
+def test_sampler_shards_by_rank():
+    shares = [list(EpochShuffleSampler(torch.arange(11), seed=3, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert len(shares[0]) == len(shares[1]) == 6
+    assert sorted(set(shares[0]) | set(shares[1])) == list(range(11))
+    single = list(EpochShuffleSampler(torch.arange(11), seed=3))  # the shares interleave this order
+    assert shares[0] == single[0::2] and shares[1][:5] == single[1::2]
