@@ -115,8 +115,12 @@ def generate_swe(
                 raise ValueError(
                     f"the shallow-water integration of trajectory {k} became unstable at stored step {error.step} "
                     f"({step_time:%Y-%m-%dT%H:%M}): {error}; the solver step of {solver_dt:g} s is too long for the "
-                    f"{nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. {solver_dt / 4:g}); the store "
-                    "being written is left incomplete (readers refuse it)"
+                    f"{nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. {solver_dt / 4:g}); "
+                    + (
+                        f"no complete store was written to {out}"
+                        if overwrite
+                        else f"{out} is left incomplete (readers refuse it)"
+                    )
                 ) from None
             slab = xr.Dataset(
                 {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
