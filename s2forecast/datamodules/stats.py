@@ -16,6 +16,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.datamodules.store import describe, open_store
+from s2forecast.times import format_time
 
 STATS_GROUP = "stats"
 
@@ -53,7 +54,10 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
     hi = np.datetime64(pd.Timestamp(end), "ns") if end is not None else times[-1]
     selected = times[(times >= lo) & (times <= hi)]
     if selected.size == 0:
-        raise ValueError(f"no times of {path} lie in [{lo}, {hi}]; the store covers {times[0]} .. {times[-1]}")
+        raise ValueError(
+            f"no times of {path} lie in [{format_time(lo)}, {format_time(hi)}]; the store covers "
+            f"{format_time(times[0])} .. {format_time(times[-1])}"
+        )
     step = time_step(times) if step_hours is None else np.timedelta64(int(round(step_hours * 3600)), "s")
     pairs = selected[np.isin(selected + step, times) & (selected + step <= hi)]
     if "trajectory" in ds.coords:  # never difference across two trajectories
