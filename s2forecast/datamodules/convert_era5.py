@@ -48,6 +48,7 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
+from s2forecast.arguments import nonnegative_int, positive_int
 from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.datamodules.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
@@ -662,12 +663,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="variables to convert, WeatherBench2 or ECMWF short names (default: all found)",
     )
-    parser.add_argument("--levels", nargs="+", type=int, metavar="HPA", help="pressure levels to keep (default: all)")
-    parser.add_argument("--member", type=int, help="ensemble member (value of the 'number' dimension) to convert")
+    parser.add_argument(
+        "--levels", nargs="+", type=positive_int, metavar="HPA", help="pressure levels to keep (default: all)"
+    )
+    parser.add_argument(
+        "--member", type=nonnegative_int, help="ensemble member (value of the 'number' dimension) to convert"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store instead of resuming it")
     parser.add_argument(
         "--time-chunk",
-        type=int,
+        type=positive_int,
         default=DEFAULT_TIME_CHUNK,
         metavar="N",
         help=f"time steps written per slab, in parallel (default {DEFAULT_TIME_CHUNK})",

@@ -1,0 +1,46 @@
+"""argparse types of the ``s2forecast`` command: checked counts, sizes and times.
+
+Each type raises ``argparse.ArgumentTypeError``, which argparse reports in one line naming
+the option and the value, e.g. ``argument --batch-size: must be an integer >= 1, got '0'``.
+"""
+
+import argparse
+import math
+
+from s2forecast.times import EXAMPLE, format_time, parse_time
+
+
+def _number(kind, minimum, strict: bool, what: str):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not math.isfinite(value) or not (value > minimum if strict else value >= minimum):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return convert
+
+
+positive_int = _number(int, 1, False, "an integer >= 1")
+nonnegative_int = _number(int, 0, False, "an integer >= 0")
+positive_float = _number(float, 0.0, True, "a number > 0")
+
+
+def timestamp(text: str) -> str:
+    """A time, returned in the short ISO form (``2020-01-01T06``, UTC) that every reader parses."""
+    try:
+        return format_time(parse_time(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time; write it as YYYY-MM-DD or YYYY-MM-DDTHH, e.g. {EXAMPLE}"
+        ) from None
+
+
+def timestamps(text: str) -> list[str]:
+    """Comma-separated times (``2020-01-01T00,2020-01-02T00``)."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated times such as {EXAMPLE},2020-01-02T06")
+    return [timestamp(value) for value in values]
