@@ -151,7 +151,7 @@ def test_missing_valid_times_are_reported(tmp_path, truth_path, truth_ds):
     leads = pd.to_timedelta([6, 60, 72], unit="h")  # from the 4 inits of day 1: 60 h partly, 72 h never in truth
     forecast = perfect_forecast(truth_ds, leads=leads)
     path = write_nc(forecast.fillna(0.0), tmp_path / "forecast.nc")
-    with pytest.warns(MissingTruthWarning, match=r"\[72\] h have no truth"):
+    with pytest.warns(MissingTruthWarning, match=r"lead\(s\) 72 h have no truth"):
         metrics = evaluate(path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
     np.testing.assert_array_equal(metrics["n_init_times"].values, [4, 2, 0])
     for model in ("forecast", "persistence", "climatology"):
