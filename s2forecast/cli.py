@@ -16,6 +16,7 @@ import traceback
 
 from s2forecast import __version__
 from s2forecast.arguments import nonnegative_int, positive_float, positive_int, timestamp, timestamps
+from s2forecast.times import format_time
 from s2forecast.user_errors import user_error_message
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -77,7 +78,8 @@ def store_stats(args: argparse.Namespace) -> None:
 
     stats = compute_stats(args.store, args.start, args.end, args.step_hours)
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
-    print(f"stored in {args.store}/stats ({stats.attrs['times']} times {stats.attrs['start']} .. {stats.attrs['end']})")
+    period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
+    print(f"stored in {args.store}/stats ({stats.attrs['times']} times {period})")
 
 
 def forecast_rollout(args: argparse.Namespace) -> None:

@@ -254,7 +254,8 @@ class FieldDataset(torch.utils.data.Dataset):
     def _raise_non_finite(self, states: np.ndarray, time_indices: np.ndarray) -> None:
         t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]
         channel = self.channels[c]
-        raise NonFiniteData(f"{channel} has non-finite values at {self.times[time_indices[t]]} in {self.path}")
+        when = format_time(self.times[time_indices[t]])
+        raise NonFiniteData(f"{channel} has non-finite values at {when} in {self.path}")
 
     def __getitem__(self, index: int) -> dict:
         for attempt in range(len(self)):
