@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from s2forecast import __version__
-from s2forecast.arguments import nonnegative_int, positive_float, positive_int, timestamp, timestamps
+from s2forecast.arguments import device, nonnegative_int, positive_float, positive_int, timestamp, timestamps
 from s2forecast.times import format_time
 from s2forecast.user_errors import user_error_message
 
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--out", required=True, help="FORECAST.nc, or a .zarr directory with --format zarr")
     roll.add_argument("--format", choices=["netcdf", "zarr"], default="netcdf")
     roll.add_argument("--batch-size", type=positive_int, default=4, help="initialization times per batch")
-    roll.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    roll.add_argument("--device", type=device, default="cuda" if _cuda() else "cpu", help="cpu, cuda, cuda:1, ...")
     roll.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     roll.add_argument("--nan", choices=["fail", "write"], default="fail", help="on a non-finite forecast value")
     roll.add_argument(

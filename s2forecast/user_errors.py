@@ -8,6 +8,9 @@ prints the traceback):
   zarr's "not a store" errors are both; fit/validate/test/predict's configuration errors
   arrive as ``s2forecast.training.config_errors.ConfigError``, a ``ValueError``;
 - Lightning's ``MisconfigurationException`` and argparse's ``ArgumentError``: bad options;
+- ``FloatingPointError``: a computation the user's settings make diverge (the SWE solver);
+- running out of memory (``MemoryError``, torch's ``OutOfMemoryError`` or allocator error):
+  a smaller grid or batch fixes it;
 - files that cannot be decoded: ``EOFError``, ``pickle.UnpicklingError`` (also torch's
   refusal to load code from a checkpoint), what torch's checkpoint loader raises on garbage
   (``KeyError``, ``IndexError``, ``RuntimeError``, ``struct.error``), and ``KeyError`` or
@@ -29,7 +32,7 @@ import struct
 CHECKPOINT_READERS = ("torch.serialization", "torch._weights_only_unpickler", "pickle", "_pickle")
 CHECKPOINT_GARBAGE = (LookupError, RuntimeError, EOFError, struct.error)
 READERS = ("zarr", "numcodecs", "netCDF4", "h5py", "h5netcdf", "xarray", "pandas", "cfgrib", "gribapi", "eccodes")
-USER_ERRORS = (ValueError, OSError, argparse.ArgumentError)
+USER_ERRORS = (ValueError, OSError, argparse.ArgumentError, FloatingPointError)
 
 # third-party messages that do not say what is wrong, and what to say instead
 XARRAY_NO_BACKEND = re.compile(r"did not find a match in any of xarray's currently installed IO backends.*", re.S)
@@ -48,6 +51,8 @@ def user_error_message(error: BaseException) -> str | None:
         return f"not a readable checkpoint ({kind}: {reason}): is the file truncated, or not a checkpoint?"
     if isinstance(error, EOFError):
         return f"unexpected end of a file ({one_line(str(error)) or kind}): is an input empty or truncated?"
+    if memory := _out_of_memory_message(error):
+        return memory
     if _is_misconfiguration(error) or isinstance(error, USER_ERRORS):
         return _known_message(error) or one_line(_text(error)) or kind
     if isinstance(error, KeyError | RuntimeError) and _raised_in(error, READERS):
@@ -100,6 +105,20 @@ def _unpickling_message(error: BaseException) -> str:
         f"not a checkpoint that loads safely ({reason}); s2forecast loads only tensors and plain values from a "
         "checkpoint, never code"
     )
+
+
+def _out_of_memory_message(error: BaseException) -> str | None:
+    """One line for running out of (CPU or GPU) memory, which a smaller problem fixes."""
+    text = str(error)
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if not ("OutOfMemoryError" in names or isinstance(error, MemoryError) or "can't allocate memory" in text):
+        return None
+    match = re.search(r"(?:tried to allocate|Tried to allocate) ([\d.]+) ?(bytes|[KMGT]i?B)", text)
+    size = ""
+    if match:
+        amount = float(match[1]) / (2**30 if match[2] == "bytes" else 1)
+        size = f" ({amount:.3g} GiB requested)" if match[2] == "bytes" else f" ({match[1]} {match[2]} requested)"
+    return f"out of memory{size}: use a smaller grid, batch size or model"
 
 
 def _is_misconfiguration(error: BaseException) -> bool:

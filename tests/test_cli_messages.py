@@ -152,6 +152,7 @@ CASES = {
         [*ROLLOUT, "--start", "2030-01-01", "--end", "2030-01-02"],
         ["2030-01-01T00", "2000-01-01T00"],
     ),
+    "rollout unknown device": ([*ROLLOUT, *INIT, "--device", "gpu0"], ["--device", "'gpu0'", "cpu"]),
     "rollout checkpoint is text": ([*ROLLOUT[:2], "{text}", *ROLLOUT[3:], *INIT], ["checkpoint"]),
     "rollout checkpoint is empty": ([*ROLLOUT[:2], "{empty}", *ROLLOUT[3:], *INIT], ["checkpoint"]),
     "rollout store not a store": ([*ROLLOUT[:4], "{not_a_store}", *ROLLOUT[5:], *INIT], ["not_a_store"]),
@@ -169,6 +170,7 @@ CASES = {
         [*EVALUATE, "--forecast", "{forecast}", "--climatology", "{empty}"],
         ["climatology", "empty.nc", "empty"],
     ),
+    "evaluate map lead nan": ([*EVALUATE, "--forecast", "{forecast}", "--map-leads", "nan"], ["--map-leads", "'nan'"]),
     "evaluate bad climatology start": (
         [*EVALUATE, "--forecast", "{forecast}", "--climatology-start", "someday"],
         ["--climatology-start", "'someday'"],
@@ -261,6 +263,29 @@ def test_programming_error_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr("s2forecast.cli.grid_info", broken)
     with pytest.raises(TypeError, match="a bug"):
         main(["grid", "--nlat", "8", "--nlon", "16"])
+
+
+def test_diverging_solver_is_one_line(tmp_path, capsys):
+    """generate-swe on a 3x4 grid blows up (FloatingPointError): the user's settings, not a bug."""
+    argv = ["generate-swe", "--out", str(tmp_path / "s.zarr"), "--nlat", "3", "--nlon", "4", "--trajectories", "1"]
+    code, lines = run_in_process([*argv, "--steps", "1", "--no-progress"], capsys)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("s2forecast generate-swe: error: ")
+    assert "blew up" in lines[0] and "solver_dt_seconds" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has ..."), "20.00 GiB"),
+        (RuntimeError("CPUAllocator: can't allocate memory: you tried to allocate 80000000000 bytes"), "74.5 GiB"),
+        (MemoryError(), "out of memory: "),
+    ],
+)
+def test_out_of_memory_is_a_user_error(error, expected):
+    from s2forecast.user_errors import user_error_message
+
+    message = user_error_message(error)
+    assert message.startswith("out of memory") and expected in message and "smaller" in message
 
 
 def cli_subprocess(*args: str, cwd: str) -> subprocess.CompletedProcess:

@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.arguments import timestamp
+from s2forecast.arguments import nonnegative_float, timestamp
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
@@ -298,6 +298,8 @@ def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
             values.append(pd.to_timedelta(float(lead), unit="h"))
         else:
             raise ValueError(f"map lead {lead!r} is neither hours (a number), a string like '24h' nor a timedelta")
+        if pd.isna(values[-1]):
+            raise ValueError(f"map lead {lead!r} is not a lead time; give hours such as 24")
     wanted = np.asarray(pd.TimedeltaIndex(values).values).astype("timedelta64[ns]").astype(np.int64)
     have = np.asarray(available).astype("timedelta64[ns]").astype(np.int64)
     absent = [w for w in wanted if w not in set(have.tolist())]
@@ -845,7 +847,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
     parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
     parser.add_argument(
-        "--map-leads", nargs="+", type=float, metavar="HOURS", help="leads of the map panels (default: first and last)"
+        "--map-leads",
+        nargs="+",
+        type=nonnegative_float,
+        metavar="HOURS",
+        help="leads of the map panels (default: first and last)",
     )
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
