@@ -1,11 +1,37 @@
-"""The ``s2forecast`` command. Subcommands are added as the framework grows (fit, rollout, ...)."""
+"""The ``s2forecast`` command. Subcommands are added as the framework grows (fit, rollout, ...).
+
+A user error (a bad value, path or file, a configuration error: ``s2forecast.user_errors``)
+ends the command with one line, ``s2forecast COMMAND: error: ...``, and exit status 2;
+``--debug`` (anywhere on the command line) also prints the traceback. Other exceptions are
+bugs and keep their traceback.
+"""
 
 import argparse
+import difflib
 import json
 import math
+import re
 import sys
+import traceback
 
 from s2forecast import __version__
+from s2forecast.arguments import device, nonnegative_int, positive_float, positive_int, timestamp, timestamps
+from s2forecast.times import format_time
+from s2forecast.user_errors import user_error_message
+
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+DEBUG = "--debug"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse, with usage errors in one line (argparse prints the whole usage first)."""
+
+    def error(self, message: str):
+        if match := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
+            close = difflib.get_close_matches(match[1], re.findall(r"'([^']*)'", match[2]), n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def grid_info(args: argparse.Namespace) -> None:
@@ -52,7 +78,8 @@ def store_stats(args: argparse.Namespace) -> None:
 
     stats = compute_stats(args.store, args.start, args.end, args.step_hours)
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
-    print(f"stored in {args.store}/stats ({stats.attrs['times']} times {stats.attrs['start']} .. {stats.attrs['end']})")
+    period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
+    print(f"stored in {args.store}/stats ({stats.attrs['times']} times {period})")
 
 
 def forecast_rollout(args: argparse.Namespace) -> None:
@@ -61,9 +88,7 @@ def forecast_rollout(args: argparse.Namespace) -> None:
     from s2forecast.evaluation.rollout import init_times_from, rollout
 
     available = open_store(args.store)["time"].values.astype("datetime64[ns]")
-    times = init_times_from(
-        args.init_times.split(",") if args.init_times else None, args.start, args.end, args.every, available
-    )
+    times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, "zarr" if args.format == "zarr" else "netcdf",
         args.batch_size, args.device, args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid,
@@ -82,22 +107,50 @@ def store_climatology(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("fit", "validate", "test", "predict"):
-        from s2forecast.training.cli import run
+    debug = DEBUG in argv
+    argv = [arg for arg in argv if arg != DEBUG]
+    command = argv[0] if argv and argv[0] in LIGHTNING_COMMANDS else None
+    try:
+        if command is not None:
+            from s2forecast.training.cli import run
 
-        run(argv)  # LightningCLI: `s2forecast fit --help`
-        return
-    parser = argparse.ArgumentParser(prog="s2forecast", description="Data-driven forecasting on the sphere.")
+            run(argv)  # LightningCLI: `s2forecast fit --help`
+            return
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            sys.exit(2)
+        command = args.command
+        args.handler(args)
+    except Exception as error:
+        message = user_error_message(error)
+        if message is None:
+            raise  # a bug: the traceback is what a report needs
+        if debug:
+            traceback.print_exception(error)
+        sys.stderr.write(f"s2forecast {command}: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand but the Lightning ones (which LightningCLI parses)."""
+    parser = CommandParser(
+        prog="s2forecast",
+        description="Data-driven forecasting on the sphere.",
+        epilog="A user error ends a command with one line; add --debug anywhere to see its traceback.",
+    )
     parser.add_argument("--version", action="version", version=f"s2forecast {__version__}")
+    parser.add_argument(DEBUG, action="store_true", help="print the traceback of an error (any command)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in ("fit", "validate", "test", "predict"):
+    for name in LIGHTNING_COMMANDS:
         commands.add_parser(
             name, help=f"Lightning's {name} on a YAML config (`s2forecast {name} --help`)", add_help=False
         )
 
     grid = commands.add_parser("grid", help="describe a grid and its attention neighborhoods")
-    grid.add_argument("--nlat", type=int, required=True)
-    grid.add_argument("--nlon", type=int, required=True)
+    grid.add_argument("--nlat", type=positive_int, required=True)
+    grid.add_argument("--nlon", type=positive_int, required=True)
     grid.add_argument(
         "--kind", default="equiangular", choices=["equiangular", "equiangular-midpoint", "legendre-gauss"]
     )
@@ -114,13 +167,13 @@ def main(argv: list[str] | None = None) -> None:
 
     swe = commands.add_parser("generate-swe", help="integrate shallow-water trajectories into a store")
     swe.add_argument("--out", required=True, help="zarr store to write")
-    swe.add_argument("--nlat", type=int, default=32)
-    swe.add_argument("--nlon", type=int, default=64)
+    swe.add_argument("--nlat", type=positive_int, default=32)
+    swe.add_argument("--nlon", type=positive_int, default=64)
     swe.add_argument("--grid", default="equiangular", choices=["equiangular", "legendre-gauss"])
     swe.add_argument("--trajectories", type=int, default=8, help="independent random initial conditions")
     swe.add_argument("--steps", type=int, default=48, help="stored steps per trajectory after the initial state")
     swe.add_argument("--dt-hours", type=float, default=1.0, help="hours between stored states")
-    swe.add_argument("--seed", type=int, default=0)
+    swe.add_argument("--seed", type=nonnegative_int, default=0)
     swe.add_argument("--solver-dt-seconds", type=float, default=150.0, help="longest solver time step")
     swe.add_argument("--overwrite", action="store_true", help="replace a store s2forecast wrote instead of resuming it")
     swe.add_argument("--no-progress", action="store_true")
@@ -136,15 +189,19 @@ def main(argv: list[str] | None = None) -> None:
     roll = commands.add_parser("rollout", help="autoregressive forecasts from a checkpoint, written as NetCDF/zarr")
     roll.add_argument("--ckpt", required=True, help="checkpoint (e.g. runs/.../checkpoints/last.ckpt)")
     roll.add_argument("--store", required=True, help="store with the initial conditions")
-    roll.add_argument("--steps", type=int, required=True, help="model steps per forecast")
-    roll.add_argument("--init-times", help="comma-separated initialization times, e.g. 2020-01-01T00,2020-01-02T00")
-    roll.add_argument("--start", help="first initialization time (with --end)")
-    roll.add_argument("--end", help="last initialization time, inclusive")
-    roll.add_argument("--every", type=float, help="hours between initialization times (default: every store time)")
+    roll.add_argument("--steps", type=positive_int, required=True, help="model steps per forecast")
+    roll.add_argument(
+        "--init-times", type=timestamps, help="comma-separated initialization times, e.g. 2020-01-01T00,2020-01-02T00"
+    )
+    roll.add_argument("--start", type=timestamp, help="first initialization time (with --end)")
+    roll.add_argument("--end", type=timestamp, help="last initialization time, inclusive")
+    roll.add_argument(
+        "--every", type=positive_float, help="hours between initialization times (default: every store time)"
+    )
     roll.add_argument("--out", required=True, help="FORECAST.nc, or a .zarr directory with --format zarr")
     roll.add_argument("--format", choices=["netcdf", "zarr"], default="netcdf")
-    roll.add_argument("--batch-size", type=int, default=4, help="initialization times per batch")
-    roll.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    roll.add_argument("--batch-size", type=positive_int, default=4, help="initialization times per batch")
+    roll.add_argument("--device", type=device, default="cuda" if _cuda() else "cpu", help="cpu, cuda, cuda:1, ...")
     roll.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     roll.add_argument("--nan", choices=["fail", "write"], default="fail", help="on a non-finite forecast value")
     roll.add_argument(
@@ -167,15 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     score = commands.add_parser("evaluate", help="RMSE, ACC and bias per lead against persistence and climatology")
     evaluate.add_arguments(score)
     score.set_defaults(handler=evaluate.run)
-
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        sys.exit(2)
-    try:
-        args.handler(args)
-    except (ValueError, OSError) as error:  # bad input or paths: a message, not a traceback
-        parser.exit(2, f"s2forecast {args.command}: error: {error}\n")
+    return parser
 
 
 def _cuda() -> bool:

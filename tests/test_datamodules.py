@@ -282,7 +282,7 @@ def test_nan_policy(tmp_path):
     synthetic_store(path, Grid(5, 8), six_hourly(6), nan_at=(2, 1, 3))
     compute_stats(path, end="2020-01-01T06")
     spec = SampleSpec(("2m_temperature",), step_hours=6)
-    with pytest.raises(ValueError, match=r"2m_temperature has non-finite values at 2020-01-01T12:00"):
+    with pytest.raises(ValueError, match=r"2m_temperature has non-finite values at 2020-01-01T12 in "):
         FieldDataset(path, spec)[1]
     dataset = FieldDataset(path, spec, nan_policy="skip")
     with pytest.warns(UserWarning, match="skipping sample 1"):

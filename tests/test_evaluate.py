@@ -153,7 +153,7 @@ def test_missing_valid_times_are_reported(tmp_path, truth_path, truth_ds):
     forecast = perfect_forecast(truth_ds, leads=leads)
     filler = truth_ds.drop_vars("written").isel(time=0, drop=True)  # plausible values where truth is missing
     path = write_nc(forecast.fillna(filler), tmp_path / "forecast.nc")
-    with pytest.warns(MissingTruthWarning, match=r"\[72\] h have no truth"):
+    with pytest.warns(MissingTruthWarning, match=r"lead\(s\) 72 h have no truth"):
         metrics = evaluate(path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
     np.testing.assert_array_equal(metrics["n_init_times"].values, [4, 2, 0])
     for model in ("forecast", "persistence", "climatology"):

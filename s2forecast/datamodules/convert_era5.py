@@ -50,6 +50,7 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
+from s2forecast.arguments import nonnegative_int, positive_int
 from s2forecast.datamodules.plausibility import check_plausible
 from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.datamodules.writer import StoreWriter, lazy_empty
@@ -676,8 +677,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="variables to convert, WeatherBench2 or ECMWF short names (default: all found)",
     )
-    parser.add_argument("--levels", nargs="+", type=int, metavar="HPA", help="pressure levels to keep (default: all)")
-    parser.add_argument("--member", type=int, help="ensemble member (value of the 'number' dimension) to convert")
+    parser.add_argument(
+        "--levels", nargs="+", type=positive_int, metavar="HPA", help="pressure levels to keep (default: all)"
+    )
+    parser.add_argument(
+        "--member", type=nonnegative_int, help="ensemble member (value of the 'number' dimension) to convert"
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -685,7 +690,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--time-chunk",
-        type=int,
+        type=positive_int,
         default=DEFAULT_TIME_CHUNK,
         metavar="N",
         help=f"time steps written per slab, in parallel (default {DEFAULT_TIME_CHUNK})",

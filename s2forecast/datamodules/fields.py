@@ -22,6 +22,7 @@ from s2forecast.datamodules.stats import channel_names, load_stats
 from s2forecast.datamodules.store import STATIC_VARIABLES, describe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, rewritten_error
+from s2forecast.times import format_time, format_times
 
 NAN_POLICIES = ("fail", "skip")
 
@@ -204,12 +205,12 @@ class FieldDataset(torch.utils.data.Dataset):
             diffs = np.unique(np.diff(times[in_range])) if in_range.sum() > 1 else []
             spacing = [float(d / np.timedelta64(1, "h")) for d in diffs]
             first_missing = next(
-                (str(needed[i][~exists[i]][0]) for i in np.flatnonzero(in_range) if not exists[i].all()), None
+                (format_time(needed[i][~exists[i]][0]) for i in np.flatnonzero(in_range) if not exists[i].all()), None
             )
             raise ValueError(
                 f"no sample of {self.spec.history} input and {self.spec.rollout} target states "
-                f"{self.spec.step_hours:g} h apart in {self.path} between {lo} and {hi}: the time axis there has "
-                f"spacings {spacing} h"
+                f"{self.spec.step_hours:g} h apart in {self.path} between {format_time(lo)} and {format_time(hi)}: the "
+                f"time axis there has spacings {spacing} h"
                 + (f"; e.g. {first_missing} does not exist" if first_missing else "")
                 + ". Choose a step the axis has, or another time range."
             )
@@ -262,7 +263,8 @@ class FieldDataset(torch.utils.data.Dataset):
     def _raise_non_finite(self, states: np.ndarray, time_indices: np.ndarray) -> None:
         t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]
         channel = self.channels[c]
-        raise NonFiniteData(f"{channel} has non-finite values at {self.times[time_indices[t]]} in {self.path}")
+        when = format_time(self.times[time_indices[t]])
+        raise NonFiniteData(f"{channel} has non-finite values at {when} in {self.path}")
 
     def __getitem__(self, index: int) -> dict:
         for attempt in range(len(self)):
@@ -292,7 +294,10 @@ class FieldDataset(torch.utils.data.Dataset):
         position = np.searchsorted(self.times, times).clip(max=self.times.size - 1)
         missing = times[self.times[position] != times]
         if missing.size:
-            raise ValueError(f"times {missing.tolist()} are not in the store {self.path}")
+            raise ValueError(
+                f"time(s) {format_times(missing)} are not in the store {self.path} (it covers "
+                f"{format_time(self.times[0])} .. {format_time(self.times[-1])})"
+            )
         return position
 
     def normalized_states(self, time_indices: np.ndarray) -> np.ndarray:

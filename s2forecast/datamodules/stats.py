@@ -25,6 +25,7 @@ import zarr
 
 from s2forecast.datamodules.store import check_store_unchanged, describe, open_store
 from s2forecast.output import Output, written_by_s2forecast
+from s2forecast.times import format_time
 
 STATS_GROUP = "stats"
 STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
@@ -71,6 +72,11 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
     check_time_axis(times, path)
     lo, hi = _period(start, end, times, path)
     selected = times[(times >= lo) & (times <= hi)]
+    if selected.size == 0:
+        raise ValueError(
+            f"no times of {path} lie in [{format_time(lo)}, {format_time(hi)}]; the store covers "
+            f"{format_time(times[0])} .. {format_time(times[-1])}"
+        )
     step = _tendency_step(step_hours, times)
     pairs = selected[np.isin(selected + step, times) & (selected + step <= hi)]
     if "trajectory" in ds.coords:  # never difference across two trajectories

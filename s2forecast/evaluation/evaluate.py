@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.arguments import nonnegative_float, timestamp
 from s2forecast.datamodules.plausibility import check_plausible, has_canonical_units
 from s2forecast.datamodules.store import normalize_units
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
@@ -83,8 +84,9 @@ from s2forecast.output import (
     check_unchanged,
     file_sha256,
     netcdf_attributes,
-    zarr_attributes,
 )
+from s2forecast.times import format_times
+from s2forecast.user_errors import one_line
 
 METRICS = ("rmse", "acc", "bias")
 MODELS = ("forecast", "persistence", "climatology")
@@ -117,6 +119,40 @@ def _require_path(path, what: str) -> Path:
     return path
 
 
+NETCDF_SIGNATURES = (b"\x89HDF\r\n\x1a\n", b"CDF\x01", b"CDF\x02", b"CDF\x05")  # NetCDF4 (HDF5), NetCDF3
+ZARR_METADATA = ("zarr.json", ".zgroup", ".zmetadata")  # zarr 3, zarr 2
+
+
+def _check_readable(path: Path, what: str) -> None:
+    """ValueError naming ``path`` unless it looks like a NetCDF file or a zarr store (a directory).
+
+    Catches empty, text and other files, and directories that are not stores, before xarray
+    fails on them with messages that do not name the file.
+    """
+    if path.is_dir():
+        if not any((path / name).exists() for name in ZARR_METADATA):
+            raise ValueError(f"the {what} {path} is a directory but not a zarr store (no zarr.json or .zgroup in it)")
+        return
+    with open(path, "rb") as file:
+        head = file.read(8)
+    if not head:
+        raise ValueError(f"the {what} {path} is an empty file; write it again")
+    if path.suffix != ".zarr" and not head.startswith(NETCDF_SIGNATURES):
+        raise ValueError(f"the {what} {path} is not a NetCDF file (it starts with {head[:4]!r}); check the path")
+
+
+def _opened(open_fn, path: Path, what: str) -> xr.Dataset:
+    """``open_fn(path)``; a file that starts right but cannot be read (truncated, damaged) is a
+    ValueError naming it."""
+    try:
+        return open_fn(path)
+    except OSError as error:
+        if isinstance(error, FileNotFoundError | PermissionError | IsADirectoryError):
+            raise
+        reason = error.strerror or one_line(str(error))  # netCDF4: "NetCDF: HDF error"
+        raise ValueError(f"cannot read the {what} {path} ({reason}): is it truncated or damaged?") from error
+
+
 def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     """Open a forecast lazily (NetCDF: dask chunks of one init time; zarr: its own chunks).
 
@@ -135,18 +171,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
         forecast = source
     else:
         path = _require_path(source, "forecast")
-        if path.is_dir() or path.suffix == ".zarr":
-            if zarr_attributes(path) is None:
-                raise ValueError(
-                    f"forecast {path} is not a zarr store (no zarr.json or .zgroup metadata) nor a NetCDF file; pass "
-                    "the file written by s2forecast rollout"
-                )
-            try:
-                forecast = xr.open_zarr(path, consolidated=True)
-            except (KeyError, ValueError, FileNotFoundError):
-                forecast = xr.open_zarr(path, consolidated=False)
-        else:
-            forecast = xr.open_dataset(path, chunks={INIT_DIM: 1})
+        _check_readable(path, "forecast")
+        forecast = _opened(_open_forecast_file, path, "forecast")
     forecast = forecast.drop_vars("valid_time", errors="ignore")
     check_forecast_layout(forecast)
     if not forecast.indexes[INIT_DIM].is_unique:
@@ -167,6 +193,15 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     if not forecast.indexes[LEAD_DIM].is_unique:
         raise ValueError("forecast 'prediction_timedelta' has duplicate values; drop them")
     return forecast
+
+
+def _open_forecast_file(path: Path) -> xr.Dataset:
+    if path.is_dir() or path.suffix == ".zarr":
+        try:
+            return xr.open_zarr(path, consolidated=True)
+        except (KeyError, ValueError, FileNotFoundError):
+            return xr.open_zarr(path, consolidated=False)
+    return xr.open_dataset(path, chunks={INIT_DIM: 1})
 
 
 def open_truth(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
@@ -302,6 +337,8 @@ def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
             values.append(pd.to_timedelta(float(lead), unit="h"))
         else:
             raise ValueError(f"map lead {lead!r} is neither hours (a number), a string like '24h' nor a timedelta")
+        if pd.isna(values[-1]):
+            raise ValueError(f"map lead {lead!r} is not a lead time; give hours such as 24")
     wanted = np.asarray(pd.TimedeltaIndex(values).values).astype("timedelta64[ns]").astype(np.int64)
     have = np.asarray(available).astype("timedelta64[ns]").astype(np.int64)
     absent = [w for w in wanted if w not in set(have.tolist())]
@@ -407,7 +444,8 @@ def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tup
         clim, where = validate_climatology(source), "<in-memory Dataset>"
     else:
         path = _require_path(source, "climatology")
-        clim, where = open_climatology(path), str(path.resolve())
+        _check_readable(path, "climatology")
+        clim, where = _opened(open_climatology, path, "climatology"), str(path.resolve())
     _check_variables(forecast, clim, variables, "climatology", where)
     _check_grid(forecast, clim, "climatology", where)
     _check_units(forecast, clim, variables, "climatology", where)
@@ -427,22 +465,31 @@ def _missing_truth(init_times: np.ndarray, leads: np.ndarray, truth_times: np.nd
     if not available.all():
         empty = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if n == 0]
         partial = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if 0 < n < init_times.size]
+        effects = []  # only the kinds that occur: never "lead(s) [] h"
+        if empty:
+            effects.append(f"lead(s) {_hours_list(empty)} h have no truth at all (metrics NaN, n_init_times 0)")
+        if partial:
+            effects.append(f"lead(s) {_hours_list(partial)} h average over fewer init times")
         warnings.warn(
             f"the truth {truth_name} has no data at {int((~available).sum())} of {available.size} (init time, lead) "
-            f"valid times: lead(s) {empty} h have no truth at all (metrics NaN, n_init_times 0); lead(s) {partial} h "
-            "average over fewer init times; see 'n_init_times' in the metrics file",
+            f"valid times: {'; '.join(effects)}; see 'n_init_times' in the metrics file",
             MissingTruthWarning,
             stacklevel=3,
         )
     absent_init = ~np.isin(init_times, truth_times)
     if absent_init.any():
         warnings.warn(
-            f"{int(absent_init.sum())} init time(s) (e.g. {init_times[absent_init][0]}) are not in the truth "
-            f"{truth_name}: persistence is NaN for every lead",
+            f"{int(absent_init.sum())} init time(s) ({format_times(init_times[absent_init], limit=3)}) are not in the "
+            f"truth {truth_name}: persistence is NaN for every lead",
             MissingTruthWarning,
             stacklevel=3,
         )
     return counts
+
+
+def _hours_list(hours: list, limit: int = 8) -> str:
+    shown = ", ".join(str(h) for h in hours[:limit])
+    return shown if len(hours) <= limit else f"{shown} and {len(hours) - limit} more"
 
 
 def _blocks(n: int, per_item_bytes: int) -> list[slice]:
@@ -875,15 +922,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "climatology zarr (default: computed from the truth store)",
     )
     parser.add_argument(
-        "--climatology-start", metavar="DATE", help="first truth time of a computed climatology (default: the first)"
+        "--climatology-start",
+        type=timestamp,
+        metavar="DATE",
+        help="first truth time of a computed climatology (default: the first)",
     )
     parser.add_argument(
-        "--climatology-end", metavar="DATE", help="last truth time of a computed climatology, inclusive"
+        "--climatology-end", type=timestamp, metavar="DATE", help="last truth time of a computed climatology, inclusive"
     )
     parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
     parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
     parser.add_argument(
-        "--map-leads", nargs="+", type=float, metavar="HOURS", help="leads of the map panels (default: first and last)"
+        "--map-leads",
+        nargs="+",
+        type=nonnegative_float,
+        metavar="HOURS",
+        help="leads of the map panels (default: first and last)",
     )
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
     parser.add_argument(

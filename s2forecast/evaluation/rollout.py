@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from s2forecast import __version__
@@ -26,6 +25,7 @@ from s2forecast.datamodules.fields import FieldDataset, SampleSpec
 from s2forecast.datamodules.forcings import forcing_names
 from s2forecast.datamodules.store import VARIABLES, cf_attributes
 from s2forecast.output import Output, check_unchanged, file_sha256
+from s2forecast.times import format_time, parse_time
 from s2forecast.training.checkpoints import read_checkpoint
 from s2forecast.training.forecast_module import ForecastModule
 
@@ -108,17 +108,34 @@ def open_inputs(model: ForecastModule, store: str | Path, other_grid: bool = Fal
 
 
 def init_times_from(times=None, start=None, end=None, every_hours=None, available=None) -> np.ndarray:
-    """Explicit initialization times, or every ``every_hours`` from start to end (inclusive)."""
+    """Explicit initialization times, or every ``every_hours`` from start to end (inclusive).
+
+    Args:
+        times: explicit times (strings or datetime64); take precedence over start/end.
+        start, end: inclusive range; with ``every_hours`` None, the ``available`` times in it.
+        every_hours: hours between initialization times (> 0).
+        available: (n,) datetime64[ns] times of the store.
+
+    Raises:
+        ValueError: a time that is not a time, start or end missing, or ``every_hours`` <= 0.
+    """
     if times:
-        return np.array([np.datetime64(pd.Timestamp(t), "ns") for t in times])
+        return np.array([parse_time(t, "initialization time") for t in times])
     if start is None or end is None:
         raise ValueError("give --init-times, or --start and --end (and optionally --every)")
-    lo, hi = np.datetime64(pd.Timestamp(start), "ns"), np.datetime64(pd.Timestamp(end), "ns")
+    lo, hi = parse_time(start, "--start"), parse_time(end, "--end")
+    if hi < lo:
+        raise ValueError(f"--end {format_time(hi)} is before --start {format_time(lo)}; swap them")
     if every_hours is None:
-        return available[(available >= lo) & (available <= hi)]
-    return np.arange(lo, hi + np.timedelta64(1, "ns"), np.timedelta64(int(every_hours * 3600), "s")).astype(
-        "datetime64[ns]"
-    )
+        selected = available[(available >= lo) & (available <= hi)]
+        if selected.size == 0:
+            covers = f"{format_time(available[0])} .. {format_time(available[-1])}" if len(available) else "no time"
+            raise ValueError(f"no store time lies in [{format_time(lo)}, {format_time(hi)}]; the store covers {covers}")
+        return selected
+    step = np.timedelta64(int(round(every_hours * 3600)), "s")
+    if not every_hours > 0 or step < np.timedelta64(1, "s"):
+        raise ValueError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
+    return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
 
 
 def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps: int) -> dict:
@@ -130,7 +147,9 @@ def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps
         try:
             states.append(dataset.normalized_states(dataset.time_indices(t0 + offsets)))
         except ValueError as error:
-            raise ValueError(f"initialization time {t0} needs inputs that are not in the store: {error}") from None
+            raise ValueError(
+                f"initialization time {format_time(t0)} needs inputs that are not in the store: {error}"
+            ) from None
     lead_offsets = np.arange(-(history - 1), steps + 1) * dataset.step
     static = dataset.static_fields()
     return {
@@ -287,6 +306,8 @@ def rollout(
         raise ValueError(f"format must be 'netcdf' or 'zarr', got {fmt!r}")
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if len(init_times) == 0:
         raise ValueError("no initialization times selected")
     output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, store), overwrite=overwrite)
@@ -346,7 +367,7 @@ def _rollout(checkpoint, store, steps, init_times, output, fmt, batch_size, devi
                     if bad.any():
                         b, c = np.argwhere(bad)[0]
                         lead = leads[k] / np.timedelta64(1, "h")
-                        where = f"init {times[b]}, step {k + 1} (+{lead:g} h), {info['channels'][c]}"
+                        where = f"init {format_time(times[b])}, step {k + 1} (+{lead:g} h), {info['channels'][c]}"
                         if nan_policy == "fail":
                             raise ValueError(f"non-finite forecast at {where}; pass --nan write to keep going")
                         nonfinite.append(where)

@@ -135,6 +135,11 @@ class Grid:
             raise ValueError(f"need at least 2 latitudes and 1 longitude, got {nlat} and {nlon}")
         if not np.all(np.isfinite(lat)) or not np.all(np.isfinite(lon)):
             raise ValueError("latitude/longitude coordinates contain NaN or infinite values")
+        if radians := _radian_coordinates(lat, lon):
+            raise ValueError(
+                f"{radians} look like radians (latitudes {lat.min():.4g} .. {lat.max():.4g}, longitudes "
+                f"{lon.min():.4g} .. {lon.max():.4g}); s2forecast expects degrees: convert with np.degrees"
+            )
         if np.abs(lat).max() > 90.0 + 1e-6:
             raise ValueError(f"latitudes must be in degrees within [-90, 90], got max |lat| = {np.abs(lat).max():g}")
 
@@ -167,8 +172,6 @@ class Grid:
 
         north, south = descending[0], descending[-1]
         steps = -np.diff(descending)
-        if abs(north - math.pi / 2) < 1e-3 and abs(south + math.pi / 2) < 1e-3:
-            raise ValueError(f"latitudes span {south:g} to {north:g}: they look like radians; pass degrees")
         if north < 90.0 - 2.0 * steps.max() or south > -90.0 + 2.0 * steps.max():
             raise ValueError(f"regional grid: latitudes span {south:g} to {north:g} deg; s2forecast needs global grids")
         if np.allclose(steps, steps[0], rtol=1e-6):
@@ -181,3 +184,22 @@ class Grid:
             f"irregular latitudes: spacing varies from {steps.min():g} to {steps.max():g} deg and does not match "
             "Gauss-Legendre latitudes; supported kinds are " + ", ".join(GRID_KINDS)
         )
+
+
+def _radian_coordinates(lat: np.ndarray, lon: np.ndarray) -> str:
+    """Which of the coordinates are global in radians ("latitude/longitude", "latitudes",
+    "longitudes" or ""): latitudes within +-pi/2 spanning at least pi/2, longitudes evenly
+    spaced 2 pi / nlon within [-pi, 2 pi]. (In degrees such latitudes would be a 3-degree band,
+    which s2forecast could not use either.)"""
+    eps = 1e-6
+    lat_radians = np.abs(lat).max() <= math.pi / 2 + eps and lat.max() - lat.min() >= math.pi / 2
+    step = 2 * math.pi / lon.size
+    lon_radians = (
+        lon.size > 2
+        and lon.min() >= -math.pi - eps
+        and lon.max() <= 2 * math.pi + eps
+        and np.allclose(np.diff(lon), step, rtol=1e-3, atol=0.0)
+    )
+    if lat_radians and lon_radians:
+        return "latitude/longitude"
+    return "latitudes" if lat_radians else "longitudes" if lon_radians else ""

@@ -17,8 +17,9 @@ Resuming is exact, mid-epoch included (``s2forecast.datamodules.datamodule.Resum
 """
 
 import sys
+from argparse import ArgumentError
 
-from jsonargparse import lazy_instance
+from jsonargparse import Namespace, lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import CSVLogger
@@ -26,10 +27,12 @@ from pytorch_lightning.strategies import Strategy
 
 from s2forecast.datamodules import FieldDataModule
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
+from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.forecast_module import ForecastModule, data_info
 
 COMMANDS = ("fit", "validate", "test", "predict")
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
+JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link", "Does not validate against any of the Union subtypes")
 
 
 class ForecastCLI(LightningCLI):
@@ -41,6 +44,37 @@ class ForecastCLI(LightningCLI):
         """Lightning's subcommands without their ``weights_only`` argument: checkpoints are
         always read weights-only."""
         return {name: skip | {"weights_only"} for name, skip in LightningCLI.subcommands().items()}
+
+    def parse_arguments(self, parser, args) -> None:
+        """Parse ``args`` into ``self.config``; a configuration error becomes a one-line ConfigError
+        (the parsers are built with ``exit_on_error=False``, so jsonargparse raises instead of
+        printing the usage and a many-line message)."""
+        if isinstance(args, dict | Namespace):
+            return super().parse_arguments(parser, args)
+        args = sys.argv[1:] if args is None else list(args)
+        try:
+            self.config = parser.parse_args(args)
+        except ArgumentError as error:
+            subparser = self._subcommand_parsers.get(args[0], parser) if args else parser
+            keys = [action.dest for action in subparser._actions]
+            raise config_error(str(error), keys, args) from error
+        except UnicodeDecodeError as error:  # a binary file given as --config
+            problems = [problem for problem in map(yaml_problem, config_files(args)) if problem]
+            raise ConfigError(problems[0] if problems else f"a --config file is not UTF-8 text: {error}") from error
+
+    def instantiate_classes(self) -> None:
+        """Build the objects. What a constructor or ``data_info`` raises (e.g. for a store that does
+        not exist) is reported as itself: jsonargparse wraps it in "Call to compute_fn of link ..."
+        or "Does not validate against any of the Union subtypes" with the whole configuration."""
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            cause = error
+            while cause.__cause__ is not None and str(cause).startswith(JSONARGPARSE_WRAPPERS):
+                cause = cause.__cause__
+            if cause is error:
+                raise
+            raise cause from None
 
     def _parse_ckpt_path(self) -> None:
         """Lightning's reading of the model's hyper-parameters from ``--ckpt_path`` before the
@@ -93,13 +127,20 @@ def trainer_defaults() -> dict:
 
 
 def run(argv: list[str]) -> None:
-    """Run a Lightning subcommand; ``argv`` starts with one of ``COMMANDS``."""
+    """Run a Lightning subcommand; ``argv`` starts with one of ``COMMANDS``.
+
+    Raises:
+        ConfigError: a configuration error (unknown key, wrong type, bad class_path, missing
+            key, missing or invalid YAML file), in one line.
+    """
+    no_exit = {"exit_on_error": False}  # raise, so that `s2forecast` can report one line
     ForecastCLI(
         ForecastModule,
         FieldDataModule,
         subclass_mode_data=True,
-        args=None if argv == sys.argv[1:] else argv,  # LightningCLI warns when both are given
+        args=argv,
         trainer_defaults=trainer_defaults(),
         seed_everything_default=0,
         save_config_kwargs={"overwrite": True},
+        parser_kwargs={"prog": "s2forecast", **no_exit, **{command: dict(no_exit) for command in COMMANDS}},
     )

@@ -1,0 +1,67 @@
+"""argparse types of the ``s2forecast`` command: checked counts, sizes, times and devices.
+
+Each type raises ``argparse.ArgumentTypeError``, which argparse reports in one line naming
+the option and the value, e.g. ``argument --batch-size: must be an integer >= 1, got '0'``.
+"""
+
+import argparse
+import math
+
+from s2forecast.times import EXAMPLE, format_time, parse_time
+
+
+def _number(kind, minimum, strict: bool, what: str):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not math.isfinite(value) or not (value > minimum if strict else value >= minimum):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return convert
+
+
+positive_int = _number(int, 1, False, "an integer >= 1")
+nonnegative_int = _number(int, 0, False, "an integer >= 0")
+positive_float = _number(float, 0.0, True, "a number > 0")
+nonnegative_float = _number(float, 0.0, False, "a number >= 0")
+
+
+def timestamp(text: str) -> str:
+    """A time, returned in the short ISO form (``2020-01-01T06``, UTC) that every reader parses."""
+    try:
+        return format_time(parse_time(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time; write it as YYYY-MM-DD or YYYY-MM-DDTHH, e.g. {EXAMPLE}"
+        ) from None
+
+
+def timestamps(text: str) -> list[str]:
+    """Comma-separated times (``2020-01-01T00,2020-01-02T00``)."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated times such as {EXAMPLE},2020-01-02T06")
+    return [timestamp(value) for value in values]
+
+
+def device(text: str) -> str:
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
+    import torch
+
+    try:
+        parsed = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu or cuda (cuda:0, cuda:1, ...)") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has no CUDA device; use --device cpu")
+        if parsed.index is not None and parsed.index >= count:
+            devices = f"cuda:0..cuda:{count - 1}"
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA device(s), {devices}")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available here; use --device cpu")
+    return text

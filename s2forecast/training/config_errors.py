@@ -1,0 +1,290 @@
+"""One-line messages for configuration errors of ``s2forecast fit | validate | test | predict``.
+
+jsonargparse reports a bad configuration in many lines: the usage, every subtype of a union
+with why each failed, nested class_path problems and the whole value given. ``config_error``
+reduces such a message to the offending key and its fix, e.g.::
+
+    unknown key 'model.warmup_stpes' in run.yaml; did you mean 'model.warmup_steps'?
+    model.warmup_steps: expected int, got 'abc' (in run.yaml)
+    data.class_path 'SWEDatamodule' is not a FieldDataModule that can be imported; did you mean ...?
+    data.init_args.store is required: add it to the config or pass --data.init_args.store
+    invalid YAML in run.yaml: did not find expected ',' or ']' (line 3, column 1)
+
+It works on the text of jsonargparse's messages (4.x), and falls back to their first line.
+"""
+
+import difflib
+import importlib
+import inspect
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from s2forecast.user_errors import one_line
+
+MAX_LISTED = 12
+
+
+class ConfigError(ValueError):
+    """A configuration error, in one line naming the key and the fix."""
+
+
+def config_error(message: str, keys: list[str], args: list[str]) -> ConfigError:
+    """The ConfigError for jsonargparse's error ``message``.
+
+    Args:
+        message: jsonargparse's message (``str`` of its ``ArgumentError``).
+        keys: the dotted keys the subcommand accepts (``model.lr``, ``trainer.max_epochs``, ...).
+        args: the command-line arguments (to find the ``--config`` files).
+    """
+    return ConfigError(_Reducer(keys, args).reduce(message))
+
+
+def config_files(args: list[str]) -> list[Path]:
+    """The files given with ``-c/--config`` in ``args``, in order."""
+    files = []
+    for i, arg in enumerate(args):
+        if arg in ("-c", "--config") and i + 1 < len(args):
+            files.append(Path(args[i + 1]))
+        elif arg.startswith("--config="):
+            files.append(Path(arg.split("=", 1)[1]))
+    return files
+
+
+def yaml_problem(path: Path) -> str | None:
+    """Why ``path`` is not a YAML mapping (or None when it is one)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        return f"config file {path} is not a text YAML file (byte {error.start} is not UTF-8)"
+    except OSError:
+        return None  # jsonargparse reports missing files itself
+    try:
+        content = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or one_line(str(error))
+        return f"invalid YAML in {path}: {problem}{where}"
+    if not isinstance(content, dict):
+        kind = "empty" if content is None else f"a {type(content).__name__}"
+        return f"config file {path} is {kind}, not a YAML mapping of options such as 'trainer:', 'model:', 'data:'"
+    return None
+
+
+class _Reducer:
+    def __init__(self, keys: list[str], args: list[str]):
+        self.keys = sorted({key for key in keys if key != "help" and not key.endswith(".help")})
+        self.args = args
+        self.configs = config_files(args)
+
+    def reduce(self, message: str) -> str:
+        text = message.strip()
+        first = one_line(text)
+        if match := re.match(r"Subcommand '\w+' does not accept option '([^']+)'", first):
+            return self.unknown_key(match[1], self.keys)
+        if match := re.match(r"unrecognized arguments: (\S+)", first):
+            return self.unknown_option(match[1])
+        if first.startswith(("Problems parsing config", "Unexpected config")):
+            for path in self.configs:
+                if problem := yaml_problem(path):
+                    return problem
+            return one_line(text.replace("Problems parsing config:", "cannot parse a config value:"))
+        if match := re.match(r'Parser key "([^"]+)":(.*)', text, re.S):
+            return self.key_problem(match[1], _block(match[2]))
+        if match := re.match(r"the following arguments are required: (.*)", first):
+            names = [re.sub(r"^(fit|validate|test|predict)\.", "", name.strip()) for name in match[1].split(",")]
+            return f"{', '.join(names)} is required: give a config with --config CONFIG.yaml or pass --{names[0]}"
+        return first
+
+    # --- kinds of problems ---------------------------------------------------------------------
+    def key_problem(self, key: str, body: str) -> str:
+        if key == "config":
+            if match := re.match(r"(File does not exist|Path is not a file): '([^']*)'", body):
+                what = "does not exist" if match[1].startswith("File") else "is not a file"
+                return f"config file {match[2]} {what}; check the --config path"
+            return f"--config: {one_line(body)}"
+        if body.startswith("Does not validate against any of the Union subtypes"):
+            return self.union_problem(key, body)
+        if match := re.match(r"Expected a <class '([\w.]+)'>\. Got value: (.*)", body, re.S):
+            return self.wrong_type(key, [match[1]], match[2])
+        if match := re.match(r"the following arguments are required: (.*)", body):
+            return self.missing(key, match[1])
+        return f"{key}: {one_line(body)}{self.location(key)}"
+
+    def union_problem(self, key: str, body: str) -> str:
+        items = _union_items(body)
+        for item in items:
+            if match := re.match(r"Problem with given class_path '([^']*)':(.*)", item, re.S):
+                return self.class_problem(key, match[1], _block(match[2]), _base_class(body))
+        for item in items:
+            if match := re.match(r"Expected a dot import path string: (.*)", item):
+                return self.bad_class(key, match[1].strip(), _base_class(body))
+        expected = [t for item in items for t in re.findall(r"Expected a <class '([\w.]+)'>", item) if t != "NoneType"]
+        given = re.search(r"^\s*Given value: (.*)$", body, re.M)
+        if expected:
+            return self.wrong_type(key, expected, given[1] if given else "?")
+        return f"{key}: {one_line(items[0]) if items else one_line(body)}{self.location(key)}"
+
+    def class_problem(self, key: str, class_path: str, body: str, base: type | None) -> str:
+        init_key = f"{key}.init_args"
+        if match := re.match(r"Option '([^']+)' is not accepted", body):
+            return self.unknown_key(f"{init_key}.{match[1]}", [f"{init_key}.{name}" for name in _init_args(class_path)])
+        if match := re.match(r'Parser key "([^"]+)":(.*)', body, re.S):
+            return self.key_problem(f"{init_key}.{match[1]}", _block(match[2]))
+        if match := re.match(r"the following arguments are required: (.*)", body):
+            return self.missing(init_key, match[1])
+        if re.search(r"No module named|has no attribute|does not correspond|not a subclass|Import path", body):
+            return self.bad_class(key, class_path, base)
+        return f"{key} ({class_path}): {one_line(body)}{self.location(key)}"
+
+    def unknown_key(self, key: str, candidates: list[str]) -> str:
+        where = self.location(key)
+        if not where:  # not in a config file: it came from the command line
+            return f"unknown option --{key}; {self.suggestion(key, candidates, prefix='--')}"
+        return f"unknown key {key!r}{where}; {self.suggestion(key, candidates)}"
+
+    def unknown_option(self, option: str) -> str:
+        key = option.lstrip("-").split("=", 1)[0]
+        return f"unknown option {option}; {self.suggestion(key, self.keys, prefix='--')}"
+
+    def wrong_type(self, key: str, expected: list[str], given: str) -> str:
+        given = given.strip()
+        shown = given if len(given) <= 60 else given[:57] + "..."
+        return f"{key}: expected {' or '.join(dict.fromkeys(expected))}, got {shown!r}{self.location(key, ' (in {})')}"
+
+    def missing(self, key: str, names: str) -> str:
+        names = [name.strip() for name in names.split(",")]
+        missing = ", ".join(f"{key}.{name}" for name in names)
+        return f"{missing} is required: add it to the config or pass --{key}.{names[0]}"
+
+    def bad_class(self, key: str, class_path: str, base: type | None) -> str:
+        choices = _subclass_paths(base) if base is not None else []
+        what = f"a {base.__name__}" if base is not None else "a class"
+        message = f"{key}.class_path {class_path!r} is not {what} that can be imported"
+        if not choices:
+            return message + "; give the full import path of the class"
+        close = difflib.get_close_matches(class_path, choices, n=1, cutoff=0.6)
+        close = close or difflib.get_close_matches(
+            class_path.rsplit(".", 1)[-1], [c.rsplit(".", 1)[-1] for c in choices], n=1, cutoff=0.6
+        )
+        close = [c for c in choices if c.endswith("." + close[0]) or c == close[0]][:1] if close else []
+        listed = ", ".join(choices[:MAX_LISTED])
+        return message + (f"; did you mean {close[0]!r}?" if close else f"; use one of {listed}")
+
+    # --- helpers -----------------------------------------------------------------------------------
+    def suggestion(self, key: str, candidates: list[str], prefix: str = "") -> str:
+        """'did you mean ...?' with the closest of ``candidates``, else the valid keys beside ``key``."""
+        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+        if close:
+            return f"did you mean '{prefix}{close[0]}'?"
+        section, _, _ = key.rpartition(".")
+        siblings = [c.rpartition(".")[2] for c in candidates if c.rpartition(".")[0] == section]
+        if section and siblings:
+            shown = ", ".join(siblings[:MAX_LISTED]) + (", ..." if len(siblings) > MAX_LISTED else "")
+            return f"valid keys under {section!r}: {shown}"
+        return f"valid top-level keys: {', '.join(sorted({c.split('.')[0] for c in candidates}))}"
+
+    def location(self, key: str, form: str = " in {}") -> str:
+        """`` in FILE`` for the last config file that sets ``key``; '' when the command line sets it."""
+        options = {f"--{key}", f"--{key.replace('.init_args.', '.')}"}
+        if any(arg.split("=", 1)[0] in options for arg in self.args):
+            return ""
+        for path in reversed(self.configs):
+            try:
+                content = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            if _has_key(content, key.split(".")):
+                return form.format(path)
+        return ""
+
+
+def _block(text: str) -> str:
+    """The text after ``Header:``: the rest of its line and the indented lines below, dedented."""
+    first, _, rest = text.partition("\n")
+    return (first.strip() + "\n" + inspect.cleandoc(rest)).strip() if rest.strip() else first.strip()
+
+
+def _union_items(body: str) -> list[str]:
+    """The ``- ...`` entries under ``Errors:`` of a union message, each dedented (with its own lines)."""
+    lines = body.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Errors:") + 1
+    except StopIteration:
+        return []
+    indent = len(lines[start]) - len(lines[start].lstrip()) if start < len(lines) else 0
+    items: list[list[str]] = []
+    for line in lines[start:]:
+        stripped = line.lstrip()
+        depth = len(line) - len(stripped)
+        if depth < indent and stripped:
+            break
+        if depth == indent and stripped.startswith("- "):
+            items.append([stripped[2:]])
+        elif items:
+            items[-1].append(line)
+    return [item[0] + ("\n" + inspect.cleandoc("\n".join(item[1:])) if len(item) > 1 else "") for item in items]
+
+
+def _base_class(body: str) -> type | None:
+    match = re.search(r"Subtypes: \[<class '([\w.]+)'>", body)
+    return _import(match[1]) if match else None
+
+
+def _import(path: str):
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _subclass_paths(base: type) -> list[str]:
+    """Import paths of the loaded non-private subclasses of ``base`` (``base`` itself if it has none)."""
+    found, todo = [], list(base.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        if not cls.__name__.startswith("_") and "Dummy" not in cls.__name__:
+            found.append(_public_path(cls))
+    return sorted(dict.fromkeys(found)) or [_public_path(base)]
+
+
+def _public_path(cls: type) -> str:
+    """The shortest import path of ``cls`` (``s2forecast.datamodules.SWEDataModule``)."""
+    parts = cls.__module__.split(".")
+    for n in range(1, len(parts) + 1):
+        module = sys.modules.get(".".join(parts[:n]))
+        if module is not None and getattr(module, cls.__name__, None) is cls:
+            return f"{'.'.join(parts[:n])}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _init_args(class_path: str) -> list[str]:
+    """The constructor arguments jsonargparse accepts for the class at ``class_path``."""
+    cls = _import(class_path)
+    if cls is None:
+        return []
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    try:
+        parser.add_class_arguments(cls, fail_untyped=False)
+    except Exception:  # noqa: BLE001 - only for a suggestion; the message stands without it
+        return list(inspect.signature(cls).parameters)
+    return [action.dest for action in parser._actions if action.dest != "help" and not action.dest.endswith(".help")]
+
+
+def _has_key(content, parts: list[str]) -> bool:
+    """Whether the nested mapping ``content`` has the dotted key (``init_args`` may be left out)."""
+    if not parts:
+        return True
+    if not isinstance(content, dict):
+        return False
+    head, rest = parts[0], parts[1:]
+    if head in content and _has_key(content[head], rest):
+        return True
+    return head == "init_args" and _has_key(content, rest)

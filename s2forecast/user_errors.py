@@ -1,0 +1,137 @@
+"""Which exceptions are the user's, and the one line the ``s2forecast`` command prints for them.
+
+User errors (``s2forecast COMMAND: error: <one line>``, exit status 2; ``--debug`` also
+prints the traceback):
+
+- ``ValueError`` and ``OSError`` (``FileNotFoundError``, ``PermissionError``,
+  ``IsADirectoryError``, ...): the package's convention for bad values, paths and files.
+  zarr's "not a store" errors are both; fit/validate/test/predict's configuration errors
+  arrive as ``s2forecast.training.config_errors.ConfigError``, a ``ValueError``;
+- Lightning's ``MisconfigurationException`` and argparse's ``ArgumentError``: bad options;
+- ``FloatingPointError``: a computation the user's settings make diverge (the SWE solver);
+- running out of memory (``MemoryError``, torch's ``OutOfMemoryError`` or allocator error):
+  a smaller grid or batch fixes it;
+- files that cannot be decoded: ``EOFError``, ``pickle.UnpicklingError`` (also torch's
+  refusal to load code from a checkpoint), what torch's checkpoint loader raises on garbage
+  (``KeyError``, ``IndexError``, ``RuntimeError``, ``struct.error``), and ``KeyError`` or
+  ``RuntimeError`` raised inside a library while it reads a file or looks data up in it
+  (``READERS``: zarr, numcodecs, netCDF4, h5py, xarray, pandas, ...).
+
+Everything else is a programming error and keeps its traceback: ``TypeError``,
+``AttributeError``, ``AssertionError``, ``IndexError``, a ``KeyError`` or ``RuntimeError``
+raised by s2forecast itself or by torch's computations, ...
+"""
+
+import argparse
+import pickle
+import re
+import struct
+
+# where an error means "this file is not what it should be": torch's checkpoint loader on garbage,
+# and a KeyError / RuntimeError of the libraries that read data files
+CHECKPOINT_READERS = ("torch.serialization", "torch._weights_only_unpickler", "pickle", "_pickle")
+CHECKPOINT_GARBAGE = (LookupError, RuntimeError, EOFError, struct.error)
+READERS = ("zarr", "numcodecs", "netCDF4", "h5py", "h5netcdf", "xarray", "pandas", "cfgrib", "gribapi", "eccodes")
+USER_ERRORS = (ValueError, OSError, argparse.ArgumentError, FloatingPointError)
+
+# third-party messages that do not say what is wrong, and what to say instead
+XARRAY_NO_BACKEND = re.compile(r"did not find a match in any of xarray's currently installed IO backends.*", re.S)
+NOT_READABLE = "not a NetCDF or zarr file (empty, truncated, or another format)"
+
+
+def user_error_message(error: BaseException) -> str | None:
+    """One line describing ``error`` if it is a user error (module docstring), else None."""
+    kind = type(error).__name__
+    if isinstance(error, pickle.UnpicklingError):
+        return _unpickling_message(error)
+    if isinstance(error, LookupError | RuntimeError | EOFError | struct.error) and _raised_in(
+        error, CHECKPOINT_READERS
+    ):
+        reason = one_line(_text(error)) or "unexpected end of file"
+        return f"not a readable checkpoint ({kind}: {reason}): is the file truncated, or not a checkpoint?"
+    if isinstance(error, EOFError):
+        return f"unexpected end of a file ({one_line(str(error)) or kind}): is an input empty or truncated?"
+    if memory := _out_of_memory_message(error):
+        return memory
+    if _is_misconfiguration(error) or isinstance(error, USER_ERRORS):
+        return _known_message(error) or one_line(_text(error)) or kind
+    if isinstance(error, KeyError | RuntimeError) and _raised_in(error, READERS):
+        reason = one_line(_text(error)) or kind
+        return f"cannot read the input data ({kind}: {reason}): is a file truncated, damaged or of another kind?"
+    return None
+
+
+def one_line(message: str) -> str:
+    """The first line of ``message`` (and the next one when the first only introduces it)."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
+def _text(error: BaseException) -> str:
+    # str(KeyError('x')) is "'x'": show the message itself
+    if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        return error.args[0]
+    return str(error)
+
+
+def _known_message(error: BaseException) -> str | None:
+    """Clearer words for third-party messages that do not say what is wrong."""
+    text = _text(error)
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if "GroupNotFoundError" in names or "NodeNotFoundError" in names:
+        match = re.search(r"store '(?:file://)?([^']*)'", text)
+        where = match.group(1) if match else "the path"
+        return f"{where} is not a zarr store (no zarr group metadata in it); check the path"
+    if "ContainsArrayError" in names:
+        match = re.search(r"store (?:file://)?(\S+)", text)
+        where = match.group(1) if match else "the path"
+        return f"{where} is a single zarr array, not a store of variables; check the path"
+    if XARRAY_NO_BACKEND.search(text):
+        return one_line(XARRAY_NO_BACKEND.sub(NOT_READABLE, text))
+    if "JSONDecodeError" in names and _raised_in(error, ("zarr",), innermost=False):
+        return f"a zarr metadata file is not valid JSON ({one_line(text)}): the store is damaged or not a zarr store"
+    return None
+
+
+def _unpickling_message(error: BaseException) -> str:
+    # torch's message suggests weights_only=False, i.e. running code from the file: never pass that on
+    match = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\n|$)", str(error), re.S)
+    reason = one_line(match.group(1)) if match else one_line(str(error))
+    return (
+        f"not a checkpoint that loads safely ({reason}); s2forecast loads only tensors and plain values from a "
+        "checkpoint, never code"
+    )
+
+
+def _out_of_memory_message(error: BaseException) -> str | None:
+    """One line for running out of (CPU or GPU) memory, which a smaller problem fixes."""
+    text = str(error)
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if not ("OutOfMemoryError" in names or isinstance(error, MemoryError) or "can't allocate memory" in text):
+        return None
+    match = re.search(r"(?:tried to allocate|Tried to allocate) ([\d.]+) ?(bytes|[KMGT]i?B)", text)
+    size = ""
+    if match:
+        amount = float(match[1]) / (2**30 if match[2] == "bytes" else 1)
+        size = f" ({amount:.3g} GiB requested)" if match[2] == "bytes" else f" ({match[1]} {match[2]} requested)"
+    return f"out of memory{size}: use a smaller grid, batch size or model"
+
+
+def _is_misconfiguration(error: BaseException) -> bool:
+    return any(cls.__name__ == "MisconfigurationException" for cls in type(error).__mro__)
+
+
+def _raised_in(error: BaseException, modules: tuple[str, ...], innermost: bool = True) -> bool:
+    """Whether the innermost frame of ``error``'s traceback (any frame unless ``innermost``) is in
+    one of ``modules`` or their submodules."""
+    names = []
+    tb = error.__traceback__
+    while tb is not None:
+        names.append(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    names = names[-1:] if innermost else names
+    return any(name == module or name.startswith(module + ".") for name in names for module in modules)
