@@ -82,6 +82,10 @@ def _known_message(error: BaseException) -> str | None:
     """Clearer words for third-party messages that do not say what is wrong."""
     text = _text(error)
     names = {cls.__name__ for cls in type(error).__mro__}
+    if text.startswith("Caught ") and "\nOriginal Traceback" in text:
+        # re-raised from a DataLoader worker with the worker's traceback: its last line is the message
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        return re.sub(r"^[\w.]+: ", "", last.strip(), count=1)
     if "GroupNotFoundError" in names or "NodeNotFoundError" in names:
         match = re.search(r"store '(?:file://)?([^']*)'", text)
         where = match.group(1) if match else "the path"

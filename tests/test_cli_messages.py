@@ -288,6 +288,24 @@ def test_out_of_memory_is_a_user_error(error, expected):
     assert message.startswith("out of memory") and expected in message and "smaller" in message
 
 
+class _BadSample(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, index):
+        raise ValueError("vorticity has non-finite values at 2000-01-01T03 in x.zarr")
+
+
+def test_error_from_a_dataloader_worker_is_its_own_message():
+    """torch re-raises a worker's error with the worker's traceback in the message: show its last line."""
+    from s2forecast.user_errors import user_error_message
+
+    with pytest.raises(ValueError) as error:
+        next(iter(torch.utils.data.DataLoader(_BadSample(), num_workers=1)))
+    assert "Traceback" in str(error.value)  # what the user would have seen
+    assert user_error_message(error.value) == "vorticity has non-finite values at 2000-01-01T03 in x.zarr"
+
+
 def cli_subprocess(*args: str, cwd: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
