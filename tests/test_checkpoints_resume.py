@@ -21,6 +21,7 @@ from s2forecast.datamodules import compute_stats, generate_swe, open_store
 from s2forecast.datamodules.datamodule import EpochShuffleSampler, ResumableLoader
 from s2forecast.evaluation.rollout import load_forecaster, rollout
 from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
+from s2forecast.training.cli import run as lightning  # raises what `s2forecast` reports in one line
 
 REPO = Path(__file__).parents[1]
 
@@ -74,7 +75,7 @@ def test_crafted_checkpoint_is_refused_everywhere(swe_store, tmp_path):
     assert str(evil) in one_line(error)
     for command in ("validate", "fit"):  # --ckpt_path FILE: read before anything is built
         with pytest.raises(ValueError, match="refused: it references") as error:
-            cli([command, *tiny_args(swe_store, tmp_path), "--ckpt_path", str(evil)])
+            lightning([command, *tiny_args(swe_store, tmp_path), "--ckpt_path", str(evil)])
         one_line(error)
     with pytest.raises(ValueError, match="refused: it references") as error:
         rollout(evil, swe_store, 2, open_store(swe_store)["time"].values[:1], tmp_path / "f.nc", progress=False)
@@ -87,7 +88,7 @@ def test_crafted_checkpoint_is_refused_everywhere(swe_store, tmp_path):
     own.mkdir(parents=True)
     (own / "last.ckpt").write_bytes(before)
     with pytest.raises(ValueError, match="refused: it references") as error:
-        cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
+        lightning(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
     assert str(own / "last.ckpt") in one_line(error)
 
     assert not marker.exists()
@@ -139,7 +140,7 @@ def test_urls_are_refused_before_any_request(swe_store, tmp_path):
         url = f"http://127.0.0.1:{server.server_address[1]}/evil.ckpt"
         for location in (url, (served / "evil.ckpt").as_uri()):  # http:// and file://
             with pytest.raises(ValueError, match="is a URL; .*download it first") as error:
-                cli(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", location])
+                lightning(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", location])
             assert location in one_line(error)
             with pytest.raises(ValueError, match="is a URL"):
                 rollout(location, swe_store, 1, open_store(swe_store)["time"].values[:1], tmp_path / "f.nc")
@@ -195,7 +196,7 @@ def test_ckpt_path_last_is_the_latest_version_of_the_same_experiment(tmp_path):
 def test_ckpt_path_last_without_own_checkpoint_is_one_line(swe_store, tmp_path):
     other = touch(tmp_path / "runs" / "alpha" / "version_0" / "checkpoints" / "last.ckpt", time.time())
     with pytest.raises(ValueError, match="no last.ckpt in .*s2_neighborhood") as error:
-        cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
+        lightning(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])
     one_line(error)
     assert other.exists() and not (tmp_path / "runs" / "s2_neighborhood").exists()
 

@@ -125,14 +125,14 @@ CASES = {
         ["radians", "1.571", "np.degrees"],
     ),
     "generate-swe trajectories 0": (["generate-swe", "--out", "{out}.zarr", "--trajectories", "0"], ["--trajectories"]),
-    "generate-swe steps negative": (["generate-swe", "--out", "{out}.zarr", "--steps", "-3"], ["--steps", "'-3'"]),
-    "generate-swe dt nan": (["generate-swe", "--out", "{out}.zarr", "--dt-hours", "nan"], ["--dt-hours", "'nan'"]),
+    "generate-swe steps negative": (["generate-swe", "--out", "{out}.zarr", "--steps", "-3"], ["--steps must be >= 1"]),
+    "generate-swe dt nan": (["generate-swe", "--out", "{out}.zarr", "--dt-hours", "nan"], ["--dt-hours", "nan"]),
     "stats directory not a store": (["stats", "{not_a_store}"], ["not_a_store", "not a zarr store"]),
     "stats text file": (["stats", "{text}"], ["text.nc", "not a zarr store"]),
     "stats missing store": (["stats", "{root}/nowhere.zarr"], ["nowhere.zarr"]),
     "stats bad time": (["stats", "{store}", "--start", "garbage"], ["--start", "'garbage'", "2020-01-01T06"]),
     "stats no times in range": (["stats", "{store}", "--start", "2030-01-01"], ["2030-01-01T00", "2000-01-01T00"]),
-    "stats step 0": (["stats", "{store}", "--step-hours", "0"], ["--step-hours", "'0'"]),
+    "stats step 0": (["stats", "{store}", "--step-hours", "0"], ["--step-hours", "got 0"]),
     "rollout batch size 0": ([*ROLLOUT, *INIT, "--batch-size", "0"], ["--batch-size", "'0'", ">= 1"]),
     "rollout every 0": (
         [*ROLLOUT, "--start", "2000-01-01T00", "--end", "2000-01-01T02", "--every", "0"],
@@ -157,7 +157,7 @@ CASES = {
     "rollout checkpoint is empty": ([*ROLLOUT[:2], "{empty}", *ROLLOUT[3:], *INIT], ["checkpoint"]),
     "rollout store not a store": ([*ROLLOUT[:4], "{not_a_store}", *ROLLOUT[5:], *INIT], ["not_a_store"]),
     "climatology not a store": (["climatology", "{not_a_store}", "--out", "{out}.zarr"], ["not a zarr store"]),
-    "climatology bad end": (["climatology", "{store}", "--out", "{out}.zarr", "--end", "soon"], ["--end", "'soon'"]),
+    "climatology bad end": (["climatology", "{store}", "--out", "{out}.zarr", "--end", "soon"], ["'soon'"]),
     "evaluate empty forecast": ([*EVALUATE, "--forecast", "{empty}"], ["forecast", "empty.nc", "empty"]),
     "evaluate text forecast": ([*EVALUATE, "--forecast", "{text}"], ["forecast", "text.nc", "not a NetCDF"]),
     "evaluate truncated forecast": ([*EVALUATE, "--forecast", "{truncated}"], ["truncated.nc", "truncated"]),
@@ -249,7 +249,7 @@ def test_user_error_is_one_line(case, files, capsys, monkeypatch):
 
 def test_debug_shows_the_traceback(files, capsys):
     code, lines = run_in_process(["--debug", "stats", files["not_a_store"]], capsys)
-    assert code == 2 and lines[0].startswith("Traceback") and "GroupNotFoundError" in "\n".join(lines)
+    assert code == 2 and lines[0].startswith("Traceback") and len(lines) > 2
     assert lines[-1].startswith("s2forecast stats: error: ") and "not a zarr store" in lines[-1]
     code, lines = run_in_process(["fit", "--config", files["key_typo_yaml"], "--debug"], capsys)
     assert code == 2 and "Traceback" in lines[0] and "ConfigError" in "\n".join(lines)
@@ -266,11 +266,11 @@ def test_programming_error_keeps_its_traceback(monkeypatch):
 
 
 def test_diverging_solver_is_one_line(tmp_path, capsys):
-    """generate-swe on a 3x4 grid blows up (FloatingPointError): the user's settings, not a bug."""
+    """generate-swe on a 3x4 grid would blow up: refused before integrating, in one line."""
     argv = ["generate-swe", "--out", str(tmp_path / "s.zarr"), "--nlat", "3", "--nlon", "4", "--trajectories", "1"]
     code, lines = run_in_process([*argv, "--steps", "1", "--no-progress"], capsys)
     assert code == 2 and len(lines) == 1 and lines[0].startswith("s2forecast generate-swe: error: ")
-    assert "blew up" in lines[0] and "solver_dt_seconds" in lines[0]
+    assert "--nlat must be >= 4, got 3" in lines[0]
 
 
 @pytest.mark.parametrize(
