@@ -8,6 +8,8 @@ prints the traceback):
   zarr's "not a store" errors are both; fit/validate/test/predict's configuration errors
   arrive as ``s2forecast.training.config_errors.ConfigError``, a ``ValueError``;
 - Lightning's ``MisconfigurationException`` and argparse's ``ArgumentError``: bad options;
+- ``ModuleNotFoundError`` for a package other than s2forecast: an optional dependency an
+  option needs (``--trainer.accelerator tpu`` without torch_xla, cfgrib for GRIB files);
 - ``FloatingPointError``: a computation the user's settings make diverge (the SWE solver);
 - running out of memory (``MemoryError``, torch's ``OutOfMemoryError`` or allocator error):
   a smaller grid or batch fixes it;
@@ -53,6 +55,8 @@ def user_error_message(error: BaseException) -> str | None:
         return f"unexpected end of a file ({one_line(str(error)) or kind}): is an input empty or truncated?"
     if memory := _out_of_memory_message(error):
         return memory
+    if isinstance(error, ModuleNotFoundError) and not (error.name or "").startswith("s2forecast"):
+        return f"{one_line(str(error))} (an optional dependency: install it, or choose an option that does not need it)"
     if _is_misconfiguration(error) or isinstance(error, USER_ERRORS):
         return _known_message(error) or one_line(_text(error)) or kind
     if isinstance(error, KeyError | RuntimeError) and _raised_in(error, READERS):

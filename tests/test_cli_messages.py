@@ -210,6 +210,14 @@ CASES = {
         ["fit", "--config", "{base_yaml}", "--trainer.max_epochs", "abc"],
         ["trainer.max_epochs", "expected int", "'abc'"],
     ),
+    "fit option not in a literal": (
+        ["fit", "--config", "{base_yaml}", "--trainer.precision", "7"],
+        ["trainer.precision", "expected one of", "'bf16-mixed'", "got '7'"],
+    ),
+    "fit optimizer typo": (
+        ["fit", "--config", "{base_yaml}", "--optimizer", "Adamm"],
+        ["optimizer.class_path 'Adamm'", "did you mean 'torch.optim.Adam'"],
+    ),
     "fit no config": (["fit"], ["data is required", "--config"]),
     "fit value refused by the DataModule": (["fit", "--config", "{bad_nan_policy_yaml}"], ["nan_policy", "'maybe'"]),
     "fit store does not exist": (["fit", "--config", "{missing_store_yaml}"], ["nowhere.zarr"]),
@@ -304,6 +312,14 @@ def test_error_from_a_dataloader_worker_is_its_own_message():
         next(iter(torch.utils.data.DataLoader(_BadSample(), num_workers=1)))
     assert "Traceback" in str(error.value)  # what the user would have seen
     assert user_error_message(error.value) == "vorticity has non-finite values at 2000-01-01T03 in x.zarr"
+
+
+def test_missing_optional_package_is_a_user_error_but_not_a_missing_module_of_ours():
+    from s2forecast.user_errors import user_error_message
+
+    message = user_error_message(ModuleNotFoundError("No module named 'cfgrib'", name="cfgrib"))
+    assert "'cfgrib'" in message and "install it" in message
+    assert user_error_message(ModuleNotFoundError("No module named 's2forecast.x'", name="s2forecast.x")) is None
 
 
 def cli_subprocess(*args: str, cwd: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ reduces such a message to the offending key and its fix, e.g.::
 
     unknown key 'model.warmup_stpes' in run.yaml; did you mean 'model.warmup_steps'?
     model.warmup_steps: expected int, got 'abc' (in run.yaml)
-    data.class_path 'SWEDatamodule' is not a FieldDataModule that can be imported; did you mean ...?
+    data.class_path 'SWEDatamodule' is not an importable FieldDataModule; did you mean ...?
     data.init_args.store is required: add it to the config or pass --data.init_args.store
     invalid YAML in run.yaml: did not find expected ',' or ']' (line 3, column 1)
 
@@ -24,7 +24,7 @@ import yaml
 
 from s2forecast.user_errors import one_line
 
-MAX_LISTED = 12
+MAX_LISTED = 8
 
 
 class ConfigError(ValueError):
@@ -106,8 +106,9 @@ class _Reducer:
                 what = "does not exist" if match[1].startswith("File") else "is not a file"
                 return f"config file {match[2]} {what}; check the --config path"
             return f"--config: {one_line(body)}"
-        if body.startswith("Does not validate against any of the Union subtypes"):
-            return self.union_problem(key, body)
+        if (union := body.find("Does not validate against any of the Union subtypes")) >= 0:
+            # also when listed after "- Expected a path but ..." (a value that could be a config file)
+            return self.union_problem(key, inspect.cleandoc(body[union:]))
         if match := re.match(r"Expected a <class '([\w.]+)'>\. Got value: (.*)", body, re.S):
             return self.wrong_type(key, [match[1]], match[2])
         if match := re.match(r"the following arguments are required: (.*)", body):
@@ -123,6 +124,9 @@ class _Reducer:
             if match := re.match(r"Expected a dot import path string: (.*)", item):
                 return self.bad_class(key, match[1].strip(), _base_class(body))
         expected = [t for item in items for t in re.findall(r"Expected a <class '([\w.]+)'>", item) if t != "NoneType"]
+        literals = [v for item in items for v in re.findall(r"Expected a typing\.Literal\[(.*)\]", item)]
+        if literals:
+            expected.append(f"one of {', '.join(literals)}")
         given = re.search(r"^\s*Given value: (.*)$", body, re.M)
         if expected:
             return self.wrong_type(key, expected, given[1] if given else "?")
@@ -162,8 +166,8 @@ class _Reducer:
 
     def bad_class(self, key: str, class_path: str, base: type | None) -> str:
         choices = _subclass_paths(base) if base is not None else []
-        what = f"a {base.__name__}" if base is not None else "a class"
-        message = f"{key}.class_path {class_path!r} is not {what} that can be imported"
+        what = base.__name__ if base is not None else "class"
+        message = f"{key}.class_path {class_path!r} is not an importable {what}"
         if not choices:
             return message + "; give the full import path of the class"
         close = difflib.get_close_matches(class_path, choices, n=1, cutoff=0.6)
@@ -171,7 +175,7 @@ class _Reducer:
             class_path.rsplit(".", 1)[-1], [c.rsplit(".", 1)[-1] for c in choices], n=1, cutoff=0.6
         )
         close = [c for c in choices if c.endswith("." + close[0]) or c == close[0]][:1] if close else []
-        listed = ", ".join(choices[:MAX_LISTED])
+        listed = ", ".join(choices[:MAX_LISTED]) + (", ..." if len(choices) > MAX_LISTED else "")
         return message + (f"; did you mean {close[0]!r}?" if close else f"; use one of {listed}")
 
     # --- helpers -----------------------------------------------------------------------------------
@@ -230,8 +234,14 @@ def _union_items(body: str) -> list[str]:
 
 
 def _base_class(body: str) -> type | None:
-    match = re.search(r"Subtypes: \[<class '([\w.]+)'>", body)
-    return _import(match[1]) if match else None
+    """The first class named in the ``Subtypes: [...]`` line of a union message (also inside
+    ``list[...]``), other than builtins."""
+    line = re.search(r"Subtypes: \[(.*)\]", body)
+    for path in re.findall(r"<class '([\w.]+)'>|([\w]+(?:\.[\w]+)+)", line[1] if line else ""):
+        cls = _import(path[0] or path[1])
+        if isinstance(cls, type) and cls.__module__ != "builtins":
+            return cls
+    return None
 
 
 def _import(path: str):
