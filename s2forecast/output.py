@@ -232,9 +232,7 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
             f"directory it did not create: name a new path, e.g. {option} {path / 'output'}"
         )
     if path.is_symlink():
-        raise ValueError(
-            f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out"
-        )
+        raise ValueError(f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out")
     identity = _identity(path)
     for given in inputs:
         if given is None:
