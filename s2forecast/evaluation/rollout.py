@@ -138,18 +138,25 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
 
 
+def input_indices(dataset: FieldDataset, t0: np.datetime64) -> np.ndarray:
+    """Store positions of the ``history`` states an initialization at ``t0`` reads.
+
+    Raises:
+        ValueError: one of them is not in the store (names ``t0`` and the store's range).
+    """
+    offsets = np.arange(-(dataset.spec.history - 1), 1) * dataset.step
+    try:
+        return dataset.time_indices(t0 + offsets)
+    except ValueError as error:
+        raise ValueError(
+            f"initialization time {format_time(t0)} needs inputs that are not in the store: {error}"
+        ) from None
+
+
 def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps: int) -> dict:
     """Normalized inputs (B, history, C, ...), static (B, S, ...) and forcings (B, history + steps, F, ...)."""
     history = dataset.spec.history
-    offsets = np.arange(-(history - 1), 1) * dataset.step
-    states = []
-    for t0 in init_times:
-        try:
-            states.append(dataset.normalized_states(dataset.time_indices(t0 + offsets)))
-        except ValueError as error:
-            raise ValueError(
-                f"initialization time {format_time(t0)} needs inputs that are not in the store: {error}"
-            ) from None
+    states = [dataset.normalized_states(input_indices(dataset, t0)) for t0 in init_times]
     lead_offsets = np.arange(-(history - 1), steps + 1) * dataset.step
     static = dataset.static_fields()
     return {
@@ -327,6 +334,8 @@ def _rollout(checkpoint, store, steps, init_times, output, fmt, batch_size, devi
         if not hasattr(model.net, "on_grid"):
             raise ValueError(f"the {model.hparams.architecture} model is bound to its training grid {model.grid}")
         model.net = model.net.on_grid(dataset.grid)
+    for t0 in init_times:  # every initialization time has its inputs: fail before writing anything
+        input_indices(dataset, t0)
     info = model.hparams.data
     layout = ChannelLayout.from_channels(info["channels"])
     leads = (np.arange(1, steps + 1) * dataset.step).astype("timedelta64[ns]")

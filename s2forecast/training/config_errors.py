@@ -8,7 +8,7 @@ reduces such a message to the offending key and its fix, e.g.::
     model.warmup_steps: expected int, got 'abc' (in run.yaml)
     data.class_path 'SWEDatamodule' is not an importable FieldDataModule; did you mean ...?
     data.init_args.store is required: add it to the config or pass --data.init_args.store
-    invalid YAML in run.yaml: did not find expected ',' or ']' (line 3, column 1)
+    invalid YAML in run.yaml: expected ',' or ']', but got ':' (line 3, column 6)
 
 It works on the text of jsonargparse's messages (4.x), and falls back to their first line.
 """
