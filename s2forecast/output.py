@@ -277,6 +277,8 @@ def _alive(pid: int) -> bool:
 
 
 def _remove(path: Path) -> None:
+    """Delete ``path``. Called only on s2forecast's own siblings (``sibling``) and on an artifact
+    already judged s2forecast's (``Output.commit``), never on a path the user named as such."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:

@@ -27,6 +27,17 @@ def pytest_configure(config):
         )
 
 
+@pytest.fixture(scope="module")
+def swe_store(tmp_path_factory):
+    """A tiny shallow-water store with statistics (8x16, 3 trajectories of 6 steps), per module."""
+    from s2forecast.datamodules import compute_stats, generate_swe
+
+    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
+    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
+    compute_stats(path)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -17,21 +17,13 @@ import torch
 from test_training import tiny_args
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import compute_stats, generate_swe, open_store
+from s2forecast.datamodules import open_store
 from s2forecast.datamodules.datamodule import EpochShuffleSampler, ResumableLoader
 from s2forecast.evaluation.rollout import load_forecaster, rollout
 from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
 from s2forecast.training.cli import run as lightning  # raises what `s2forecast` reports in one line
 
 REPO = Path(__file__).parents[1]
-
-
-@pytest.fixture(scope="module")
-def swe_store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
-    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
-    compute_stats(path)
-    return path
 
 
 # --- a checkpoint that runs code ------------------------------------------------------------
@@ -55,7 +47,7 @@ def test_the_crafted_checkpoint_runs_code_when_fully_unpickled(tmp_path):
     """The threat the tests below guard against is real: plain torch.load runs the payload."""
     marker = tmp_path / "marker"
     checkpoint = crafted_checkpoint(tmp_path / "evil.ckpt", marker)
-    torch.load(checkpoint, weights_only=False)
+    torch.load(checkpoint, weights_only=False)  # deliberately unsafe, on our own file in tmp_path
     assert marker.exists()
 
 

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe
+from s2forecast.datamodules import SWEDataModule
 from s2forecast.geometry import Grid
 from s2forecast.models import PlanarTransformer, SphericalTransformer, build_network
 from s2forecast.models.planar_transformer import window_mask
@@ -19,14 +19,6 @@ from s2forecast.training import ForecastModule, data_info
 
 REPO = Path(__file__).parents[1]
 CONFIG = REPO / "configs" / "swe" / "s2_neighborhood.yaml"
-
-
-@pytest.fixture(scope="module")
-def swe_store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
-    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
-    compute_stats(path)
-    return path
 
 
 def tiny_args(store, tmp_path, *extra):
