@@ -19,7 +19,7 @@ import zarr
 
 from s2forecast.cli import main as cli
 from s2forecast.datamodules import compute_stats, open_store
-from s2forecast.datamodules.plausibility import check_plausible, field_problem
+from s2forecast.datamodules.plausibility import check_plausible, field_problem, standard_height
 from s2forecast.evaluation import compute_climatology
 from s2forecast.evaluation.evaluate import evaluate
 
@@ -114,6 +114,15 @@ HEIGHTS = np.array([5500.0, 100.0])[None, :, None, None]  # m at 500 and 1000 hP
             r"plausible range .* m\*\*2 s\*\*-2 for geopotential; the values look like geopotential height in m",
             id="height-as-geopotential",
         ),
+        pytest.param(
+            "z",
+            (110.0 + 100.0 * np.random.default_rng(2).normal(size=(4, 1, 7, 12))).astype(np.float32),
+            "m**2 s**-2",
+            (1000,),
+            r"variable geopotential at 1000 hPa at time 2020-01-01T00:00: range \(max - min\) \d+(\.\d+)? is below "
+            r"the plausible least 1471 m\*\*2 s\*\*-2 for geopotential; the values look like geopotential height",
+            id="height-as-geopotential-1000hPa-only",
+        ),
     ],
 )
 def test_convert_era5_refuses_implausible_values(tmp_path, capsys, good_store, short, values, units, levels, message):
@@ -150,6 +159,15 @@ def test_geopotential_bounds_separate_geopotential_from_height(level, height):
     shape = (7, 12)
     assert field_problem("geopotential", np.full(shape, G * height), level) is None
     assert "geopotential height in m" in field_problem("geopotential", np.full(shape, height), level)
+
+
+@pytest.mark.parametrize("level", [1000, 975, 950])
+def test_geopotential_near_the_ground_is_told_from_height_by_its_range(level):
+    """Where the median ranges overlap, a global field's range (lows to highs, >= 500 m) decides."""
+    # heights (m): the ISA height of the level plus synoptic lows and highs of -300..+250 m
+    height = standard_height(level) + np.linspace(-300.0, 250.0, 7 * 12).reshape(7, 12)
+    assert field_problem("geopotential", G * height, level) is None
+    assert "geopotential height in m" in field_problem("geopotential", height, level)
 
 
 # --- evaluate ------------------------------------------------------------------------------------

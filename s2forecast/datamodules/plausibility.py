@@ -15,7 +15,11 @@ any global grid) is checked instead.
 Geopotential depends on the level: at p hPa the median must lie within g * (H(p) +- max(20 %,
 500 m)), with H the height of p in the International Standard Atmosphere. That separates
 geopotential from geopotential height (a factor g = 9.81 smaller) at every level from 925 hPa
-up; at 1000 hPa (H = 111 m) the two ranges overlap and only the levels above catch the mistake.
+up. Near the ground (1000 and 975 hPa, H < 560 m) the two median ranges overlap, so there the
+field's range (maximum - minimum) must also exceed g * 150 m: a global field at those levels
+spans lows of about -300 m to highs of +250 m (ERA5 extrapolates below the ground), at least
+500 m on any global grid, while heights mislabeled as geopotential span a g-times smaller
+range.
 
 A statistic outside its range names the mislabeling that would explain it (``MISLABELINGS``):
 degC for K, hPa for Pa, geopotential height for geopotential, g/kg for kg/kg, mm for m, percent
@@ -42,7 +46,7 @@ class Bounds:
 
     low: float
     high: float
-    statistic: str = "median"  # "median", "min" or "max"; NaN values are ignored
+    statistic: str = "median"  # "median", "min", "max" or "range" (max - min); NaN values are ignored
 
 
 _WIND = (Bounds(-50.0, 50.0), Bounds(-200.0, 200.0, "min"), Bounds(-200.0, 200.0, "max"))
@@ -109,11 +113,22 @@ def standard_height(level_hpa: float) -> float:
     return base + temperature / lapse * ((level_hpa / pressure) ** (-_GAS_CONSTANT * lapse / GRAVITY) - 1.0)
 
 
+# Least range (max - min) of a global geopotential field near the ground, in m of height.
+GEOPOTENTIAL_MIN_RANGE_M = 150.0
+
+
 def geopotential_bounds(level_hpa: float) -> tuple[Bounds, ...]:
-    """Bounds of the median geopotential (m**2 s**-2) at ``level_hpa``: g * (H +- max(0.2 H, 500 m))."""
+    """Bounds of geopotential (m**2 s**-2) at ``level_hpa``.
+
+    The median within g * (H +- max(0.2 H, 500 m)); where that range also holds heights in m
+    mislabeled as geopotential (H < 560 m), the field's range at least g * 150 m as well.
+    """
     height = standard_height(level_hpa)
     spread = max(0.2 * abs(height), 500.0)
-    return (Bounds(GRAVITY * (height - spread), GRAVITY * (height + spread)),)
+    median = Bounds(GRAVITY * (height - spread), GRAVITY * (height + spread))
+    if median.low > height:  # a height field's median (about H) cannot pass as geopotential
+        return (median,)
+    return median, Bounds(GRAVITY * GEOPOTENTIAL_MIN_RANGE_M, math.inf, "range")
 
 
 def plausible_bounds(name: str, level: float | None = None) -> tuple[Bounds, ...]:
@@ -134,7 +149,7 @@ def _statistic(values: np.ndarray, statistic: str) -> float:
     finite = values[~np.isnan(values)]
     if finite.size == 0:
         return math.nan
-    return float({"median": np.median, "min": np.min, "max": np.max}[statistic](finite))
+    return float({"median": np.median, "min": np.min, "max": np.max, "range": np.ptp}[statistic](finite))
 
 
 def field_problem(name: str, field: np.ndarray, level: float | None = None) -> str | None:
@@ -155,9 +170,13 @@ def field_problem(name: str, field: np.ndarray, level: float | None = None) -> s
         value = _statistic(values, bounds.statistic)
         if math.isnan(value) or bounds.low <= value <= bounds.high:
             continue
-        what = {"median": "median", "min": "minimum", "max": "maximum"}[bounds.statistic]
-        span = f"{_number(bounds.low)}..{_number(bounds.high)}"
-        problem = f"{what} {_number(value)} is outside the plausible range {span} {units} for {name}"
+        what = {"median": "median", "min": "minimum", "max": "maximum", "range": "range (max - min)"}
+        what = what[bounds.statistic]
+        if math.isfinite(bounds.high):
+            expected = f"outside the plausible range {_number(bounds.low)}..{_number(bounds.high)}"
+        else:
+            expected = f"below the plausible least {_number(bounds.low)}"
+        problem = f"{what} {_number(value)} is {expected} {units} for {name}"
         looks_like = [
             label for label, convert in MISLABELINGS.get(units, ()) if bounds.low <= convert(value) <= bounds.high
         ]
