@@ -289,6 +289,42 @@ def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
         assert_identical(a[key], b[key], key)
 
 
+def test_resume_after_kill_mid_epoch_is_bit_identical_under_ddp(swe_store, tmp_path):
+    """The same with 2 DDP processes (gloo on CPU), each serving its own shard of the shuffled
+    epoch: both ranks are killed mid-epoch, the resumed run ends bit-identical to one that never
+    stopped (Lightning saves rank 0's loader state; every rank's shard position is the same)."""
+    every_step = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=1",
+                  "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true"]  # fmt: skip
+    ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+
+    def fit(name, *extra):
+        args = tiny_args(swe_store, tmp_path, *every_step, *ddp, "--trainer.logger.init_args.name", name)
+        return subprocess.run([sys.executable, "-m", "s2forecast.cli", "fit", *args, *extra], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    straight = fit("straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    runs = tmp_path / "runs"
+    steps = torch.load(newest_last(runs / "straight"), weights_only=True)["global_step"]
+    per_epoch = steps // 2  # two epochs
+    assert per_epoch >= 2, steps  # a mid-epoch step exists
+    # killed after step per_epoch + 2, before that step's checkpoint (Lightning runs ModelCheckpoint last)
+    crash = fit("split", "--trainer.callbacks+=test_checkpoints_resume.KillAfterStep",
+                "--trainer.callbacks.step", str(per_epoch + 2))  # fmt: skip
+    assert crash.returncode == -signal.SIGKILL, crash.stderr[-3000:]
+    interrupted = newest_last(runs / "split")
+    assert torch.load(interrupted, weights_only=True)["global_step"] == per_epoch + 1  # epoch 1, batch 1
+
+    resumed = fit("split", "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = read_checkpoint(newest_last(runs / "straight"))
+    b = read_checkpoint(newest_last(runs / "split"))
+    assert a["global_step"] == b["global_step"] == steps
+    for key in ("state_dict", "optimizer_states", "lr_schedulers", "rollout", "epoch"):
+        assert_identical(a[key], b[key], key)
+
+
 # --- the loader ------------------------------------------------------------------------------------
 def epoch_batches(loader, epoch, set_epoch_after_iter=False):
     if not set_epoch_after_iter:

@@ -509,6 +509,36 @@ def test_store_rewritten_while_it_is_read(inputs, tmp_path, capsys, monkeypatch,
         assert not (store / "stats").exists()  # the new store has no statistics, and got none of the old data's
 
 
+@pytest.mark.parametrize("rewritten", ["forecast", "climatology"])
+def test_evaluate_refuses_a_forecast_or_climatology_rewritten_while_it_is_read(
+    inputs, tmp_path, capsys, monkeypatch, rewritten
+):
+    forecast, climatology = tmp_path / "forecast.nc", tmp_path / "clim.zarr"
+    shutil.copy(inputs.forecast, forecast)  # a forecast rollout wrote (its marker and generation)
+    cli(["climatology", str(inputs.store), "--out", str(climatology)])
+    target = {"forecast": forecast, "climatology": climatology}[rewritten]
+    opened = generation(target)
+    rewrite = {
+        "forecast": ["rollout", "--ckpt", inputs.ckpt, "--store", inputs.store, "--steps", "2", "--init-times",
+                     "2000-01-01T00,2000-01-01T01", "--out", forecast, "--overwrite", "--no-progress"],
+        "climatology": ["climatology", inputs.store, "--out", climatology, "--overwrite"],
+    }[rewritten]  # fmt: skip
+    real = evaluate_module._score
+
+    def rewrite_then_score(*args, **kwargs):
+        if generation(target) == opened:  # another command replaces the input mid-read
+            cli([str(arg) for arg in rewrite])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "_score", rewrite_then_score)
+    out = tmp_path / "m.nc"
+    argv = ["evaluate", "--forecast", forecast, "--truth", inputs.store, "--climatology", climatology, "--out", out,
+            "--variables", "vorticity", "--no-plots", "--no-progress"]  # fmt: skip
+    message = refused(argv, capsys)
+    assert f"{rewritten} {target} was rewritten while it was read (generation {opened} -> " in message
+    assert not out.exists() and not out.with_suffix(".csv").exists() and leftovers(tmp_path) == []
+
+
 def test_dataset_refuses_a_store_rewritten_since_it_was_built(inputs, tmp_path):
     """A DataLoader worker reopens the store: it must be the one the dataset was built on."""
     from s2forecast.datamodules.fields import FieldDataset, SampleSpec
