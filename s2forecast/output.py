@@ -276,9 +276,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove(path: Path) -> None:
-    """Delete ``path``. Called only on s2forecast's own siblings (``sibling``) and on an artifact
-    already judged s2forecast's (``Output.commit``), never on a path the user named as such."""
+def remove_own(path: Path) -> None:
+    """Delete ``path``. Called only on s2forecast's own siblings (``sibling``), on an artifact
+    already judged s2forecast's (``Output.commit``) and on a store the running command created
+    itself (``StoreWriter``), never on a path the user named as such."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
@@ -303,7 +304,7 @@ def clean_leftovers(path: str | os.PathLike) -> None:
         if role == "old" and not os.path.lexists(path):
             os.rename(entry, path)
         else:
-            _remove(entry)
+            remove_own(entry)
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -438,13 +439,13 @@ class Output:
             old = sibling(self.path, "old")
             os.rename(self.path, old)
             os.rename(self.tmp, self.path)
-            _remove(old)
+            remove_own(old)
         return self.path
 
     def discard(self) -> None:
         """Remove ``tmp`` (nothing at ``path`` changes)."""
         if os.path.lexists(self.tmp):
-            _remove(self.tmp)
+            remove_own(self.tmp)
 
     def _is_write_error(self, error: OSError) -> bool:
         if error.errno in _WRITE_ERRNOS:

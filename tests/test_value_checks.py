@@ -123,6 +123,23 @@ HEIGHTS = np.array([5500.0, 100.0])[None, :, None, None]  # m at 500 and 1000 hP
             r"the plausible least 1471 m\*\*2 s\*\*-2 for geopotential; the values look like geopotential height",
             id="height-as-geopotential-1000hPa-only",
         ),
+        pytest.param(
+            "t2m",
+            # one point at a time the plausibility checks do not sample (they read the first, middle and last)
+            np.where((np.arange(4)[:, None, None] == 1) & (np.arange(12) == 5), np.inf, field(280.0, 10.0, SURFACE)),
+            "K",
+            None,
+            r"variable 2m_temperature at 2020-01-01T06:00 has infinite values; fix or drop that time",
+            id="inf",
+        ),
+        pytest.param(
+            "t2m",
+            np.where(np.arange(4)[:, None, None] == 1, np.nan, field(280.0, 10.0, SURFACE)),
+            "K",
+            None,
+            r"variable 2m_temperature at 2020-01-01T06:00 has only NaN; fix or drop that time",
+            id="all-nan-field",
+        ),
     ],
 )
 def test_convert_era5_refuses_implausible_values(tmp_path, capsys, good_store, short, values, units, levels, message):

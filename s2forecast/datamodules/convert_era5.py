@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 from s2forecast.arguments import nonnegative_int, positive_int
 from s2forecast.datamodules.plausibility import check_plausible
 from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
-from s2forecast.datamodules.writer import StoreWriter, lazy_empty
+from s2forecast.datamodules.writer import InvalidInputData, StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 from s2forecast.output import check_target
 
@@ -428,6 +428,32 @@ def _check_values(fields: dict[str, list[_Field]]) -> None:
             check_plausible(f.data, name, f"{f.path}: variable {name}")
 
 
+def _check_finite(slab: xr.Dataset, fields: dict[str, list[_Field]]) -> None:
+    """Refuse infinite values and fields that are NaN everywhere (a time of a variable, at a level).
+
+    NaN at some points is ERA5's own mask (sea surface temperature over land) and passes.
+
+    Raises:
+        InvalidInputData: naming the file, variable, level and time (a store this run created is removed).
+    """
+    for name, data in slab.data_vars.items():
+        values = np.asarray(data.values)
+        spatial = tuple(data.get_axis_num(("latitude", "longitude")))
+        bad = np.isinf(values).any(axis=spatial) | np.isnan(values).all(axis=spatial)
+        if not bad.any():
+            continue
+        other = [d for d in data.dims if d not in ("latitude", "longitude")]
+        index = dict(zip(other, np.argwhere(bad)[0], strict=True))
+        where = f" at {int(data['level'].values[index['level']])} hPa" if "level" in index else ""
+        problem = "infinite values" if np.isinf(data.isel(index).values).any() else "only NaN"
+        time = data["time"].values[index["time"]]
+        source = next(f.path for f in fields[name] if time in f.times)
+        raise InvalidInputData(
+            f"{source}: variable {name}{where} at {_when(time)} has {problem}; fix or drop that time in the input "
+            "(or leave the variable out with --variables)"
+        )
+
+
 def _resolve_levels(fields: dict[str, list[_Field]], levels: Sequence[int] | None) -> list[int]:
     """The store's pressure levels: ``levels`` if given (each file must have them), else the levels
     every pressure-level file shares (they must all have the same)."""
@@ -587,7 +613,7 @@ def convert_era5(
         template = _template(data, statics, grid, times, store_levels, paths, out)
         signature = _signature(paths, dynamic + static, store_levels, member)
         writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths)
-        return _write(writer, template, data, progress, time_chunk)
+        return _write(writer, template, data, progress, time_chunk, by_name)
     finally:
         for item in opened:
             item.dataset.close()
@@ -633,6 +659,7 @@ def _write(
     data: dict[str, xr.DataArray],
     progress: bool,
     time_chunk: int,
+    fields: dict[str, list[_Field]],
 ) -> Path:
     out = writer.path
     with writer:
@@ -651,7 +678,8 @@ def _write(
             ) as bar,
         ):
             for start, stop in slabs:
-                slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()})
+                slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()}).compute()
+                _check_finite(slab, fields)
                 writer.write(slab, start)
                 bar.update(stop - start)
         writer.finish()

@@ -36,9 +36,18 @@ from s2forecast.output import (
     check_target,
     clean_leftovers,
     foreign_error,
+    remove_own,
     written_by_s2forecast,
     zarr_attributes,
 )
+
+
+class InvalidInputData(ValueError):
+    """A writer's input holds values no store may contain (infinite, a field of only NaN).
+
+    Raised inside a ``StoreWriter`` context, it removes the store when this run created it: a
+    rerun must not resume from data written before the bad values were met.
+    """
 
 
 class StoreWriter:
@@ -62,6 +71,7 @@ class StoreWriter:
         self.inputs = tuple(inputs)
         self.target = self.path  # where slabs go: the store, or the replacement being built beside it
         self._replacement: Output | None = None
+        self._created = False  # whether this run created the store at ``path`` (it holds only this run's data)
 
     def create(self, template: xr.Dataset) -> np.ndarray:
         """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
@@ -79,6 +89,7 @@ class StoreWriter:
                 self._replacement, self.target = output, output.tmp
             else:
                 output.commit()
+                self._created = True
         return np.zeros(template.sizes["time"], dtype=bool)
 
     def __enter__(self) -> "StoreWriter":
@@ -89,6 +100,9 @@ class StoreWriter:
             return False
         if self._replacement is not None:  # the old store stays; the half-built new one goes
             return self._replacement.__exit__(kind, error, traceback)
+        if isinstance(error, InvalidInputData) and self._created:  # the store holds this run's data only
+            remove_own(self.path)
+            return False
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
             raise OSError(
                 f"could not write {self.path}: {error.strerror or error}; the store stays incomplete and a rerun of "
