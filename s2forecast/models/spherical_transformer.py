@@ -27,7 +27,13 @@ from torch import nn
 from torch_harmonics import DiscreteContinuousConvS2, ResampleS2
 
 from s2forecast.geometry import Grid
-from s2forecast.nn import S2Attention, S2BallSparseAttention, S2NeighborhoodAttention, build_position_embedding
+from s2forecast.nn import (
+    S2Attention,
+    S2BallSparseAttention,
+    S2NeighborhoodAttention,
+    SphericalNoise,
+    build_position_embedding,
+)
 from s2forecast.ops import default_radius
 
 ATTENTION_KINDS = ("neighborhood", "global", "ball")
@@ -73,18 +79,36 @@ class MLP(nn.Module):
 
 class PreNormBlock(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then x + MLP(norm(x)); (batch, C, nlat, nlon).
-    The attention is any module on such fields (spherical or planar)."""
+    The attention is any module on such fields (spherical or planar).
 
-    def __init__(self, attention: nn.Module, channels: int, mlp_ratio: float, activation: str, norm: str):
+    With ``condition_channels`` > 0 the norms are adaptive (AdaLN, as in AIFS-CRPS and
+    FourCastNet 3's noise conditioning): norm(x) * (1 + scale(c)) + shift(c), scale and shift
+    pointwise linear in a condition field c (batch, condition_channels, nlat, nlon), zero at
+    initialization so that a new conditioned block computes what an unconditioned one does.
+    """
+
+    def __init__(
+        self, attention: nn.Module, channels: int, mlp_ratio: float, activation: str, norm: str,
+        condition_channels: int = 0,
+    ):  # fmt: skip
         super().__init__()
         self.norm0 = channel_norm(norm, channels)
         self.attention = attention
         self.norm1 = channel_norm(norm, channels)
         self.mlp = MLP(channels, int(channels * mlp_ratio), activation)
+        self.modulation = None
+        if condition_channels:
+            self.modulation = nn.Conv2d(condition_channels, 4 * channels, 1)
+            nn.init.zeros_(self.modulation.weight)
+            nn.init.zeros_(self.modulation.bias)
 
-    def forward(self, x):
-        x = x + self.attention(self.norm0(x))
-        return x + self.mlp(self.norm1(x))
+    def forward(self, x, condition: torch.Tensor | None = None):
+        if self.modulation is None:
+            x = x + self.attention(self.norm0(x))
+            return x + self.mlp(self.norm1(x))
+        scale0, shift0, scale1, shift1 = self.modulation(condition.to(x.dtype)).chunk(4, dim=1)
+        x = x + self.attention(self.norm0(x) * (1 + scale0) + shift0)
+        return x + self.mlp(self.norm1(x) * (1 + scale1) + shift1)
 
 
 def attention_pattern(attention: str | list[str], num_layers: int, global_every: int | None) -> list[str]:
@@ -131,6 +155,9 @@ class SphericalTransformer(nn.Module):
         ball_options: keyword arguments of ``S2BallSparseAttention`` for "ball" layers
             (ball_size, block_size, top_k, group_size, branches, select_block,
             compression_window).
+        noise_channels: > 0 makes the model stochastic (ensemble members): every forward
+            draws that many unit-variance spherical random fields on the latent grid
+            (``s2forecast.nn.SphericalNoise``) that condition every block's norms (AdaLN).
     """
 
     def __init__(
@@ -156,8 +183,11 @@ class SphericalTransformer(nn.Module):
         use_qknorm: bool = False,
         backend: str = "auto",
         ball_options: dict | None = None,
+        noise_channels: int = 0,
     ):
         super().__init__()
+        if noise_channels < 0:
+            raise ValueError(f"noise_channels must be >= 0, got {noise_channels}")
         if scale_factor < 1:
             raise ValueError(f"scale_factor must be >= 1, got {scale_factor}")
         self.config = {
@@ -199,8 +229,9 @@ class SphericalTransformer(nn.Module):
                     embed_dim, num_heads, self.latent, theta, use_qknorm=use_qknorm, position_embedding=relative,
                     backend=backend,
                 )  # fmt: skip
-            blocks.append(PreNormBlock(layer, embed_dim, mlp_ratio, activation, norm))
+            blocks.append(PreNormBlock(layer, embed_dim, mlp_ratio, activation, norm, noise_channels))
         self.blocks = nn.ModuleList(blocks)
+        self.noise = SphericalNoise(self.latent, noise_channels) if noise_channels else None
         self.resample = ResampleS2(
             *self.latent.shape, *grid.shape, grid_in=_th_grid(self.latent), grid_out=_th_grid(grid)
         )
@@ -210,20 +241,30 @@ class SphericalTransformer(nn.Module):
             theta_cutoff=disco_cutoff(self.latent.nlat, kernel_shape, basis_type),
         )  # fmt: skip
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (batch, in_channels, nlat, nlon) -> (batch, out_channels, nlat, nlon)."""
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (batch, in_channels, nlat, nlon) -> (batch, out_channels, nlat, nlon).
+
+        noise: (batch, noise_channels, latent nlat, latent nlon) for a stochastic model
+            (``sample_noise``); drawn from the global random state when not given.
+        """
         dtype = x.dtype
+        if self.noise is not None and noise is None:
+            noise = self.sample_noise(x.shape[0])
         with torch.autocast(x.device.type, enabled=False):  # DISCO and resampling in fp32
             x = centres_to_edges(x.float()) if self.midpoint else x.float()
             h = self.encoder(x)
         if self.position_embedding is not None:
             h = self.position_embedding(h)
         for block in self.blocks:
-            h = block(h)
+            h = block(h, noise)
         with torch.autocast(x.device.type, enabled=False):
             out = self.decoder(self.resample(h.float()))
             out = edges_to_centres(out) if self.midpoint else out
         return out.to(dtype)
+
+    def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
+        """The noise input of ``batch`` members (None for a deterministic model)."""
+        return None if self.noise is None else self.noise(batch, generator)
 
     def on_grid(self, grid: Grid) -> "SphericalTransformer":
         """The same weights on another data grid (neural-operator property)."""

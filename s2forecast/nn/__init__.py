@@ -2,6 +2,7 @@
 
 from s2forecast.nn.attention import QKPositionEmbedding, S2Attention, S2NeighborhoodAttention
 from s2forecast.nn.ball_attention import S2BallSparseAttention
+from s2forecast.nn.noise import SphericalNoise
 from s2forecast.nn.position_embedding import POSITION_EMBEDDINGS, build_position_embedding
 from s2forecast.nn.sprepe import SpRePE
 
@@ -12,5 +13,6 @@ __all__ = [
     "S2BallSparseAttention",
     "S2NeighborhoodAttention",
     "SpRePE",
+    "SphericalNoise",
     "build_position_embedding",
 ]
