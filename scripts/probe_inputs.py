@@ -230,7 +230,7 @@ def build_workspace(root: Path) -> dict[str, Path]:
     all_nan["t2m"] = era5["t2m"] * np.nan
     p["era5_all_nan"] = era5_variant("all_nan", all_nan)
     inf = era5.copy()
-    inf["u10"] = era5["u10"].where(era5.latitude != 0, np.inf)
+    inf["u10"] = era5["u10"].where(era5.latitude != era5.latitude[10], np.inf)  # one latitude row
     p["era5_inf"] = era5_variant("inf", inf)
     p["era5_unknown_variable"] = era5_variant("unknown_variable", era5[["t2m"]].rename(t2m="xyz"))
     era5.close()
