@@ -2,7 +2,6 @@
 claim), against a planar baseline that ignores the sphere: unweighted attention in a square
 index window (neighborhood) or over all points (global)."""
 
-import math
 
 import pytest
 import torch
@@ -10,36 +9,11 @@ import torch.nn.functional as F
 
 from s2forecast.geometry import Grid, random_rotation
 from s2forecast.nn import S2Attention, S2NeighborhoodAttention
+from s2forecast.nn.equivariance import rotation_error
 
 CHANNELS = 8
 THETA = 0.35  # radians, fixed across resolutions so the continuous operator is the same
 RESOLUTIONS = [(16, 32), (32, 64), (64, 128)]
-
-
-def smooth_field(points: torch.Tensor) -> torch.Tensor:
-    """(CHANNELS, ...) smooth functions of unit vectors ``points`` (..., 3)."""
-    g = torch.Generator().manual_seed(7)
-    directions = torch.randn(CHANNELS, 3, generator=g, dtype=torch.float64)
-    phases = torch.rand(CHANNELS, generator=g, dtype=torch.float64) * 2 * math.pi
-    return torch.sin(torch.einsum("...i,ci->c...", points, directions) + phases.view(-1, *[1] * (points.dim() - 1)))
-
-
-def interpolate(field: torch.Tensor, grid: Grid, points: torch.Tensor) -> torch.Tensor:
-    """Bilinear interpolation in (colatitude, longitude) of field (C, nlat, nlon) at points (..., 3)."""
-    colat = torch.acos(points[..., 2].clamp(-1, 1))
-    lon = torch.atan2(points[..., 1], points[..., 0]) % (2 * math.pi)
-    colats = grid.colats
-    i1 = torch.searchsorted(colats, colat).clamp(1, grid.nlat - 1)
-    i0 = i1 - 1
-    a = ((colat - colats[i0]) / (colats[i1] - colats[i0])).clamp(0, 1)
-    x = lon / (2 * math.pi / grid.nlon)
-    j0 = x.floor().long() % grid.nlon
-    j1 = (j0 + 1) % grid.nlon
-    b = x - x.floor()
-    f = field.double()
-    top = (1 - b) * f[:, i0, j0] + b * f[:, i0, j1]
-    bottom = (1 - b) * f[:, i1, j0] + b * f[:, i1, j1]
-    return (1 - a) * top + a * bottom
 
 
 def planar_window_mask(grid: Grid, radius_rows: int) -> torch.Tensor:
@@ -62,20 +36,12 @@ def apply_layer(layer, x: torch.Tensor, planar: bool) -> torch.Tensor:
     return layer._merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), grid)
 
 
-def rotation_error(layer_factory, shape, planar: bool) -> float:
+def layer_rotation_error(layer_factory, shape, planar: bool) -> float:
     grid = Grid(*shape)
     torch.manual_seed(0)  # the same weights at every resolution
     layer = layer_factory(grid).double()
     rotation = random_rotation(torch.Generator().manual_seed(1))
-    points = grid.unit_vectors
-    x = smooth_field(points)[None]
-    x_rotated = smooth_field(points @ rotation)[None]  # x(R^T u)
-    with torch.no_grad():
-        y = apply_layer(layer, x, planar)[0]
-        y_rotated = apply_layer(layer, x_rotated, planar)[0]
-    expected = interpolate(y, grid, points @ rotation)  # y(R^T u)
-    w = grid.quadrature_weights
-    return math.sqrt(float((w * (y_rotated - expected) ** 2).sum() / (w * expected**2).sum()))
+    return rotation_error(lambda x: apply_layer(layer, x, planar), grid, rotation, CHANNELS)
 
 
 LAYERS = {
@@ -86,8 +52,8 @@ LAYERS = {
 
 @pytest.mark.parametrize("name", LAYERS)
 def test_rotation_equivariance_beats_planar_and_converges(name):
-    spherical = [rotation_error(LAYERS[name], shape, planar=False) for shape in RESOLUTIONS]
-    planar = [rotation_error(LAYERS[name], shape, planar=True) for shape in RESOLUTIONS]
+    spherical = [layer_rotation_error(LAYERS[name], shape, planar=False) for shape in RESOLUTIONS]
+    planar = [layer_rotation_error(LAYERS[name], shape, planar=True) for shape in RESOLUTIONS]
     for shape, s2, flat in zip(RESOLUTIONS, spherical, planar, strict=True):
         print(f"{name} {shape[0]}x{shape[1]}: relative rotation error S2 {s2:.4f}, planar {flat:.4f}")
     assert all(s2 < flat for s2, flat in zip(spherical, planar, strict=True))

@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Rotation-equivariance error of attention layers against resolution (issue 19).
+
+For each layer and grid, the relative rotation error of ``s2forecast.nn.equivariance``
+(quadrature-weighted, smooth input, mean over random rotations), with the same weights at
+every resolution (same seed, a resolution-free layer) and a fixed continuous operator:
+- global: S2Attention (quadrature-weighted) vs planar (unweighted SDPA over all points);
+- neighborhood: S2NeighborhoodAttention with a fixed geodesic radius theta vs planar (a square
+  index window of the same radius in grid spacings, unweighted);
+- ball: S2BallSparseAttention with a fixed number of balls (8) and coarse tokens (256), so
+  that a ball covers the same area at every resolution (no planar counterpart here: the BSA
+  paper's point-cloud version is the same ball-tree construction).
+Prints one JSON line per (layer, variant, grid) and per (layer, variant) the fitted rate p of
+error ~ nlat**-p (least squares in log-log); ``--plot`` draws error vs nlat.
+
+    python scripts/equivariance_resolution.py --plot docs/images/equivariance_resolution.png
+"""
+
+import argparse
+import functools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from s2forecast.geometry import Grid, random_rotation
+from s2forecast.nn import S2Attention, S2BallSparseAttention, S2NeighborhoodAttention
+from s2forecast.nn.equivariance import rotation_error
+
+CHANNELS, HEADS = 8, 2
+THETA = 0.35  # radians: the neighborhood radius, the same continuous operator at every resolution
+
+
+def planar_window(layer: S2NeighborhoodAttention, x: torch.Tensor) -> torch.Tensor:
+    """Unweighted attention over the square index window |d row| <= r, |d col| <= r (periodic in
+    longitude, clipped at the poles), r = theta in grid spacings; one query row at a time."""
+    grid = layer.grid
+    r = max(1, round(layer.theta / grid.lat_spacing))
+    q, k, v = layer._project(x, None, None, grid, grid)  # (batch, heads, N, d)
+    shape = q.shape[:2]
+    q, k, v = (t.reshape(*shape, grid.nlat, grid.nlon, -1) for t in (q, k, v))
+    cols = torch.arange(grid.nlon)
+    offset = (cols[:, None] - cols[None, :]) % grid.nlon
+    within = torch.minimum(offset, grid.nlon - offset) <= r  # (nlon queries, nlon keys)
+    rows = []
+    for i in range(grid.nlat):
+        lo, hi = max(0, i - r), min(grid.nlat, i + r + 1)
+        keys = k[:, :, lo:hi].reshape(*shape, -1, k.shape[-1])
+        values = v[:, :, lo:hi].reshape(*shape, -1, v.shape[-1])
+        mask = within.repeat(1, hi - lo)  # the same columns in every key row
+        rows.append(F.scaled_dot_product_attention(q[:, :, i], keys, values, attn_mask=mask))
+    out = torch.stack(rows, dim=2).reshape(*shape, grid.npoints, -1)
+    return layer._merge(out, grid)
+
+
+def planar_global(layer: S2Attention, x: torch.Tensor) -> torch.Tensor:
+    grid = layer.grid_in
+    q, k, v = layer._project(x, None, None, grid, grid)
+    return layer._merge(F.scaled_dot_product_attention(q, k, v), grid)
+
+
+def ball_layer(grid: Grid) -> S2BallSparseAttention:
+    n = grid.npoints
+    return S2BallSparseAttention(CHANNELS, HEADS, grid, ball_size=n // 8, block_size=n // 256, top_k=2,
+                                 group_size=8, backend="reference")  # fmt: skip
+
+
+LAYERS = {  # name -> (factory, {variant: apply(layer, x)})
+    "global": (lambda g: S2Attention(CHANNELS, HEADS, g), {"s2": lambda m, x: m(x), "planar": planar_global}),
+    "neighborhood": (
+        lambda g: S2NeighborhoodAttention(CHANNELS, HEADS, g, theta=THETA, backend="reference"),
+        {"s2": lambda m, x: m(x), "planar": planar_window},
+    ),
+    "ball": (ball_layer, {"s2": lambda m, x: m(x)}),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--grids", nargs="+", default=["32x64", "64x128", "128x256", "256x512"])
+    parser.add_argument("--layers", nargs="+", choices=list(LAYERS), default=list(LAYERS))
+    parser.add_argument("--rotations", type=int, default=3, help="random rotations averaged")
+    parser.add_argument("--plot", type=Path, help="PNG of error vs nlat")
+    args = parser.parse_args()
+    shapes = [tuple(int(n) for n in g.split("x")) for g in args.grids]
+    rotations = [random_rotation(torch.Generator().manual_seed(s)) for s in range(1, args.rotations + 1)]
+    results = {}
+    for name in args.layers:
+        factory, variants = LAYERS[name]
+        for variant, apply in variants.items():
+            errors = []
+            for shape in shapes:
+                grid = Grid(*shape)
+                torch.manual_seed(0)  # the same weights at every resolution
+                layer = factory(grid).double().eval()
+                run = functools.partial(apply, layer)
+                error = float(np.mean([rotation_error(run, grid, r, CHANNELS) for r in rotations]))
+                errors.append(error)
+                print(json.dumps({"layer": name, "variant": variant, "grid": f"{shape[0]}x{shape[1]}",
+                                  "relative_error": error}), flush=True)  # fmt: skip
+            nlat = np.array([s[0] for s in shapes], dtype=float)
+            rate = -np.polyfit(np.log(nlat), np.log(errors), 1)[0] if len(shapes) > 1 else math.nan
+            results[(name, variant)] = (nlat, errors)
+            print(json.dumps({"layer": name, "variant": variant, "fitted_rate": round(float(rate), 3)}), flush=True)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for (name, variant), (nlat, errors) in results.items():
+            style = "-" if variant == "s2" else "--"
+            ax.loglog(nlat, errors, style, marker="o", label=f"{name} ({variant})")
+        ax.set_xlabel("nlat (grid nlat x 2 nlat)")
+        ax.set_ylabel("relative rotation error")
+        ax.set_title("Equivariance error vs resolution (mean of random rotations)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=90)
+
+
+if __name__ == "__main__":
+    main()
