@@ -85,14 +85,14 @@ def store_stats(args: argparse.Namespace) -> None:
 def forecast_rollout(args: argparse.Namespace) -> None:
     """Roll a checkpoint out from initial conditions in a store."""
     from s2forecast.datamodules.store import open_store
-    from s2forecast.evaluation.rollout import init_times_from, rollout
+    from s2forecast.inference.rollout import init_times_from, rollout
 
     available = open_store(args.store)["time"].values.astype("datetime64[ns]")
     times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, "zarr" if args.format == "zarr" else "netcdf",
         args.batch_size, args.device, args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, store_stats=args.store_stats,
     )  # fmt: skip
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
 
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     roll = commands.add_parser("rollout", help="autoregressive forecasts from a checkpoint, written as NetCDF/zarr")
     roll.add_argument("--ckpt", required=True, help="checkpoint (e.g. runs/.../checkpoints/last.ckpt)")
-    roll.add_argument("--store", required=True, help="store with the initial conditions")
+    roll.add_argument("--store", required=True, help="store with the initial conditions (any dates; no stats needed)")
     roll.add_argument("--steps", type=positive_int, required=True, help="model steps per forecast")
     roll.add_argument(
         "--init-times", type=timestamps, help="comma-separated initialization times, e.g. 2020-01-01T00,2020-01-02T00"
@@ -207,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument(
         "--other-grid", action="store_true", help="run on a store at another resolution than training (S2 models)"
     )
+    roll.add_argument(
+        "--store-stats", action="store_true",
+        help="normalize with the store's own statistics (default: the checkpoint's, so any store of the model's "
+        "variables works as initial conditions)",
+    )  # fmt: skip
     roll.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     roll.add_argument("--no-progress", action="store_true")
     roll.set_defaults(handler=forecast_rollout)

@@ -111,7 +111,7 @@ def train_and_score(name: str, seed: int, args) -> dict:
     angles = np.radians(np.linspace(0.0, 90.0, args.angles))
     row["rotation"] = [
         {"alpha_deg": round(float(np.degrees(r["alpha_rad"])), 3), "rmse": r["rmse"]}
-        for r in rotation_errors(model, batch, angles)
+        for r in rotation_errors(model.forecaster, batch, angles)
     ]
     row["train_seconds"] = round(seconds, 1)
     if args.out_dir:

@@ -19,7 +19,7 @@ import numpy as np
 
 from s2forecast.datamodules.fields import FieldDataset
 from s2forecast.evaluation.robustness import resolution_errors, rotation_errors
-from s2forecast.evaluation.rollout import load_forecaster, open_inputs
+from s2forecast.inference.rollout import load_forecaster, open_inputs
 
 
 def batch_of(dataset: FieldDataset, samples: int):

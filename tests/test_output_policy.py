@@ -31,7 +31,7 @@ from s2forecast.datamodules import swe as swe_module
 from s2forecast.datamodules.writer import StoreWriter
 from s2forecast.evaluation import climatology as climatology_module
 from s2forecast.evaluation import evaluate as evaluate_module
-from s2forecast.evaluation import rollout as rollout_module
+from s2forecast.inference import rollout as rollout_module
 from s2forecast.output import GENERATION_ATTR, MARKER_ATTR, MARKER_FILE, Output, artifact_attributes
 
 # a tiny, fast shallow-water store: two trajectories of two states, two solver steps between them

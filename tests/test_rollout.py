@@ -10,7 +10,8 @@ import xarray as xr
 
 from s2forecast.cli import main as cli
 from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, open_store
-from s2forecast.evaluation.rollout import load_forecaster, open_inputs, read_initial_conditions, rollout
+from s2forecast.inference.rollout import load_forecaster, open_inputs, read_initial_conditions, rollout
+from s2forecast.models.forecaster import Forecaster
 from s2forecast.training import ForecastModule, data_info
 
 
@@ -92,11 +93,6 @@ def test_checkpoint_and_store_must_agree(trained, tmp_path):
     compute_stats(other)
     with pytest.raises(ValueError, match="grid"):
         rollout(checkpoint, other, 2, times_of(other)[:1], tmp_path / "f.nc", progress=False)
-    shifted = tmp_path / "shifted.zarr"
-    generate_swe(shifted, 8, 16, trajectories=2, steps=8, progress=False)
-    compute_stats(shifted, end=str(times_of(shifted)[3]))  # statistics of another period
-    with pytest.raises(ValueError, match="normalization mean of .* differs"):
-        rollout(checkpoint, shifted, 2, times_of(shifted)[:1], tmp_path / "f.nc", progress=False)
     with pytest.raises(ValueError, match="not in the store"):
         rollout(checkpoint, store, 2, [np.datetime64("1999-01-01T00", "ns")], tmp_path / "f.nc", progress=False)
     with pytest.raises(FileNotFoundError):
@@ -104,9 +100,49 @@ def test_checkpoint_and_store_must_agree(trained, tmp_path):
     assert not (tmp_path / "f.nc").exists()
 
 
+def new_dates_store(store, tmp_path, years: int = 31):
+    """The same states at other dates (2031), without statistics: initial conditions a user brings."""
+    import shutil
+
+    import zarr
+
+    copy = tmp_path / "new_dates.zarr"
+    shutil.copytree(store, copy)
+    shutil.rmtree(copy / "stats")
+    group = zarr.open_group(str(copy), mode="r+")
+    assert group["time"].attrs["units"].startswith("hours since")
+    group["time"][:] = group["time"][:] + years * 365 * 24
+    zarr.consolidate_metadata(str(copy))
+    return copy
+
+
+def test_forecast_from_new_initial_conditions_uses_the_checkpoint_statistics(trained, tmp_path, capsys):
+    """A store of other dates and no statistics forecasts exactly what the training store does
+    from the same states; the store's own statistics are used only when asked for."""
+    store, checkpoint = trained
+    new = new_dates_store(store, tmp_path)
+    inits = times_of(store)[[0, 9]]
+    shifted = times_of(new)[[0, 9]]
+    expected = xr.open_dataset(rollout(checkpoint, store, 3, inits, tmp_path / "a.nc", progress=False))
+    cli(["rollout", "--ckpt", str(checkpoint), "--store", str(new), "--steps", "3", "--init-times",
+         ",".join(str(t)[:13] for t in shifted), "--out", str(tmp_path / "b.nc"), "--no-progress"])  # fmt: skip
+    got = xr.open_dataset(tmp_path / "b.nc")
+    assert np.array_equal(got["time"].values, shifted)
+    for name in ("geopotential_height", "vorticity", "divergence"):
+        np.testing.assert_array_equal(got[name].values, expected[name].values)
+
+    with pytest.raises(SystemExit):  # --store-stats on a store without statistics: one line, nothing written
+        cli(["rollout", "--ckpt", str(checkpoint), "--store", str(new), "--steps", "1", "--init-times",
+             str(shifted[0])[:13], "--out", str(tmp_path / "c.nc"), "--no-progress", "--store-stats"])  # fmt: skip
+    assert "has no normalization statistics" in capsys.readouterr().err and not (tmp_path / "c.nc").exists()
+    compute_stats(new, end=str(times_of(new)[3]))  # statistics of another period than training's
+    store_normalized = rollout(checkpoint, new, 3, shifted, tmp_path / "d.nc", progress=False, store_stats=True)
+    assert not np.allclose(xr.open_dataset(store_normalized)["vorticity"].values, expected["vorticity"].values)
+
+
 def test_non_finite_forecast(trained, tmp_path, monkeypatch):
     store, checkpoint = trained
-    real = ForecastModule.step
+    real = Forecaster.step
     calls = []
 
     def failing(self, states, static, forcings):
@@ -116,7 +152,7 @@ def test_non_finite_forecast(trained, tmp_path, monkeypatch):
             out[0, 1, 2, 3] = float("nan")
         return out
 
-    monkeypatch.setattr(ForecastModule, "step", failing)
+    monkeypatch.setattr(Forecaster, "step", failing)
     inits = times_of(store)[:2]
     with pytest.raises(ValueError, match=r"init 2000-01-01T00, step 2 \(\+2 h\), vorticity"):
         rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", progress=False)
@@ -144,7 +180,7 @@ def test_unwritable_output(trained, tmp_path):
 
 
 def test_crash_while_writing_leaves_no_file(trained, tmp_path, monkeypatch):
-    from s2forecast.evaluation import rollout as module
+    from s2forecast.inference import rollout as module
 
     store, checkpoint = trained
     real = module.ForecastFile.write
@@ -154,7 +190,7 @@ def test_crash_while_writing_leaves_no_file(trained, tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(self, start, lead, fields)
 
-    monkeypatch.setattr(module.ForecastFile, "write", full_disk)
+    monkeypatch.setattr(module.ForecastFile, "write", full_disk)  # the class rollout writes with
     with pytest.raises(OSError, match="could not write .*No space left"):
         rollout(checkpoint, store, 3, times_of(store)[:2], tmp_path / "f.nc", progress=False)
     assert list(tmp_path.iterdir()) == []

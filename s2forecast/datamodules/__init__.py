@@ -1,20 +1,33 @@
-"""Zarr stores in one layout, their statistics, and the Lightning DataModules that stream them."""
+"""Zarr stores in one layout, their statistics, and the Lightning DataModules that stream them.
 
-from s2forecast.datamodules.datamodule import ERA5DataModule, FieldDataModule, SWEDataModule
-from s2forecast.datamodules.fields import Batch, FieldDataset, SampleSpec
-from s2forecast.datamodules.stats import compute_stats, load_stats
-from s2forecast.datamodules.store import open_store
-from s2forecast.datamodules.swe import generate_swe
+Names are imported on first use (PEP 562): the store reader, statistics and writers need
+neither Lightning nor torch-harmonics, and inference and the ``s2forecast`` command import
+this package without paying for them.
+"""
 
-__all__ = [
-    "Batch",
-    "ERA5DataModule",
-    "FieldDataModule",
-    "FieldDataset",
-    "SWEDataModule",
-    "SampleSpec",
-    "compute_stats",
-    "generate_swe",
-    "load_stats",
-    "open_store",
-]
+import importlib
+
+_WHERE = {
+    "ERA5DataModule": "datamodule",
+    "FieldDataModule": "datamodule",
+    "SWEDataModule": "datamodule",
+    "Batch": "fields",
+    "FieldDataset": "fields",
+    "SampleSpec": "fields",
+    "compute_stats": "stats",
+    "load_stats": "stats",
+    "open_store": "store",
+    "generate_swe": "swe",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
+
+def __dir__():
+    return __all__

@@ -99,6 +99,10 @@ class FieldDataModule(pl.LightningDataModule):
         super().__init__()
         if nan_policy not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+        if not (isinstance(batch_size, int) and batch_size >= 1):
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not (isinstance(num_workers, int) and num_workers >= 0):
+            raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
             raise ValueError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
@@ -140,6 +144,10 @@ class FieldDataModule(pl.LightningDataModule):
     @property
     def stats(self):
         return self._any().stats
+
+    @property
+    def static_stats(self):
+        return self._any().static_stats
 
     def _any(self) -> FieldDataset:
         self.setup()

@@ -18,7 +18,7 @@ import torch
 import xarray as xr
 
 from s2forecast.datamodules.forcings import forcing_channels, forcing_fields
-from s2forecast.datamodules.stats import channel_names, load_stats
+from s2forecast.datamodules.stats import ChannelStats, channel_names, check_time_axis, load_stats
 from s2forecast.datamodules.store import STATIC_VARIABLES, describe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, rewritten_error
@@ -106,6 +106,8 @@ class FieldDataset(torch.utils.data.Dataset):
         trajectories: (first, stop) trajectory indices for stores with trajectories.
         nan_policy: "fail" raises on a non-finite value naming variable and time; "skip"
             warns and serves the next valid sample instead.
+        stats, static_stats: normalization statistics of the channels and static fields (e.g. a
+            checkpoint's); default: those in the store (``s2forecast stats``).
 
     Raises:
         ValueError: missing statistics, variables or levels; a step that is not a multiple of
@@ -120,6 +122,8 @@ class FieldDataset(torch.utils.data.Dataset):
         end=None,
         trajectories: tuple[int, int] | None = None,
         nan_policy: str = "fail",
+        stats: ChannelStats | None = None,
+        static_stats: ChannelStats | None = None,
     ):
         if nan_policy not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
@@ -147,10 +151,13 @@ class FieldDataset(torch.utils.data.Dataset):
                 raise ValueError(f"static fields {absent} are not in {path}; it has {list(info.static)}")
             self.static_names = tuple(spec.static)
         self.forcing_channels = tuple(forcing_channels(spec.forcings))
-        self.stats = load_stats(path, list(self.channels))
-        self.static_stats = load_stats(path, list(self.static_names), constant_ok=True) if self.static_names else None
+        self.stats = stats if stats is not None else load_stats(path, list(self.channels))
+        if static_stats is None and self.static_names:
+            static_stats = load_stats(path, list(self.static_names), constant_ok=True)
+        self.static_stats = static_stats
 
         self.times = info.times.astype("datetime64[ns]")
+        check_time_axis(self.times, self.path)  # samples are found by bisection
         self.step = self._check_step(self.times, spec.step_hours)
         self.offsets = np.arange(-(spec.history - 1), spec.rollout + 1)  # in steps, relative to t0
         trajectory = ds["trajectory"].values if "trajectory" in ds.coords else None

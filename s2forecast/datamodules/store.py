@@ -173,12 +173,27 @@ def open_store(path: str | Path, require_complete: bool = True, chunks: dict | N
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
             raise ValueError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
+    for name, var in ds.data_vars.items():
+        _check_units(name, var.attrs.get("units"), path)
     return to_model_order(ds)
 
 
 def check_store_unchanged(path: str | Path, ds: xr.Dataset) -> None:
     """Raise if the store at ``path`` was rewritten since ``ds`` was opened from it (``open_store``)."""
     check_unchanged(path, ds.attrs.get(GENERATION_ATTR), "store")
+
+
+def _check_units(name: str, units: str | None, path) -> None:
+    """A known variable must carry its canonical units (``VARIABLES``): models, statistics and
+    scores assume them, so a store labelling one otherwise is refused, not converted."""
+    if name not in VARIABLES or units is None:
+        return
+    expected = VARIABLES[name][0]
+    if normalize_units(str(units)) != normalize_units(expected):
+        raise ValueError(
+            f"variable {name} of store {path} has units {units!r}, not {expected!r}; convert the values to "
+            f"{expected} (convert-era5 does) or fix the units attribute if only the label is wrong"
+        )
 
 
 def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:

@@ -288,6 +288,7 @@ def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str],
     judged on the first, middle and last init time (first, middle, last lead) and truth time.
     Values in other than the canonical units of ``store.VARIABLES`` are not judged."""
     for v in variables:
+        _check_not_all_nan(forecast[v], v)
         truth_units = truth[v].attrs.get("units")
         if has_canonical_units(v, forecast[v].attrs.get("units", truth_units)):
             labels = {INIT_DIM: "init time", LEAD_DIM: "lead"}
@@ -295,6 +296,21 @@ def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str],
         if has_canonical_units(v, truth_units):
             observed = truth[v].sel(level=forecast[v]["level"].values) if "level" in forecast[v].dims else truth[v]
             check_plausible(observed, v, f"truth store {truth_name}: variable {v}")
+
+
+def _check_not_all_nan(data: xr.DataArray, name: str) -> None:
+    """Refuse a forecast whose first, middle or last init time x lead is NaN everywhere: its
+    scores would be NaN at exit 0 (a field NaN in part, e.g. over land, is scored as it is)."""
+    picks = {dim: sorted({0, data.sizes[dim] // 2, data.sizes[dim] - 1}) for dim in (INIT_DIM, LEAD_DIM)}
+    empty = data.isel(picks).isnull().all(dim=("latitude", "longitude"))
+    empty = empty.any(dim=[d for d in empty.dims if d not in picks]).load()  # any level
+    if bool(empty.any()):
+        i, j = np.argwhere(empty.transpose(INIT_DIM, LEAD_DIM).values)[0]
+        init, lead = empty[INIT_DIM].values[i], empty[LEAD_DIM].values[j]
+        raise ValueError(
+            f"forecast variable {name} is NaN everywhere at init time {format_times([init])} lead {_hours(lead):g} h; "
+            "check the forecast file (a failed or unfinished model run?)"
+        )
 
 
 def _grid_summary(data: xr.Dataset) -> str:

@@ -56,7 +56,7 @@ def weighted_rmse(error: torch.Tensor, grid: Grid) -> float:
 
 
 def rotation_errors(model, batch, angles_rad) -> list[dict]:
-    """One-step normalized RMSE of ``model`` (a ForecastModule) on ``batch`` with inputs,
+    """One-step normalized RMSE of ``model`` (a ``Forecaster``) on ``batch`` with inputs,
     static fields and target rotated by each angle about the y axis."""
     grid = model.grid
     rows = []
@@ -73,13 +73,9 @@ def rotation_errors(model, batch, angles_rad) -> list[dict]:
 
 def resolution_errors(model, batch, grid: Grid) -> dict:
     """One-step normalized RMSE of the model's weights applied on ``grid`` (the batch's grid)."""
-    network = model.net.on_grid(grid)
-    original, model.net = model.net, network
-    try:
-        with torch.no_grad():
-            prediction = model.step(batch.inputs, batch.static, batch.forcings[:, : batch.inputs.shape[1] + 1])
-    finally:
-        model.net = original
+    other = model.on_grid(grid)
+    with torch.no_grad():
+        prediction = other.step(batch.inputs, batch.static, batch.forcings[:, : batch.inputs.shape[1] + 1])
     target = batch.targets[:, 0]
     return {
         "grid": f"{grid.nlat}x{grid.nlon}",

@@ -1,11 +1,11 @@
-"""The LightningModule that trains and scores a forecaster autoregressively.
+"""The LightningModule that trains and scores a ``Forecaster`` autoregressively.
 
-One model step maps ``history`` normalized states, the static fields and the forcings at the
-input times and at the target time to the next state: by default the network predicts the
-tendency in units of the tendency spread (x_next = x_last + net(...) * tendency_std / std), so
-an untrained model starts as persistence. Training rolls out ``rollout`` steps and averages
-the loss over them; ``rollout`` follows a schedule (``rollout_start``, +1 every
-``rollout_every_epochs`` epochs, up to ``rollout_max``), stored in checkpoints.
+The model itself (network, normalization, one step, the rollout generator) is
+``s2forecast.models.Forecaster``, a plain nn.Module that inference loads without Lightning;
+this module owns one and adds the loss, the schedules, the optimizer and logging. Training rolls
+out ``rollout`` steps through ``Forecaster.rollout`` and averages the loss over them;
+``rollout`` follows a schedule (``rollout_start``, +1 every ``rollout_every_epochs`` epochs, up
+to ``rollout_max``), stored in checkpoints.
 
 Loss: mean over steps, channels and points of w_c * q_i * (prediction - target)^2 in
 normalized units, q = the grid's quadrature weights normalized to mean 1 (the integral over
@@ -20,8 +20,7 @@ import pytorch_lightning as pl
 import torch
 
 from s2forecast.datamodules.fields import Batch
-from s2forecast.geometry import Grid
-from s2forecast.models import build_network
+from s2forecast.models.forecaster import Forecaster
 
 LEVEL_WEIGHTINGS = ("pressure", "none")
 
@@ -29,7 +28,7 @@ LEVEL_WEIGHTINGS = ("pressure", "none")
 def data_info(datamodule) -> dict:
     """What a ForecastModule needs to know about its data, as plain JSON-able values
     (saved in the checkpoint's hyperparameters, so a checkpoint runs without the store)."""
-    stats = datamodule.stats
+    stats, static = datamodule.stats, datamodule.static_stats
     grid = datamodule.grid
     spec = datamodule.spec
     return {
@@ -43,6 +42,7 @@ def data_info(datamodule) -> dict:
         "mean": stats.mean.tolist(),
         "std": stats.std.tolist(),
         "tendency_std": stats.tendency_std.tolist(),
+        **({"static_mean": static.mean.tolist(), "static_std": static.std.tolist()} if static is not None else {}),
         "store": datamodule.store,
     }
 
@@ -81,23 +81,20 @@ class ForecastModule(pl.LightningModule):
         super().__init__()
         if data is None:
             raise ValueError("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
+        if not lr > 0:
+            raise ValueError(f"lr must be a positive number, got {lr}")
+        if not weight_decay >= 0 or not 0 <= min_lr_ratio <= 1 or warmup_steps < 0:
+            raise ValueError(
+                f"need weight_decay >= 0, 0 <= min_lr_ratio <= 1 and warmup_steps >= 0, got {weight_decay}, "
+                f"{min_lr_ratio} and {warmup_steps}"
+            )
         if level_weighting not in LEVEL_WEIGHTINGS:
             raise ValueError(f"level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
         if not 1 <= rollout_start <= rollout_max:
             raise ValueError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
         self.save_hyperparameters()
-        self.grid = Grid(*data["grid"])
-        self.channels = list(data["channels"])
-        history, n_static, n_forcing = data["history"], len(data["static_channels"]), len(data["forcing_channels"])
-        in_channels = history * len(self.channels) + n_static + (history + 1) * n_forcing
-        self.net = build_network(architecture, self.grid, in_channels, len(self.channels), **(network or {}))
-
-        mean, std = torch.tensor(data["mean"]), torch.tensor(data["std"])
-        tendency_std = torch.tensor(data["tendency_std"])
-        scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
-        self.register_buffer("mean", mean[:, None, None], persistent=False)
-        self.register_buffer("std", std[:, None, None], persistent=False)
-        self.register_buffer("tendency_scale", scale[:, None, None], persistent=False)
+        self.forecaster = Forecaster(architecture, network, data, residual)
+        self.grid, self.channels = self.forecaster.grid, self.forecaster.channels
         quadrature = self.grid.quadrature_weights.float()
         self.register_buffer("quadrature", quadrature / quadrature.mean(), persistent=False)
         area = self.grid.area_weights.float()[:, None].expand(self.grid.shape)
@@ -118,35 +115,19 @@ class ForecastModule(pl.LightningModule):
         weights = torch.tensor(weights)
         return weights / weights.mean()
 
-    # --- the model step ------------------------------------------------------------------
-    def step(self, states: torch.Tensor, static: torch.Tensor, forcings: torch.Tensor) -> torch.Tensor:
-        """Next normalized state.
-
-        Args:
-            states: (batch, history, channels, nlat, nlon) normalized states, oldest first.
-            static: (batch, static_channels, nlat, nlon).
-            forcings: (batch, history + 1, forcing_channels, nlat, nlon) at the input times and
-                the target time.
-        """
-        x = torch.cat([states.flatten(1, 2), static, forcings.flatten(1, 2)], dim=1)
-        out = self.net(x)
-        if self.hparams.residual:
-            return states[:, -1] + out * self.tendency_scale
-        return out
+    # --- the model ------------------------------------------------------------------------
+    @property
+    def net(self) -> torch.nn.Module:
+        return self.forecaster.net
 
     def forward(self, batch: Batch, steps: int) -> torch.Tensor:
         """(batch, steps, channels, nlat, nlon) normalized predictions for leads 1..steps."""
-        history = batch.inputs.shape[1]
-        states = batch.inputs
-        predictions = []
-        for k in range(steps):
-            forcings = batch.forcings[:, k : k + history + 1]
-            if forcings.shape[1] < history + 1:
-                raise ValueError(f"the batch has forcings for {batch.forcings.shape[1]} times; step {k + 1} needs more")
-            prediction = self.step(states, batch.static, forcings)
-            predictions.append(prediction)
-            states = torch.cat([states[:, 1:], prediction[:, None]], dim=1)
-        return torch.stack(predictions, dim=1)
+        return torch.stack(list(self.forecaster.rollout(batch.inputs, batch.static, batch.forcings, steps)), dim=1)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Checkpoints of before the Forecaster held the network as ``net.*``: remapped."""
+        remapped = {("forecaster." + k if k.startswith("net.") else k): v for k, v in state_dict.items()}
+        return super().load_state_dict(remapped, strict=strict, assign=assign)
 
     def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Quadrature- and channel-weighted MSE of (batch, steps, channels, nlat, nlon) tensors."""
@@ -211,7 +192,7 @@ class ForecastModule(pl.LightningModule):
         self._log_rmse("test")
 
     def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
-        return normalized.float() * self.std + self.mean
+        return self.forecaster.to_physical(normalized)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rollout"] = self.rollout

@@ -1,0 +1,146 @@
+"""Forecast files in WeatherBench2's layout, written one lead at a time (NetCDF4 or zarr).
+
+Dims ``time`` (initialization), ``prediction_timedelta``, [``level``], ``latitude``
+(north -> south), ``longitude``; a ``valid_time`` coordinate; the store's variable names and
+units; CF-1.8 attributes. A ``ForecastFile`` writes at the temporary path of an
+``s2forecast.output.Output``, which renames it into place when complete.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+EPOCH = np.datetime64("1970-01-01T00:00", "ns")
+
+
+@dataclass(frozen=True)
+class ChannelLayout:
+    """How flat channel names ("temperature/500") map to variables and levels."""
+
+    variables: tuple[str, ...]
+    levels: tuple[int, ...] | None
+    pressure: tuple[bool, ...]  # per variable: has a level dimension
+
+    @classmethod
+    def from_channels(cls, channels) -> "ChannelLayout":
+        variables, levels, pressure = [], [], []
+        for channel in channels:
+            name, _, level = channel.partition("/")
+            if name not in variables:
+                variables.append(name)
+                pressure.append(bool(level))
+            if level and int(level) not in levels:
+                levels.append(int(level))
+        return cls(tuple(variables), tuple(levels) if levels else None, tuple(pressure))
+
+
+class ForecastFile:
+    """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
+    an ``s2forecast.output.Output``)."""
+
+    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs):
+        self.tmp, self.fmt, self.layout = Path(path), fmt, layout
+        self.shape = (len(lat), len(lon))
+        self.n_levels = len(layout.levels) if layout.levels else 0
+        dims = ("time", "prediction_timedelta")
+        if fmt == "netcdf":
+            import netCDF4
+
+            ds = netCDF4.Dataset(self.tmp, "w", format="NETCDF4")
+            ds.createDimension("time", len(init_times))
+            ds.createDimension("prediction_timedelta", len(leads))
+            if self.n_levels:
+                ds.createDimension("level", self.n_levels)
+            ds.createDimension("latitude", len(lat))
+            ds.createDimension("longitude", len(lon))
+            hours = (init_times - EPOCH) / np.timedelta64(1, "h")
+            lead_hours = leads / np.timedelta64(1, "h")
+            since = {"units": "hours since 1970-01-01 00:00:00", "calendar": "proleptic_gregorian"}
+            # "dtype" makes xarray decode the lead as timedelta64, as WeatherBench2 stores it
+            lead_attrs = {"units": "hours", "standard_name": "forecast_period", "long_name": "lead time"}
+            coords = {
+                "time": (("time",), hours, {**since, "standard_name": "forecast_reference_time",
+                                             "long_name": "initialization time"}),
+                "prediction_timedelta": (("prediction_timedelta",), lead_hours, {**lead_attrs,
+                                                                                 "dtype": "timedelta64[ns]"}),
+                "valid_time": (dims, hours[:, None] + lead_hours[None, :], {**since, "standard_name": "time",
+                                                                            "long_name": "valid time"}),
+                "latitude": (("latitude",), lat, {"units": "degrees_north", "standard_name": "latitude"}),
+                "longitude": (("longitude",), lon, {"units": "degrees_east", "standard_name": "longitude"}),
+            }  # fmt: skip
+            if self.n_levels:
+                coords["level"] = (("level",), np.array(layout.levels, dtype=np.int32),
+                                   {"units": "hPa", "standard_name": "air_pressure", "positive": "down"})  # fmt: skip
+            for name, (vdims, values, vattrs) in coords.items():
+                var = ds.createVariable(name, "f8" if values.dtype.kind == "f" else "i4", vdims)
+                var[:] = values
+                var.setncatts(vattrs)
+            for name, pressure in zip(layout.variables, layout.pressure, strict=True):
+                vdims = (*dims, "level", "latitude", "longitude") if pressure else (*dims, "latitude", "longitude")
+                chunks = (1, 1, self.n_levels, *self.shape) if pressure else (1, 1, *self.shape)
+                var = ds.createVariable(name, "f4", vdims, zlib=True, complevel=4, chunksizes=chunks, fill_value=np.nan)
+                var.setncatts({"coordinates": "valid_time", **units[name]})
+            ds.setncatts(attrs)
+            self.ds = ds
+        else:
+            import dask.array as da
+            import xarray as xr
+
+            data = {}
+            for name, pressure in zip(layout.variables, layout.pressure, strict=True):
+                shape = (len(init_times), len(leads), *((self.n_levels,) if pressure else ()), *self.shape)
+                vdims = (*dims, *(("level",) if pressure else ()), "latitude", "longitude")
+                chunks = (1, 1, *shape[2:])
+                data[name] = xr.Variable(vdims, da.full(shape, np.nan, dtype=np.float32, chunks=chunks), units[name])
+            coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
+                      "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
+            if self.n_levels:
+                coords["level"] = np.array(layout.levels)
+            xr.Dataset(data, coords=coords, attrs=attrs).to_zarr(self.tmp, mode="w", compute=False, zarr_format=3)
+            self.ds = None
+
+    def write(self, start: int, lead_index: int, fields: np.ndarray) -> None:
+        """fields: (batch, channels, nlat, nlon) physical values of init times start.. at one lead."""
+        stop = start + len(fields)
+        c = 0
+        blocks = {}
+        for name, pressure in zip(self.layout.variables, self.layout.pressure, strict=True):
+            width = self.n_levels if pressure else 1
+            block = fields[:, c : c + width] if pressure else fields[:, c]
+            c += width
+            blocks[name] = block
+        if self.fmt == "netcdf":
+            for name, block in blocks.items():
+                self.ds[name][start:stop, lead_index] = block
+        else:
+            import xarray as xr
+
+            dims = ("time", "prediction_timedelta")
+            slab = xr.Dataset(
+                {
+                    name: ((*dims, *(("level",) if block.ndim == 4 else ()), "latitude", "longitude"), block[:, None])
+                    for name, block in blocks.items()
+                }
+            )
+            region = {"time": slice(start, stop), "prediction_timedelta": slice(lead_index, lead_index + 1)}
+            slab.to_zarr(self.tmp, region=region, zarr_format=3)
+
+    def close(self) -> None:
+        """Finish the file (it stays at its temporary path)."""
+        if self.ds is not None:
+            self.ds.close()
+            self.ds = None
+        if self.fmt == "zarr":
+            import zarr
+
+            zarr.consolidate_metadata(self.tmp, zarr_format=3)
+
+    def abort(self) -> None:
+        """Close the file after a failure (``Output`` removes it)."""
+        if self.ds is not None:
+            try:
+                self.ds.close()
+            except RuntimeError:
+                pass
+            self.ds = None

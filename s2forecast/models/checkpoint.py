@@ -1,0 +1,59 @@
+"""Reading checkpoints without running code from them.
+
+A checkpoint is a pickle, and unpickling can call any importable function. Every checkpoint
+s2forecast reads (``Forecaster.from_checkpoint``, the CLI's ``--ckpt_path``, Lightning's
+restore through ``training.checkpoints.WeightsOnlyCheckpointIO``, the scripts) goes through
+``read_checkpoint``: ``torch.load(..., weights_only=True)`` on a local file, so only tensors and
+plain values (numbers, strings, lists, tuples, dicts) come out; anything else is refused with
+one line. Our checkpoints hold nothing else (tested). URLs are refused rather than downloaded:
+Lightning would fetch them with ``weights_only=False`` into a cache, once per DDP process, and a
+local copy (``curl -fLo model.ckpt URL``) is what the user can keep, check and hash (rollout
+records the checkpoint's sha256). This module imports no Lightning: inference needs none.
+"""
+
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def local_checkpoint(path: str | Path) -> Path:
+    """``path`` as an existing local file; raises ValueError for URLs, FileNotFoundError otherwise."""
+    if URL.match(str(path)):
+        raise ValueError(
+            f"checkpoint {path} is a URL; s2forecast reads checkpoints from local files only: download it "
+            "first (e.g. curl -fLo model.ckpt URL) and pass the file"
+        )
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path}")
+    return Path(path)
+
+
+def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
+    """The checkpoint at ``path``, loaded weights-only (tensors and plain values, no code).
+
+    Raises:
+        ValueError: a URL; a file whose pickle needs anything else (it is not loaded); a file
+            that is not a PyTorch checkpoint.
+        FileNotFoundError: no file at ``path``.
+    """
+    path = local_checkpoint(path)
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL (\S+) was not an allowed global", str(error))
+        what = f"it references {found.group(1)}" if found else "it is not a plain PyTorch checkpoint"
+        raise ValueError(
+            f"checkpoint {path} refused: {what}, and s2forecast loads checkpoints weights-only (tensors and plain "
+            "values; it never runs code from a file); use a checkpoint saved by s2forecast fit"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        reason = str(error).splitlines()[0] if str(error) else "empty or truncated file"
+        raise ValueError(f"{path} is not a readable PyTorch checkpoint ({reason})") from None
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
+    return checkpoint

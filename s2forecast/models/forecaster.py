@@ -1,0 +1,137 @@
+"""The Forecaster: a network with its normalization, one model step and the rollout over it.
+
+A plain ``nn.Module`` (no Lightning): what inference loads (``Forecaster.from_checkpoint``) and
+what ``training.ForecastModule`` trains. One step maps ``history`` normalized states, the
+static fields and the forcings at the input times and at the target time to the next state: by
+default the network predicts the tendency in units of the tendency spread
+(x_next = x_last + net(...) * tendency_std / std), so an untrained model starts as persistence.
+``rollout`` is a generator over that step (as graphcast's rollout), yielding one lead at a
+time: training differentiates through it, inference writes each lead as it comes.
+
+Normalization statistics and the data layout come from ``data`` (``training.data_info`` of the
+training DataModule, stored in every checkpoint), so a checkpoint forecasts without its store.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from s2forecast.geometry import Grid
+from s2forecast.models import build_network
+from s2forecast.models.checkpoint import read_checkpoint
+
+
+class Forecaster(nn.Module):
+    """Network + normalization + tendency scaling.
+
+    Args:
+        architecture: "spherical" (``SphericalTransformer``) or "planar" (``PlanarTransformer``).
+        network: keyword arguments of the network (embed_dim, num_layers, attention, ...).
+        data: the data layout and statistics (``training.data_info``): channels,
+            static_channels, forcing_channels, grid, history, step_hours, mean, std, tendency_std.
+        residual: predict the tendency (default) rather than the next state.
+    """
+
+    def __init__(self, architecture: str, network: dict | None, data: dict, residual: bool = True):
+        super().__init__()
+        self.architecture, self.network_options, self.data, self.residual = architecture, network or {}, data, residual
+        self.grid = Grid(*data["grid"])
+        self.channels = list(data["channels"])
+        self.history = int(data["history"])
+        n_static, n_forcing = len(data["static_channels"]), len(data["forcing_channels"])
+        in_channels = self.history * len(self.channels) + n_static + (self.history + 1) * n_forcing
+        self.net = build_network(architecture, self.grid, in_channels, len(self.channels), **self.network_options)
+        mean, std = torch.tensor(data["mean"]), torch.tensor(data["std"])
+        tendency_std = torch.tensor(data["tendency_std"])
+        scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
+        # statistics are rebuilt from ``data``: not part of the weights (state_dict)
+        self.register_buffer("mean", mean[:, None, None].float(), persistent=False)
+        self.register_buffer("std", std[:, None, None].float(), persistent=False)
+        self.register_buffer("tendency_scale", scale[:, None, None].float(), persistent=False)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, map_location="cpu") -> "Forecaster":
+        """The forecaster of a checkpoint ``s2forecast fit`` wrote, in eval mode, read weights-only
+        (``read_checkpoint``: nothing in the file runs) and without Lightning.
+
+        Raises:
+            ValueError: not a checkpoint of a forecaster (or of another version's networks).
+        """
+        state = read_checkpoint(path, map_location=map_location)
+        hparams = state.get("hyper_parameters")
+        if not isinstance(hparams, dict) or "state_dict" not in state or not hparams.get("data"):
+            raise ValueError(f"{path} is not a checkpoint of s2forecast fit (no hyper_parameters or state_dict)")
+        try:
+            model = cls(hparams.get("architecture", "spherical"), hparams.get("network"), hparams["data"],
+                        hparams.get("residual", True))  # fmt: skip
+            model.load_state_dict(forecaster_weights(state["state_dict"]))
+        except (TypeError, RuntimeError, KeyError) as error:  # other options or weights than this version's
+            raise ValueError(f"{path} is not a forecaster checkpoint: {str(error).splitlines()[0]}") from None
+        return model.to(map_location).eval()
+
+    def on_grid(self, grid: Grid) -> "Forecaster":
+        """The same weights on another data grid (spherical networks: ``SphericalTransformer.on_grid``)."""
+        if not hasattr(self.net, "on_grid"):
+            raise ValueError(f"the {self.architecture} model is bound to its training grid {self.grid}")
+        data = {**self.data, "grid": [grid.nlat, grid.nlon, grid.kind]}
+        other = Forecaster(self.architecture, self.network_options, data, self.residual)
+        other.net = self.net.on_grid(grid)
+        return other.to(self.mean.device).train(self.training)
+
+    # --- the model step ------------------------------------------------------------------
+    def step(
+        self, states: torch.Tensor, static: torch.Tensor, forcings: torch.Tensor, noise: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Next normalized state (batch, channels, nlat, nlon).
+
+        Args:
+            states: (batch, history, channels, nlat, nlon) normalized states, oldest first.
+            static: (batch, static_channels, nlat, nlon).
+            forcings: (batch, history + 1, forcing_channels, nlat, nlon) at the input times and
+                the target time.
+            noise: the noise input of a stochastic network (``sample_noise``); None draws it.
+        """
+        x = torch.cat([states.flatten(1, 2), static, forcings.flatten(1, 2)], dim=1)
+        out = self.net(x) if noise is None else self.net(x, noise)
+        if self.residual:
+            return states[:, -1] + out * self.tendency_scale
+        return out
+
+    def rollout(
+        self, states: torch.Tensor, static: torch.Tensor, forcings: torch.Tensor, steps: int
+    ) -> Iterator[torch.Tensor]:
+        """Normalized predictions (batch, channels, nlat, nlon) for leads 1..steps, one at a time.
+
+        Args:
+            states: (batch, history, channels, nlat, nlon) normalized initial states.
+            static: (batch, static_channels, nlat, nlon).
+            forcings: (batch, >= history + steps, forcing_channels, nlat, nlon) from the first
+                input time on.
+        """
+        history = states.shape[1]
+        if forcings.shape[1] < history + steps:
+            raise ValueError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
+        for k in range(steps):
+            prediction = self.step(states, static, forcings[:, k : k + history + 1])
+            yield prediction
+            states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
+
+    def normalize(self, physical: torch.Tensor) -> torch.Tensor:
+        return (physical.float() - self.mean) / self.std
+
+    def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
+        return normalized.float() * self.std + self.mean
+
+
+def forecaster_weights(state_dict: dict) -> dict:
+    """A Forecaster's weights from a ForecastModule's state_dict (``forecaster.net.*``), or from a
+    checkpoint of before the Forecaster existed (``net.*``)."""
+    weights = {}
+    for key, value in state_dict.items():
+        if key.startswith("forecaster."):
+            weights[key.removeprefix("forecaster.")] = value
+        elif key.startswith("net."):
+            weights[key] = value
+    return weights

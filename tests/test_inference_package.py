@@ -1,0 +1,63 @@
+"""The Forecaster and the inference package need no Lightning and no training code (issue 15)."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from s2forecast.models.forecaster import Forecaster
+from s2forecast.training import ForecastModule, data_info
+
+
+@pytest.mark.parametrize("package", ["s2forecast.inference.rollout", "s2forecast.evaluation",
+                                     "s2forecast.evaluation.evaluate", "s2forecast.models.forecaster"])  # fmt: skip
+def test_imports_no_training_and_no_lightning(package):
+    code = (f"import sys, {package}; "
+            "print(sorted(m for m in sys.modules if m.startswith(('pytorch_lightning', 'lightning', "
+            "'s2forecast.training'))))")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_forecaster_from_checkpoint_is_the_trained_model(swe_store, tmp_path):
+    """A checkpoint saved by Lightning gives a Forecaster with the same weights and outputs, also
+    from a checkpoint whose keys are those of before the Forecaster (net.*)."""
+    import pytorch_lightning as pl
+
+    from s2forecast.datamodules import SWEDataModule
+
+    data = SWEDataModule(str(swe_store), train_trajectories=(0, 2), val_trajectories=None, test_trajectories=None,
+                         batch_size=2, rollout_steps=2)  # fmt: skip
+    module = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=data_info(data), warmup_steps=1)
+    trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, limit_val_batches=0)  # fmt: skip
+    trainer.fit(module, datamodule=data)
+    checkpoint = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    forecaster = Forecaster.from_checkpoint(checkpoint)
+    assert not forecaster.training
+    batch = next(iter(data.train_dataloader()))
+    module.eval()
+    with torch.no_grad():
+        expected = module(batch, 2)
+        got = torch.stack(list(forecaster.rollout(batch.inputs, batch.static, batch.forcings, 2)), dim=1)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+    old = torch.load(checkpoint, weights_only=True)  # as saved before the Forecaster existed
+    old["state_dict"] = {k.removeprefix("forecaster."): v for k, v in old["state_dict"].items()}
+    torch.save(old, tmp_path / "old.ckpt")
+    with torch.no_grad():
+        again = Forecaster.from_checkpoint(tmp_path / "old.ckpt").step(batch.inputs, batch.static,
+                                                                        batch.forcings[:, :2])  # fmt: skip
+    torch.testing.assert_close(again, expected[:, 0], rtol=0, atol=0)
+    resumed = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=data_info(data), warmup_steps=1)
+    resumed.load_state_dict(old["state_dict"])  # Lightning's resume of an old checkpoint
+    assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), module.parameters(), strict=True))
+
+
+def test_not_a_forecaster_checkpoint(tmp_path):
+    torch.save({"state_dict": {}, "hyper_parameters": {}}, tmp_path / "x.ckpt")
+    with pytest.raises(ValueError, match="x.ckpt is not a checkpoint of s2forecast fit"):
+        Forecaster.from_checkpoint(tmp_path / "x.ckpt")

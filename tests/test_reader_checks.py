@@ -1,0 +1,102 @@
+"""What scripts/probe_inputs.py found readers accepting silently (issue 14), each refused in one
+line with nothing written: stores whose time axis or units labels are corrupt, a forecast that
+is NaN everywhere, and fit options that used to fail only after the run directory was made."""
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from s2forecast.cli import main
+from s2forecast.datamodules.fields import FieldDataset, SampleSpec
+
+REPO = Path(__file__).parents[1]
+
+
+def refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        main([str(arg) for arg in argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast ")]
+    assert exit.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+def corrupt_copy(store: Path, tmp_path: Path, how: str) -> Path:
+    copy = tmp_path / f"{how}.zarr"
+    shutil.copytree(store, copy)
+    group = zarr.open_group(str(copy), mode="r+")
+    if how == "units":
+        group["geopotential_height"].attrs["units"] = "km"
+    else:
+        times = group["time"][:]
+        times[[1, 2]] = times[[0, 0]] if how == "duplicate" else times[[2, 1]]
+        group["time"][:] = times
+    zarr.consolidate_metadata(str(copy))
+    return copy
+
+
+MESSAGES = {
+    "duplicate": r"time 2000-01-01T00:00 appears 3 times in .*duplicate\.zarr .*rewrite the store without the repeated",
+    "unsorted": r"times of .*unsorted\.zarr are not in ascending order: 2000-01-01T01:00 comes after 2000-01-01T02:00",
+    "units": r"variable geopotential_height of store .*units\.zarr has units 'km', not 'm'; convert the values",
+}
+
+
+@pytest.mark.parametrize("how", list(MESSAGES))
+def test_corrupt_store_is_refused_by_every_reader(swe_store, tmp_path, capsys, how):
+    store = corrupt_copy(swe_store, tmp_path, how)
+    with pytest.raises(ValueError, match=MESSAGES[how]):
+        FieldDataset(store, SampleSpec(("vorticity",), static=(), step_hours=1.0))
+    before = sorted(p.name for p in (store / "stats").iterdir())
+    message = refused(["stats", store], capsys)
+    assert re.search(MESSAGES[how], message), message
+    assert sorted(p.name for p in (store / "stats").iterdir()) == before
+    if how == "unsorted":
+        return  # climatology reduces per time of year and sorts nothing by position: unsorted is fine there
+    out = tmp_path / "clim.zarr"
+    message = refused(["climatology", store, "--out", out], capsys)  # its own words for a repeated time
+    assert re.search(MESSAGES[how] if how == "units" else "2000-01-01T00:00 appears more than once", message)
+    assert not out.exists()
+
+
+def test_evaluate_refuses_a_forecast_that_is_nan_everywhere(swe_store, tmp_path, capsys):
+    truth = xr.open_zarr(swe_store)
+    times = truth["time"].values[:2]
+    field = truth["vorticity"].values[:2]
+    leads = np.array([1, 2], dtype="timedelta64[h]").astype("timedelta64[ns]")
+    values = np.stack([field, field], 1)
+    values[1, 1] = np.nan  # the last init's last lead: a failed step
+    forecast = xr.Dataset(
+        {"vorticity": (("time", "prediction_timedelta", "latitude", "longitude"), values, {"units": "s**-1"})},
+        coords={"time": times, "prediction_timedelta": leads, "latitude": truth["latitude"].values,
+                "longitude": truth["longitude"].values},
+    )  # fmt: skip
+    forecast.to_netcdf(tmp_path / "forecast.nc")
+    out = tmp_path / "metrics.nc"
+    message = refused(["evaluate", "--forecast", tmp_path / "forecast.nc", "--truth", swe_store, "--out", out,
+                       "--no-plots", "--no-progress"], capsys)  # fmt: skip
+    assert "forecast variable vorticity is NaN everywhere at init time 2000-01-01T01 lead 2 h" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forecast.nc"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--data.init_args.batch_size", "0", "batch_size must be an integer >= 1, got 0"),
+        ("--data.init_args.num_workers", "-1", "num_workers must be an integer >= 0, got -1"),
+        ("--model.lr", "-1", "lr must be a positive number, got -1.0"),
+        ("--model.warmup_steps", "-5", "warmup_steps >= 0, got 0.0, 0.0 and -5"),
+    ],
+)
+def test_fit_options_refused_before_the_run_directory_is_made(swe_store, tmp_path, capsys, option, value, expected):
+    args = ["fit", "--config", REPO / "configs" / "swe" / "s2_neighborhood.yaml", "--data.init_args.store", swe_store,
+            "--data.init_args.train_trajectories", "[0, 2]", "--data.init_args.val_trajectories", "[2, 3]",
+            "--data.init_args.test_trajectories", "null", "--trainer.default_root_dir", tmp_path,
+            "--trainer.logger.init_args.save_dir", tmp_path / "runs", option, value]  # fmt: skip
+    message = refused(args, capsys)
+    assert expected in message, message
+    assert list(tmp_path.iterdir()) == []
