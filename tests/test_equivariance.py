@@ -2,7 +2,6 @@
 claim), against a planar baseline that ignores the sphere: unweighted attention in a square
 index window (neighborhood) or over all points (global)."""
 
-
 import pytest
 import torch
 import torch.nn.functional as F
