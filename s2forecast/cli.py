@@ -84,10 +84,9 @@ def store_stats(args: argparse.Namespace) -> None:
 
 def forecast_rollout(args: argparse.Namespace) -> None:
     """Roll a checkpoint out from initial conditions in a store."""
-    from s2forecast.datamodules.store import open_store
-    from s2forecast.inference.rollout import init_times_from, rollout
+    from s2forecast.inference.rollout import init_times_from, rollout, source_times
 
-    available = open_store(args.store)["time"].values.astype("datetime64[ns]")
+    available = source_times(args.store)
     times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, "zarr" if args.format == "zarr" else "netcdf",
@@ -188,7 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     roll = commands.add_parser("rollout", help="autoregressive forecasts from a checkpoint, written as NetCDF/zarr")
     roll.add_argument("--ckpt", required=True, help="checkpoint (e.g. runs/.../checkpoints/last.ckpt)")
-    roll.add_argument("--store", required=True, help="store with the initial conditions (any dates; no stats needed)")
+    roll.add_argument(
+        "--store", required=True,
+        help="initial conditions: a store, or ERA5 NetCDF/GRIB from the CDS (any dates; no statistics needed)",
+    )  # fmt: skip
     roll.add_argument("--steps", type=positive_int, required=True, help="model steps per forecast")
     roll.add_argument(
         "--init-times", type=timestamps, help="comma-separated initialization times, e.g. 2020-01-01T00,2020-01-02T00"

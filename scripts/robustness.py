@@ -38,7 +38,7 @@ def main():
     args = parser.parse_args()
 
     model = load_forecaster(args.ckpt)
-    dataset = open_inputs(model, args.store)  # the checkpoint's channels, history, step, one target
+    dataset = open_inputs(model, args.store, targets=1)  # the checkpoint's channels, history, step, one target
     batch = batch_of(dataset, args.samples)
     for row in rotation_errors(model, batch, np.linspace(0, np.pi / 2, args.angles)):
         print(json.dumps({"test": "rotation", **row}), flush=True)

@@ -232,7 +232,7 @@ def test_rotation_and_resolution_errors(trained, tmp_path):
 
     store, checkpoint = trained
     model = load_forecaster(checkpoint)
-    dataset = open_inputs(model, store)
+    dataset = open_inputs(model, store, targets=1)
     batch = dataset.collate([dataset[i] for i in range(4)])
     rows = rotation_errors(model, batch, [0.0, 0.7, 1.5])
     with torch.no_grad():

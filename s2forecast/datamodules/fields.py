@@ -83,7 +83,7 @@ class SampleSpec:
         forcings: names from ``s2forecast.datamodules.forcings.FORCINGS``.
         history: input states (>= 1).
         step_hours: hours between states; a multiple of the store's time step.
-        rollout: target states (>= 1).
+        rollout: target states (>= 1 to train or score; 0 for the inputs of forecasts alone).
     """
 
     variables: tuple[str, ...]
@@ -127,8 +127,8 @@ class FieldDataset(torch.utils.data.Dataset):
     ):
         if nan_policy not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
-        if spec.history < 1 or spec.rollout < 1:
-            raise ValueError(f"history and rollout must be >= 1, got {spec.history} and {spec.rollout}")
+        if spec.history < 1 or spec.rollout < 0:
+            raise ValueError(f"need history >= 1 and rollout >= 0, got {spec.history} and {spec.rollout}")
         self.path, self.spec, self.nan_policy = str(path), spec, nan_policy
         ds = open_store(path)
         self.generation = ds.attrs.get(GENERATION_ATTR)  # every later read must see the same store
@@ -185,6 +185,8 @@ class FieldDataset(torch.utils.data.Dataset):
     def _check_step(self, times: np.ndarray, step_hours: float) -> np.timedelta64:
         step = np.timedelta64(int(round(step_hours * 3600)), "s").astype("timedelta64[ns]")
         if times.size < 2:
+            if self.spec.rollout == 0 and self.spec.history == 1:  # one state: initial conditions
+                return step
             raise ValueError(f"{self.path} has {times.size} time step(s); a sample needs at least two")
         base = np.timedelta64(int(np.gcd.reduce(np.diff(times).astype(np.int64))), "ns")  # finest common spacing
         if step <= np.timedelta64(0, "ns") or step % base != np.timedelta64(0, "ns"):

@@ -12,7 +12,10 @@ name beside the target and renamed when complete, after checking that the store 
 rewritten meanwhile: a crash never leaves a file that looks finished.
 """
 
+import contextlib
 import json
+import tempfile
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from s2forecast import __version__
 from s2forecast.datamodules.fields import FieldDataset, SampleSpec
 from s2forecast.datamodules.forcings import forcing_names
 from s2forecast.datamodules.stats import ChannelStats
-from s2forecast.datamodules.store import VARIABLES, cf_attributes
+from s2forecast.datamodules.store import VARIABLES, cf_attributes, open_store
 from s2forecast.inference.forecast_file import ChannelLayout, ForecastFile
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, check_unchanged, file_sha256
@@ -56,7 +59,7 @@ def checkpoint_stats(model: Forecaster) -> tuple[ChannelStats, ChannelStats | No
 
 
 def open_inputs(
-    model: Forecaster, store: str | Path, other_grid: bool = False, store_stats: bool = False
+    model: Forecaster, store: str | Path, other_grid: bool = False, store_stats: bool = False, targets: int = 0
 ) -> FieldDataset:
     """The store as the model's input reader, normalized with the checkpoint's statistics.
 
@@ -64,7 +67,8 @@ def open_inputs(
     dates (a store of new dates has other statistics than the training period's, and needs
     none of its own). ``store_stats``: normalize with the store's own statistics instead.
     ``other_grid``: accept a store on another grid (the neural-operator property: the caller
-    applies the weights there with ``Forecaster.on_grid``).
+    applies the weights there with ``Forecaster.on_grid``). ``targets``: truth states per sample
+    (for scoring, e.g. ``evaluation.robustness``).
 
     Raises:
         ValueError: a variable, level or static field of the checkpoint missing from the store,
@@ -74,7 +78,7 @@ def open_inputs(
     layout = ChannelLayout.from_channels(info["channels"])
     spec = SampleSpec(
         layout.variables, layout.levels, tuple(info["static_channels"]), forcing_names(info["forcing_channels"]),
-        info["history"], info["step_hours"], 1,
+        info["history"], info["step_hours"], targets,  # 0: inputs only, the truth is not needed to forecast
     )  # fmt: skip
     stats, static = (None, None) if store_stats else checkpoint_stats(model)
     try:
@@ -199,16 +203,47 @@ def rollout(
         raise ValueError("no initialization times selected")
     output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, store), overwrite=overwrite)
     with output:  # on any error the temporary output goes and nothing at ``out`` changes
-        options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid, store_stats)
-        return _rollout(checkpoint, store, steps, init_times, output, *options)
+        model = load_forecaster(checkpoint, device)
+        with initial_conditions(store, model) as source:
+            options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid, store_stats)
+            return _rollout(model, checkpoint, source, store, steps, init_times, output, *options)
 
 
-def _rollout(checkpoint, store, steps, init_times, output, fmt, batch_size, device, bf16, nan_policy, progress,
-             other_grid, store_stats) -> Path:  # fmt: skip
-    """``rollout`` once its output is claimed: forecast into ``output.tmp``, then commit it."""
+@contextlib.contextmanager
+def initial_conditions(source: str | Path, model: Forecaster) -> Iterator[Path]:
+    """A store of the initial conditions at ``source``: ``source`` itself when it is a store; for
+    ERA5 NetCDF or GRIB files as the CDS delivers them, a store converted from them in a
+    temporary directory (``convert-era5``: the same names, units and value checks), removed
+    afterwards. Only the model's variables, levels and static fields are converted."""
+    path = Path(source)
+    if not path.is_file():
+        yield path  # a store (open_store reports a missing or foreign path)
+        return
+    from s2forecast.datamodules.convert_era5 import convert_era5
+
+    layout = ChannelLayout.from_channels(model.data["channels"])
+    variables = [*layout.variables, *model.data["static_channels"]]
+    with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:
+        yield convert_era5([path], Path(tmp) / "initial_conditions.zarr", variables, layout.levels, progress=False)
+
+
+def source_times(source: str | Path) -> np.ndarray:
+    """(time,) datetime64[ns] times of a store, or valid times of an ERA5 NetCDF/GRIB file."""
+    path = Path(source)
+    if not path.is_file():
+        return open_store(path)["time"].values.astype("datetime64[ns]")
+    from s2forecast.datamodules.convert_era5 import _normalize_time, _open
+
+    with _open(path) as ds:
+        return np.unique(_normalize_time(ds, path)["time"].values)
+
+
+def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, batch_size, device, bf16, nan_policy,
+             progress, other_grid, store_stats) -> Path:  # fmt: skip
+    """``rollout`` once its output is claimed: forecast from ``store`` (the initial conditions
+    ``source`` names, or a store converted from them) into ``output.tmp``, then commit it."""
     from tqdm import tqdm
 
-    model = load_forecaster(checkpoint, device)
     dataset = open_inputs(model, store, other_grid, store_stats)
     if dataset.grid != model.grid:
         model = model.on_grid(dataset.grid)
@@ -228,8 +263,8 @@ def _rollout(checkpoint, store, steps, init_times, output, fmt, batch_size, devi
         f"sha256:{file_sha256(Path(checkpoint))}; model {model.architecture} "
         f"{json.dumps(model.network_options, sort_keys=True)}",
         "history": f"{datetime.now(UTC).isoformat(timespec='seconds')} s2forecast rollout --steps {steps} "
-        f"--store {store}",
-        "initial_conditions": str(store),
+        f"--store {source}",
+        "initial_conditions": str(source),
         **output.attrs,
     }
     writer = ForecastFile(
