@@ -20,7 +20,8 @@ import pytorch_lightning as pl
 import torch
 
 from s2forecast.datamodules.fields import Batch
-from s2forecast.models.forecaster import Forecaster
+from s2forecast.models.checkpoint import read_checkpoint
+from s2forecast.models.forecaster import Forecaster, forecaster_weights
 
 LEVEL_WEIGHTINGS = ("pressure", "none")
 
@@ -47,6 +48,35 @@ def data_info(datamodule) -> dict:
     }
 
 
+def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
+    """Copy the network weights of ``checkpoint`` into ``forecaster`` (fine-tuning).
+
+    Parameters must all be there with the same shapes; buffers that differ in shape are the
+    grid's precomputed structure (DISCO filters, neighborhoods) and stay this grid's.
+
+    Raises:
+        ValueError: another architecture, other channels or options (names the first weights
+            that differ), or not a checkpoint of s2forecast fit.
+    """
+    state = read_checkpoint(checkpoint)
+    if "state_dict" not in state:
+        raise ValueError(f"--model.init_from {checkpoint} is not a checkpoint of s2forecast fit (no state_dict)")
+    theirs = forecaster_weights(state["state_dict"])
+    ours = forecaster.state_dict()
+    parameters = {name for name, _ in forecaster.named_parameters()}
+    missing = sorted(name for name in parameters if name not in theirs)
+    differ = sorted(name for name in parameters if name in theirs and theirs[name].shape != ours[name].shape)
+    if missing or differ:
+        name = (missing or differ)[0]
+        detail = "is missing" if missing else f"has shape {tuple(theirs[name].shape)}, not {tuple(ours[name].shape)}"
+        raise ValueError(
+            f"--model.init_from {checkpoint} does not fit this model: weight {name} {detail} ({len(missing)} missing, "
+            f"{len(differ)} of other shapes); fine-tuning needs the same architecture, network options and channels"
+        )
+    load = {name: value for name, value in theirs.items() if name in ours and value.shape == ours[name].shape}
+    forecaster.load_state_dict(load, strict=False)
+
+
 class ForecastModule(pl.LightningModule):
     """Autoregressive training and scoring of a network from ``s2forecast.models``.
 
@@ -60,6 +90,10 @@ class ForecastModule(pl.LightningModule):
         rollout_start, rollout_every_epochs, rollout_max: the training rollout schedule.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW with linear warm-up and cosine
             decay to min_lr_ratio * lr over the run's optimizer steps.
+        init_from: fine-tuning: start from the network weights of this checkpoint (read
+            weights-only), with this run's data, statistics, schedule and optimizer; the grid may
+            differ where the network's weights do not depend on it (S2 models without grid-bound
+            position embeddings). ``--ckpt_path`` instead resumes a run exactly.
     """
 
     def __init__(
@@ -77,6 +111,7 @@ class ForecastModule(pl.LightningModule):
         weight_decay: float = 0.0,
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.0,
+        init_from: str | None = None,
     ):
         super().__init__()
         if data is None:
@@ -94,6 +129,8 @@ class ForecastModule(pl.LightningModule):
             raise ValueError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
         self.save_hyperparameters()
         self.forecaster = Forecaster(architecture, network, data, residual)
+        if init_from is not None:
+            load_network_weights(self.forecaster, init_from)
         self.grid, self.channels = self.forecaster.grid, self.forecaster.channels
         quadrature = self.grid.quadrature_weights.float()
         self.register_buffer("quadrature", quadrature / quadrature.mean(), persistent=False)

@@ -1,0 +1,76 @@
+"""Fine-tuning (issue 15): a new run from a checkpoint's network weights, with new data,
+statistics, schedule and even another grid (S2 models); `--model.init_from CKPT`."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_training import tiny_args
+
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe
+from s2forecast.models.forecaster import forecaster_weights
+from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.checkpoints import read_checkpoint
+
+REPO = Path(__file__).parents[1]
+FINETUNE = REPO / "configs" / "swe" / "s2_neighborhood_finetune.yaml"
+
+
+@pytest.fixture(scope="module")
+def trained(swe_store, tmp_path_factory):
+    root = tmp_path_factory.mktemp("finetune")
+    cli(["fit", *tiny_args(swe_store, root, "--trainer.max_epochs", "1")])
+    return next((root / "runs").rglob("last.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def finer_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("finer") / "swe_16x32.zarr"
+    generate_swe(path, 16, 32, trajectories=3, steps=4, progress=False)
+    compute_stats(path)
+    return path
+
+
+def finer_data(store) -> SWEDataModule:
+    return SWEDataModule(str(store), train_trajectories=(0, 2), val_trajectories=(2, 3), test_trajectories=None,
+                         batch_size=2, num_workers=0, rollout_steps=2)  # fmt: skip
+
+
+def test_init_from_starts_from_the_checkpoint_weights_on_another_grid(trained, finer_store):
+    checkpoint = read_checkpoint(trained)
+    network = checkpoint["hyper_parameters"]["network"]
+    model = ForecastModule(network=network, data=data_info(finer_data(finer_store)), init_from=str(trained))
+    theirs = forecaster_weights(checkpoint["state_dict"])
+    for name, parameter in model.forecaster.named_parameters():
+        assert torch.equal(parameter, theirs[name]), name
+    assert model.grid.shape == (16, 32) and model.forecaster.mean.shape[0] == 3  # this run's grid and statistics
+    fresh = ForecastModule(network=network, data=data_info(finer_data(finer_store)))
+    assert not all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True))
+
+
+def test_finetune_config_runs_through_the_cli(trained, finer_store, tmp_path):
+    args = tiny_args(finer_store, tmp_path, "--config", str(FINETUNE), "--data.init_args.store", str(finer_store),
+                     "--data.init_args.train_trajectories", "[0, 2]", "--data.init_args.val_trajectories", "[2, 3]",
+                     "--data.init_args.test_trajectories", "null", "--trainer.max_epochs", "1",
+                     "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+                     "--model.init_from", str(trained))  # fmt: skip
+    cli(["fit", *args])
+    out = read_checkpoint(next((tmp_path / "runs").rglob("last.ckpt")))
+    assert out["hyper_parameters"]["init_from"] == str(trained)
+    assert out["hyper_parameters"]["data"]["grid"][:2] == [16, 32] and out["global_step"] > 0
+
+
+def test_init_from_another_model_is_one_line(trained, finer_store, tmp_path, capsys):
+    args = tiny_args(finer_store, tmp_path, "--data.init_args.train_trajectories", "[0, 2]",
+                     "--data.init_args.val_trajectories", "[2, 3]", "--model.network.embed_dim", "12",
+                     "--model.init_from", str(trained))  # fmt: skip
+    with pytest.raises(SystemExit):
+        cli(["fit", *args])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert len(err) == 1 and f"--model.init_from {trained} does not fit this model: weight " in err[0], err
+    assert "of other shapes); fine-tuning needs the same architecture, network options and channels" in err[0]
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit):
+        cli(["fit", *tiny_args(finer_store, tmp_path, "--model.init_from", str(tmp_path / "nothing.ckpt"))])
+    assert "no checkpoint file at" in capsys.readouterr().err
