@@ -65,3 +65,17 @@ def device(text: str) -> str:
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available here; use --device cpu")
     return text
+
+
+def json_object(text: str) -> dict:
+    """A JSON object, e.g. fsspec storage options '{"token": "anon"}'."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as '{{\"token\": \"anon\"}}', got {text!r} "
+                                         f"({error.msg})") from None  # fmt: skip
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f'must be a JSON object such as \'{{"token": "anon"}}\', got {text!r}')
+    return value

@@ -15,7 +15,15 @@ import sys
 import traceback
 
 from s2forecast import __version__
-from s2forecast.arguments import device, nonnegative_int, positive_float, positive_int, timestamp, timestamps
+from s2forecast.arguments import (
+    device,
+    json_object,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    timestamp,
+    timestamps,
+)
 from s2forecast.times import format_time
 from s2forecast.user_errors import user_error_message
 
@@ -76,10 +84,12 @@ def store_stats(args: argparse.Namespace) -> None:
     """Compute and store normalization statistics."""
     from s2forecast.datamodules.stats import compute_stats
 
-    stats = compute_stats(args.store, args.start, args.end, args.step_hours)
+    stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
+                          storage_options=args.storage_options, overwrite=args.overwrite)  # fmt: skip
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
     period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
-    print(f"stored in {args.store}/stats ({stats.attrs['times']} times {period})")
+    where = args.out if args.out is not None else f"{args.store}/stats"
+    print(f"stored in {where} ({stats.attrs['times']} times {period})")
 
 
 def forecast_rollout(args: argparse.Namespace) -> None:
@@ -179,7 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     swe.set_defaults(handler=generate_swe)
 
     stats = commands.add_parser("stats", help="per-channel mean/std of fields and tendencies, stored with the store")
-    stats.add_argument("store")
+    stats.add_argument("store", help="a store: local path or URL (gs://, s3://, https://), zarr v2 or v3")
+    stats.add_argument(
+        "--out", help="write the statistics to this zarr of their own (required for a store s2forecast did not write)"
+    )
+    stats.add_argument("--overwrite", action="store_true", help="replace statistics s2forecast wrote at --out")
+    stats.add_argument(
+        "--storage-options", type=json_object, help='fsspec options of a URL, e.g. \'{"token": "anon"}\''
+    )
     stats.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
     stats.add_argument("--end", help="last time, inclusive; default: the last in the store")
     stats.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")

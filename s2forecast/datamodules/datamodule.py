@@ -83,6 +83,10 @@ class FieldDataModule(pl.LightningDataModule):
         batch_size, num_workers, pin_memory: DataLoader settings.
         nan_policy: "fail" or "skip" (``FieldDataset``).
         seed: seed of the training shuffle.
+        stats: statistics written with ``s2forecast stats STORE --out STATS`` (required for a
+            store s2forecast did not write); default: the store's own ``stats`` group.
+        storage_options: fsspec options when ``store`` is a URL (e.g. {"token": "anon"} for
+            public Google Cloud Storage).
     """
 
     def __init__(
@@ -95,6 +99,8 @@ class FieldDataModule(pl.LightningDataModule):
         pin_memory: bool = True,
         nan_policy: str = "fail",
         seed: int = 0,
+        stats: str | None = None,
+        storage_options: dict | None = None,
     ):
         super().__init__()
         if nan_policy not in NAN_POLICIES:
@@ -109,6 +115,7 @@ class FieldDataModule(pl.LightningDataModule):
         self.store, self.spec, self.splits = str(store), spec, splits
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
+        self.stats_path, self.storage_options = stats, storage_options
         self.datasets: dict[str, FieldDataset] = {}
         self._train_loader: ResumableLoader | None = None
         self._train_state: dict | None = None  # restored before the training loader exists
@@ -116,7 +123,10 @@ class FieldDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         for name, options in self.splits.items():
             if name not in self.datasets:
-                self.datasets[name] = FieldDataset(self.store, self.spec, nan_policy=self.nan_policy, **options)
+                self.datasets[name] = FieldDataset(
+                    self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
+                    storage_options=self.storage_options, **options,
+                )  # fmt: skip
 
     def dataset(self, split: str) -> FieldDataset:
         if split not in self.splits:
@@ -212,7 +222,8 @@ class ERA5DataModule(FieldDataModule):
         forcings: analytic forcings (``s2forecast.datamodules.forcings.FORCINGS``).
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed: see ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options: see
+            ``FieldDataModule``.
     """
 
     def __init__(
@@ -233,6 +244,8 @@ class ERA5DataModule(FieldDataModule):
         pin_memory: bool = True,
         nan_policy: str = "fail",
         seed: int = 0,
+        stats: str | None = None,
+        storage_options: dict | None = None,
     ):
         spec = SampleSpec(
             tuple(variables),
@@ -245,7 +258,9 @@ class ERA5DataModule(FieldDataModule):
         )
         periods = {"train": train_period, "val": val_period, "test": test_period}
         splits = {name: {"start": p[0], "end": p[1]} for name, p in periods.items() if p is not None}
-        super().__init__(store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed)
+        super().__init__(
+            store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options
+        )
         self.save_hyperparameters()
 
 
@@ -258,7 +273,8 @@ class SWEDataModule(FieldDataModule):
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_trajectories, val_trajectories, test_trajectories: [first, stop) trajectory
             indices; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed: see ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options: see
+            ``FieldDataModule``.
     """
 
     def __init__(
@@ -276,9 +292,13 @@ class SWEDataModule(FieldDataModule):
         pin_memory: bool = True,
         nan_policy: str = "fail",
         seed: int = 0,
+        stats: str | None = None,
+        storage_options: dict | None = None,
     ):
         spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
         ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
         splits = {name: {"trajectories": tuple(r)} for name, r in ranges.items() if r is not None}
-        super().__init__(store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed)
+        super().__init__(
+            store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options
+        )
         self.save_hyperparameters()

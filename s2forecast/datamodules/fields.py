@@ -107,7 +107,9 @@ class FieldDataset(torch.utils.data.Dataset):
         nan_policy: "fail" raises on a non-finite value naming variable and time; "skip"
             warns and serves the next valid sample instead.
         stats, static_stats: normalization statistics of the channels and static fields (e.g. a
-            checkpoint's); default: those in the store (``s2forecast stats``).
+            checkpoint's); default: those in the store (``s2forecast stats``), or in
+            ``stats_path`` (``s2forecast stats STORE --out STATS``).
+        storage_options: fsspec options when ``path`` is a URL.
 
     Raises:
         ValueError: missing statistics, variables or levels; a step that is not a multiple of
@@ -124,13 +126,16 @@ class FieldDataset(torch.utils.data.Dataset):
         nan_policy: str = "fail",
         stats: ChannelStats | None = None,
         static_stats: ChannelStats | None = None,
+        stats_path: str | Path | None = None,
+        storage_options: dict | None = None,
     ):
         if nan_policy not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if spec.history < 1 or spec.rollout < 0:
             raise ValueError(f"need history >= 1 and rollout >= 0, got {spec.history} and {spec.rollout}")
         self.path, self.spec, self.nan_policy = str(path), spec, nan_policy
-        ds = open_store(path)
+        self.storage_options = storage_options
+        ds = open_store(self.path, storage_options=storage_options)
         self.generation = ds.attrs.get(GENERATION_ATTR)  # every later read must see the same store
         info = describe(ds, self.path)
         self.grid = info.grid
@@ -151,9 +156,9 @@ class FieldDataset(torch.utils.data.Dataset):
                 raise ValueError(f"static fields {absent} are not in {path}; it has {list(info.static)}")
             self.static_names = tuple(spec.static)
         self.forcing_channels = tuple(forcing_channels(spec.forcings))
-        self.stats = stats if stats is not None else load_stats(path, list(self.channels))
+        self.stats = stats if stats is not None else load_stats(path, list(self.channels), stats_path=stats_path)
         if static_stats is None and self.static_names:
-            static_stats = load_stats(path, list(self.static_names), constant_ok=True)
+            static_stats = load_stats(path, list(self.static_names), constant_ok=True, stats_path=stats_path)
         self.static_stats = static_stats
 
         self.times = info.times.astype("datetime64[ns]")
@@ -235,7 +240,7 @@ class FieldDataset(torch.utils.data.Dataset):
             ValueError: the store was rewritten since this dataset was built.
         """
         if self._store is None or self._pid != os.getpid():
-            store = open_store(self.path)
+            store = open_store(self.path, storage_options=self.storage_options)
             if store.attrs.get(GENERATION_ATTR) != self.generation:
                 raise rewritten_error(self.path, self.generation, store.attrs.get(GENERATION_ATTR))
             self._store = store

@@ -9,7 +9,10 @@ it. Computed lazily with dask, so the store is streamed, not loaded.
 
 The group is written beside the old one and renamed into place (``s2forecast.output.Output``),
 replacing only a ``stats`` group s2forecast wrote; the store must not have been rewritten
-while it was read (its generation is checked before the group is written).
+while it was read (its generation is checked before the group is written). Statistics of a
+store s2forecast did not write (WeatherBench2, ARCO-ERA5, any URL) go to their own zarr at
+``out`` (``s2forecast stats STORE --out STATS.zarr``; DataModules take ``stats: STATS.zarr``):
+nothing is ever written into such a store.
 """
 
 import os
@@ -23,7 +26,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from s2forecast.datamodules.store import check_store_unchanged, describe, open_store
+from s2forecast.datamodules.store import check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast
 from s2forecast.times import format_time
 
@@ -44,13 +47,25 @@ def time_step(times: np.ndarray) -> np.timedelta64:
     return spacing[counts.argmax()]
 
 
-def compute_stats(path: str | Path, start=None, end=None, step_hours: float | None = None) -> xr.Dataset:
+def compute_stats(
+    path: str | Path,
+    start=None,
+    end=None,
+    step_hours: float | None = None,
+    out: str | Path | None = None,
+    storage_options: dict | None = None,
+    overwrite: bool = False,
+) -> xr.Dataset:
     """Statistics of the store at ``path`` over times in [start, end], written to its ``stats``
-    group and returned. Everything is checked and computed before anything is written, so a
-    refused run leaves earlier statistics as they were.
+    group (or to ``out``) and returned. Everything is checked and computed before anything is
+    written, so a refused run leaves earlier statistics as they were.
 
     Args:
-        path: the store; its times must be ascending and unique (every reader assumes so).
+        path: the store (a local path or URL; ``storage_options`` for fsspec); its times must be
+            ascending and unique (every reader assumes so).
+        out: a zarr of its own for the statistics; required for a store s2forecast did not
+            write (never written into). An existing ``out`` is replaced only with ``overwrite``
+            and only if s2forecast wrote it.
         start, end: inclusive time range inside the store, start before end (anything
             ``pandas.Timestamp`` parses); default all.
         step_hours: tendency step, positive; default the store's time step. At least one pair
@@ -65,9 +80,18 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
         ValueError: bad arguments, unordered or repeated times, infinite values or a channel
             without a finite value in the range (naming the variable, level and first bad time).
     """
-    ds = open_store(path, chunks={})  # dask: streamed reductions
+    ds = open_store(path, chunks={}, storage_options=storage_options)  # dask: streamed reductions
     info = describe(ds, str(path))
-    _check_replaceable(Path(path))
+    if out is None:
+        if is_url(path) or not written_by_s2forecast(Path(path)):
+            raise ValueError(
+                f"{path} was not written by s2forecast, so nothing is written into it; put its statistics in a "
+                f"store of their own: s2forecast stats {path} --out STATS.zarr (and stats: STATS.zarr in the "
+                "DataModule)"
+            )
+        _check_replaceable(Path(path))
+    else:
+        out_output = Output(out, "stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
     times = ds["time"].values
     check_time_axis(times, path)
     lo, hi = _period(start, end, times, path)
@@ -128,7 +152,13 @@ def compute_stats(path: str | Path, start=None, end=None, step_hours: float | No
         },
     )
     check_store_unchanged(path, ds)
-    write_stats(path, stats)
+    if out is None:
+        write_stats(path, stats)
+        return stats
+    with out_output:
+        stats.attrs["source"] = str(path)
+        stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
+        out_output.commit()
     return stats
 
 
@@ -296,8 +326,11 @@ class ChannelStats:
     tendency_step_hours: float
 
 
-def load_stats(path: str | Path, channels: list[str], constant_ok: bool = False) -> ChannelStats:
-    """The statistics of ``channels`` from the store's ``stats`` group.
+def load_stats(
+    path: str | Path, channels: list[str], constant_ok: bool = False, stats_path: str | Path | None = None
+) -> ChannelStats:
+    """The statistics of ``channels`` from the store's ``stats`` group, or from ``stats_path``
+    (statistics written with ``s2forecast stats STORE --out STATS``).
 
     ``constant_ok`` (static fields): a channel with zero spread gets std 1 instead of an error.
 
@@ -305,11 +338,19 @@ def load_stats(path: str | Path, channels: list[str], constant_ok: bool = False)
         ValueError: no statistics (says how to compute them), or channels missing from them.
     """
     try:
-        stats = xr.open_zarr(path, group=STATS_GROUP, chunks=None)
+        if stats_path is not None:
+            stats = xr.open_zarr(stats_path, chunks=None)
+            path = stats_path  # what the messages below name
+        else:
+            stats = xr.open_zarr(path, group=STATS_GROUP, chunks=None)
+        stats["channel"]
     except (FileNotFoundError, KeyError, ValueError, OSError):
+        if stats_path is not None:
+            raise ValueError(f"{stats_path} holds no statistics; write them with `s2forecast stats STORE --out "
+                             f"{stats_path}`") from None  # fmt: skip
         raise ValueError(
             f"{path} has no normalization statistics; compute them with `s2forecast stats {path} "
-            "--start ... --end ...` over the training period"
+            "--start ... --end ...` over the training period (or --out STATS.zarr, then stats: STATS.zarr)"
         ) from None
     known = list(stats["channel"].values)
     missing = [c for c in channels if c not in known]

@@ -21,6 +21,12 @@ Layout (zarr v3, WeatherBench2-compatible):
 Writers produce latitude north -> south (ERA5's order and the model's). Readers accept either
 order: ``to_model_order`` is the one place where the store's order and the model's
 convention (torch-harmonics: colatitude from the north pole) meet.
+
+Readers also take stores s2forecast did not write, as they are: zarr v2 or v3, local or at an
+fsspec URL (``gs://``, ``s3://``, ``https://``, ``file://``), in WeatherBench2's names and
+layouts (ascending latitudes, cell-centred grids; variables a model does not use are never
+read). Such a store is read-only to s2forecast: nothing is ever written into it (its
+statistics go to their own path: ``s2forecast stats STORE --out STATS``).
 """
 
 import re
@@ -132,12 +138,39 @@ class StoreInfo:
     levels: tuple[int, ...]
 
 
-def open_store(path: str | Path, require_complete: bool = True, chunks: dict | None = None) -> xr.Dataset:
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# fsspec protocols whose filesystem lives in an optional package: protocol -> (package, extra)
+REMOTE_PACKAGES = {"gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3")}
+
+
+def is_url(source) -> bool:
+    """Whether ``source`` is a URL (an fsspec protocol other than a local path)."""
+    return isinstance(source, str) and bool(URL.match(source))
+
+
+def _check_protocol(url: str) -> None:
+    """One line naming the package (and pip extra) a URL's protocol needs, when it is missing."""
+    protocol = url.split("://", 1)[0].lower()
+    if protocol in REMOTE_PACKAGES:
+        package, extra = REMOTE_PACKAGES[protocol]
+        try:
+            __import__(package)
+        except ImportError:
+            raise ValueError(
+                f"reading {protocol}:// URLs needs {package}: pip install 's2forecast[{extra}]' (or {package})"
+            ) from None
+
+
+def open_store(
+    path: str | Path, require_complete: bool = True, chunks: dict | None = None, storage_options: dict | None = None
+) -> xr.Dataset:
     """Open a store lazily, in model latitude order: the one way every reader opens a store.
 
     Args:
-        path: the store.
+        path: the store: a local path or an fsspec URL (zarr v2 or v3).
         require_complete: refuse a store a writer has not finished.
+        storage_options: fsspec options of a URL, e.g. ``{"token": "anon"}`` for public
+            Google Cloud Storage buckets (gcsfs), ``{"anon": True}`` for public S3 (s3fs).
         chunks: None (no dask graph: xarray's lazy indexing reads only the chunks asked for),
             or dask chunks for streamed reductions (``{}``: the store's own chunks).
 
@@ -150,20 +183,27 @@ def open_store(path: str | Path, require_complete: bool = True, chunks: dict | N
         ValueError: ``path`` is not a zarr store, or the store is still being written (or was
             interrupted) and ``require_complete`` is set.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no zarr store at {path}")
-    if zarr_attributes(path) is None:
-        raise ValueError(
-            f"{path} is not a zarr store (no zarr.json or .zgroup metadata); pass the store written by "
-            "convert-era5 or generate-swe"
-        )
+    options = {}
+    if is_url(path):
+        _check_protocol(path)
+        options = {"storage_options": storage_options or {}}
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no zarr store at {path}")
+        if zarr_attributes(path) is None:
+            raise ValueError(
+                f"{path} is not a zarr store (no zarr.json or .zgroup metadata); pass the store written by "
+                "convert-era5 or generate-swe"
+            )
     try:
         try:
-            ds = xr.open_zarr(path, consolidated=True, chunks=chunks)
+            ds = xr.open_zarr(path, consolidated=True, chunks=chunks, **options)
         except (KeyError, ValueError, FileNotFoundError):
-            ds = xr.open_zarr(path, consolidated=False, chunks=chunks)
-    except (KeyError, ValueError, FileNotFoundError) as error:
+            ds = xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
+    except (KeyError, ValueError, FileNotFoundError, OSError) as error:
+        if is_url(path) and isinstance(error, FileNotFoundError | OSError):
+            raise ValueError(f"cannot read the zarr store at {path}: {one_line_reason(error)}") from None
         raise ValueError(f"cannot read the zarr store {path}: {error}") from None
     if require_complete and ds.attrs.get(COMPLETE_ATTR, "true") != "true":
         raise ValueError(
@@ -178,8 +218,16 @@ def open_store(path: str | Path, require_complete: bool = True, chunks: dict | N
     return to_model_order(ds)
 
 
+def one_line_reason(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
 def check_store_unchanged(path: str | Path, ds: xr.Dataset) -> None:
-    """Raise if the store at ``path`` was rewritten since ``ds`` was opened from it (``open_store``)."""
+    """Raise if the store at ``path`` was rewritten since ``ds`` was opened from it (``open_store``).
+    A store at a URL is not s2forecast's to rewrite: nothing to check."""
+    if is_url(path):
+        return
     check_unchanged(path, ds.attrs.get(GENERATION_ATTR), "store")
 
 

@@ -60,7 +60,7 @@ import xarray as xr
 
 from s2forecast.arguments import nonnegative_float, timestamp
 from s2forecast.datamodules.plausibility import check_plausible, has_canonical_units
-from s2forecast.datamodules.store import normalize_units
+from s2forecast.datamodules.store import is_url, normalize_units
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
@@ -109,6 +109,8 @@ BLOCK_BYTES = 64 * 2**20  # forecast bytes (float64) per variable read and score
 
 
 def _describe_source(source) -> str:
+    if is_url(source):
+        return source
     return str(Path(source).resolve()) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
 
 
@@ -214,9 +216,9 @@ def open_truth(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     if isinstance(source, xr.Dataset):
         truth = source
     else:
-        from s2forecast.datamodules.store import open_store
+        from s2forecast.datamodules.store import is_url, open_store
 
-        truth = open_store(_require_path(source, "truth store"))
+        truth = open_store(source if is_url(source) else _require_path(source, "truth store"))
     if INIT_DIM not in truth.dims:
         raise ValueError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
@@ -372,7 +374,9 @@ def _hours(lead) -> float:
 
 
 def _is_path(source) -> bool:
-    return isinstance(source, str | os.PathLike)
+    """A local input (a URL is read-only to s2forecast: no output can collide with it, and it has
+    no generation to check)."""
+    return isinstance(source, str | os.PathLike) and not is_url(source)
 
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
@@ -924,12 +928,19 @@ def _score_and_write(
     return metrics
 
 
+def _path_or_url(text: str) -> str | Path:
+    return text if is_url(text) else Path(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``evaluate`` arguments to ``parser``."""
     parser.add_argument(
         "--forecast", required=True, type=Path, metavar="FORECAST.nc", help="forecast NetCDF or zarr (WB2 layout)"
     )
-    parser.add_argument("--truth", required=True, type=Path, metavar="STORE.zarr", help="truth store")
+    parser.add_argument(
+        "--truth", required=True, type=_path_or_url, metavar="STORE.zarr",
+        help="truth store: a local path or URL (gs://, s3://, https://), zarr v2 or v3",
+    )  # fmt: skip
     parser.add_argument(
         "--climatology",
         type=Path,

@@ -26,7 +26,7 @@ from s2forecast import __version__
 from s2forecast.datamodules.fields import FieldDataset, SampleSpec
 from s2forecast.datamodules.forcings import forcing_names
 from s2forecast.datamodules.stats import ChannelStats
-from s2forecast.datamodules.store import VARIABLES, cf_attributes, open_store
+from s2forecast.datamodules.store import VARIABLES, cf_attributes, is_url, open_store
 from s2forecast.inference.forecast_file import ChannelLayout, ForecastFile
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, check_unchanged, file_sha256
@@ -215,10 +215,10 @@ def initial_conditions(source: str | Path, model: Forecaster) -> Iterator[Path]:
     ERA5 NetCDF or GRIB files as the CDS delivers them, a store converted from them in a
     temporary directory (``convert-era5``: the same names, units and value checks), removed
     afterwards. Only the model's variables, levels and static fields are converted."""
-    path = Path(source)
-    if not path.is_file():
-        yield path  # a store (open_store reports a missing or foreign path)
+    if is_url(source) or not Path(source).is_file():
+        yield source  # a store (open_store reports a missing or foreign path)
         return
+    path = Path(source)
     from s2forecast.datamodules.convert_era5 import convert_era5
 
     layout = ChannelLayout.from_channels(model.data["channels"])
@@ -229,9 +229,9 @@ def initial_conditions(source: str | Path, model: Forecaster) -> Iterator[Path]:
 
 def source_times(source: str | Path) -> np.ndarray:
     """(time,) datetime64[ns] times of a store, or valid times of an ERA5 NetCDF/GRIB file."""
+    if is_url(source) or not Path(source).is_file():
+        return open_store(source)["time"].values.astype("datetime64[ns]")
     path = Path(source)
-    if not path.is_file():
-        return open_store(path)["time"].values.astype("datetime64[ns]")
     from s2forecast.datamodules.convert_era5 import _normalize_time, _open
 
     with _open(path) as ds:
@@ -308,5 +308,6 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
     except BaseException:
         writer.abort()
         raise
-    check_unchanged(store, dataset.generation)
+    if not is_url(store):
+        check_unchanged(store, dataset.generation)
     return output.commit()
