@@ -48,7 +48,10 @@ def timestamps(text: str) -> list[str]:
 
 
 def device(text: str) -> str:
-    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``), or ``auto``
+    (resolved when the command runs: ``resolve_device``)."""
+    if text == "auto":
+        return text
     import torch
 
     try:
@@ -79,3 +82,21 @@ def json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f'must be a JSON object such as \'{{"token": "anon"}}\', got {text!r}')
     return value
+
+
+def path_or_url(text: str):
+    """A local path (``Path``) or a URL (kept as the string: ``Path`` would fold its "//")."""
+    from pathlib import Path
+
+    from s2forecast.urls import is_url
+
+    return text if is_url(text) else Path(text)
+
+
+def resolve_device(text: str) -> str:
+    """``auto`` -> "cuda" when there is a CUDA device, else "cpu"; any other device as it is."""
+    if text != "auto":
+        return text
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -268,7 +268,7 @@ def test_programming_error_keeps_its_traceback(monkeypatch):
     def broken(args):
         raise TypeError("a bug")
 
-    monkeypatch.setattr("s2forecast.cli.grid_info", broken)
+    monkeypatch.setattr("s2forecast.geometry.grid.run", broken)
     with pytest.raises(TypeError, match="a bug"):
         main(["grid", "--nlat", "8", "--nlon", "16"])
 

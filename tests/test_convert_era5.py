@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from s2forecast.commands import convert_era5 as add_arguments
 from s2forecast.datamodules import convert_era5 as convert_module
-from s2forecast.datamodules.convert_era5 import add_arguments, convert_era5, run
+from s2forecast.datamodules.convert_era5 import convert_era5, run
 from s2forecast.datamodules.store import VARIABLES, describe, open_store
 from s2forecast.datamodules.writer import StoreWriter
 

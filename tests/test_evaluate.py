@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from s2forecast.commands import evaluate as add_arguments
 from s2forecast.evaluation import MissingTruthWarning, acc, bias, compute_climatology, rmse, truth_at_valid_times
 from s2forecast.evaluation import evaluate as evaluate_module
-from s2forecast.evaluation.evaluate import add_arguments, evaluate, format_table, run
+from s2forecast.evaluation.evaluate import evaluate, format_table, run
 
 LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles, north -> south as written by the store writers
 LON = np.arange(12) * 30.0

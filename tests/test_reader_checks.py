@@ -50,7 +50,9 @@ MESSAGES = {
 def test_corrupt_store_is_refused_by_every_reader(swe_store, tmp_path, capsys, how):
     store = corrupt_copy(swe_store, tmp_path, how)
     with pytest.raises(ValueError, match=MESSAGES[how]):
-        FieldDataset(store, SampleSpec(("vorticity",), static=(), step_hours=1.0))
+        FieldDataset(store, SampleSpec(("geopotential_height", "vorticity"), static=(), step_hours=1.0))
+    if how == "units":  # statistics and climatologies are unit-agnostic: only model inputs need canonical units
+        return
     before = sorted(p.name for p in (store / "stats").iterdir())
     message = refused(["stats", store], capsys)
     assert re.search(MESSAGES[how], message), message
@@ -59,7 +61,7 @@ def test_corrupt_store_is_refused_by_every_reader(swe_store, tmp_path, capsys, h
         return  # climatology reduces per time of year and sorts nothing by position: unsorted is fine there
     out = tmp_path / "clim.zarr"
     message = refused(["climatology", store, "--out", out], capsys)  # its own words for a repeated time
-    assert re.search(MESSAGES[how] if how == "units" else "2000-01-01T00:00 appears more than once", message)
+    assert "2000-01-01T00:00 appears more than once" in message
     assert not out.exists()
 
 

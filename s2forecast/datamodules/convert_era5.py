@@ -50,7 +50,6 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
-from s2forecast.arguments import nonnegative_int, positive_int
 from s2forecast.datamodules.plausibility import check_plausible
 from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.datamodules.writer import InvalidInputData, StoreWriter, lazy_empty
@@ -687,43 +686,6 @@ def _write(
 
 
 # --- command line -------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``convert-era5`` arguments to ``parser``."""
-    parser.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="ERA5 NetCDF files from the Copernicus CDS (or cfgrib-readable GRIB), or directories of them; "
-        "split by month and/or variable is fine",
-    )
-    parser.add_argument("--out", required=True, type=Path, metavar="STORE.zarr", help="zarr store to write")
-    parser.add_argument(
-        "--variables",
-        nargs="+",
-        metavar="NAME",
-        help="variables to convert, WeatherBench2 or ECMWF short names (default: all found)",
-    )
-    parser.add_argument(
-        "--levels", nargs="+", type=positive_int, metavar="HPA", help="pressure levels to keep (default: all)"
-    )
-    parser.add_argument(
-        "--member", type=nonnegative_int, help="ensemble member (value of the 'number' dimension) to convert"
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing store that s2forecast wrote instead of resuming it (never anything else)",
-    )
-    parser.add_argument(
-        "--time-chunk",
-        type=positive_int,
-        default=DEFAULT_TIME_CHUNK,
-        metavar="N",
-        help=f"time steps written per slab, in parallel (default {DEFAULT_TIME_CHUNK})",
-    )
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> None:

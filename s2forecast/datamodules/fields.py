@@ -19,7 +19,7 @@ import xarray as xr
 
 from s2forecast.datamodules.forcings import forcing_channels, forcing_fields
 from s2forecast.datamodules.stats import ChannelStats, channel_names, check_time_axis, load_stats
-from s2forecast.datamodules.store import STATIC_VARIABLES, describe, open_store
+from s2forecast.datamodules.store import STATIC_VARIABLES, check_units, describe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, rewritten_error
 from s2forecast.times import format_time, format_times
@@ -144,6 +144,8 @@ class FieldDataset(torch.utils.data.Dataset):
         missing = [v for v in spec.variables if v not in info.variables]
         if missing:
             raise ValueError(f"variables {missing} are not in {path}; it has {list(info.variables)}")
+        for name in spec.variables:
+            check_units(name, ds[name].attrs.get("units"), path)
         self.levels = self._check_levels(ds, spec)
         self.channels = tuple(
             c for v in spec.variables for c in channel_names(v, self.levels if "level" in ds[v].dims else None)

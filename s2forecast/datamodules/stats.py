@@ -26,8 +26,8 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from s2forecast.datamodules.store import check_store_unchanged, describe, is_url, open_store
-from s2forecast.output import Output, written_by_s2forecast
+from s2forecast.datamodules.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
+from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.times import format_time
 
 STATS_GROUP = "stats"
@@ -83,7 +83,7 @@ def compute_stats(
     ds = open_store(path, chunks={}, storage_options=storage_options)  # dask: streamed reductions
     info = describe(ds, str(path))
     if out is None:
-        if is_url(path) or not written_by_s2forecast(Path(path)):
+        if is_url(path) or not _in_s2forecast_layout(path):
             raise ValueError(
                 f"{path} was not written by s2forecast, so nothing is written into it; put its statistics in a "
                 f"store of their own: s2forecast stats {path} --out STATS.zarr (and stats: STATS.zarr in the "
@@ -285,6 +285,14 @@ def _check_stats(path, channels: list[str], values: np.ndarray, time_dependent: 
         raise ValueError(f"{path}: the statistics of {channels[k]} are not finite ({listed}); check its values")
 
 
+def _in_s2forecast_layout(path) -> bool:
+    """A local store an s2forecast writer made: its artifact marker, or the completeness flag
+    every store writer has set since the first layout (stores of older versions have no marker).
+    Stores of others (WeatherBench2, ARCO-ERA5) have neither and are never written into."""
+    attrs = zarr_attributes(Path(path)) or {}
+    return written_by_s2forecast(Path(path)) or COMPLETE_ATTR in attrs
+
+
 def _check_replaceable(path: Path) -> None:
     group = path / STATS_GROUP
     if os.path.lexists(group) and not written_by_s2forecast(group):
@@ -371,3 +379,13 @@ def load_stats(
         sel["tendency_std"].values.astype(np.float32),
         float(stats.attrs["tendency_step_hours"]),
     )
+
+
+def run(args) -> None:
+    """``s2forecast stats`` (arguments: ``s2forecast.commands.stats``)."""
+    stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
+                          storage_options=args.storage_options, overwrite=args.overwrite)  # fmt: skip
+    print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
+    period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
+    where = args.out if args.out is not None else f"{args.store}/stats"
+    print(f"stored in {where} ({stats.attrs['times']} times {period})")

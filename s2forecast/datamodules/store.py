@@ -38,6 +38,7 @@ import xarray as xr
 
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
+from s2forecast.urls import is_url
 
 LAYOUT_VERSION = "1"
 COMPLETE_ATTR = "s2forecast_complete"
@@ -138,14 +139,8 @@ class StoreInfo:
     levels: tuple[int, ...]
 
 
-URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # fsspec protocols whose filesystem lives in an optional package: protocol -> (package, extra)
 REMOTE_PACKAGES = {"gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3")}
-
-
-def is_url(source) -> bool:
-    """Whether ``source`` is a URL (an fsspec protocol other than a local path)."""
-    return isinstance(source, str) and bool(URL.match(source))
 
 
 def _check_protocol(url: str) -> None:
@@ -213,8 +208,6 @@ def open_store(
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
             raise ValueError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
-    for name, var in ds.data_vars.items():
-        _check_units(name, var.attrs.get("units"), path)
     return to_model_order(ds)
 
 
@@ -231,9 +224,11 @@ def check_store_unchanged(path: str | Path, ds: xr.Dataset) -> None:
     check_unchanged(path, ds.attrs.get(GENERATION_ATTR), "store")
 
 
-def _check_units(name: str, units: str | None, path) -> None:
-    """A known variable must carry its canonical units (``VARIABLES``): models, statistics and
-    scores assume them, so a store labelling one otherwise is refused, not converted."""
+def check_units(name: str, units: str | None, path) -> None:
+    """A known variable must carry its canonical units (``VARIABLES``) where a model reads it:
+    checkpoints, forecasts and their plausibility checks assume them, so a store labelling one
+    otherwise is refused, not converted. (Scoring and statistics are unit-agnostic and accept
+    any consistent units.)"""
     if name not in VARIABLES or units is None:
         return
     expected = VARIABLES[name][0]

@@ -201,3 +201,12 @@ def integrate(solver, seed: int, steps: int, substeps: int) -> np.ndarray:
                 raise UnstableIntegration(problem, step)
             out.append(fields)
     return np.stack(out)
+
+
+def run(args) -> None:
+    """``s2forecast generate-swe`` (arguments: ``s2forecast.commands.generate_swe``)."""
+    path = generate_swe(
+        args.out, args.nlat, args.nlon, args.grid, args.trajectories, args.steps, args.dt_hours, args.seed,
+        args.solver_dt_seconds, overwrite=args.overwrite, progress=not args.no_progress,
+    )  # fmt: skip
+    print(f"wrote {path}")

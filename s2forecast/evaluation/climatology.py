@@ -465,3 +465,9 @@ def write_climatology(store, out, start=None, end=None, window_days: int = 61, o
         climatology.to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=True)
         check_store_unchanged(store, truth)
         return output.commit()
+
+
+def run(args) -> None:
+    """``s2forecast climatology`` (arguments: ``s2forecast.commands.climatology``)."""
+    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite)
+    print(f"wrote {out}")

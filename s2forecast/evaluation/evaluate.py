@@ -58,7 +58,6 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.arguments import nonnegative_float, timestamp
 from s2forecast.datamodules.plausibility import check_plausible, has_canonical_units
 from s2forecast.datamodules.store import is_url, normalize_units
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
@@ -926,51 +925,6 @@ def _score_and_write(
         check_unchanged(path, generation, what)
     metrics.attrs["plot_files"] = [str(path) for path in files]
     return metrics
-
-
-def _path_or_url(text: str) -> str | Path:
-    return text if is_url(text) else Path(text)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``evaluate`` arguments to ``parser``."""
-    parser.add_argument(
-        "--forecast", required=True, type=Path, metavar="FORECAST.nc", help="forecast NetCDF or zarr (WB2 layout)"
-    )
-    parser.add_argument(
-        "--truth", required=True, type=_path_or_url, metavar="STORE.zarr",
-        help="truth store: a local path or URL (gs://, s3://, https://), zarr v2 or v3",
-    )  # fmt: skip
-    parser.add_argument(
-        "--climatology",
-        type=Path,
-        metavar="CLIM.zarr",
-        help="WB2-layout climatology (dayofyear, hour, [level], latitude, longitude), e.g. a WeatherBench2 "
-        "climatology zarr (default: computed from the truth store)",
-    )
-    parser.add_argument(
-        "--climatology-start",
-        type=timestamp,
-        metavar="DATE",
-        help="first truth time of a computed climatology (default: the first)",
-    )
-    parser.add_argument(
-        "--climatology-end", type=timestamp, metavar="DATE", help="last truth time of a computed climatology, inclusive"
-    )
-    parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
-    parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
-    parser.add_argument(
-        "--map-leads",
-        nargs="+",
-        type=nonnegative_float,
-        metavar="HOURS",
-        help="leads of the map panels (default: first and last)",
-    )
-    parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace metrics, CSV and plots that s2forecast wrote before"
-    )
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -203,3 +203,31 @@ def _radian_coordinates(lat: np.ndarray, lon: np.ndarray) -> str:
     if lat_radians and lon_radians:
         return "latitude/longitude"
     return "latitudes" if lat_radians else "longitudes" if lon_radians else ""
+
+
+def run(args) -> None:
+    """``s2forecast grid``: a grid's geometry and its neighborhood-attention structure as JSON."""
+    import json
+
+    from s2forecast.ops import default_radius, spherical_neighborhood
+
+    grid = Grid(args.nlat, args.nlon, args.kind)
+    theta = default_radius(grid) if args.theta is None else args.theta
+    neighborhood = spherical_neighborhood(grid, theta)
+    counts = neighborhood.neighbors_per_row.float()
+    print(
+        json.dumps(
+            {
+                "nlat": grid.nlat,
+                "nlon": grid.nlon,
+                "kind": grid.kind,
+                "points": grid.npoints,
+                "lat_spacing_deg": round(math.degrees(grid.lat_spacing), 6),
+                "first_lat_deg": float(grid.lats_deg[0]),
+                "theta_rad": theta,
+                "band_rows": neighborhood.band_rows,
+                "neighbors_mean": round(float(counts.mean()), 2),
+                "neighbors_max": int(counts.max()),
+            }
+        )
+    )

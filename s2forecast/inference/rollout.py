@@ -311,3 +311,16 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
     if not is_url(store):
         check_unchanged(store, dataset.generation)
     return output.commit()
+
+
+def run(args) -> None:
+    """``s2forecast rollout`` (arguments: ``s2forecast.commands.rollout``)."""
+    from s2forecast.arguments import resolve_device
+
+    times = init_times_from(args.init_times, args.start, args.end, args.every, source_times(args.store))
+    out = rollout(
+        args.ckpt, args.store, args.steps, times, args.out, args.format, args.batch_size, resolve_device(args.device),
+        args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid, overwrite=args.overwrite,
+        store_stats=args.store_stats,
+    )  # fmt: skip
+    print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+from s2forecast.urls import is_url
 
 
 def local_checkpoint(path: str | Path) -> Path:
     """``path`` as an existing local file; raises ValueError for URLs, FileNotFoundError otherwise."""
-    if URL.match(str(path)):
+    if is_url(str(path)):
         raise ValueError(
             f"checkpoint {path} is a URL; s2forecast reads checkpoints from local files only: download it "
             "first (e.g. curl -fLo model.ckpt URL) and pass the file"

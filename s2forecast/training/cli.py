@@ -30,7 +30,7 @@ from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkp
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.forecast_module import ForecastModule, data_info
 
-COMMANDS = ("fit", "validate", "test", "predict")
+COMMANDS = ("fit", "validate", "test")  # no predict: it wrote nothing; forecasts are `s2forecast rollout`
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
 JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link", "Does not validate against any of the Union subtypes")
 
@@ -41,9 +41,9 @@ class ForecastCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        """Lightning's subcommands without their ``weights_only`` argument: checkpoints are
-        always read weights-only."""
-        return {name: skip | {"weights_only"} for name, skip in LightningCLI.subcommands().items()}
+        """Lightning's subcommands but predict, without their ``weights_only`` argument:
+        checkpoints are always read weights-only."""
+        return {name: skip | {"weights_only"} for name, skip in LightningCLI.subcommands().items() if name in COMMANDS}
 
     def parse_arguments(self, parser, args) -> None:
         """Parse ``args`` into ``self.config``; a configuration error becomes a one-line ConfigError
