@@ -154,7 +154,7 @@ def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps
     static = dataset.static_fields()
     return {
         "inputs": torch.from_numpy(np.stack(states)),
-        "static": torch.from_numpy(np.ascontiguousarray(np.broadcast_to(static, (len(init_times), *static.shape)))),
+        "static": torch.from_numpy(np.repeat(static[None], len(init_times), axis=0)),  # writable, unlike a broadcast
         "forcings": torch.from_numpy(np.stack([dataset.forcings_at(t0 + lead_offsets) for t0 in init_times])),
     }
 

@@ -16,7 +16,9 @@ latest version of ``runs/<name>``), never another experiment's; a run with none 
 Resuming is exact, mid-epoch included (``s2forecast.datamodules.datamodule.ResumableLoader``).
 """
 
+import logging
 import sys
+import warnings
 from argparse import ArgumentError
 
 from jsonargparse import Namespace, lazy_instance
@@ -29,6 +31,19 @@ from s2forecast.datamodules import FieldDataModule
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.forecast_module import ForecastModule, data_info
+
+# Lightning's own use of a deprecated torch API: nothing a user can act on
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
+class _NoAdvertising(logging.Filter):
+    """Drops Lightning's "💡 Tip: ... try installing litlogger" line: an advertisement, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertising())
 
 COMMANDS = ("fit", "validate", "test")  # no predict: it wrote nothing; forecasts are `s2forecast rollout`
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
