@@ -103,6 +103,7 @@ def stats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
     parser.add_argument("--end", help="last time, inclusive; default: the last in the store")
     parser.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def climatology(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +112,7 @@ def climatology(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", help="first time of the period")
     parser.add_argument("--end", help="last time, inclusive")
     parser.add_argument("--overwrite", action="store_true", help="replace a climatology s2forecast wrote at --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def rollout(parser: argparse.ArgumentParser) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
+from tqdm.auto import tqdm
 
 from s2forecast.datamodules.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
@@ -55,6 +56,7 @@ def compute_stats(
     out: str | Path | None = None,
     storage_options: dict | None = None,
     overwrite: bool = False,
+    progress: bool = False,
 ) -> xr.Dataset:
     """Statistics of the store at ``path`` over times in [start, end], written to its ``stats``
     group (or to ``out``) and returned. Everything is checked and computed before anything is
@@ -113,7 +115,7 @@ def compute_stats(
     north_to_south = np.sort(ds["latitude"].values)[::-1]
     weights = xr.DataArray(info.grid.area_weights.numpy(), dims="latitude", coords={"latitude": north_to_south})
     names, rows, time_dependent = [], [], []
-    for name in info.variables + info.static:
+    for name in tqdm(info.variables + info.static, desc="stats", unit="variable", disable=not progress):
         var = ds[name].astype(np.float64)
         dims = [d for d in ("time", "latitude", "longitude") if d in var.dims]
         fields = var.sel(time=selected) if "time" in var.dims else var
@@ -384,7 +386,8 @@ def load_stats(
 def run(args) -> None:
     """``s2forecast stats`` (arguments: ``s2forecast.commands.stats``)."""
     stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
-                          storage_options=args.storage_options, overwrite=args.overwrite)  # fmt: skip
+                          storage_options=args.storage_options, overwrite=args.overwrite,
+                          progress=not args.no_progress)  # fmt: skip
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
     period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
     where = args.out if args.out is not None else f"{args.store}/stats"

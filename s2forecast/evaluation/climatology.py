@@ -437,7 +437,9 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
         raise ValueError(f"{path_str}: {error}") from None
 
 
-def write_climatology(store, out, start=None, end=None, window_days: int = 61, overwrite: bool = False):
+def write_climatology(
+    store, out, start=None, end=None, window_days: int = 61, overwrite: bool = False, progress: bool = False
+):
     """``s2forecast climatology``: the climatology of a store, streamed with dask, written to the
     zarr ``out`` following ``s2forecast.output`` (never over the store, only over a climatology
     s2forecast wrote and only with ``overwrite``; under a temporary name, renamed when complete
@@ -462,12 +464,24 @@ def write_climatology(store, out, start=None, end=None, window_days: int = 61, o
         # keep what describes the climatology, not the store's writer flags, marker and generation
         attrs = {k: v for k, v in climatology.attrs.items() if not k.startswith("s2forecast_")}
         climatology.attrs = {**attrs, **output.attrs}
-        climatology.to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=True)
+        with _progress_bar(progress):  # the one pass over the store happens here
+            climatology.to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=True)
         check_store_unchanged(store, truth)
         return output.commit()
 
 
+def _progress_bar(enabled: bool):
+    """dask's progress bar of a computation, on stderr (stdout is for results)."""
+    import contextlib
+    import sys
+
+    from dask.diagnostics import ProgressBar
+
+    return ProgressBar(out=sys.stderr) if enabled else contextlib.nullcontext()
+
+
 def run(args) -> None:
     """``s2forecast climatology`` (arguments: ``s2forecast.commands.climatology``)."""
-    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite)
+    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
+                            progress=not args.no_progress)  # fmt: skip
     print(f"wrote {out}")
