@@ -84,7 +84,7 @@ def perfect_path(tmp_path_factory, truth_ds):
 
 
 def score(metrics, variable, metric, model, level=None):
-    data = metrics[variable].sel(metric=metric, model=model)
+    data = metrics[variable].sel(metric=metric, model=model, region="global")
     return (data.sel(level=level) if level is not None else data).values
 
 
@@ -207,8 +207,9 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert sorted(p.name for p in tmp_path.joinpath("run").iterdir()) == ["metrics.csv", "metrics.nc", "metrics_plots"]
 
     written = xr.open_dataset(out)
-    assert written["geopotential"].dims == ("metric", "model", "prediction_timedelta", "level")
-    assert written["2m_temperature"].dims == ("metric", "model", "prediction_timedelta")
+    assert written["geopotential"].dims == ("metric", "model", "region", "prediction_timedelta", "level")
+    assert written["2m_temperature"].dims == ("metric", "model", "region", "prediction_timedelta")
+    assert written["region"].values.tolist() == ["global"]
     assert written["metric"].values.tolist() == ["rmse", "acc", "bias"]
     assert written["model"].values.tolist() == ["forecast", "persistence", "climatology"]
     np.testing.assert_array_equal(written["prediction_timedelta"].values, LEADS.values)
@@ -225,7 +226,7 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".tmp")]
 
     csv = pd.read_csv(out.with_suffix(".csv"))
-    assert csv.columns.tolist() == ["variable", "level", "lead_hours", "model", "metric", "value"]
+    assert csv.columns.tolist() == ["variable", "level", "region", "lead_hours", "model", "metric", "value"]
     assert len(csv) == (len(LEVELS) + 1) * LEADS.size * 3 * 3
     row = csv[(csv.variable == "geopotential") & (csv.level == 500) & (csv.lead_hours == 24)]
     row = row[(row.model == "persistence") & (row.metric == "rmse")]

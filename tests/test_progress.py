@@ -1,6 +1,7 @@
 """stats and climatology show their progress on stderr, and not with --no-progress (issue 18)."""
 
 import shutil
+import sys
 
 import pytest
 
@@ -8,7 +9,8 @@ from s2forecast.cli import main as cli
 
 
 @pytest.mark.parametrize("command", ["stats", "climatology"])
-def test_progress_on_stderr_unless_turned_off(swe_store, tmp_path, capsys, command):
+def test_progress_on_stderr_unless_turned_off(swe_store, tmp_path, capsys, monkeypatch, command):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars are for terminals (a pipe gets none)
     store = tmp_path / "s.zarr"
     shutil.copytree(swe_store, store)
     argv = {"stats": ["stats", str(store)], "climatology": ["climatology", str(store), "--out", str(tmp_path / "c")]}

@@ -115,7 +115,8 @@ def compute_stats(
     north_to_south = np.sort(ds["latitude"].values)[::-1]
     weights = xr.DataArray(info.grid.area_weights.numpy(), dims="latitude", coords={"latitude": north_to_south})
     names, rows, time_dependent = [], [], []
-    for name in tqdm(info.variables + info.static, desc="stats", unit="variable", disable=not progress):
+    # a bar on a terminal only (disable=None): logs and pipes get the result lines alone
+    for name in tqdm(info.variables + info.static, desc="stats", unit="variable", disable=None if progress else True):
         var = ds[name].astype(np.float64)
         dims = [d for d in ("time", "latitude", "longitude") if d in var.dims]
         fields = var.sel(time=selected) if "time" in var.dims else var

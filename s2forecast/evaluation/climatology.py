@@ -471,13 +471,13 @@ def write_climatology(
 
 
 def _progress_bar(enabled: bool):
-    """dask's progress bar of a computation, on stderr (stdout is for results)."""
+    """dask's progress bar of a computation, on stderr (stdout is for results), on a terminal only."""
     import contextlib
     import sys
 
     from dask.diagnostics import ProgressBar
 
-    return ProgressBar(out=sys.stderr) if enabled else contextlib.nullcontext()
+    return ProgressBar(out=sys.stderr) if enabled and sys.stderr.isatty() else contextlib.nullcontext()
 
 
 def run(args) -> None:

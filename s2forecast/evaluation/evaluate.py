@@ -70,11 +70,13 @@ from s2forecast.evaluation.metrics import (
     bias,
     check_forecast_layout,
     climatology_forecast,
+    latitude_weights,
     mse,
     nearest_hours,
     persistence_forecast,
     truth_at_valid_times,
 )
+from s2forecast.evaluation.regions import parse_region, region_weights
 from s2forecast.output import (
     GENERATION_ATTR,
     MARKER_ATTR,
@@ -521,9 +523,14 @@ def _select_levels(data: xr.DataArray, levels) -> xr.DataArray:
 
 
 def _score_block(
-    forecast: xr.DataArray, truth: xr.DataArray, clim: xr.DataArray, init_times: np.ndarray, leads: np.ndarray
+    forecast: xr.DataArray,
+    truth: xr.DataArray,
+    clim: xr.DataArray,
+    init_times: np.ndarray,
+    leads: np.ndarray,
+    weights: list[xr.DataArray],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-block means of one variable.
+    """Per-block means of one variable, per region (``weights``: one (latitude, longitude) array each).
 
     Args:
         forecast: (time, prediction_timedelta, [level], latitude, longitude) in memory.
@@ -531,8 +538,8 @@ def _score_block(
         clim: (dayofyear, hour, [level], latitude, longitude), the slots the block needs.
 
     Returns:
-        values (metric, model, prediction_timedelta, [level]) with metric (mse, acc, bias),
-        and n_init_times (prediction_timedelta,) they are means over.
+        values (metric, model, prediction_timedelta, region, [level]) with metric (mse, acc,
+        bias), and n_init_times (prediction_timedelta,) they are means over.
     """
     models = {
         "forecast": forecast,
@@ -543,10 +550,15 @@ def _score_block(
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", MissingTruthWarning)  # reported once for the whole forecast
         for model in MODELS:
-            scores = [mse(models[model], truth), acc(models[model], truth, clim), bias(models[model], truth)]
-            if counts is None:
-                counts = scores[0]["n_init_times"].values
-            values.append([score.transpose(LEAD_DIM, ...).values for score in scores])
+            per_metric = [[], [], []]
+            for w in weights:
+                scores = [mse(models[model], truth, weights=w), acc(models[model], truth, clim, weights=w),
+                          bias(models[model], truth, weights=w)]  # fmt: skip
+                if counts is None:
+                    counts = scores[0]["n_init_times"].values
+                for i, score in enumerate(scores):
+                    per_metric[i].append(score.transpose(LEAD_DIM, ...).values)
+            values.append([np.stack(regional, axis=1) for regional in per_metric])  # (lead, region, [level])
     return np.asarray(values).swapaxes(0, 1), counts
 
 
@@ -557,13 +569,17 @@ def _score(
     variables: list[str],
     levels,
     progress: bool,
+    weights: list[xr.DataArray] | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Stream over blocks of init times; return per variable (metric, model, lead, [level]) and counts."""
+    """Stream over blocks of init times; return per variable (metric, model, lead, region, [level])
+    and counts. ``weights``: (latitude, longitude) weights per region (default: global)."""
     from tqdm.auto import tqdm
 
     init_times = forecast[INIT_DIM].values
     leads = forecast[LEAD_DIM].values
     truth_times = truth[INIT_DIM].values
+    if weights is None:
+        weights = [latitude_weights(forecast["latitude"])]
     per_init = max(forecast[v].isel({INIT_DIM: 0}).size * 8 for v in variables)
     sums = {v: 0.0 for v in variables}
     counts = np.zeros(leads.size, dtype=np.int64)
@@ -581,11 +597,11 @@ def _score(
                 f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
                 o = _select_levels(truth[v], levels).sel({INIT_DIM: present}).astype(np.float64).load()
                 c = _select_levels(clim[v], levels).sel(dayofyear=doys, hour=hours).astype(np.float64).load()
-                values, n = _score_block(f, o, c, init, leads)
+                values, n = _score_block(f, o, c, init, leads, weights)
                 if block_counts is None:
                     block_counts = n
-                weights = n.reshape((n.size,) + (1,) * (values.ndim - 3))
-                sums[v] = sums[v] + np.where(weights > 0, values * weights, 0.0)
+                per_lead = n.reshape((n.size,) + (1,) * (values.ndim - 3))
+                sums[v] = sums[v] + np.where(per_lead > 0, values * per_lead, 0.0)
             counts += block_counts
             bar.update(init.size)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -606,12 +622,14 @@ def _metrics_dataset(
     means: dict[str, np.ndarray],
     counts: np.ndarray,
     levels,
+    regions: Sequence[str] = ("global",),
 ) -> xr.Dataset:
-    """The metrics Dataset: per variable (metric, model, prediction_timedelta, [level]) and n_init_times."""
+    """The metrics Dataset: per variable (metric, model, region, prediction_timedelta, [level]) and
+    n_init_times."""
     leads = forecast[LEAD_DIM].values
     data_vars = {}
     for v in variables:
-        dims = ("metric", "model", LEAD_DIM) + (("level",) if "level" in forecast[v].dims else ())
+        dims = ("metric", "model", LEAD_DIM, "region") + (("level",) if "level" in forecast[v].dims else ())
         source = {**truth[v].attrs, **forecast[v].attrs}
         units = source.get("units", "")
         data_vars[v] = xr.DataArray(
@@ -622,10 +640,11 @@ def _metrics_dataset(
                 "field_units": units,
                 "comment": f"rmse and bias in the field's units ({units or 'unknown'}); acc is dimensionless",
             },
-        )
+        ).transpose("metric", "model", "region", LEAD_DIM, ...)
     coords = {
         "metric": np.array(METRICS),
         "model": np.array(MODELS),
+        "region": ("region", np.array(list(regions)), {"long_name": "region of the scores (evaluation.regions)"}),
         LEAD_DIM: leads,
         "lead_hours": (
             LEAD_DIM,
@@ -648,20 +667,23 @@ def _metrics_dataset(
 
 
 def metrics_table(metrics: xr.Dataset) -> pd.DataFrame:
-    """Long format: columns ``variable, level, lead_hours, model, metric, value`` (level NaN for surface fields)."""
+    """Long format: columns ``variable, level, region, lead_hours, model, metric, value`` (level NaN
+    for surface fields)."""
     rows = []
     lead_hours = metrics["lead_hours"].values
     for v in _score_variables(metrics):
         data = metrics[v]
         levels = data["level"].values if "level" in data.dims else [None]
         for level in levels:
-            field = data.sel(level=level) if level is not None else data
+            field = (data.sel(level=level) if level is not None else data).transpose("metric", "model", "region", ...)
             for i, metric in enumerate(data["metric"].values):
                 for j, model in enumerate(data["model"].values):
-                    for k, hours in enumerate(lead_hours):
-                        value = field.values[i, j, k]
-                        rows.append((v, level, hours, str(model), str(metric), float(value)))
-    table = pd.DataFrame(rows, columns=["variable", "level", "lead_hours", "model", "metric", "value"])
+                    for r, region in enumerate(data["region"].values):
+                        for k, hours in enumerate(lead_hours):
+                            value = field.values[i, j, r, k]
+                            rows.append((v, level, str(region), hours, str(model), str(metric), float(value)))
+    columns = ["variable", "level", "region", "lead_hours", "model", "metric", "value"]
+    table = pd.DataFrame(rows, columns=columns)
     levels = table["level"].dropna()
     if np.all(np.mod(levels.to_numpy(dtype=np.float64), 1) == 0):
         table["level"] = table["level"].astype("Int64")  # 500, not 500.0; empty for surface fields
@@ -702,11 +724,20 @@ def _format_value(value: float) -> str:
     return "n/a" if not np.isfinite(value) else f"{value:.4g}"
 
 
+def headline_region(metrics: xr.Dataset) -> xr.Dataset:
+    """The scores of one region for the table and plots: global if scored, else the first."""
+    if "region" not in metrics.dims:
+        return metrics
+    regions = list(metrics["region"].values)
+    return metrics.sel(region="global" if "global" in regions else regions[0])
+
+
 def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     """A compact text table: per field, forecast RMSE, persistence RMSE and forecast ACC per lead.
 
     Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
     """
+    metrics = headline_region(metrics)
     leads = _table_leads(metrics.sizes[LEAD_DIM], max_leads)
     headers = [f"{_hours(metrics[LEAD_DIM].values[k])}h" for k in leads]
     rows = []
@@ -754,6 +785,7 @@ def _make_plots(
 ) -> list[Path]:
     from s2forecast.evaluation import plots
 
+    metrics = headline_region(metrics)
     plot_dir.mkdir(exist_ok=True)
     files = []
     init = forecast[INIT_DIM].values[:1]
@@ -797,6 +829,7 @@ def evaluate(
     progress: bool = True,
     climatology_period: tuple | None = None,
     overwrite: bool = False,
+    regions: Sequence[str] = ("global",),
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -815,6 +848,8 @@ def evaluate(
             (inclusive, e.g. ``("1990", "2017")``); default the whole store.
         overwrite: replace existing outputs that s2forecast wrote (``s2forecast.output``: never
             an input, never a file or directory s2forecast did not write).
+        regions: names of ``evaluation.regions.PREDEFINED`` (WeatherBench2's) or boxes
+            "lat0,lat1,lon0,lon1"; the metrics get a ``region`` dimension in this order.
 
     Returns:
         The metrics Dataset as written: per variable ``(metric, model, prediction_timedelta,
@@ -832,6 +867,10 @@ def evaluate(
             during the evaluation.
     """
     out = Path(out)
+    regions = list(dict.fromkeys(regions))  # once each, in the order given
+    if not regions:
+        raise ValueError("no region to score; e.g. --regions global tropics")
+    parsed_regions = [parse_region(name) for name in regions]  # before any reading: bad names fail at once
     forecast_ds = open_forecast(forecast)
     truth_ds = open_truth(truth)
     generations = {}  # input path -> (what, generation when opened): checked before the outputs are committed
@@ -859,6 +898,7 @@ def evaluate(
         metrics = _score_and_write(
             forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
             progress=progress, period=climatology_period, generations=generations, outputs=outputs,
+            regions=parsed_regions,
         )  # fmt: skip
         for output in outputs:
             output.commit()
@@ -867,7 +907,7 @@ def evaluate(
 
 def _score_and_write(
     forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
-    *, progress: bool, period, generations: dict, outputs: list[Output],
+    *, progress: bool, period, generations: dict, outputs: list[Output], regions: list,
 ) -> xr.Dataset:  # fmt: skip
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile."""
@@ -883,10 +923,14 @@ def _score_and_write(
     init_times = forecast_ds[INIT_DIM].values
     expected = _missing_truth(init_times, leads, truth_ds[INIT_DIM].values, truth_name)
 
-    means, counts = _score(forecast_ds, truth_ds, clim, variables, levels, progress)
+    land_sea_mask = truth_ds["land_sea_mask"] if "land_sea_mask" in truth_ds.data_vars else None
+    lat_weights = latitude_weights(forecast_ds["latitude"])
+    lon = forecast_ds["longitude"].values
+    weights = [region_weights(region, lat_weights, lon, land_sea_mask) for region in regions]
+    means, counts = _score(forecast_ds, truth_ds, clim, variables, levels, progress, weights)
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
-    metrics = _metrics_dataset(forecast_ds, truth_ds, variables, means, counts, levels)
+    metrics = _metrics_dataset(forecast_ds, truth_ds, variables, means, counts, levels, [r.name for r in regions])
     csv_path = csv_output.path
     plot_dir = out.with_name(f"{out.stem}_plots")
     metrics.attrs = {
@@ -927,6 +971,13 @@ def _score_and_write(
     return metrics
 
 
+def _region_names(names: list[str]) -> list[str]:
+    """``wb2`` stands for every predefined region without a land mask (WB2's "all", minus land)."""
+    from s2forecast.evaluation.regions import WITHOUT_LAND
+
+    return [region for name in names for region in (WITHOUT_LAND if name == "wb2" else [name])]
+
+
 def run(args: argparse.Namespace) -> None:
     """Run ``evaluate`` with parsed ``args`` (see :func:`add_arguments`); print the table and the files."""
     period = None
@@ -945,6 +996,7 @@ def run(args: argparse.Namespace) -> None:
         progress=args.progress,
         climatology_period=period,
         overwrite=args.overwrite,
+        regions=_region_names(args.regions),
     )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology']} (method {metrics.attrs['climatology_method']})")

@@ -307,52 +307,58 @@ def _prepare(forecast: Data, truth: Data) -> tuple[Data, Data, xr.DataArray]:
 # --- metrics ---------------------------------------------------------------------------
 
 
-def mse(forecast: Data, truth: Data, skipna: bool = False) -> Data:
+def mse(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
     """Mean squared error ``mean_t mean_w((f_t(tau) - o_{t+tau})^2)``.
 
     Args:
         forecast: dims ``(time, prediction_timedelta, [level], latitude, longitude)``.
         truth: dims ``(time, [level], latitude, longitude)``, time = valid time.
         skipna: skip NaN values in the spatial mean (see :func:`weighted_mean`).
+        weights: spatial weights (default WB2's latitude weights); a region's are the latitude
+            weights times its mask (``evaluation.regions``).
 
     Returns:
         dims ``(prediction_timedelta, [level])`` plus coordinate ``n_init_times``.
     """
     forecast, observed, available = _prepare(forecast, truth)
-    per_init = weighted_mean((forecast - observed) ** 2, skipna=skipna)
+    per_init = weighted_mean((forecast - observed) ** 2, weights, skipna=skipna)
     return _mean_over_init_times(per_init, available)
 
 
-def rmse(forecast: Data, truth: Data, skipna: bool = False) -> Data:
+def rmse(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
     """WB2 headline RMSE: ``sqrt(mean_t MSE_t(tau))`` (mean over init times, then sqrt).
 
     Same arguments and output dims as :func:`mse`. Not the WeatherBench1 ``mean_t sqrt(MSE_t)``,
     which is :func:`rmse_sqrt_before_mean`.
     """
-    return np.sqrt(mse(forecast, truth, skipna=skipna))
+    return np.sqrt(mse(forecast, truth, skipna=skipna, weights=weights))
 
 
-def rmse_sqrt_before_mean(forecast: Data, truth: Data, skipna: bool = False) -> Data:
+def rmse_sqrt_before_mean(
+    forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None
+) -> Data:
     """WeatherBench1 / climate-learn RMSE ``mean_t sqrt(MSE_t(tau))``, a different number from :func:`rmse`.
 
     Only for comparison with WeatherBench1 numbers; same arguments and output as :func:`mse`.
     """
     forecast, observed, available = _prepare(forecast, truth)
-    per_init = np.sqrt(weighted_mean((forecast - observed) ** 2, skipna=skipna))
+    per_init = np.sqrt(weighted_mean((forecast - observed) ** 2, weights, skipna=skipna))
     return _mean_over_init_times(per_init, available)
 
 
-def bias(forecast: Data, truth: Data, skipna: bool = False) -> Data:
+def bias(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
     """Mean error ``mean_t mean_w(f_t(tau) - o_{t+tau})`` (positive: forecast too high).
 
     Same arguments and output dims as :func:`mse`.
     """
     forecast, observed, available = _prepare(forecast, truth)
-    per_init = weighted_mean(forecast - observed, skipna=skipna)
+    per_init = weighted_mean(forecast - observed, weights, skipna=skipna)
     return _mean_over_init_times(per_init, available)
 
 
-def acc(forecast: Data, truth: Data, climatology: Data, skipna: bool = False) -> Data:
+def acc(
+    forecast: Data, truth: Data, climatology: Data, skipna: bool = False, weights: xr.DataArray | None = None
+) -> Data:
     """Uncentered anomaly correlation coefficient, per init time, then averaged over init times.
 
     ``c = climatology at the valid time t + tau``; ``f' = f - c``, ``o' = o - c``;
@@ -377,9 +383,9 @@ def acc(forecast: Data, truth: Data, climatology: Data, skipna: bool = False) ->
     clim.attrs = {}  # keep the climatology's provenance attrs out of the scores
     f_anom = forecast - clim
     o_anom = observed - clim
-    covariance = weighted_mean(f_anom * o_anom, skipna=skipna)
-    f_var = weighted_mean(f_anom**2, skipna=skipna)
-    o_var = weighted_mean(o_anom**2, skipna=skipna)
+    covariance = weighted_mean(f_anom * o_anom, weights, skipna=skipna)
+    f_var = weighted_mean(f_anom**2, weights, skipna=skipna)
+    o_var = weighted_mean(o_anom**2, weights, skipna=skipna)
     per_init = covariance / np.sqrt(f_var * o_var)
     return _mean_over_init_times(per_init, available)
 
