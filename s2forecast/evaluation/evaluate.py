@@ -64,13 +64,18 @@ from s2forecast.evaluation.climatology import compute_climatology, open_climatol
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
     LEAD_DIM,
+    MEMBER_DIMS,
     SPATIAL_DIMS,
     MissingTruthWarning,
     acc,
     bias,
     check_forecast_layout,
     climatology_forecast,
+    crps,
+    ensemble_variance,
     latitude_weights,
+    mae,
+    member_dim,
     mse,
     nearest_hours,
     persistence_forecast,
@@ -90,6 +95,10 @@ from s2forecast.times import format_times
 from s2forecast.user_errors import one_line
 
 METRICS = ("rmse", "acc", "bias")
+# an ensemble forecast adds its CRPS (fair), spread (sqrt of the mean unbiased ensemble variance)
+# and spread-skill ratio (spread / RMSE of the ensemble mean); rmse, acc and bias are those of the
+# ensemble mean. A deterministic baseline's CRPS is its mean absolute error, its spread 0.
+ENSEMBLE_METRICS = (*METRICS, "crps", "spread", "spread_skill")
 MODELS = ("forecast", "persistence", "climatology")
 # (label, variable, level or None): the WB2 headline scores, listed first in the table
 HEADLINE = (("Z500", "geopotential", 500), ("T850", "temperature", 850), ("T2M", "2m_temperature", None))
@@ -257,7 +266,7 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
             "score a subset with --variables, or use a store that holds them"
         )
     for v in variables:
-        expected = {d for d in forecast[v].dims if d not in (INIT_DIM, LEAD_DIM)}
+        expected = {d for d in forecast[v].dims if d not in (INIT_DIM, LEAD_DIM, *MEMBER_DIMS)}
         have = {d for d in truth[v].dims if d not in (INIT_DIM, "dayofyear", "hour")}
         if expected != have:
             raise ValueError(
@@ -529,8 +538,10 @@ def _score_block(
     init_times: np.ndarray,
     leads: np.ndarray,
     weights: list[xr.DataArray],
+    member: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-block means of one variable, per region (``weights``: one (latitude, longitude) array each).
+    """Per-block means of one variable, per region (``weights``: one (latitude, longitude) array each);
+    ``member``: the ensemble dim of an ensemble forecast (adds crps and the ensemble variance).
 
     Args:
         forecast: (time, prediction_timedelta, [level], latitude, longitude) in memory.
@@ -541,6 +552,9 @@ def _score_block(
         values (metric, model, prediction_timedelta, region, [level]) with metric (mse, acc,
         bias), and n_init_times (prediction_timedelta,) they are means over.
     """
+    ensemble = forecast
+    if member is not None:
+        forecast = forecast.mean(member)  # deterministic scores are those of the ensemble mean
     models = {
         "forecast": forecast,
         "persistence": persistence_forecast(truth, init_times, leads),
@@ -550,10 +564,16 @@ def _score_block(
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", MissingTruthWarning)  # reported once for the whole forecast
         for model in MODELS:
-            per_metric = [[], [], []]
+            per_metric = [[], [], []] + ([[], []] if member is not None else [])
             for w in weights:
                 scores = [mse(models[model], truth, weights=w), acc(models[model], truth, clim, weights=w),
                           bias(models[model], truth, weights=w)]  # fmt: skip
+                if member is not None and model == "forecast":
+                    scores += [crps(ensemble, truth, member, weights=w),
+                               ensemble_variance(ensemble, truth, member, weights=w)]  # fmt: skip
+                elif member is not None:  # a deterministic baseline: CRPS = MAE, no spread
+                    error = mae(models[model], truth, weights=w)
+                    scores += [error, xr.zeros_like(error)]
                 if counts is None:
                     counts = scores[0]["n_init_times"].values
                 for i, score in enumerate(scores):
@@ -570,6 +590,7 @@ def _score(
     levels,
     progress: bool,
     weights: list[xr.DataArray] | None = None,
+    member: str | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Stream over blocks of init times; return per variable (metric, model, lead, region, [level])
     and counts. ``weights``: (latitude, longitude) weights per region (default: global)."""
@@ -597,7 +618,7 @@ def _score(
                 f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
                 o = _select_levels(truth[v], levels).sel({INIT_DIM: present}).astype(np.float64).load()
                 c = _select_levels(clim[v], levels).sel(dayofyear=doys, hour=hours).astype(np.float64).load()
-                values, n = _score_block(f, o, c, init, leads, weights)
+                values, n = _score_block(f, o, c, init, leads, weights, member)
                 if block_counts is None:
                     block_counts = n
                 per_lead = n.reshape((n.size,) + (1,) * (values.ndim - 3))
@@ -611,6 +632,9 @@ def _score(
             shape = (counts.size,) + (1,) * (np.ndim(summed) - 3)
             mean = np.where(total.reshape(shape) > 0, summed / total.reshape(shape), np.nan)
             mean[0] = np.sqrt(mean[0])  # metric 0 accumulates the MSE: rmse = sqrt(mean over init times of the MSE)
+            if member is not None:  # metric 4 accumulates the ensemble variance: spread = its sqrt
+                mean[4] = np.sqrt(mean[4])
+                mean = np.concatenate([mean, (mean[4] / mean[0])[None]])  # spread-skill ratio
             means[v] = mean
     return means, counts
 
@@ -623,6 +647,7 @@ def _metrics_dataset(
     counts: np.ndarray,
     levels,
     regions: Sequence[str] = ("global",),
+    ensemble: bool = False,
 ) -> xr.Dataset:
     """The metrics Dataset: per variable (metric, model, region, prediction_timedelta, [level]) and
     n_init_times."""
@@ -642,7 +667,7 @@ def _metrics_dataset(
             },
         ).transpose("metric", "model", "region", LEAD_DIM, ...)
     coords = {
-        "metric": np.array(METRICS),
+        "metric": np.array(ENSEMBLE_METRICS if ensemble else METRICS),
         "model": np.array(MODELS),
         "region": ("region", np.array(list(regions)), {"long_name": "region of the scores (evaluation.regions)"}),
         LEAD_DIM: leads,
@@ -745,9 +770,14 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
         data = metrics[v].sel(level=level) if level is not None else metrics[v]
         units = metrics[v].attrs.get("field_units", "")
         name = f"{label} [{units}]" if units else label
-        for i, (quantity, metric, model) in enumerate(
-            (("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast"))
-        ):
+        quantities = [
+            ("RMSE", "rmse", "forecast"),
+            ("RMSE persistence", "rmse", "persistence"),
+            ("ACC", "acc", "forecast"),
+        ]
+        if "crps" in metrics["metric"].values:
+            quantities += [("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]
+        for i, (quantity, metric, model) in enumerate(quantities):
             values = data.sel(metric=metric, model=model).values[leads]
             rows.append((name if i == 0 else "", quantity, [_format_value(x) for x in values]))
     rows.append(("init times", "", [str(int(n)) for n in metrics["n_init_times"].values[leads]]))
@@ -872,6 +902,12 @@ def evaluate(
         raise ValueError("no region to score; e.g. --regions global tropics")
     parsed_regions = [parse_region(name) for name in regions]  # before any reading: bad names fail at once
     forecast_ds = open_forecast(forecast)
+    member = member_dim(forecast_ds)
+    if member is not None and forecast_ds.sizes[member] < 2:
+        raise ValueError(
+            f"the forecast is an ensemble of {forecast_ds.sizes[member]} member along {member!r}; CRPS and spread need "
+            f"at least two (drop the {member!r} dimension to score one forecast deterministically)"
+        )
     truth_ds = open_truth(truth)
     generations = {}  # input path -> (what, generation when opened): checked before the outputs are committed
     if _is_path(forecast):
@@ -898,7 +934,7 @@ def evaluate(
         metrics = _score_and_write(
             forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
             progress=progress, period=climatology_period, generations=generations, outputs=outputs,
-            regions=parsed_regions,
+            regions=parsed_regions, member=member,
         )  # fmt: skip
         for output in outputs:
             output.commit()
@@ -907,7 +943,7 @@ def evaluate(
 
 def _score_and_write(
     forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
-    *, progress: bool, period, generations: dict, outputs: list[Output], regions: list,
+    *, progress: bool, period, generations: dict, outputs: list[Output], regions: list, member: str | None,
 ) -> xr.Dataset:  # fmt: skip
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile."""
@@ -927,10 +963,14 @@ def _score_and_write(
     lat_weights = latitude_weights(forecast_ds["latitude"])
     lon = forecast_ds["longitude"].values
     weights = [region_weights(region, lat_weights, lon, land_sea_mask) for region in regions]
-    means, counts = _score(forecast_ds, truth_ds, clim, variables, levels, progress, weights)
+    means, counts = _score(forecast_ds, truth_ds, clim, variables, levels, progress, weights, member)
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
-    metrics = _metrics_dataset(forecast_ds, truth_ds, variables, means, counts, levels, [r.name for r in regions])
+    metrics = _metrics_dataset(forecast_ds, truth_ds, variables, means, counts, levels, [r.name for r in regions],
+                               ensemble=member is not None)  # fmt: skip
+    if member is not None:
+        metrics.attrs["ensemble"] = f"{forecast_ds.sizes[member]} members along {member!r}"
+        forecast_ds = forecast_ds.mean(member)  # the maps show the ensemble mean
     csv_path = csv_output.path
     plot_dir = out.with_name(f"{out.stem}_plots")
     metrics.attrs = {
@@ -943,7 +983,12 @@ def _score_and_write(
         "init_time_first": str(pd.Timestamp(init_times.min())),
         "init_time_last": str(pd.Timestamp(init_times.max())),
         "n_init_times_forecast": int(init_times.size),
-        "rmse_definition": "sqrt(mean over init times of the latitude-weighted MSE) (WeatherBench2)",
+        "rmse_definition": "sqrt(mean over init times of the latitude-weighted MSE) (WeatherBench2); of the "
+        "ensemble mean for an ensemble",
+        "crps_definition": "fair ensemble CRPS 1/M sum|x_i - y| - 1/(2M(M-1)) sum|x_i - x_j|, latitude-weighted, "
+        "mean over init times (WeatherBench2); MAE for the deterministic baselines (ensembles only)",
+        "spread_definition": "sqrt(mean over init times of the latitude-weighted unbiased ensemble variance); "
+        "spread_skill = spread / rmse of the ensemble mean (ensembles only)",
         "acc_definition": "uncentered anomaly correlation per init time w.r.t. the climatology at the valid time, "
         "averaged over init times (WeatherBench2); undefined (NaN) for the climatology model",
         "bias_definition": "mean over init times of the latitude-weighted mean of forecast - truth",

@@ -390,6 +390,70 @@ def acc(
     return _mean_over_init_times(per_init, available)
 
 
+# --- ensembles -----------------------------------------------------------------------------
+
+MEMBER_DIMS = ("realization", "number", "member")  # WeatherBench2, ECMWF/cfgrib, generic
+
+
+def member_dim(forecast: Data) -> str | None:
+    """The ensemble dimension of ``forecast`` (one of ``MEMBER_DIMS``), or None.
+
+    Raises:
+        ValueError: more than one of them.
+    """
+    found = [dim for dim in MEMBER_DIMS if dim in forecast.dims]
+    if len(found) > 1:
+        raise ValueError(f"the forecast has several ensemble dims {found}; keep one of {MEMBER_DIMS}")
+    return found[0] if found else None
+
+
+def _fair_crps_points(members: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Pointwise fair CRPS, members on the last axis: 1/M sum|x_i - y| - sum_ij|x_i - x_j| / (2M(M-1))."""
+    m = members.shape[-1]
+    skill = np.abs(members - truth[..., None]).mean(axis=-1)
+    ordered = np.sort(members, axis=-1)
+    rank = np.arange(1, m + 1)
+    pair_sum = 2 * ((2 * rank - m - 1) * ordered).sum(axis=-1)  # sum_ij |x_i - x_j|
+    return skill - pair_sum / (2 * m * (m - 1))
+
+
+def crps(forecast: Data, truth: Data, member: str, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
+    """Fair (unbiased) ensemble CRPS, WeatherBench2's ``CRPS``: spatial mean per init time of the
+    pointwise 1/M sum_i |x_i - y| - 1/(2 M (M-1)) sum_ij |x_i - x_j|, then the mean over inits.
+
+    Args:
+        forecast: an ensemble along ``member`` (M >= 2), otherwise as :func:`mse`.
+
+    Raises:
+        ValueError: fewer than two members.
+    """
+    m = forecast.sizes[member]
+    if m < 2:
+        raise ValueError(f"the ensemble has {m} member along {member!r}; CRPS and spread need at least two")
+    forecast, observed, available = _prepare(forecast, truth)
+    points = xr.apply_ufunc(
+        _fair_crps_points, forecast, observed, input_core_dims=[[member], []], dask="allowed"
+    )  # fmt: skip
+    return _mean_over_init_times(weighted_mean(points, weights, skipna=skipna), available)
+
+
+def ensemble_variance(
+    forecast: Data, truth: Data, member: str, skipna: bool = False, weights: xr.DataArray | None = None
+) -> Data:
+    """Mean over inits of the spatial mean of the unbiased ensemble variance (divisor M - 1), over
+    init times whose valid time is in ``truth`` (as the scores it is compared with); its square
+    root is WeatherBench2's spread (``EnsembleStddev``)."""
+    forecast, _, available = _prepare(forecast, truth)
+    variance = forecast.var(member, ddof=1)
+    return _mean_over_init_times(weighted_mean(variance, weights, skipna=skipna), available)
+
+
+def mae(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
+    """Mean absolute error (the CRPS of a single deterministic forecast)."""
+    forecast, observed, available = _prepare(forecast, truth)
+    return _mean_over_init_times(weighted_mean(np.abs(forecast - observed), weights, skipna=skipna), available)
+
+
 # --- climatology lookup and baselines ----------------------------------------------------
 
 
