@@ -145,6 +145,11 @@ def rollout(parser: argparse.ArgumentParser) -> None:
         help="normalize with the store's own statistics (default: the checkpoint's, so any store of the model's "
         "variables works as initial conditions)",
     )  # fmt: skip
+    parser.add_argument(
+        "--members", type=nonnegative_int, default=0,
+        help="ensemble members per initialization time (a model trained with loss: crps), written along realization",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the ensemble members' noise")
     parser.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     parser.add_argument("--no-progress", action="store_true")
 

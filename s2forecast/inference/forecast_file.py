@@ -1,6 +1,7 @@
 """Forecast files in WeatherBench2's layout, written one lead at a time (NetCDF4 or zarr).
 
-Dims ``time`` (initialization), ``prediction_timedelta``, [``level``], ``latitude``
+Dims ``time`` (initialization), ``prediction_timedelta``, [``realization``: ensemble members,
+as WeatherBench2 names them], [``level``], ``latitude``
 (north -> south), ``longitude``; a ``valid_time`` coordinate; the store's variable names and
 units; CF-1.8 attributes. A ``ForecastFile`` writes at the temporary path of an
 ``s2forecast.output.Output``, which renames it into place when complete.
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
+MEMBER_DIM = "realization"  # WeatherBench2's name of the ensemble dimension
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,12 @@ class ForecastFile:
     """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
     an ``s2forecast.output.Output``)."""
 
-    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs):
+    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs, members: int = 0):
         self.tmp, self.fmt, self.layout = Path(path), fmt, layout
         self.shape = (len(lat), len(lon))
         self.n_levels = len(layout.levels) if layout.levels else 0
+        self.members = members  # 0: a deterministic forecast, no realization dimension
+        member_dims = (MEMBER_DIM,) if members else ()
         dims = ("time", "prediction_timedelta")
         if fmt == "netcdf":
             import netCDF4
@@ -50,6 +54,8 @@ class ForecastFile:
             ds = netCDF4.Dataset(self.tmp, "w", format="NETCDF4")
             ds.createDimension("time", len(init_times))
             ds.createDimension("prediction_timedelta", len(leads))
+            if members:
+                ds.createDimension(MEMBER_DIM, members)
             if self.n_levels:
                 ds.createDimension("level", self.n_levels)
             ds.createDimension("latitude", len(lat))
@@ -72,13 +78,16 @@ class ForecastFile:
             if self.n_levels:
                 coords["level"] = (("level",), np.array(layout.levels, dtype=np.int32),
                                    {"units": "hPa", "standard_name": "air_pressure", "positive": "down"})  # fmt: skip
+            if members:
+                coords[MEMBER_DIM] = ((MEMBER_DIM,), np.arange(members, dtype=np.int32),
+                                      {"long_name": "ensemble member", "standard_name": "realization"})  # fmt: skip
             for name, (vdims, values, vattrs) in coords.items():
                 var = ds.createVariable(name, "f8" if values.dtype.kind == "f" else "i4", vdims)
                 var[:] = values
                 var.setncatts(vattrs)
             for name, pressure in zip(layout.variables, layout.pressure, strict=True):
-                vdims = (*dims, "level", "latitude", "longitude") if pressure else (*dims, "latitude", "longitude")
-                chunks = (1, 1, self.n_levels, *self.shape) if pressure else (1, 1, *self.shape)
+                vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
+                chunks = (1, 1, *((1,) if members else ()), *((self.n_levels,) if pressure else ()), *self.shape)
                 var = ds.createVariable(name, "f4", vdims, zlib=True, complevel=4, chunksizes=chunks, fill_value=np.nan)
                 var.setncatts({"coordinates": "valid_time", **units[name]})
             ds.setncatts(attrs)
@@ -89,25 +98,29 @@ class ForecastFile:
 
             data = {}
             for name, pressure in zip(layout.variables, layout.pressure, strict=True):
-                shape = (len(init_times), len(leads), *((self.n_levels,) if pressure else ()), *self.shape)
-                vdims = (*dims, *(("level",) if pressure else ()), "latitude", "longitude")
-                chunks = (1, 1, *shape[2:])
+                shape = (len(init_times), len(leads), *((members,) if members else ()),
+                         *((self.n_levels,) if pressure else ()), *self.shape)  # fmt: skip
+                vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
+                chunks = (1, 1, *((1,) if members else ()), *shape[2 + bool(members) :])
                 data[name] = xr.Variable(vdims, da.full(shape, np.nan, dtype=np.float32, chunks=chunks), units[name])
             coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
                       "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
             if self.n_levels:
                 coords["level"] = np.array(layout.levels)
+            if members:
+                coords[MEMBER_DIM] = np.arange(members)
             xr.Dataset(data, coords=coords, attrs=attrs).to_zarr(self.tmp, mode="w", compute=False, zarr_format=3)
             self.ds = None
 
     def write(self, start: int, lead_index: int, fields: np.ndarray) -> None:
-        """fields: (batch, channels, nlat, nlon) physical values of init times start.. at one lead."""
+        """fields: (batch, [members,] channels, nlat, nlon) physical values of init times start.. at one lead."""
         stop = start + len(fields)
         c = 0
         blocks = {}
+        axis = 2 if self.members else 1  # the channel axis
         for name, pressure in zip(self.layout.variables, self.layout.pressure, strict=True):
             width = self.n_levels if pressure else 1
-            block = fields[:, c : c + width] if pressure else fields[:, c]
+            block = np.take(fields, range(c, c + width), axis=axis) if pressure else np.take(fields, c, axis=axis)
             c += width
             blocks[name] = block
         if self.fmt == "netcdf":
@@ -117,9 +130,14 @@ class ForecastFile:
             import xarray as xr
 
             dims = ("time", "prediction_timedelta")
+            member_dims = (MEMBER_DIM,) if self.members else ()
+            extra = 4 + bool(self.members)  # a block with a level axis has this many dims
             slab = xr.Dataset(
                 {
-                    name: ((*dims, *(("level",) if block.ndim == 4 else ()), "latitude", "longitude"), block[:, None])
+                    name: (
+                        (*dims, *member_dims, *(("level",) if block.ndim == extra else ()), "latitude", "longitude"),
+                        block[:, None],
+                    )
                     for name, block in blocks.items()
                 }
             )

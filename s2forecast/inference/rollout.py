@@ -174,8 +174,14 @@ def rollout(
     other_grid: bool = False,
     overwrite: bool = False,
     store_stats: bool = False,
+    members: int = 0,
+    seed: int = 0,
 ) -> Path:
     """Forecast ``steps`` steps from each of ``init_times`` and write them to ``out``.
+
+    ``members`` > 0: an ensemble of that many members per initialization time from a stochastic
+    model (``network.noise_channels``), written along a ``realization`` dimension; memory holds
+    one batch of states x members. ``seed`` makes the members reproducible (for one batch size).
 
     Fields are normalized with the checkpoint's statistics (``store_stats``: the store's own;
     ``open_inputs``). ``other_grid``: run on a store whose grid differs from the training grid
@@ -199,13 +205,20 @@ def rollout(
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if members < 0:
+        raise ValueError(f"members must be >= 0, got {members}")
     if len(init_times) == 0:
         raise ValueError("no initialization times selected")
     output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, store), overwrite=overwrite)
     with output:  # on any error the temporary output goes and nothing at ``out`` changes
         model = load_forecaster(checkpoint, device)
+        if members and getattr(model.net, "noise", None) is None:
+            raise ValueError(
+                f"--members {members}: the checkpoint's model is deterministic (no network.noise_channels), so every "
+                "member would be the same forecast; train an ensemble model (model.loss: crps) or leave --members out"
+            )
         with initial_conditions(store, model) as source:
-            options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid, store_stats)
+            options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid, store_stats, members, seed)
             return _rollout(model, checkpoint, source, store, steps, init_times, output, *options)
 
 
@@ -239,7 +252,7 @@ def source_times(source: str | Path) -> np.ndarray:
 
 
 def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, batch_size, device, bf16, nan_policy,
-             progress, other_grid, store_stats) -> Path:  # fmt: skip
+             progress, other_grid, store_stats, members, seed) -> Path:  # fmt: skip
     """``rollout`` once its output is claimed: forecast from ``store`` (the initial conditions
     ``source`` names, or a store converted from them) into ``output.tmp``, then commit it."""
     from tqdm import tqdm
@@ -267,9 +280,13 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
         "initial_conditions": str(source),
         **output.attrs,
     }
+    if members:
+        attrs["ensemble"] = f"{members} members along realization (seed {seed})"
     writer = ForecastFile(
-        output.tmp, fmt, layout, np.asarray(init_times), leads, dataset.lat_deg, dataset.lon_deg, units, attrs
-    )
+        output.tmp, fmt, layout, np.asarray(init_times), leads, dataset.lat_deg, dataset.lon_deg, units, attrs,
+        members=members,
+    )  # fmt: skip
+    copies = max(members, 1)  # forecasts per initialization time
     nonfinite = []
     try:
         autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
@@ -277,8 +294,12 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
         for start in tqdm(batches, desc="rollout", unit="batch", disable=not progress):
             times = np.asarray(init_times[start : start + batch_size])
             batch = {k: v.to(device) for k, v in read_initial_conditions(dataset, times, steps).items()}
-            dead = torch.zeros(len(times), dtype=torch.bool, device=device)  # went non-finite ("write")
-            with torch.no_grad(), autocast:
+            batch = {k: v.repeat_interleave(copies, dim=0) for k, v in batch.items()}  # members: a batch dim
+            dead = torch.zeros(len(times) * copies, dtype=torch.bool, device=device)  # went non-finite ("write")
+            cuda = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+            with torch.random.fork_rng(devices=cuda), torch.no_grad(), autocast:  # the caller's RNG stays
+                if members:
+                    torch.manual_seed(seed * 1_000_003 + start)  # the members' noise: reproducible per batch
                 leads_of_batch = model.rollout(batch["inputs"], batch["static"], batch["forcings"], steps)
                 for k, prediction in enumerate(leads_of_batch):
                     physical = model.to_physical(prediction).cpu().numpy()
@@ -287,12 +308,15 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
                     if bad.any():
                         b, c = np.argwhere(bad)[0]
                         lead = leads[k] / np.timedelta64(1, "h")
-                        where = f"init {format_time(times[b])}, step {k + 1} (+{lead:g} h), {info['channels'][c]}"
+                        member = f", member {b % copies}" if members else ""
+                        where = (f"init {format_time(times[b // copies])}{member}, step {k + 1} (+{lead:g} h), "
+                                 f"{info['channels'][c]}")  # fmt: skip
                         if nan_policy == "fail":
                             raise ValueError(f"non-finite forecast at {where}; pass --nan write to keep going")
                         nonfinite.append(where)
                         dead |= torch.from_numpy(bad.any(axis=1)).to(dead.device)
-                    writer.write(start, k, physical)
+                    writer.write(start, k, physical.reshape(len(times), copies, *physical.shape[1:]) if members
+                                 else physical)  # fmt: skip
                     # a forecast that went non-finite is written as NaN from then on; the rollout feeds
                     # back the tensor it yielded, so zeroing it here keeps NaN out of the next steps
                     prediction[dead] = 0.0
@@ -321,6 +345,6 @@ def run(args) -> None:
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, args.format, args.batch_size, resolve_device(args.device),
         args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid, overwrite=args.overwrite,
-        store_stats=args.store_stats,
+        store_stats=args.store_stats, members=args.members, seed=args.seed,
     )  # fmt: skip
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

@@ -22,8 +22,10 @@ import torch
 from s2forecast.datamodules.fields import Batch
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.forecaster import Forecaster, forecaster_weights
+from s2forecast.training.losses import ensemble_loss, weighted_mse
 
 LEVEL_WEIGHTINGS = ("pressure", "none")
+LOSSES = ("mse", "crps")
 
 
 def data_info(datamodule) -> dict:
@@ -90,6 +92,11 @@ class ForecastModule(pl.LightningModule):
         rollout_start, rollout_every_epochs, rollout_max: the training rollout schedule.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW with linear warm-up and cosine
             decay to min_lr_ratio * lr over the run's optimizer steps.
+        ensemble_size: members per sample trained together (a stochastic network:
+            ``network.noise_channels`` > 0); members are a batch dimension on each rank.
+        loss: "mse" (deterministic) or "crps" (the fair ensemble CRPS over ``ensemble_size``
+            members, area- and channel-weighted as the MSE: ``training.losses``).
+        crps_mse_weight: with "crps", add this times the MSE of the ensemble mean.
         init_from: fine-tuning: start from the network weights of this checkpoint (read
             weights-only), with this run's data, statistics, schedule and optimizer; the grid may
             differ where the network's weights do not depend on it (S2 models without grid-bound
@@ -112,8 +119,24 @@ class ForecastModule(pl.LightningModule):
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.0,
         init_from: str | None = None,
+        ensemble_size: int = 1,
+        loss: str = "mse",
+        crps_mse_weight: float = 0.0,
     ):
         super().__init__()
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        if loss == "crps" and ensemble_size < 2:
+            raise ValueError(f"loss 'crps' needs ensemble_size >= 2 members, got {ensemble_size}")
+        if loss == "mse" and ensemble_size != 1:
+            raise ValueError(f"loss 'mse' trains one member; set ensemble_size: 1 (got {ensemble_size}) or loss: crps")
+        if loss == "crps" and not (network or {}).get("noise_channels"):
+            raise ValueError(
+                "loss 'crps' needs a stochastic network: set model.network.noise_channels (e.g. 8), or the members "
+                "would be identical"
+            )
+        if not crps_mse_weight >= 0:
+            raise ValueError(f"crps_mse_weight must be >= 0, got {crps_mse_weight}")
         if data is None:
             raise ValueError("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
         if not lr > 0:
@@ -161,15 +184,30 @@ class ForecastModule(pl.LightningModule):
         """(batch, steps, channels, nlat, nlon) normalized predictions for leads 1..steps."""
         return torch.stack(list(self.forecaster.rollout(batch.inputs, batch.static, batch.forcings, steps)), dim=1)
 
+    def members(self, batch: Batch, steps: int) -> torch.Tensor:
+        """(batch, ensemble_size, steps, channels, nlat, nlon): each sample rolled out by every member
+        (members are a batch dimension; each draws its own noise)."""
+        m = self.hparams.ensemble_size
+        inputs, static, forcings = (x.repeat_interleave(m, dim=0) for x in (batch.inputs, batch.static, batch.forcings))
+        prediction = torch.stack(list(self.forecaster.rollout(inputs, static, forcings, steps)), dim=1)
+        return prediction.unflatten(0, (len(batch.inputs), m))
+
+    @property
+    def ensemble(self) -> bool:
+        return self.hparams.loss == "crps"
+
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """Checkpoints of before the Forecaster held the network as ``net.*``: remapped."""
         remapped = {("forecaster." + k if k.startswith("net.") else k): v for k, v in state_dict.items()}
         return super().load_state_dict(remapped, strict=strict, assign=assign)
 
     def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Quadrature- and channel-weighted MSE of (batch, steps, channels, nlat, nlon) tensors."""
-        error = (prediction.float() - target.float()).square()
-        return (error * self.channel_weights[:, None, None] * self.quadrature).mean()
+        """Quadrature- and channel-weighted MSE of (batch, steps, channels, nlat, nlon) tensors, or
+        for an ensemble model the fair CRPS of (batch, members, steps, ...) against the target."""
+        weights = self.channel_weights[:, None, None] * self.quadrature
+        if self.ensemble:
+            return ensemble_loss(prediction, target, weights, self.hparams.crps_mse_weight)
+        return weighted_mse(prediction, target, weights)
 
     # --- Lightning hooks ----------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
@@ -183,7 +221,7 @@ class ForecastModule(pl.LightningModule):
                 f"training rollout is {self.rollout} steps but batches hold {batch.targets.shape[1]} targets; "
                 "raise the DataModule's rollout_steps to at least rollout_max"
             )
-        prediction = self(batch, self.rollout)
+        prediction = self.members(batch, self.rollout) if self.ensemble else self(batch, self.rollout)
         loss = self.loss(prediction, batch.targets[:, : self.rollout])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.inputs))
         self.log("train/rollout", float(self.rollout), batch_size=len(batch.inputs))
@@ -201,9 +239,11 @@ class ForecastModule(pl.LightningModule):
 
     def _score(self, batch: Batch, stage: str) -> None:
         steps = batch.targets.shape[1]
-        prediction = self(batch, steps)
+        prediction = self.members(batch, steps) if self.ensemble else self(batch, steps)
         size = len(batch.inputs)
         self.log(f"{stage}/loss", self.loss(prediction, batch.targets), prog_bar=True, batch_size=size, sync_dist=True)
+        if self.ensemble:
+            prediction = prediction.mean(dim=1)  # RMSE of the ensemble mean
         error = (self.to_physical(prediction) - self.to_physical(batch.targets)).square()
         mse = (error * self.area).mean(dim=(-2, -1)).sum(dim=0)  # (steps, channels), summed over the batch
         sums = self._mse_sums.setdefault(stage, [torch.zeros_like(mse), 0])
