@@ -62,6 +62,8 @@ def main():
         "--trainer.max_epochs", "1000",
         "--trainer.max_time", f"00:00:{minutes:02d}:{seconds:02d}",
         "--trainer.enable_progress_bar", "false",
+        "--trainer.callbacks+=s2forecast.training.callbacks.LossLine",
+        "--trainer.callbacks.every_n_steps", "25",
         "--trainer.logger.init_args.save_dir", str(runs),
         "--trainer.default_root_dir", str(work),
     ])  # fmt: skip
