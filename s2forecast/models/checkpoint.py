@@ -13,6 +13,7 @@ records the checkpoint's sha256). This module imports no Lightning: inference ne
 
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,9 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     """
     path = local_checkpoint(path)
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # a foreign pickle's protocol notice: it is refused next anyway
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL (\S+) was not an allowed global", str(error))
         what = f"it references {found.group(1)}" if found else "it is not a plain PyTorch checkpoint"
