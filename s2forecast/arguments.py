@@ -7,7 +7,7 @@ the option and the value, e.g. ``argument --batch-size: must be an integer >= 1,
 import argparse
 import math
 
-from s2forecast.times import EXAMPLE, format_time, parse_time
+EXAMPLE = "2020-01-01T06"  # = s2forecast.times.EXAMPLE (times imports pandas, which --help must not wait for)
 
 
 def _number(kind, minimum, strict: bool, what: str):
@@ -32,6 +32,8 @@ nonnegative_float = _number(float, 0.0, False, "a number >= 0")
 def timestamp(text: str) -> str:
     """A time, returned in the short ISO form (``2020-01-01T06``, UTC) that every reader parses."""
     try:
+        from s2forecast.times import format_time, parse_time
+
         return format_time(parse_time(text))
     except ValueError:
         raise argparse.ArgumentTypeError(

@@ -1,4 +1,8 @@
-"""The ``s2forecast`` command. Subcommands are added as the framework grows (fit, rollout, ...).
+"""The ``s2forecast`` command: the subcommands of ``s2forecast.commands``, in workflow order.
+
+``s2forecast --help`` and every ``s2forecast COMMAND --help`` answer without importing torch,
+Lightning or xarray; the Lightning commands' plain ``--help`` comes from a cache
+(``s2forecast.help_cache``), rendered by LightningCLI on first use.
 
 A user error (a bad value, path or file, a configuration error: ``s2forecast.user_errors``)
 ends the command with one line, ``s2forecast COMMAND: error: ...``, and exit status 2;
@@ -13,7 +17,7 @@ import re
 import sys
 import traceback
 
-from s2forecast import __version__
+from s2forecast import __version__, help_cache
 from s2forecast.commands import COMMANDS
 from s2forecast.user_errors import user_error_message
 
@@ -45,7 +49,10 @@ def main(argv: list[str] | None = None) -> None:
                 "--ckpt CKPT --store STORE --steps N --init-times ... --out forecast.nc`"
             )
         if command is not None and BY_NAME[command].lightning:
-            _function(BY_NAME[command].run)(argv)  # LightningCLI parses: `s2forecast fit --help`
+            if help_cache.is_plain_help(argv):  # LightningCLI's help, cached: it takes seconds of imports
+                help_cache.print_help(command)
+            else:
+                _function(BY_NAME[command].run)(argv)  # LightningCLI parses the rest
             return
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -64,6 +71,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
 
 
+class CommandListFormatter(argparse.HelpFormatter):
+    """argparse's help, with each command's name and help on one line: argparse sizes the name
+    column without the commands' extra indent, which puts the help of a long name below it."""
+
+    def __init__(self, prog: str):
+        super().__init__(prog)
+        self._action_max_length = 2 + max(len(command.name) for command in COMMANDS) + 2
+
+
 def _function(target: str):
     """The function named "module:function", imported now (commands import their dependencies
     only when they run)."""
@@ -78,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="s2forecast",
         description="Data-driven forecasting on the sphere. Commands in the order of the workflow:",
         epilog="A user error ends a command with one line; add --debug anywhere to see its traceback.",
+        formatter_class=CommandListFormatter,
     )
     parser.add_argument("--version", action="version", version=f"s2forecast {__version__}")
     parser.add_argument(DEBUG, action="store_true", help="print the traceback of an error (any command)")
