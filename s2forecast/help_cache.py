@@ -37,8 +37,10 @@ def is_plain_help(argv: list[str]) -> bool:
 
 def cache_file(command: str) -> Path:
     """Where the help of ``command`` is cached."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "s2forecast" / "help" / f"{command}.txt"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or "")
+    if not root.is_absolute():  # unset, empty or relative: the XDG spec says to use the default
+        root = Path.home() / ".cache"
+    return root / "s2forecast" / "help" / f"{command}.txt"
 
 
 def cache_key(command: str) -> str:

@@ -164,3 +164,12 @@ def test_bench_cli_prints_one_json_line_per_command(tmp_path):
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["command"] for line in lines] == ["s2forecast stats --help", "s2forecast grid --help"]
     assert all(0 < line["min_s"] <= line["median_s"] <= line["max_s"] and line["repeats"] == 2 for line in lines)
+
+
+def test_cache_file_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert help_cache.cache_file("fit") == tmp_path / "s2forecast" / "help" / "fit.txt"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for relative_or_unset in ("relative/dir", ""):
+        monkeypatch.setenv("XDG_CACHE_HOME", relative_or_unset)
+        assert help_cache.cache_file("fit") == tmp_path / "home" / ".cache" / "s2forecast" / "help" / "fit.txt"
