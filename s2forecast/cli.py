@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         if command is not None and BY_NAME[command].lightning:
             if help_cache.is_plain_help(argv):  # LightningCLI's help, cached: it takes seconds of imports
                 help_cache.print_help(command)
+                sys.exit(0)  # as argparse's --help does
             else:
                 _function(BY_NAME[command].run)(argv)  # LightningCLI parses the rest
             return

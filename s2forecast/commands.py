@@ -91,15 +91,19 @@ def convert_era5(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
+def storage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-options", type=json_object, help='fsspec options of a URL, e.g. \'{"token": "anon"}\''
+    )
+
+
 def stats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="a store: local path or URL (gs://, s3://, https://), zarr v2 or v3")
     parser.add_argument(
         "--out", help="write the statistics to this zarr of their own (required for a store s2forecast did not write)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace statistics s2forecast wrote at --out")
-    parser.add_argument(
-        "--storage-options", type=json_object, help='fsspec options of a URL, e.g. \'{"token": "anon"}\''
-    )
+    storage_options(parser)
     parser.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
     parser.add_argument("--end", help="last time, inclusive; default: the last in the store")
     parser.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
@@ -112,6 +116,7 @@ def climatology(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", help="first time of the period")
     parser.add_argument("--end", help="last time, inclusive")
     parser.add_argument("--overwrite", action="store_true", help="replace a climatology s2forecast wrote at --out")
+    storage_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -151,6 +156,7 @@ def rollout(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the ensemble members' noise")
     parser.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
+    storage_options(parser)
     parser.add_argument("--no-progress", action="store_true")
 
 

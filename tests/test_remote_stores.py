@@ -124,3 +124,72 @@ def test_remote_and_foreign_store_errors(served, tmp_path, capsys):
     message = refused(["stats", url, "--out", tmp_path / "s.zarr", "--storage-options", "[1]"], capsys)
     assert "--storage-options" in message and "must be a JSON object" in message
     assert digest(root) == before and not (tmp_path / "s.zarr").exists()
+
+
+class TokenHandler(QuietHandler):
+    """Serves only requests that carry the bearer token, as a private bucket would."""
+
+    def _authorized(self) -> bool:
+        if self.headers.get("Authorization") == "Bearer s3cret":
+            return True
+        self.send_error(403, "token required")
+        return False
+
+    def do_GET(self):
+        if self._authorized():
+            super().do_GET()
+
+    def do_HEAD(self):
+        if self._authorized():
+            super().do_HEAD()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("guarded")
+    wb2_store(root / "era5_64x32.zarr")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(TokenHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}/era5_64x32.zarr"
+    server.shutdown()
+
+
+def test_storage_options_reach_every_reader(guarded, tmp_path, capsys):
+    """--storage-options (here: the header a private HTTP store needs) on stats, fit, rollout and
+    climatology; without it each command ends in one line and writes nothing."""
+    root, url = guarded
+    before = digest(root)
+    token = '{"headers": {"Authorization": "Bearer s3cret"}}'
+    stats = tmp_path / "stats.zarr"
+    message = refused(["stats", url, "--out", stats], capsys)
+    assert "cannot read the zarr store at " in message and "403" in message and "--storage-options" in message
+    cli(["stats", url, "--out", str(stats), "--end", "2020-01-03T18", "--storage-options", token])
+    config = [
+        "--config", str(REPO / "configs" / "swe" / "s2_neighborhood.yaml"),
+        "--data", "s2forecast.datamodules.ERA5DataModule", "--data.init_args.store", url,
+        "--data.init_args.storage_options", token,
+        "--data.init_args.stats", str(stats), "--data.init_args.variables", "[2m_temperature, geopotential]",
+        "--data.init_args.levels", "[500]", "--data.init_args.step_hours", "6",
+        "--data.init_args.train_period", "[2020-01-01, 2020-01-03T18]",
+        "--data.init_args.val_period", "null", "--data.init_args.test_period", "null",
+        "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "2",
+        "--model.network.embed_dim", "8", "--model.network.num_layers", "1", "--model.warmup_steps", "1",
+        "--trainer.max_steps", "1", "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0",
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+    ]  # fmt: skip
+    cli(["fit", *config])
+    checkpoint = next((tmp_path / "runs").rglob("last.ckpt"))
+    forecast = tmp_path / "forecast.nc"
+    rollout = ["rollout", "--ckpt", checkpoint, "--store", url, "--steps", "1", "--init-times", "2020-01-03T00",
+               "--out", forecast, "--no-progress"]  # fmt: skip
+    assert "cannot read the zarr store at " in refused(rollout, capsys)
+    assert not forecast.exists()
+    cli([str(a) for a in rollout] + ["--storage-options", token])
+    assert np.isfinite(xr.open_dataset(forecast)["2m_temperature"].values).all()
+    climatology = ["climatology", url, "--out", tmp_path / "clim.zarr", "--no-progress"]
+    assert "cannot read the zarr store at " in refused(climatology, capsys)
+    assert not (tmp_path / "clim.zarr").exists()
+    cli([str(a) for a in climatology] + ["--storage-options", token])
+    assert "2m_temperature" in xr.open_zarr(tmp_path / "clim.zarr")
+    assert digest(root) == before

@@ -9,6 +9,7 @@ resumes exactly where a checkpoint left it, mid-epoch included (``ResumableLoade
 import math
 from pathlib import Path
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 
@@ -158,6 +159,11 @@ class FieldDataModule(pl.LightningDataModule):
     @property
     def static_stats(self):
         return self._any().static_stats
+
+    def physical_static_fields(self) -> dict[str, np.ndarray]:
+        """The static fields, name -> (nlat, nlon) float32 in their units (saved in checkpoints)."""
+        dataset = self._any()
+        return {name: dataset.physical_static(name) for name in dataset.static_names}
 
     def _any(self) -> FieldDataset:
         self.setup()

@@ -110,6 +110,9 @@ class FieldDataset(torch.utils.data.Dataset):
             checkpoint's); default: those in the store (``s2forecast stats``), or in
             ``stats_path`` (``s2forecast stats STORE --out STATS``).
         storage_options: fsspec options when ``path`` is a URL.
+        given_static: static fields in physical units, name -> (nlat, nlon) on this store's grid,
+            used instead of the store's (e.g. the ones a checkpoint was trained with, for initial
+            conditions that have none); names of ``spec.static`` not given come from the store.
 
     Raises:
         ValueError: missing statistics, variables or levels; a step that is not a multiple of
@@ -128,6 +131,7 @@ class FieldDataset(torch.utils.data.Dataset):
         static_stats: ChannelStats | None = None,
         stats_path: str | Path | None = None,
         storage_options: dict | None = None,
+        given_static: dict[str, np.ndarray] | None = None,
     ):
         if nan_policy not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
@@ -150,10 +154,12 @@ class FieldDataset(torch.utils.data.Dataset):
         self.channels = tuple(
             c for v in spec.variables for c in channel_names(v, self.levels if "level" in ds[v].dims else None)
         )
+        self.given_static = {}
         if spec.static == "auto":
             self.static_names = tuple(s for s in STATIC_VARIABLES if s in info.static)
         else:
-            absent = [s for s in spec.static if s not in info.static]
+            self.given_static = self._check_given_static(given_static or {}, spec.static, info.grid, path)
+            absent = [s for s in spec.static if s not in info.static and s not in self.given_static]
             if absent:
                 raise ValueError(f"static fields {absent} are not in {path}; it has {list(info.static)}")
             self.static_names = tuple(spec.static)
@@ -176,6 +182,21 @@ class FieldDataset(torch.utils.data.Dataset):
         self._static_cache: np.ndarray | None = None
 
     # --- construction checks -------------------------------------------------------------
+    @staticmethod
+    def _check_given_static(given: dict, names, grid, path) -> dict[str, np.ndarray]:
+        checked = {}
+        for name, values in given.items():
+            if name not in names:
+                continue
+            values = np.asarray(values, np.float32)
+            if values.shape != grid.shape:
+                raise ValueError(
+                    f"static field {name} has shape {values.shape}, but {path} is on a {grid.nlat}x{grid.nlon} "
+                    f"grid; put {name} on that grid in the store"
+                )
+            checked[name] = values
+        return checked
+
     def _check_levels(self, ds, spec):
         if "level" not in ds.coords:
             if spec.levels:
@@ -333,10 +354,16 @@ class FieldDataset(torch.utils.data.Dataset):
             if not self.static_names:
                 self._static_cache = np.zeros((0, *self.grid.shape), np.float32)
             else:
-                fields = np.stack([self.store[name].values for name in self.static_names]).astype(np.float32)
+                fields = np.stack([self.physical_static(name) for name in self.static_names])
                 stats = self.static_stats
                 self._static_cache = (fields - stats.mean[:, None, None]) / stats.std[:, None, None]
         return self._static_cache
+
+    def physical_static(self, name: str) -> np.ndarray:
+        """(nlat, nlon) float32 static field ``name`` in its units: the given one, else the store's."""
+        if name in self.given_static:
+            return self.given_static[name]
+        return self.store[name].values.astype(np.float32)
 
     def collate(self, samples: list[dict]) -> Batch:
         """Stack samples into a ``Batch`` carrying the channel names and grid."""

@@ -196,10 +196,12 @@ def open_store(
             ds = xr.open_zarr(path, consolidated=True, chunks=chunks, **options)
         except (KeyError, ValueError, FileNotFoundError):
             ds = xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
-    except (KeyError, ValueError, FileNotFoundError, OSError) as error:
-        if is_url(path) and isinstance(error, FileNotFoundError | OSError):
-            raise ValueError(f"cannot read the zarr store at {path}: {one_line_reason(error)}") from None
-        raise ValueError(f"cannot read the zarr store {path}: {error}") from None
+    except Exception as error:
+        if is_url(path):  # the remote filesystem's own errors (aiohttp, gcsfs, s3fs): one line
+            raise ValueError(f"cannot read the zarr store at {path}: {remote_reason(error)}") from None
+        if isinstance(error, KeyError | ValueError | FileNotFoundError | OSError):
+            raise ValueError(f"cannot read the zarr store {path}: {error}") from None
+        raise
     if require_complete and ds.attrs.get(COMPLETE_ATTR, "true") != "true":
         raise ValueError(
             f"store {path} is incomplete (attribute {COMPLETE_ATTR}={ds.attrs.get(COMPLETE_ATTR)!r}): a writer was "
@@ -209,6 +211,18 @@ def open_store(
         if name not in ds.coords:
             raise ValueError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
     return to_model_order(ds)
+
+
+def remote_reason(error: BaseException) -> str:
+    """Why a URL could not be read, in one line; denied access names the option that fixes it."""
+    reason = one_line_reason(error)
+    status = getattr(error, "status", None) or getattr(error, "code", None)
+    if isinstance(error, PermissionError) or status in (401, 403) or reason.startswith(("401", "403")):
+        reason += (
+            '; access denied: pass credentials with --storage-options (e.g. \'{"token": "anon"}\' for a '
+            "public gs:// bucket, '{\"anon\": true}' for public s3://, '{\"headers\": {...}}' for https)"
+        )
+    return reason
 
 
 def one_line_reason(error: BaseException) -> str:

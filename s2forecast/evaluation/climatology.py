@@ -438,12 +438,20 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
 
 
 def write_climatology(
-    store, out, start=None, end=None, window_days: int = 61, overwrite: bool = False, progress: bool = False
+    store,
+    out,
+    start=None,
+    end=None,
+    window_days: int = 61,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage_options: dict | None = None,
 ):
     """``s2forecast climatology``: the climatology of a store, streamed with dask, written to the
     zarr ``out`` following ``s2forecast.output`` (never over the store, only over a climatology
     s2forecast wrote and only with ``overwrite``; under a temporary name, renamed when complete
-    and only if the store was not rewritten meanwhile).
+    and only if the store was not rewritten meanwhile). ``storage_options``: fsspec options when
+    ``store`` is a URL.
 
     Raises:
         FileNotFoundError, ValueError: no store, not a store, an incomplete store, or an
@@ -458,12 +466,15 @@ def write_climatology(
 
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
-        truth = open_store(store, chunks={})  # complete stores only; dask: streamed
+        truth = open_store(store, chunks={}, storage_options=storage_options)  # complete stores only; dask: streamed
         truth = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
         climatology = compute_climatology(truth, start=start, end=end, window_days=window_days)
         # keep what describes the climatology, not the store's writer flags, marker and generation
         attrs = {k: v for k, v in climatology.attrs.items() if not k.startswith("s2forecast_")}
         climatology.attrs = {**attrs, **output.attrs}
+        # the source store's encodings (e.g. a zarr v2 store's Blosc compressor) do not apply to
+        # the zarr v3 written here
+        climatology = climatology.drop_encoding()
         with _progress_bar(progress):  # the one pass over the store happens here
             climatology.to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=True)
         check_store_unchanged(store, truth)
@@ -483,5 +494,5 @@ def _progress_bar(enabled: bool):
 def run(args) -> None:
     """``s2forecast climatology`` (arguments: ``s2forecast.commands.climatology``)."""
     out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
-                            progress=not args.no_progress)  # fmt: skip
+                            progress=not args.no_progress, storage_options=args.storage_options)  # fmt: skip
     print(f"wrote {out}")

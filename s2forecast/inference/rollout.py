@@ -59,7 +59,12 @@ def checkpoint_stats(model: Forecaster) -> tuple[ChannelStats, ChannelStats | No
 
 
 def open_inputs(
-    model: Forecaster, store: str | Path, other_grid: bool = False, store_stats: bool = False, targets: int = 0
+    model: Forecaster,
+    store: str | Path,
+    other_grid: bool = False,
+    store_stats: bool = False,
+    targets: int = 0,
+    storage_options: dict | None = None,
 ) -> FieldDataset:
     """The store as the model's input reader, normalized with the checkpoint's statistics.
 
@@ -68,7 +73,7 @@ def open_inputs(
     none of its own). ``store_stats``: normalize with the store's own statistics instead.
     ``other_grid``: accept a store on another grid (the neural-operator property: the caller
     applies the weights there with ``Forecaster.on_grid``). ``targets``: truth states per sample
-    (for scoring, e.g. ``evaluation.robustness``).
+    (for scoring, e.g. ``evaluation.robustness``). ``storage_options``: fsspec options of a URL.
 
     Raises:
         ValueError: a variable, level or static field of the checkpoint missing from the store,
@@ -81,8 +86,11 @@ def open_inputs(
         info["history"], info["step_hours"], targets,  # 0: inputs only, the truth is not needed to forecast
     )  # fmt: skip
     stats, static = (None, None) if store_stats else checkpoint_stats(model)
+    # the static fields the model was trained with, unless the store is on another grid
+    given = None if other_grid else {name: v.cpu().numpy() for name, v in model.static_fields.items()}
     try:
-        dataset = FieldDataset(store, spec, stats=stats, static_stats=static)
+        dataset = FieldDataset(store, spec, stats=stats, static_stats=static, given_static=given,
+                               storage_options=storage_options)  # fmt: skip
     except ValueError as error:
         if "no normalization statistics" in str(error) and not store_stats:  # static fields of an old checkpoint
             raise ValueError(
@@ -176,6 +184,7 @@ def rollout(
     store_stats: bool = False,
     members: int = 0,
     seed: int = 0,
+    storage_options: dict | None = None,
 ) -> Path:
     """Forecast ``steps`` steps from each of ``init_times`` and write them to ``out``.
 
@@ -186,7 +195,8 @@ def rollout(
     Fields are normalized with the checkpoint's statistics (``store_stats``: the store's own;
     ``open_inputs``). ``other_grid``: run on a store whose grid differs from the training grid
     (``SphericalTransformer.on_grid``; refused for grid-bound models). ``overwrite``: replace
-    an existing ``out`` that s2forecast wrote (never anything else).
+    an existing ``out`` that s2forecast wrote (never anything else). ``storage_options``: fsspec
+    options when ``store`` is a URL (e.g. ``{"token": "anon"}``).
 
     Raises:
         ValueError: the checkpoint and store disagree (channels, grid, normalization), an
@@ -218,7 +228,8 @@ def rollout(
                 "member would be the same forecast; train an ensemble model (model.loss: crps) or leave --members out"
             )
         with initial_conditions(store, model) as source:
-            options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid, store_stats, members, seed)
+            options = (fmt, batch_size, device, bf16, nan_policy, progress, other_grid, store_stats, members, seed,
+                       storage_options)  # fmt: skip
             return _rollout(model, checkpoint, source, store, steps, init_times, output, *options)
 
 
@@ -227,7 +238,8 @@ def initial_conditions(source: str | Path, model: Forecaster) -> Iterator[Path]:
     """A store of the initial conditions at ``source``: ``source`` itself when it is a store; for
     ERA5 NetCDF or GRIB files as the CDS delivers them, a store converted from them in a
     temporary directory (``convert-era5``: the same names, units and value checks), removed
-    afterwards. Only the model's variables, levels and static fields are converted."""
+    afterwards. Only the model's variables and levels are converted, and the static fields the
+    checkpoint does not carry."""
     if is_url(source) or not Path(source).is_file():
         yield source  # a store (open_store reports a missing or foreign path)
         return
@@ -235,15 +247,16 @@ def initial_conditions(source: str | Path, model: Forecaster) -> Iterator[Path]:
     from s2forecast.datamodules.convert_era5 import convert_era5
 
     layout = ChannelLayout.from_channels(model.data["channels"])
-    variables = [*layout.variables, *model.data["static_channels"]]
+    statics = [name for name in model.data["static_channels"] if name not in model.static_fields]
+    variables = [*layout.variables, *statics]  # the checkpoint's own static fields are not needed
     with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:
         yield convert_era5([path], Path(tmp) / "initial_conditions.zarr", variables, layout.levels, progress=False)
 
 
-def source_times(source: str | Path) -> np.ndarray:
+def source_times(source: str | Path, storage_options: dict | None = None) -> np.ndarray:
     """(time,) datetime64[ns] times of a store, or valid times of an ERA5 NetCDF/GRIB file."""
     if is_url(source) or not Path(source).is_file():
-        return open_store(source)["time"].values.astype("datetime64[ns]")
+        return open_store(source, storage_options=storage_options)["time"].values.astype("datetime64[ns]")
     path = Path(source)
     from s2forecast.datamodules.convert_era5 import _normalize_time, _open
 
@@ -252,12 +265,12 @@ def source_times(source: str | Path) -> np.ndarray:
 
 
 def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, batch_size, device, bf16, nan_policy,
-             progress, other_grid, store_stats, members, seed) -> Path:  # fmt: skip
+             progress, other_grid, store_stats, members, seed, storage_options) -> Path:  # fmt: skip
     """``rollout`` once its output is claimed: forecast from ``store`` (the initial conditions
     ``source`` names, or a store converted from them) into ``output.tmp``, then commit it."""
     from tqdm import tqdm
 
-    dataset = open_inputs(model, store, other_grid, store_stats)
+    dataset = open_inputs(model, store, other_grid, store_stats, storage_options=storage_options)
     if dataset.grid != model.grid:
         model = model.on_grid(dataset.grid)
     for t0 in init_times:  # every initialization time has its inputs: fail before writing anything
@@ -341,10 +354,11 @@ def run(args) -> None:
     """``s2forecast rollout`` (arguments: ``s2forecast.commands.rollout``)."""
     from s2forecast.arguments import resolve_device
 
-    times = init_times_from(args.init_times, args.start, args.end, args.every, source_times(args.store))
+    available = source_times(args.store, args.storage_options)
+    times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     out = rollout(
         args.ckpt, args.store, args.steps, times, args.out, args.format, args.batch_size, resolve_device(args.device),
         args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid, overwrite=args.overwrite,
-        store_stats=args.store_stats, members=args.members, seed=args.seed,
+        store_stats=args.store_stats, members=args.members, seed=args.seed, storage_options=args.storage_options,
     )  # fmt: skip
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

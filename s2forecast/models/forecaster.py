@@ -9,7 +9,9 @@ default the network predicts the tendency in units of the tendency spread
 time: training differentiates through it, inference writes each lead as it comes.
 
 Normalization statistics and the data layout come from ``data`` (``training.data_info`` of the
-training DataModule, stored in every checkpoint), so a checkpoint forecasts without its store.
+training DataModule, stored in every checkpoint), so a checkpoint forecasts without its store;
+the static fields it was trained with (orography, land-sea mask) are stored in the checkpoint
+too (``static_fields``), so initial conditions need only the time-dependent variables.
 """
 
 from collections.abc import Iterator
@@ -50,6 +52,9 @@ class Forecaster(nn.Module):
         self.register_buffer("mean", mean[:, None, None].float(), persistent=False)
         self.register_buffer("std", std[:, None, None].float(), persistent=False)
         self.register_buffer("tendency_scale", scale[:, None, None].float(), persistent=False)
+        # name -> (nlat, nlon) float32 in physical units, on ``grid``: the training store's static
+        # fields, saved with the checkpoint (empty for checkpoints from before they were saved)
+        self.static_fields: dict[str, torch.Tensor] = {}
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, map_location="cpu") -> "Forecaster":
@@ -67,6 +72,7 @@ class Forecaster(nn.Module):
             model = cls(hparams.get("architecture", "spherical"), hparams.get("network"), hparams["data"],
                         hparams.get("residual", True))  # fmt: skip
             model.load_state_dict(forecaster_weights(state["state_dict"]))
+            model.static_fields = checkpoint_static_fields(state, model)
         except (TypeError, RuntimeError, KeyError) as error:  # other options or weights than this version's
             raise ValueError(f"{path} is not a forecaster checkpoint: {str(error).splitlines()[0]}") from None
         return model.to(map_location).eval()
@@ -123,6 +129,17 @@ class Forecaster(nn.Module):
 
     def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
         return normalized.float() * self.std + self.mean
+
+
+def checkpoint_static_fields(state: dict, model: Forecaster) -> dict[str, torch.Tensor]:
+    """The static fields a checkpoint carries (name -> (nlat, nlon) float32), those of the
+    model's static channels on its grid; {} when the checkpoint has none."""
+    stored = state.get("static_fields") or {}
+    wanted = set(model.data["static_channels"])
+    return {
+        name: values.float() for name, values in stored.items()
+        if name in wanted and tuple(values.shape) == model.grid.shape
+    }  # fmt: skip
 
 
 def forecaster_weights(state_dict: dict) -> dict:

@@ -21,7 +21,7 @@ import torch
 
 from s2forecast.datamodules.fields import Batch
 from s2forecast.models.checkpoint import read_checkpoint
-from s2forecast.models.forecaster import Forecaster, forecaster_weights
+from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
 from s2forecast.training.losses import ensemble_loss, weighted_mse
 
 LEVEL_WEIGHTINGS = ("pressure", "none")
@@ -273,9 +273,22 @@ class ForecastModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rollout"] = self.rollout
+        checkpoint["static_fields"] = self._static_fields()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)
+        self.forecaster.static_fields = checkpoint_static_fields(checkpoint, self.forecaster)
+
+    def _static_fields(self) -> dict[str, torch.Tensor]:
+        """The static fields the model trains with, physical units, for the checkpoint (so a
+        forecast needs no store that has them); read once from the DataModule."""
+        names = self.forecaster.data["static_channels"]
+        if not self.forecaster.static_fields and names:
+            datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+            if datamodule is not None and hasattr(datamodule, "physical_static_fields"):
+                fields = datamodule.physical_static_fields()
+                self.forecaster.static_fields = {name: torch.from_numpy(fields[name]) for name in names}
+        return dict(self.forecaster.static_fields)
 
     def configure_optimizers(self):
         decay, no_decay = [], []
