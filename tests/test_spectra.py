@@ -1,0 +1,152 @@
+"""Spectra (issue 16) against independent computations of their definitions: WeatherBench2's
+zonal energy spectrum by explicit DFT sums, the spherical-harmonic power by torch-harmonics'
+RealSHT and by scipy's spherical harmonics, on the real ERA5 sample in tests/data."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.special
+import torch
+import xarray as xr
+from torch_harmonics import RealSHT
+
+from s2forecast.evaluation.spectra import (
+    EARTH_RADIUS_M,
+    spectra,
+    spherical_harmonic_power,
+    zonal_energy_spectrum,
+    zonal_spectrum_band,
+)
+from s2forecast.geometry import Grid
+
+SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+
+
+@pytest.fixture(scope="module")
+def t2m() -> xr.DataArray:
+    """(valid_time, latitude, longitude) ERA5 2 m temperature (K), 4-degree equiangular grid with poles."""
+    return xr.open_dataset(SAMPLE)["t2m"].load().rename(valid_time="time")
+
+
+def wb2_zonal_by_loops(values: np.ndarray, lats: np.ndarray) -> np.ndarray:
+    """WB2's ZonalEnergySpectrum written out: F[k] = (1/L) sum_l f[l] exp(-2 pi i k l / L),
+    S[0] = C |F[0]|^2, S[k] = 2 C |F[k]|^2 (k = 1 .. L // 2)."""
+    nlon = values.shape[-1]
+    position = np.arange(nlon)
+    out = np.zeros((*values.shape[:-1], nlon // 2 + 1))
+    for k in range(nlon // 2 + 1):
+        coefficient = (values * np.exp(-2j * np.pi * k * position / nlon)).sum(axis=-1) / nlon
+        circumference = 2 * np.pi * EARTH_RADIUS_M * np.cos(np.deg2rad(lats))
+        out[..., k] = (1 if k == 0 else 2) * circumference * np.abs(coefficient) ** 2
+    return out
+
+
+def test_zonal_energy_spectrum_is_wb2_definition(t2m):
+    spectrum = zonal_energy_spectrum(t2m)
+    assert spectrum.dims == ("time", "latitude", "zonal_wavenumber") and spectrum.sizes["zonal_wavenumber"] == 46
+    expected = wb2_zonal_by_loops(t2m.values.astype(np.float64), t2m["latitude"].values)
+    np.testing.assert_allclose(spectrum.values, expected, rtol=1e-10, atol=1e-6)
+    # Parseval around each circle: sum_k S = (C / L) sum f^2 + C |F[L/2]|^2 (WB2 doubles the Nyquist term)
+    values = t2m.values.astype(np.float64)
+    circumference = 2 * np.pi * EARTH_RADIUS_M * np.cos(np.deg2rad(t2m["latitude"].values))
+    nyquist = np.abs((values * (-1.0) ** np.arange(90)).sum(-1) / 90) ** 2 * circumference
+    np.testing.assert_allclose(
+        spectrum.sum("zonal_wavenumber").values, circumference / 90 * (values**2).sum(-1) + nyquist, rtol=1e-10
+    )
+    equator = spectrum.sel(latitude=2.0)
+    np.testing.assert_allclose(equator["wavelength"].values[1], 2 * np.pi * EARTH_RADIUS_M * np.cos(np.deg2rad(2.0)))
+    assert spectrum.attrs["units"] == "m (K)**2"
+
+
+def test_band_average_interpolates_to_common_frequencies_with_cos_weights(t2m):
+    spectrum = zonal_energy_spectrum(t2m)
+    band = zonal_spectrum_band(spectrum, (30.0, 60.0))
+    lats = t2m["latitude"].values
+    rows = np.flatnonzero((np.abs(lats) >= 30) & (np.abs(lats) <= 60))
+    circumference = 2 * np.pi * EARTH_RADIUS_M * np.cos(np.deg2rad(lats[rows]))
+    wavenumbers = np.arange(46)
+    common = np.linspace(0.0, (45 / circumference).min(), 46)  # narrowest range: the lowest |latitude|
+    expected = np.zeros((3, 46))
+    for time in range(3):
+        rows_interpolated = [
+            np.interp(common, wavenumbers / c, spectrum.values[time, r])
+            for r, c in zip(rows, circumference, strict=True)
+        ]
+        weights = np.cos(np.deg2rad(lats[rows]))
+        expected[time] = np.average(rows_interpolated, axis=0, weights=weights)
+    np.testing.assert_allclose(band.values, expected, rtol=1e-12)
+    assert band.dims == ("time", "frequency")
+    np.testing.assert_allclose(band["wavelength"].values[1:], 1 / common[1:])
+
+
+def sh_power_by_torch_harmonics(values: np.ndarray, nlat: int, nlon: int, grid: str) -> np.ndarray:
+    sht = RealSHT(nlat, nlon, lmax=(nlat + 1) // 2, grid=grid, norm="ortho", csphase=False).double()
+    coefficients = sht(torch.from_numpy(values)).numpy()  # (..., lmax, mmax)
+    twice = np.concatenate(([1.0], np.full(coefficients.shape[-1] - 1, 2.0)))
+    return (np.abs(coefficients) ** 2 * twice).sum(-1) / (4 * np.pi)
+
+
+def test_sh_power_matches_torch_harmonics_on_era5(t2m):
+    power = spherical_harmonic_power(t2m)
+    expected = sh_power_by_torch_harmonics(t2m.values.astype(np.float64), 46, 90, "equiangular")
+    assert power.dims == ("time", "degree") and power.shape == expected.shape
+    np.testing.assert_allclose(power.values, expected, rtol=1e-9)
+    assert power.attrs["units"] == "(K)**2"
+    # latitudes south -> north (WB2's order) give the same spectrum
+    np.testing.assert_allclose(spherical_harmonic_power(t2m.isel(latitude=slice(None, None, -1))).values, power.values)
+
+
+def real_harmonic(degree: int, order: int, grid: Grid) -> np.ndarray:
+    """Re Y_l^m on the grid, from scipy (an implementation independent of torch-harmonics)."""
+    colat = grid.colats.numpy()[:, None]
+    lon = grid.lons.numpy()[None, :]
+    return np.real(scipy.special.sph_harm_y(degree, order, colat, lon))
+
+
+@pytest.mark.parametrize("kind", ["equiangular", "equiangular-midpoint", "legendre-gauss"])
+def test_a_single_harmonic_puts_its_power_at_its_degree(kind):
+    grid = Grid(32, 64, kind)
+    field = real_harmonic(7, 3, grid) + 0.5 * real_harmonic(2, 0, grid)
+    da = xr.DataArray(field, dims=("latitude", "longitude"),
+                      coords={"latitude": grid.lats_deg.numpy(), "longitude": grid.lons_deg.numpy()})  # fmt: skip
+    power = spherical_harmonic_power(da).values
+    # Re Y_7^3 has mean square 1 / (8 pi), 0.5 Y_2^0 has 0.25 / (4 pi)
+    np.testing.assert_allclose(power[7], 1 / (8 * np.pi), rtol=1e-6)
+    np.testing.assert_allclose(power[2], 0.25 / (4 * np.pi), rtol=1e-6)
+    others = np.delete(power, [2, 7])
+    assert others.max() < 1e-10 * power[7]
+    # Parseval: the degrees sum to the area mean of the field squared (quadrature)
+    weights = grid.quadrature_weights.numpy()
+    np.testing.assert_allclose(power.sum(), (weights * field**2).sum() / weights.sum(), rtol=1e-6)
+
+
+def test_spectra_of_forecast_and_truth(t2m):
+    truth = t2m.expand_dims(lead_time=[np.timedelta64(6, "h")], axis=1)
+    blurred = truth.rolling(longitude=5, center=True, min_periods=1).mean()  # a blurry "forecast"
+    blurred = blurred.rolling(latitude=5, center=True, min_periods=1).mean()
+    result = spectra(blurred, truth)
+    assert result["sh_power"].dims == ("source", "lead_time", "degree")
+    assert list(result["source"].values) == ["forecast", "truth"]
+    sh = result["sh_power"]
+    small_scales = sh.sel(degree=slice(15, None)).sum("degree")
+    assert small_scales.sel(source="forecast").values.sum() < 0.5 * small_scales.sel(source="truth").values.sum()
+    zonal = result["zonal_power"].isel(frequency=slice(10, None)).sum("frequency")
+    assert zonal.sel(source="forecast").values.sum() < 0.5 * zonal.sel(source="truth").values.sum()
+    np.testing.assert_allclose(
+        result["sh_power"].sel(source="truth").values,
+        spherical_harmonic_power(truth).mean("time").values,
+    )
+
+
+def test_bad_inputs_name_the_problem(t2m):
+    with pytest.raises(ValueError, match=r"needs \(\.\.\., latitude, longitude\) as the last dimensions"):
+        zonal_energy_spectrum(t2m.transpose("latitude", "longitude", "time"))
+    with pytest.raises(ValueError, match="evenly spaced over 360 degrees"):
+        zonal_energy_spectrum(t2m.isel(longitude=slice(0, 45)))
+    with pytest.raises(ValueError, match=r"0 <= low < high <= 90 degrees, got \(60.0, 30.0\)"):
+        zonal_spectrum_band(zonal_energy_spectrum(t2m), (60.0, 30.0))
+    with pytest.raises(ValueError, match="regional grid"):
+        spherical_harmonic_power(t2m.isel(latitude=slice(0, 20)))
+    with pytest.raises(ValueError, match="must be aligned"):
+        spectra(t2m.isel(time=[0]), t2m)
