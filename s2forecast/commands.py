@@ -200,6 +200,7 @@ def evaluate(parser: argparse.ArgumentParser) -> None:
         help="leads of the map panels (default: first and last)",
     )
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
+    storage_options(parser)
     parser.add_argument(
         "--overwrite", action="store_true", help="replace metrics, CSV and plots that s2forecast wrote before"
     )

@@ -156,8 +156,8 @@ def guarded(tmp_path_factory):
 
 
 def test_storage_options_reach_every_reader(guarded, tmp_path, capsys):
-    """--storage-options (here: the header a private HTTP store needs) on stats, fit, rollout and
-    climatology; without it each command ends in one line and writes nothing."""
+    """--storage-options (here: the header a private HTTP store needs) on stats, fit, rollout,
+    evaluate and climatology; without it each command ends in one line and writes nothing."""
     root, url = guarded
     before = digest(root)
     token = '{"headers": {"Authorization": "Bearer s3cret"}}'
@@ -187,6 +187,12 @@ def test_storage_options_reach_every_reader(guarded, tmp_path, capsys):
     assert not forecast.exists()
     cli([str(a) for a in rollout] + ["--storage-options", token])
     assert np.isfinite(xr.open_dataset(forecast)["2m_temperature"].values).all()
+    evaluate = ["evaluate", "--forecast", forecast, "--truth", url, "--out", tmp_path / "metrics.nc", "--no-plots",
+                "--no-progress"]  # fmt: skip
+    assert "cannot read the zarr store at " in refused(evaluate, capsys)
+    assert not (tmp_path / "metrics.nc").exists()
+    cli([str(a) for a in evaluate] + ["--storage-options", token])
+    assert (tmp_path / "metrics.nc").exists()
     climatology = ["climatology", url, "--out", tmp_path / "clim.zarr", "--no-progress"]
     assert "cannot read the zarr store at " in refused(climatology, capsys)
     assert not (tmp_path / "clim.zarr").exists()

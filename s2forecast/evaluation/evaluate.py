@@ -218,8 +218,9 @@ def _open_forecast_file(path: Path) -> xr.Dataset:
         return xr.open_dataset(path, chunks={INIT_DIM: 1})
 
 
-def open_truth(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
+def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | None = None) -> xr.Dataset:
     """Open a truth store lazily, without its ``written`` variable and other coordinates along time.
+    ``storage_options``: fsspec options when ``source`` is a URL.
 
     Returns:
         Dataset with dims ``(time, [level], latitude, longitude)`` (latitude north -> south when
@@ -230,7 +231,10 @@ def open_truth(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     else:
         from s2forecast.datamodules.store import is_url, open_store
 
-        truth = open_store(source if is_url(source) else _require_path(source, "truth store"))
+        if is_url(source):
+            truth = open_store(source, storage_options=storage_options)
+        else:
+            truth = open_store(_require_path(source, "truth store"))
     if INIT_DIM not in truth.dims:
         raise ValueError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
@@ -862,6 +866,7 @@ def evaluate(
     climatology_period: tuple | None = None,
     overwrite: bool = False,
     regions: Sequence[str] = ("global",),
+    storage_options: dict | None = None,
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -882,6 +887,7 @@ def evaluate(
             an input, never a file or directory s2forecast did not write).
         regions: names of ``evaluation.regions.PREDEFINED`` (WeatherBench2's) or boxes
             "lat0,lat1,lon0,lon1"; the metrics get a ``region`` dimension in this order.
+        storage_options: fsspec options of a ``truth`` URL (e.g. credentials).
 
     Returns:
         The metrics Dataset as written: per variable ``(metric, model, prediction_timedelta,
@@ -910,7 +916,7 @@ def evaluate(
             f"the forecast is an ensemble of {forecast_ds.sizes[member]} member along {member!r}; CRPS and spread need "
             f"at least two (drop the {member!r} dimension to score one forecast deterministically)"
         )
-    truth_ds = open_truth(truth)
+    truth_ds = open_truth(truth, storage_options)
     generations = {}  # input path -> (what, generation when opened): checked before the outputs are committed
     if _is_path(forecast):
         generations[forecast] = ("forecast", forecast_ds.attrs.get(GENERATION_ATTR))
@@ -1044,6 +1050,7 @@ def run(args: argparse.Namespace) -> None:
         climatology_period=period,
         overwrite=args.overwrite,
         regions=_region_names(args.regions),
+        storage_options=args.storage_options,
     )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology']} (method {metrics.attrs['climatology_method']})")

@@ -448,6 +448,29 @@ def ensemble_variance(
     return _mean_over_init_times(weighted_mean(variance, weights, skipna=skipna), available)
 
 
+def rank_histogram(
+    forecast: Data, truth: Data, member: str, skipna: bool = False, weights: xr.DataArray | None = None
+) -> Data:
+    """Rank histogram (Talagrand diagram), WeatherBench2's ``RankHistogram`` in frequencies: the
+    share of the area (spatial weights) where the truth has rank r = the number of members
+    below it, r = 0 .. M, mean over init times. Flat (1 / (M + 1) each) for a calibrated
+    ensemble; U-shaped when under-dispersive, dome-shaped when over-dispersive.
+
+    Returns:
+        dims ``(prediction_timedelta, [level], rank)`` summing to 1 over ``rank``, plus
+        coordinate ``n_init_times``.
+    """
+    m = forecast.sizes[member]
+    if m < 2:
+        raise ValueError(f"the ensemble has {m} member along {member!r}; a rank histogram needs at least two")
+    forecast, observed, available = _prepare(forecast, truth)
+    below = (forecast < observed).sum(member)
+    valid = observed.notnull() & forecast.notnull().all(member)
+    shares = [weighted_mean((below == r).astype(np.float64).where(valid), weights, skipna=skipna) for r in range(m + 1)]
+    per_init = xr.concat(shares, dim="rank").assign_coords(rank=np.arange(m + 1))
+    return _mean_over_init_times(per_init, available).transpose(..., "rank")
+
+
 def mae(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
     """Mean absolute error (the CRPS of a single deterministic forecast)."""
     forecast, observed, available = _prepare(forecast, truth)
