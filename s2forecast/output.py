@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -51,6 +52,7 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # failed writes, reported as one line naming the output (permissions only when on the output)
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 _PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM)
+DISCARD_ATTEMPTS = 10  # removals of a temporary output that writer threads may still be filling
 
 
 def new_generation() -> str:
@@ -443,9 +445,19 @@ class Output:
         return self.path
 
     def discard(self) -> None:
-        """Remove ``tmp`` (nothing at ``path`` changes)."""
-        if os.path.lexists(self.tmp):
-            remove_own(self.tmp)
+        """Remove ``tmp`` (nothing at ``path`` changes). A failed dask computation returns while its
+        other worker threads may still write chunks into ``tmp``: a directory that refills while
+        it is removed is removed again, a few times, before giving up."""
+        for attempt in range(DISCARD_ATTEMPTS):
+            if not os.path.lexists(self.tmp):
+                return
+            try:
+                remove_own(self.tmp)
+                return
+            except OSError as error:
+                if error.errno != errno.ENOTEMPTY or attempt == DISCARD_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def _is_write_error(self, error: OSError) -> bool:
         if error.errno in _WRITE_ERRNOS:
@@ -461,7 +473,10 @@ class Output:
     def __exit__(self, kind, error, traceback) -> bool:
         if error is None:
             return False
-        self.discard()
+        try:
+            self.discard()
+        except OSError:  # the next run removes this leftover; the error that stopped this one is the news
+            pass
         if isinstance(error, OSError) and self._is_write_error(error):
             raise OSError(
                 f"could not write {self.path}: {error.strerror or error}; nothing was changed at {self.path}"
