@@ -187,10 +187,12 @@ def evaluate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
     parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
     parser.add_argument(
-        "--regions", nargs="+", default=["global"], metavar="REGION",
-        help="WeatherBench2 regions (global tropics extra-tropics northern-hemisphere southern-hemisphere europe "
-        "north-america north-atlantic north-pacific east-asia ausnz arctic antarctic; *_land with a land-sea mask) "
-        "or boxes lat0,lat1,lon0,lon1 (e.g. 30,70,350,40 across the prime meridian); 'wb2' for all of them",
+        "--regions", nargs="+", action="extend", metavar="REGION",
+        help="regions to score: WeatherBench2 names (global, tropics, extra-tropics, northern-hemisphere, "
+        "southern-hemisphere, europe, north-america, north-atlantic, north-pacific, east-asia, ausnz, arctic, "
+        "antarctic; global_land, tropics_land, extra-tropics_land with a land-sea mask) or boxes "
+        "LAT0,LAT1,LON0,LON1 in degrees (lon0 > lon1 wraps through 0 E; one starting with '-' as "
+        "--regions=-10,10,350,10; the option may be repeated) (default: all WeatherBench2 regions)",
     )  # fmt: skip
     parser.add_argument(
         "--map-leads",

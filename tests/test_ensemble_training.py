@@ -9,6 +9,7 @@ import xarray as xr
 from test_training import tiny_args
 
 from s2forecast.cli import main as cli
+from s2forecast.evaluation.report import open_results
 
 ENSEMBLE = ["--model.loss", "crps", "--model.ensemble_size", "2", "--model.network.noise_channels", "2",
             "--trainer.max_epochs", "1"]  # fmt: skip
@@ -45,8 +46,8 @@ def test_rollout_members_are_reproducible_and_scored(ensemble_checkpoint, swe_st
 
     cli(["evaluate", "--forecast", str(tmp_path / "a.nc"), "--truth", str(swe_store), "--out", str(tmp_path / "m.nc"),
          "--no-plots", "--no-progress"])  # fmt: skip
-    metrics = xr.open_dataset(tmp_path / "m.nc")
-    scores = metrics["vorticity"].sel(model="forecast", region="global")
+    metrics = open_results(tmp_path / "m.nc")
+    scores = metrics["vorticity"].sel(source="forecast", region="global")
     assert np.isfinite(scores.sel(metric="crps")).all() and (scores.sel(metric="spread") > 0).all()
 
 

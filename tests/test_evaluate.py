@@ -9,9 +9,18 @@ import pytest
 import xarray as xr
 
 from s2forecast.commands import evaluate as add_arguments
-from s2forecast.evaluation import MissingTruthWarning, acc, bias, compute_climatology, rmse, truth_at_valid_times
+from s2forecast.evaluation import (
+    MissingTruthWarning,
+    acc,
+    bias,
+    compute_climatology,
+    rmse,
+    scoring,
+    truth_at_valid_times,
+)
 from s2forecast.evaluation import evaluate as evaluate_module
 from s2forecast.evaluation.evaluate import evaluate, format_table, run
+from s2forecast.evaluation.report import open_results
 
 LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles, north -> south as written by the store writers
 LON = np.arange(12) * 30.0
@@ -83,8 +92,8 @@ def perfect_path(tmp_path_factory, truth_ds):
     return write_nc(perfect_forecast(truth_ds), tmp_path_factory.mktemp("forecast") / "perfect.nc")
 
 
-def score(metrics, variable, metric, model, level=None):
-    data = metrics[variable].sel(metric=metric, model=model, region="global")
+def score(metrics, variable, metric, model, level=None, region="global"):
+    data = metrics[variable].sel(metric=metric, source=model, region=region)
     return (data.sel(level=level) if level is not None else data).values
 
 
@@ -92,7 +101,7 @@ def score(metrics, variable, metric, model, level=None):
 
 
 def test_perfect_forecast_and_baselines_stream_exactly(tmp_path, truth_path, perfect_path, truth_ds, monkeypatch):
-    monkeypatch.setattr(evaluate_module, "BLOCK_BYTES", 1)  # one init time per block: exercises the combination
+    monkeypatch.setattr(scoring, "BLOCK_BYTES", 1)  # one init time per block: exercises the combination
     with warnings.catch_warnings():
         warnings.simplefilter("error", MissingTruthWarning)  # every valid time is in the truth
         metrics = evaluate(perfect_path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
@@ -120,7 +129,7 @@ def test_perfect_forecast_and_baselines_stream_exactly(tmp_path, truth_path, per
         rtol=1e-12,
     )
     assert metrics.attrs["climatology_method"] == "hour"  # 3 days of 6-hourly data: per-hour means
-    assert "truth" in metrics.attrs["climatology"]
+    assert "truth" in metrics.attrs["climatology_source"]
 
 
 def test_persistence_rmse_matches_numpy_with_wb2_weights(tmp_path, truth_path, perfect_path, truth_ds):
@@ -206,19 +215,23 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)
     assert sorted(p.name for p in tmp_path.joinpath("run").iterdir()) == ["metrics.csv", "metrics.nc", "metrics_plots"]
 
-    written = xr.open_dataset(out)
-    assert written["geopotential"].dims == ("metric", "model", "region", "prediction_timedelta", "level")
-    assert written["2m_temperature"].dims == ("metric", "model", "region", "prediction_timedelta")
-    assert written["region"].values.tolist() == ["global"]
+    written = open_results(out)
+    regions = written["region"].values.tolist()
+    assert regions[:5] == ["global", "tropics", "extra-tropics", "northern-hemisphere", "southern-hemisphere"]
+    assert "europe" in regions and len(regions) == 13  # WB2's standard set; no land-sea mask in this truth
+    assert written["geopotential"].dims == ("metric", "source", "region", "lead_time", "level")
+    assert written["2m_temperature"].dims == ("metric", "source", "region", "lead_time")
     assert written["metric"].values.tolist() == ["rmse", "acc", "bias"]
-    assert written["model"].values.tolist() == ["forecast", "persistence", "climatology"]
-    np.testing.assert_array_equal(written["prediction_timedelta"].values, LEADS.values)
+    assert written["source"].values.tolist() == ["forecast", "persistence", "climatology"]
+    np.testing.assert_array_equal(written["lead_time"].values, LEADS.values)
     assert written["level"].values.tolist() == LEVELS
     assert written["lead_hours"].values.tolist() == [6.0, 12.0, 24.0]
-    assert written["n_init_times"].dims == ("prediction_timedelta",)
+    assert written["n_init_times"].dims == ("lead_time",)
+    assert written["geopotential"].attrs["metric_units"] == "rmse: m**2 s**-2; acc: 1; bias: m**2 s**-2"
     assert written.attrs["Conventions"] == "CF-1.8"
     assert written.attrs["forecast"] == str(perfect_path.resolve())
     assert written.attrs["truth"] == str(truth_path.resolve())
+    assert written.attrs["command"].startswith("evaluate(")
     assert written.attrs["climatology_method"] == "hour"
     assert "climatology_start" in written.attrs and "created" in written.attrs
     xr.testing.assert_allclose(written["geopotential"], metrics["geopotential"])
@@ -226,11 +239,12 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".tmp")]
 
     csv = pd.read_csv(out.with_suffix(".csv"))
-    assert csv.columns.tolist() == ["variable", "level", "region", "lead_hours", "model", "metric", "value"]
-    assert len(csv) == (len(LEVELS) + 1) * LEADS.size * 3 * 3
-    row = csv[(csv.variable == "geopotential") & (csv.level == 500) & (csv.lead_hours == 24)]
-    row = row[(row.model == "persistence") & (row.metric == "rmse")]
+    assert csv.columns.tolist() == ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units"]
+    assert len(csv) == (len(LEVELS) + 1) * LEADS.size * 3 * 3 * 13
+    row = csv[(csv.variable == "geopotential") & (csv.level == 500) & (csv.lead_hours == 24) & (csv.region == "global")]
+    row = row[(row.source == "persistence") & (row.metric == "rmse")]
     assert row.value.item() == pytest.approx(score(metrics, "geopotential", "rmse", "persistence", 500)[2])
+    assert row.units.item() == "m**2 s**-2"
     assert csv[csv.variable == "2m_temperature"].level.isna().all()
 
     table = format_table(metrics)
@@ -274,7 +288,7 @@ def test_wb2_climatology_zarr_is_accepted(tmp_path, truth_path, perfect_path, tr
     given = evaluate(perfect_path, truth_path, tmp_path / "a.nc", climatology=path, plots=False, progress=False)
     computed = evaluate(perfect_path, truth_path, tmp_path / "b.nc", plots=False, progress=False)
     xr.testing.assert_allclose(given["geopotential"], computed["geopotential"], rtol=1e-12)
-    assert given.attrs["climatology"] == str(path.resolve())
+    assert given.attrs["climatology_source"] == str(path.resolve())
 
 
 def test_cli_prints_table_and_files(tmp_path, truth_path, perfect_path, capsys):

@@ -16,6 +16,7 @@ import xarray as xr
 
 from s2forecast.cli import main as cli
 from s2forecast.datamodules.store import open_store
+from s2forecast.evaluation.report import open_results
 
 REPO = Path(__file__).parents[1]
 
@@ -93,7 +94,7 @@ def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_p
     metrics = tmp_path / "metrics.nc"
     cli(["evaluate", "--forecast", str(forecast), "--truth", url, "--out", str(metrics), "--no-plots",
          "--no-progress"])  # fmt: skip
-    scores = xr.open_dataset(metrics)
+    scores = open_results(metrics)
     assert np.isfinite(scores["2m_temperature"].sel(metric="rmse").values).all()
     assert digest(root) == before  # nothing written into the source store
 

@@ -261,7 +261,7 @@ def test_evaluate_scores_consistent_non_canonical_units(tmp_path):
     truth = truth_store(tmp_path / "truth.zarr", field(5.0, 5.0, SURFACE), units="degC")
     forecast = forecast_file(tmp_path / "forecast.nc", field(5.0, 5.0, FORECAST, seed=1), "degC")
     metrics = evaluate(forecast, truth, tmp_path / "metrics.nc", plots=False, progress=False)
-    assert np.isfinite(metrics["2m_temperature"].sel(metric="rmse", model="forecast").values).all()
+    assert np.isfinite(metrics["2m_temperature"].sel(metric="rmse", source="forecast", region="global").values).all()
 
 
 # --- stats ---------------------------------------------------------------------------------------

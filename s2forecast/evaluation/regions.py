@@ -1,114 +1,118 @@
-"""Regions of the scores, as WeatherBench2 defines them, and boxes of one's own.
+"""Regions for spatially averaged scores, as WeatherBench2 (WB2) defines them.
 
-A region is a set of grid points: latitude bands and longitude ranges (inclusive bounds, as
-WB2's ``SliceRegion`` selects with xarray slices), optionally restricted to land. A regional
-score is the score with the latitude (cell-area) weights multiplied by the region's 0/1 mask,
-i.e. the area-weighted mean over the region's points, as WB2 computes it.
+A region is a weight mask on the (latitude, longitude) grid that multiplies the WB2 cell-area
+latitude weights; a region's mean is ``sum(w m x) / sum(w m)``, which equals WB2's mean over the
+sliced box with the full-grid weights restricted to it. Box bounds are inclusive (WB2 slices with
+``.sel(latitude=slice(a, b))``).
 
-The predefined regions are those of WeatherBench2's evaluation script
-(``scripts/evaluate.py`` in google-research/weatherbench2): global, tropics (20S-20N),
-extra-tropics (poleward of 20 degrees, both hemispheres), northern/southern hemisphere
-(poleward of 20N/20S, as WB2 names them), europe, north-america, north-atlantic,
-north-pacific, east-asia, ausnz, arctic, antarctic; with a land-sea mask also global_land,
-tropics_land and extra-tropics_land (land: mask >= 0.5).
+Standard set: WB2 ``scripts/evaluate.py`` ``predefined_regions`` (google-research/weatherbench2),
+longitudes in [0, 360); land regions when the truth holds a ``land_sea_mask`` (WB2's
+``LandRegion``: the mask's land fraction multiplies the weights).
 """
 
-from dataclasses import dataclass
+import re
 
 import numpy as np
 import xarray as xr
 
-Range = tuple[float, float]  # inclusive (low, high), degrees; longitudes in [0, 360)
-
-
-@dataclass(frozen=True)
-class Region:
-    """Latitude bands x longitude ranges (a point is in when it is in any band and any range)."""
-
-    name: str
-    lat: tuple[Range, ...] = ((-90.0, 90.0),)
-    lon: tuple[Range, ...] = ((0.0, 360.0),)
-    land: bool = False
-
-    def mask(self, latitude: np.ndarray, longitude: np.ndarray, land_sea_mask: xr.DataArray | None = None):
-        """(latitude, longitude) float 0/1 DataArray of the region's points.
-
-        Raises:
-            ValueError: a land region without a land-sea mask, or a region with no grid point.
-        """
-        lat = xr.DataArray(np.asarray(latitude, dtype=np.float64), dims="latitude", coords={"latitude": latitude})
-        lon = xr.DataArray(np.asarray(longitude, dtype=np.float64) % 360.0, dims="longitude",
-                           coords={"longitude": longitude})  # fmt: skip
-        in_lat = sum(((lat >= lo) & (lat <= hi)).astype(int) for lo, hi in self.lat) > 0
-        in_lon = sum(((lon >= lo) & (lon <= hi)).astype(int) for lo, hi in self.lon) > 0
-        mask = (in_lat & in_lon).astype(np.float64)
-        if self.land:
-            if land_sea_mask is None:
-                raise ValueError(f"region {self.name} needs a land_sea_mask in the truth store")
-            mask = mask * (land_sea_mask.reindex_like(mask, method="nearest") >= 0.5)
-        if not float(mask.sum()) > 0:
-            raise ValueError(f"region {self.name} holds no point of the grid; choose a larger box")
-        return mask.transpose("latitude", "longitude")
-
-
-def _lon_range(west: float, east: float) -> tuple[Range, ...]:
-    """Longitude ranges of the arc from ``west`` eastwards to ``east`` (degrees, any convention)."""
-    west, east = west % 360.0, east % 360.0
-    if west <= east:
-        return ((west, east),)
-    return ((west, 360.0), (0.0, east))  # across the prime meridian
-
-
-TROPICS = ((-20.0, 20.0),)
-EXTRA_TROPICS = ((-90.0, -20.0), (20.0, 90.0))
-
-PREDEFINED = {
-    region.name: region
-    for region in (
-        Region("global"),
-        Region("tropics", TROPICS),
-        Region("extra-tropics", EXTRA_TROPICS),
-        Region("northern-hemisphere", ((20.0, 90.0),)),
-        Region("southern-hemisphere", ((-90.0, -20.0),)),
-        Region("europe", ((35.0, 75.0),), _lon_range(-12.5, 42.5)),
-        Region("north-america", ((25.0, 60.0),), _lon_range(-120.0, -75.0)),
-        Region("north-atlantic", ((25.0, 65.0),), _lon_range(-70.0, -10.0)),
-        Region("north-pacific", ((25.0, 60.0),), _lon_range(145.0, -130.0)),
-        Region("east-asia", ((25.0, 60.0),), _lon_range(102.5, 150.0)),
-        Region("ausnz", ((-45.0, -12.5),), _lon_range(120.0, 175.0)),
-        Region("arctic", ((60.0, 90.0),)),
-        Region("antarctic", ((-90.0, -60.0),)),
-        Region("global_land", land=True),
-        Region("tropics_land", TROPICS, land=True),
-        Region("extra-tropics_land", EXTRA_TROPICS, land=True),
-    )
+# name -> (latitude ranges, longitude ranges), inclusive, from WB2 scripts/evaluate.py predefined_regions
+STANDARD_REGIONS = {
+    "global": ([(-90.0, 90.0)], [(0.0, 360.0)]),
+    "tropics": ([(-20.0, 20.0)], [(0.0, 360.0)]),
+    "extra-tropics": ([(-90.0, -20.0), (20.0, 90.0)], [(0.0, 360.0)]),
+    "northern-hemisphere": ([(20.0, 90.0)], [(0.0, 360.0)]),
+    "southern-hemisphere": ([(-90.0, -20.0)], [(0.0, 360.0)]),
+    "europe": ([(35.0, 75.0)], [(360.0 - 12.5, 360.0), (0.0, 42.5)]),
+    "north-america": ([(25.0, 60.0)], [(360.0 - 120.0, 360.0 - 75.0)]),
+    "north-atlantic": ([(25.0, 65.0)], [(360.0 - 70.0, 360.0 - 10.0)]),
+    "north-pacific": ([(25.0, 60.0)], [(145.0, 360.0 - 130.0)]),
+    "east-asia": ([(25.0, 60.0)], [(102.5, 150.0)]),
+    "ausnz": ([(-45.0, -12.5)], [(120.0, 175.0)]),
+    "arctic": ([(60.0, 90.0)], [(0.0, 360.0)]),
+    "antarctic": ([(-90.0, -60.0)], [(0.0, 360.0)]),
 }
-WITHOUT_LAND = [name for name, region in PREDEFINED.items() if not region.land]
+# WB2's land regions: (base region, land) when a land-sea mask is available
+LAND_REGIONS = {"global_land": "global", "extra-tropics_land": "extra-tropics", "tropics_land": "tropics"}
+LAND_SEA_MASK_NAMES = ("land_sea_mask", "lsm")  # WB2 name, ERA5 short name
+_NUMBER = r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*"
+_BOX = re.compile(rf"^{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER}$")
 
 
-def parse_region(text: str) -> Region:
-    """A predefined region by name, or a box "lat0,lat1,lon0,lon1" (degrees; lat0 <= lat1; the box
-    runs east from lon0 to lon1, across the prime meridian when lon0 > lon1, e.g. 350,20).
+def parse_box(text: str) -> tuple[float, float, float, float]:
+    """``"lat0,lat1,lon0,lon1"`` (degrees) -> floats; lon0 > lon1 (mod 360) wraps through 0 E.
 
     Raises:
-        ValueError: an unknown name or a malformed box, naming it and the choices.
+        ValueError: not four numbers, lat0 > lat1, or a latitude outside [-90, 90].
     """
-    if text in PREDEFINED:
-        return PREDEFINED[text]
-    parts = text.split(",")
-    if len(parts) != 4:
+    if not _BOX.match(text):
         raise ValueError(
-            f"region {text!r} is neither one of {list(PREDEFINED)} nor a box lat0,lat1,lon0,lon1 (e.g. 30,70,-20,40)"
+            f"region {text!r} is neither a standard region ({', '.join(STANDARD_REGIONS)}) nor a box "
+            "'lat0,lat1,lon0,lon1' in degrees (e.g. '35,75,-12.5,42.5')"
         )
-    try:
-        lat0, lat1, lon0, lon1 = (float(p) for p in parts)
-    except ValueError:
-        raise ValueError(f"region box {text!r} must be four numbers lat0,lat1,lon0,lon1 in degrees") from None
-    if not (-90.0 <= lat0 <= lat1 <= 90.0) or not all(np.isfinite([lon0, lon1])):
-        raise ValueError(f"region box {text!r} needs -90 <= lat0 <= lat1 <= 90 and finite longitudes")
-    return Region(text, ((lat0, lat1),), _lon_range(lon0, lon1))
+    lat0, lat1, lon0, lon1 = (float(part) for part in text.split(","))
+    if not (-90.0 <= lat0 <= 90.0 and -90.0 <= lat1 <= 90.0):
+        raise ValueError(f"region box {text!r}: latitudes must lie in [-90, 90]")
+    if lat0 > lat1:
+        raise ValueError(f"region box {text!r}: lat0 {lat0:g} > lat1 {lat1:g}; give the southern latitude first")
+    return lat0, lat1, lon0, lon1
 
 
-def region_weights(region: Region, latitude_weights: xr.DataArray, longitude, land_sea_mask=None) -> xr.DataArray:
-    """(latitude, longitude) weights of a regional score: latitude weights times the region's mask."""
-    return latitude_weights * region.mask(latitude_weights["latitude"].values, longitude, land_sea_mask)
+def _in_ranges(values: np.ndarray, ranges) -> np.ndarray:
+    inside = np.zeros(values.shape, dtype=bool)
+    for low, high in ranges:
+        inside |= (values >= low - 1e-9) & (values <= high + 1e-9)
+    return inside
+
+
+def _box_ranges(lat0, lat1, lon0, lon1):
+    if lon1 - lon0 >= 360.0:
+        return [(lat0, lat1)], [(0.0, 360.0)]
+    start, end = lon0 % 360.0, lon1 % 360.0
+    lons = [(start, end)] if start <= end else [(start, 360.0), (0.0, end)]  # wraps through 0 E
+    return [(lat0, lat1)], lons
+
+
+def region_masks(
+    names, latitude: np.ndarray, longitude: np.ndarray, land_sea_mask: xr.DataArray | None = None
+) -> xr.DataArray:
+    """Masks ``(region, latitude, longitude)`` in [0, 1] of the named regions on a grid.
+
+    Args:
+        names: standard region names, land region names (need ``land_sea_mask``) or boxes
+            ``"lat0,lat1,lon0,lon1"``.
+        latitude, longitude: the grid's coordinates in degrees (any order; longitudes any convention).
+        land_sea_mask: land fraction (latitude, longitude) on the same grid, or None.
+
+    Raises:
+        ValueError: an unknown name or bad box, a land region without a mask, a region with no grid point.
+    """
+    lat = np.asarray(latitude, dtype=np.float64)
+    lon = np.asarray(longitude, dtype=np.float64) % 360.0
+    masks = []
+    for name in names:
+        base = LAND_REGIONS.get(name, name)
+        if base in STANDARD_REGIONS:
+            lat_ranges, lon_ranges = STANDARD_REGIONS[base]
+        else:
+            lat_ranges, lon_ranges = _box_ranges(*parse_box(name))
+        mask = (_in_ranges(lat, lat_ranges)[:, None] & _in_ranges(lon, lon_ranges)[None, :]).astype(np.float64)
+        if name in LAND_REGIONS:
+            if land_sea_mask is None:
+                raise ValueError(f"region {name!r} needs a land-sea mask: the truth has none of {LAND_SEA_MASK_NAMES}")
+            land = land_sea_mask.sel(latitude=lat, longitude=np.asarray(longitude), method="nearest")
+            mask = mask * np.asarray(land.transpose("latitude", "longitude").values, dtype=np.float64)
+        if not mask.any():
+            raise ValueError(f"region {name!r} holds no grid point of this grid; widen it")
+        masks.append(mask)
+    return xr.DataArray(
+        np.stack(masks), dims=("region", "latitude", "longitude"), coords={"region": list(names)}, name="region_mask"
+    )
+
+
+def region_weights(names, latitude, longitude, land_sea_mask=None) -> np.ndarray:
+    """(region, lat, lon) WB2 latitude weights times the region masks, each region summing to 1."""
+    from s2forecast.evaluation.metrics import latitude_weights
+
+    lat_w = latitude_weights(np.asarray(latitude, dtype=np.float64)).values
+    weights = region_masks(names, latitude, longitude, land_sea_mask).values * lat_w[None, :, None]
+    return weights / weights.sum(axis=(1, 2), keepdims=True)

@@ -1,0 +1,437 @@
+"""Inputs of ``s2forecast evaluate``: open the forecast, the truth and the climatology, check them against each other.
+
+Each input is opened by one function (:func:`open_forecast`, :func:`open_truth`,
+:func:`open_climatology_for`); the checks name the bad value and the fix. Layouts: see
+:mod:`s2forecast.evaluation.evaluate`.
+"""
+
+import datetime
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from s2forecast.datamodules.plausibility import check_plausible, has_canonical_units
+from s2forecast.datamodules.store import normalize_units
+from s2forecast.evaluation.climatology import compute_climatology, open_climatology
+from s2forecast.evaluation.metrics import (
+    INIT_DIM,
+    LEAD_DIM,
+    SPATIAL_DIMS,
+    MissingTruthWarning,
+    check_forecast_layout,
+)
+from s2forecast.evaluation.regions import LAND_SEA_MASK_NAMES
+from s2forecast.evaluation.scoring import BLOCK_BYTES, MEMBER_DIMS, check_members, member_dim
+from s2forecast.times import format_times
+from s2forecast.user_errors import one_line
+
+# --- opening and checking inputs ---------------------------------------------------------
+
+
+def _describe_source(source) -> str:
+    return str(Path(source).resolve()) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
+
+
+def _require_path(path, what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path} does not exist")
+    return path
+
+
+NETCDF_SIGNATURES = (b"\x89HDF\r\n\x1a\n", b"CDF\x01", b"CDF\x02", b"CDF\x05")  # NetCDF4 (HDF5), NetCDF3
+ZARR_METADATA = ("zarr.json", ".zgroup", ".zmetadata")  # zarr 3, zarr 2
+
+
+def _check_readable(path: Path, what: str) -> None:
+    """ValueError naming ``path`` unless it looks like a NetCDF file or a zarr store (a directory).
+
+    Catches empty, text and other files, and directories that are not stores, before xarray
+    fails on them with messages that do not name the file.
+    """
+    if path.is_dir():
+        if not any((path / name).exists() for name in ZARR_METADATA):
+            raise ValueError(f"the {what} {path} is a directory but not a zarr store (no zarr.json or .zgroup in it)")
+        return
+    with open(path, "rb") as file:
+        head = file.read(8)
+    if not head:
+        raise ValueError(f"the {what} {path} is an empty file; write it again")
+    if path.suffix != ".zarr" and not head.startswith(NETCDF_SIGNATURES):
+        raise ValueError(f"the {what} {path} is not a NetCDF file (it starts with {head[:4]!r}); check the path")
+
+
+def _opened(open_fn, path: Path, what: str) -> xr.Dataset:
+    """``open_fn(path)``; a file that starts right but cannot be read (truncated, damaged) is a
+    ValueError naming it."""
+    try:
+        return open_fn(path)
+    except OSError as error:
+        if isinstance(error, FileNotFoundError | PermissionError | IsADirectoryError):
+            raise
+        reason = error.strerror or one_line(str(error))  # netCDF4: "NetCDF: HDF error"
+        raise ValueError(f"cannot read the {what} {path} ({reason}): is it truncated or damaged?") from error
+
+
+def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
+    """Open a forecast lazily (NetCDF: dask chunks of one init time; zarr: its own chunks).
+
+    Args:
+        source: path of a ``.nc`` file or a zarr store, or an opened Dataset.
+
+    Returns:
+        Dataset with dims ``(time, prediction_timedelta, [level], latitude, longitude)``,
+        ``prediction_timedelta`` as timedelta64, without a ``valid_time`` variable.
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist.
+        ValueError: the layout is not WB2's (names the missing dim and how to rename it).
+    """
+    if isinstance(source, xr.Dataset):
+        forecast = source
+    else:
+        path = _require_path(source, "forecast")
+        _check_readable(path, "forecast")
+        forecast = _opened(_open_forecast_file, path, "forecast")
+    forecast = forecast.drop_vars("valid_time", errors="ignore")
+    check_forecast_layout(forecast)
+    if not forecast.indexes[INIT_DIM].is_unique:
+        raise ValueError("forecast 'time' (init time) has duplicate values; drop them")
+    lead = forecast[LEAD_DIM]
+    if not np.issubdtype(lead.dtype, np.timedelta64):
+        units = lead.attrs.get("units")
+        try:
+            if not isinstance(units, str):
+                raise ValueError("no units")
+            values = pd.to_timedelta(np.asarray(lead.values), unit=units).values
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"forecast 'prediction_timedelta' must be timedelta64 or numbers with a time 'units' attribute "
+                f"(e.g. 'hours'); got dtype {lead.dtype} with units {units!r}"
+            ) from None
+        forecast = forecast.assign_coords({LEAD_DIM: values})
+    if not forecast.indexes[LEAD_DIM].is_unique:
+        raise ValueError("forecast 'prediction_timedelta' has duplicate values; drop them")
+    member = member_dim(forecast.dims)  # realization (WB2), number (ECMWF/cfgrib) or member
+    if member is not None:
+        check_members(forecast.sizes[member], member)
+    return forecast
+
+
+def _open_forecast_file(path: Path) -> xr.Dataset:
+    if path.is_dir() or path.suffix == ".zarr":
+        try:
+            return xr.open_zarr(path, consolidated=True)
+        except (KeyError, ValueError, FileNotFoundError):
+            return xr.open_zarr(path, consolidated=False)
+    with warnings.catch_warnings():  # one init per dask chunk on purpose (streamed blocks); any file layout is fine
+        warnings.filterwarnings("ignore", message="The specified chunks separate the stored chunks")
+        return xr.open_dataset(path, chunks={INIT_DIM: 1})
+
+
+def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | None = None) -> xr.Dataset:
+    """Open a truth store lazily, without its ``written`` variable and other coordinates along time.
+    ``storage_options``: fsspec options when ``source`` is a URL.
+
+    Returns:
+        Dataset with dims ``(time, [level], latitude, longitude)`` (latitude north -> south when
+        opened from a path).
+    """
+    if isinstance(source, xr.Dataset):
+        truth = source
+    else:
+        from s2forecast.datamodules.store import is_url, open_store
+
+        if is_url(source):
+            truth = open_store(source, storage_options=storage_options)
+        else:
+            truth = open_store(_require_path(source, "truth store"))
+    if INIT_DIM not in truth.dims:
+        raise ValueError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
+    if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
+        raise ValueError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
+    if not truth.indexes[INIT_DIM].is_unique:
+        raise ValueError("truth 'time' has duplicate values")
+    truth = truth.drop_vars("written", errors="ignore")
+    along_time = [name for name, coord in truth.coords.items() if INIT_DIM in coord.dims and name != INIT_DIM]
+    return truth.drop_vars(along_time)
+
+
+def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
+    needed = {INIT_DIM, LEAD_DIM, *SPATIAL_DIMS}
+    scorable = [name for name, var in forecast.data_vars.items() if needed <= set(var.dims)]
+    if variables is None:
+        if not scorable:
+            raise ValueError(
+                "the forecast has no variable with dims (time, prediction_timedelta, ..., latitude, longitude); it has "
+                f"{ {name: var.dims for name, var in forecast.data_vars.items()} }"
+            )
+        return scorable
+    variables = list(variables)
+    absent = [name for name in variables if name not in scorable]
+    if absent:
+        raise ValueError(f"variable(s) {absent} are not forecast variables of the forecast file; it has {scorable}")
+    return variables
+
+
+def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], name: str, where: str) -> None:
+    """The truth (or climatology) holds every variable with the same non-time dims and every level."""
+    absent = [v for v in variables if v not in truth.data_vars]
+    if absent:
+        raise ValueError(
+            f"forecast variable(s) {absent} are not in the {name} {where} (it has {sorted(truth.data_vars)}); "
+            "score a subset with --variables, or use a store that holds them"
+        )
+    for v in variables:
+        expected = {d for d in forecast[v].dims if d not in (INIT_DIM, LEAD_DIM, *MEMBER_DIMS)}
+        have = {d for d in truth[v].dims if d not in (INIT_DIM, "dayofyear", "hour")}
+        if expected != have:
+            raise ValueError(
+                f"variable {v!r} has dims {forecast[v].dims} in the forecast but {truth[v].dims} in the {name} "
+                f"{where}; they must agree apart from time (and prediction_timedelta)"
+            )
+        if "level" in expected:
+            levels = forecast[v]["level"].values.tolist()
+            missing = sorted(set(levels) - set(truth[v]["level"].values.tolist()))
+            if missing:
+                raise ValueError(
+                    f"the {name} {where} lacks level(s) {missing} of forecast variable {v!r}; it has "
+                    f"{truth[v]['level'].values.tolist()}"
+                )
+
+
+def _check_units(forecast: xr.Dataset, other: xr.Dataset, variables: list[str], name: str, where: str) -> None:
+    """Every variable in the same units in the forecast and the truth (or climatology), where both say."""
+    for v in variables:
+        mine, theirs = forecast[v].attrs.get("units"), other[v].attrs.get("units")
+        if mine is None or theirs is None or normalize_units(str(mine)) == normalize_units(str(theirs)):
+            continue
+        raise ValueError(
+            f"forecast variable {v} has units {mine!r} but the {name} {where} has {theirs!r}; convert the forecast "
+            f"to {theirs} before scoring"
+        )
+
+
+def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], truth_name: str) -> None:
+    """Forecast and truth values plausible in their units (``s2forecast.datamodules.plausibility``),
+    judged on the first, middle and last init time (first, middle, last lead) and truth time.
+    Values in other than the canonical units of ``store.VARIABLES`` are not judged."""
+    for v in variables:
+        _check_not_all_nan(forecast[v], v)
+        truth_units = truth[v].attrs.get("units")
+        if has_canonical_units(v, forecast[v].attrs.get("units", truth_units)):
+            labels = {INIT_DIM: "init time", LEAD_DIM: "lead"}
+            member = member_dim(forecast[v].dims)
+            judged = forecast[v] if member is None else forecast[v].isel({member: 0}, drop=True)  # the first member
+            check_plausible(judged, v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
+        if has_canonical_units(v, truth_units):
+            observed = truth[v].sel(level=forecast[v]["level"].values) if "level" in forecast[v].dims else truth[v]
+            check_plausible(observed, v, f"truth store {truth_name}: variable {v}")
+
+
+def _check_not_all_nan(data: xr.DataArray, name: str) -> None:
+    """Refuse a forecast whose first, middle or last init time x lead is NaN everywhere: its
+    scores would be NaN at exit 0 (a field NaN in part, e.g. over land, is scored as it is)."""
+    picks = {dim: sorted({0, data.sizes[dim] // 2, data.sizes[dim] - 1}) for dim in (INIT_DIM, LEAD_DIM)}
+    empty = data.isel(picks).isnull().all(dim=("latitude", "longitude"))
+    empty = empty.any(dim=[d for d in empty.dims if d not in picks]).load()  # any level
+    if bool(empty.any()):
+        i, j = np.argwhere(empty.transpose(INIT_DIM, LEAD_DIM).values)[0]
+        init, lead = empty[INIT_DIM].values[i], empty[LEAD_DIM].values[j]
+        raise ValueError(
+            f"forecast variable {name} is NaN everywhere at init time {format_times([init])} lead {_hours(lead):g} h; "
+            "check the forecast file (a failed or unfinished model run?)"
+        )
+
+
+def _grid_summary(data: xr.Dataset) -> str:
+    lat, lon = data["latitude"].values, data["longitude"].values
+    return (
+        f"{lat.size} latitudes {lat.min():g}..{lat.max():g}, {lon.size} longitudes {lon.min():g}..{lon.max():g}"
+        if lat.size and lon.size
+        else f"{lat.size} latitudes, {lon.size} longitudes"
+    )
+
+
+def _check_grid(forecast: xr.Dataset, other: xr.Dataset, name: str, where: str) -> None:
+    """The same latitudes and longitudes as sets (any order), else a ValueError naming both grids."""
+    for dim in SPATIAL_DIMS:
+        if dim not in other.dims:
+            raise ValueError(f"the {name} {where} has no {dim!r} dim (dims {dict(other.sizes)}); rename it")
+        a = np.sort(np.asarray(forecast[dim].values, dtype=np.float64))
+        b = np.sort(np.asarray(other[dim].values, dtype=np.float64))
+        if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-6):
+            hint = ""
+            if dim == "longitude" and a.shape == b.shape and np.allclose(np.sort(a % 360), np.sort(b % 360), atol=1e-6):
+                hint = " (longitudes differ only in convention: convert the forecast's to [0, 360) with lon % 360)"
+            raise ValueError(
+                f"the forecast and the {name} {where} are on different grids: forecast {_grid_summary(forecast)}, "
+                f"{name} {_grid_summary(other)}{hint}; regrid the forecast onto the {name}'s grid first"
+            )
+
+
+def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
+    """Leads given as hours (numbers), strings ('24h', '5D') or timedeltas, checked against ``available``.
+
+    Returns:
+        The matching entries of ``available`` (its dtype), in the order given.
+    """
+    values = []
+    for lead in leads:
+        if isinstance(lead, np.timedelta64 | datetime.timedelta | str):
+            values.append(pd.to_timedelta(lead))
+        elif isinstance(lead, int | float | np.integer | np.floating) and not isinstance(lead, bool):
+            values.append(pd.to_timedelta(float(lead), unit="h"))
+        else:
+            raise ValueError(f"map lead {lead!r} is neither hours (a number), a string like '24h' nor a timedelta")
+        if pd.isna(values[-1]):
+            raise ValueError(f"map lead {lead!r} is not a lead time; give hours such as 24")
+    wanted = np.asarray(pd.TimedeltaIndex(values).values).astype("timedelta64[ns]").astype(np.int64)
+    have = np.asarray(available).astype("timedelta64[ns]").astype(np.int64)
+    absent = [w for w in wanted if w not in set(have.tolist())]
+    if absent:
+        raise ValueError(
+            f"map lead(s) {', '.join(f'{w / 3.6e12:g}' for w in absent)} h are not forecast leads; available: "
+            f"{', '.join(str(_hours(v)) for v in available)} h"
+        )
+    return np.asarray([available[np.flatnonzero(have == w)[0]] for w in wanted])
+
+
+def _hours(lead) -> float:
+    hours = float(np.timedelta64(lead, "ns").astype(np.int64)) / 3.6e12
+    return int(hours) if hours == int(hours) else hours
+
+
+def _is_path(source) -> bool:
+    """A local input (a URL is read-only to s2forecast: no output can collide with it, and it has
+    no generation to check)."""
+    from s2forecast.datamodules.store import is_url
+
+    return isinstance(source, str | os.PathLike) and not is_url(source)
+
+
+# --- climatology ---------------------------------------------------------------------------
+
+CLIMATOLOGY_ATTRS = (
+    "climatology_method",
+    "climatology_method_reason",
+    "climatology_window_days",
+    "climatology_start",
+    "climatology_end",
+    "climatology_n_times",
+    "dayofyear_convention",
+)
+
+
+def _climatology_attrs(attrs: dict) -> dict:
+    return {key: attrs[key] for key in CLIMATOLOGY_ATTRS if key in attrs}
+
+
+def _climatology_from_truth(truth: xr.Dataset, levels, variables: list[str], period) -> tuple[xr.Dataset, dict]:
+    """Compute the climatology of the forecast's variables and levels from the truth, in memory.
+
+    For the ``hour`` and ``mean`` methods (the same for every day of year) one day-of-year slot
+    is computed and broadcast over the 366 slots without copying; ``dayofyear_hour`` is
+    computed whole.
+    """
+    subset = truth[variables]
+    if levels is not None and "level" in subset.dims:
+        subset = subset.sel(level=levels)
+    per_step = sum(subset[v].isel({INIT_DIM: 0}).nbytes for v in variables)
+    subset = subset.chunk({INIT_DIM: max(1, int(BLOCK_BYTES // 2 // max(per_step, 1)))})
+    start, end = period if period is not None else (None, None)
+    clim = compute_climatology(subset, start=start, end=end)
+    info = _climatology_attrs(clim.attrs)
+    if info["climatology_method"] in ("hour", "mean"):
+        one = clim.isel(dayofyear=[0]).compute()
+        days = clim["dayofyear"].values
+        data = {
+            name: (var.dims, np.broadcast_to(var.values, (days.size, *var.shape[1:])))
+            for name, var in one.data_vars.items()
+        }
+        coords = {name: coord for name, coord in one.coords.items() if name != "dayofyear"}
+        clim = xr.Dataset(data, coords={**coords, "dayofyear": days})
+    else:
+        clim = clim.compute()
+    attrs = {"climatology_source": "computed from the truth store (s2forecast.evaluation.compute_climatology)", **info}
+    return clim, attrs
+
+
+def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tuple[xr.Dataset, dict]:
+    """Open a WB2-layout climatology (path or Dataset) and check it against the forecast."""
+    from s2forecast.evaluation.climatology import validate_climatology
+
+    if isinstance(source, xr.Dataset):
+        clim, where = validate_climatology(source), "<in-memory Dataset>"
+    else:
+        path = _require_path(source, "climatology")
+        _check_readable(path, "climatology")
+        clim, where = _opened(open_climatology, path, "climatology"), str(path.resolve())
+    _check_variables(forecast, clim, variables, "climatology", where)
+    _check_grid(forecast, clim, "climatology", where)
+    _check_units(forecast, clim, variables, "climatology", where)
+    attrs = {"climatology_source": where, **_climatology_attrs(clim.attrs)}
+    attrs.setdefault("climatology_method", "not recorded in the climatology file")
+    return clim[variables], attrs
+
+
+# --- missing truth ---------------------------------------------------------------------------
+
+
+def _missing_truth(init_times: np.ndarray, leads: np.ndarray, truth_times: np.ndarray, truth_name: str) -> np.ndarray:
+    """(n_lead,) init times per lead whose valid time is in the truth; warns about the rest."""
+    valid = init_times[:, None] + leads[None, :]
+    available = np.isin(valid, truth_times)
+    counts = available.sum(axis=0)
+    if not available.all():
+        empty = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if n == 0]
+        partial = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if 0 < n < init_times.size]
+        effects = []  # only the kinds that occur: never "lead(s) [] h"
+        if empty:
+            effects.append(f"lead(s) {_hours_list(empty)} h have no truth at all (metrics NaN, n_init_times 0)")
+        if partial:
+            effects.append(f"lead(s) {_hours_list(partial)} h average over fewer init times")
+        warnings.warn(
+            f"the truth {truth_name} has no data at {int((~available).sum())} of {available.size} (init time, lead) "
+            f"valid times: {'; '.join(effects)}; see 'n_init_times' in the metrics file",
+            MissingTruthWarning,
+            stacklevel=3,
+        )
+    absent_init = ~np.isin(init_times, truth_times)
+    if absent_init.any():
+        warnings.warn(
+            f"{int(absent_init.sum())} init time(s) ({format_times(init_times[absent_init], limit=3)}) are not in the "
+            f"truth {truth_name}: persistence is NaN for every lead",
+            MissingTruthWarning,
+            stacklevel=3,
+        )
+    return counts
+
+
+def _hours_list(hours: list, limit: int = 8) -> str:
+    shown = ", ".join(str(h) for h in hours[:limit])
+    return shown if len(hours) <= limit else f"{shown} and {len(hours) - limit} more"
+
+
+def _select_levels(data: xr.DataArray, levels) -> xr.DataArray:
+    return data.sel(level=levels) if levels is not None and "level" in data.dims else data
+
+
+def land_sea_mask(truth: xr.Dataset) -> xr.DataArray | None:
+    """The truth's land fraction (latitude, longitude) in [0, 1] (variable ``land_sea_mask`` or ``lsm``,
+    its first time if it has one), or None."""
+    for name in LAND_SEA_MASK_NAMES:
+        if name in truth.data_vars:
+            mask = truth[name]
+            if INIT_DIM in mask.dims:
+                mask = mask.isel({INIT_DIM: 0}, drop=True)
+            extra = [d for d in mask.dims if d not in SPATIAL_DIMS]
+            if extra:
+                raise ValueError(f"the truth's {name!r} has dims {mask.dims}; a land-sea mask is (latitude, longitude)")
+            return mask.astype(np.float64).load().clip(0.0, 1.0)
+    return None

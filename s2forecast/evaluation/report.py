@@ -1,0 +1,210 @@
+"""Outputs of ``s2forecast evaluate``: the CF results file, its CSV, the text table and the plots.
+
+The results layout is described in :mod:`s2forecast.evaluation.scoring`. On disk the string
+dims ``metric``, ``source`` and ``region`` have no coordinate variable (CF coordinate variables
+are numeric); their names are CF label variables ``metric_name`` etc. (char arrays, CF 6.1) listed
+in the data variables' ``coordinates``; :func:`open_results` gives them back as indexes.
+"""
+
+import warnings
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from s2forecast.evaluation.inputs import _hours, _select_levels
+from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarning, truth_at_valid_times
+from s2forecast.evaluation.scoring import LEAD_TIME, member_dim
+
+COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units"]
+LABELLED_DIMS = ("metric", "source", "region")  # string-valued dims, written as CF label variables
+
+
+# (label, variable, level or None): the WB2 headline scores, listed first in the table
+HEADLINE = (("Z500", "geopotential", 500), ("T850", "temperature", 850), ("T2M", "2m_temperature", None))
+# further WB2 headline levels, plotted besides Z500 and T850 when a variable has many levels
+HEADLINE_LEVELS = {
+    "geopotential": (500,),
+    "temperature": (850,),
+    "specific_humidity": (700,),
+    "u_component_of_wind": (850,),
+    "v_component_of_wind": (850,),
+}
+MAX_PLOT_LEVELS = 3  # plot every level of a variable with at most this many, else its headline levels
+MAX_TABLE_LEADS = 8
+
+
+def metrics_table(metrics: xr.Dataset) -> pd.DataFrame:
+    """Long format: columns ``variable, level, region, lead_hours, source, metric, value, units``
+    (level empty for surface fields)."""
+    frames = []
+    for v in _score_variables(metrics):
+        data = metrics[v].drop_vars("lead_hours").assign_coords(lead_time=metrics["lead_hours"].values)
+        data = data.rename(lead_time="lead_hours")
+        frame = data.to_dataframe(name="value").reset_index()
+        if "level" not in frame:
+            frame["level"] = None
+        units = dict(part.split(": ", 1) for part in data.attrs["metric_units"].split("; "))
+        frame["units"] = frame["metric"].map(units)
+        frame.insert(0, "variable", v)
+        frames.append(frame[COLUMNS])
+    table = pd.concat(frames, ignore_index=True)
+    levels = table["level"].dropna()
+    if np.all(np.mod(levels.to_numpy(dtype=np.float64), 1) == 0):
+        table["level"] = table["level"].astype("Int64")  # 500, not 500.0; empty for surface fields
+    if np.all(np.mod(table["lead_hours"].to_numpy(), 1) == 0):
+        table["lead_hours"] = table["lead_hours"].astype(np.int64)
+    return table
+
+
+def _score_variables(metrics: xr.Dataset) -> list[Hashable]:
+    return [v for v in metrics.data_vars if "metric" in metrics[v].dims]
+
+
+def field_label(variable: str, level=None) -> str:
+    """Short name of a field: ``Z500``, ``T850``, ``T2M`` for the headline ones, else ``variable level``."""
+    for label, name, headline_level in HEADLINE:
+        if variable == name and (level is None if headline_level is None else level == headline_level):
+            return label
+    return str(variable) if level is None else f"{variable} {int(level)}"
+
+
+def table_fields(metrics: xr.Dataset) -> list[tuple[str, Hashable, object]]:
+    """(label, variable, level) of every scored field, the headline ones (Z500, T850, T2M) first."""
+    fields = []
+    for v in _score_variables(metrics):
+        levels = metrics[v]["level"].values.tolist() if "level" in metrics[v].dims else [None]
+        fields.extend((field_label(v, level), v, level) for level in levels)
+    order = {(name, level): rank for rank, (_, name, level) in enumerate(HEADLINE)}
+    return sorted(fields, key=lambda field: order.get((field[1], field[2]), len(HEADLINE)))
+
+
+def _table_leads(n: int, max_leads: int) -> np.ndarray:
+    if n <= max_leads:
+        return np.arange(n)
+    return np.unique(np.round(np.linspace(0, n - 1, max_leads)).astype(int))
+
+
+def _format_value(value: float) -> str:
+    return "n/a" if not np.isfinite(value) else f"{value:.4g}"
+
+
+def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
+    """A compact text table: per field, forecast RMSE, persistence RMSE and forecast ACC per lead.
+
+    Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
+    """
+    leads = _table_leads(metrics.sizes[LEAD_TIME], max_leads)
+    headers = [f"{_hours(metrics[LEAD_TIME].values[k])}h" for k in leads]
+    region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
+    quantities = [("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast")]
+    if "crps" in metrics["metric"].values.tolist():
+        quantities += [("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]
+    rows = []
+    for label, v, level in table_fields(metrics):
+        data = metrics[v].sel(level=level) if level is not None else metrics[v]
+        units = metrics[v].attrs.get("field_units", "")
+        name = f"{label} [{units}]" if units else label
+        for i, (quantity, metric, source) in enumerate(quantities):
+            values = data.sel(metric=metric, source=source, region=region).values[leads]
+            rows.append((name if i == 0 else "", quantity, [_format_value(x) for x in values]))
+    rows.append(("init times", "", [str(int(n)) for n in metrics["n_init_times"].values[leads]]))
+    width_name = max(len(row[0]) for row in rows)
+    width_quantity = max(len(row[1]) for row in rows)
+    width = max(9, *(len(h) for h in headers), *(len(x) for row in rows for x in row[2])) + 1
+    lines = [" " * (width_name + width_quantity + 2) + "".join(h.rjust(width) for h in headers)]
+    for name, quantity, cells in rows:
+        lines.append(f"{name:<{width_name}}  {quantity:<{width_quantity}}" + "".join(x.rjust(width) for x in cells))
+    return "\n".join(lines)
+
+
+def _plot_levels(variable: str, levels: Sequence | None) -> list:
+    """Levels plotted for a variable: all when few, else its headline levels (or the middle one)."""
+    if levels is None:
+        return [None]
+    levels = list(levels)
+    if len(levels) <= MAX_PLOT_LEVELS:
+        return levels
+    chosen = [lev for lev in HEADLINE_LEVELS.get(variable, (500,)) if lev in levels]
+    return chosen or [levels[len(levels) // 2]]
+
+
+def _file_stem(variable: str, level) -> str:
+    return variable if level is None else f"{variable}_{int(level)}hPa"
+
+
+def _make_plots(
+    metrics: xr.Dataset,
+    forecast: xr.Dataset,
+    truth: xr.Dataset,
+    variables: list[str],
+    map_leads: np.ndarray,
+    plot_dir: Path,
+) -> list[Path]:
+    from s2forecast.evaluation import plots
+
+    plot_dir.mkdir(exist_ok=True)
+    files = []
+    init = forecast[INIT_DIM].values[:1]
+    valid = init[0] + map_leads
+    present = valid[np.isin(valid, truth[INIT_DIM].values)]
+    for v in variables:
+        levels = metrics["level"].values.tolist() if "level" in metrics[v].dims else None
+        units = metrics[v].attrs.get("field_units", "")
+        f = forecast[v].isel({INIT_DIM: [0]}).sel({LEAD_DIM: map_leads})
+        member = member_dim(f.dims)
+        if member is not None:
+            f = f.mean(member)  # maps of the ensemble mean
+        if levels is not None:
+            f = f.sel(level=_plot_levels(v, levels))
+        f = f.astype(np.float64).load()
+        o = _select_levels(truth[v], f["level"].values if "level" in f.dims else None).sel({INIT_DIM: present})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MissingTruthWarning)
+            o = truth_at_valid_times(o.astype(np.float64).load(), f).drop_vars("valid_time")
+        for level in _plot_levels(v, levels):
+            label = field_label(v, level)
+            scores = metrics[v].sel(level=level) if level is not None else metrics[v]
+            # plots.plot_scores reads (metric, model, prediction_timedelta): the global scores, renamed
+            region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
+            scores = scores.sel(region=region).rename(source="model", lead_time="prediction_timedelta")
+            path = plot_dir / f"{_file_stem(v, level)}_scores.png"
+            files.append(plots.plot_scores(scores, path, title=label, units=units))
+            fl = f.isel({INIT_DIM: 0}) if level is None else f.isel({INIT_DIM: 0}).sel(level=level)
+            ol = o.isel({INIT_DIM: 0}) if level is None else o.isel({INIT_DIM: 0}).sel(level=level)
+            path = plot_dir / f"{_file_stem(v, level)}_maps.png"
+            title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
+            files.append(plots.plot_maps(fl, ol, path, title=title, units=units))
+    return files
+
+
+def write_results(results: xr.Dataset, path: Path) -> None:
+    """Write the results Dataset as CF-1.8 NetCDF4: string dims as char label variables ``<dim>_name``."""
+    encoded = results.copy()
+    encoding = {}
+    for dim in LABELLED_DIMS:
+        if dim in encoded.dims:
+            labels = encoded[dim].values.astype(str)
+            encoded = encoded.drop_vars(dim).assign_coords({f"{dim}_name": (dim, labels, {"long_name": f"{dim} name"})})
+            encoding[f"{dim}_name"] = {"dtype": "S1"}
+    for name, var in encoded.variables.items():
+        if np.issubdtype(var.dtype, np.timedelta64):
+            encoding[name] = {"units": "hours", "dtype": "float64"}
+    encoded.to_netcdf(path, format="NETCDF4", encoding=encoding)
+
+
+def open_results(path) -> xr.Dataset:
+    """Open a results file written by :func:`write_results`, with ``metric``, ``source`` and ``region``
+    as string indexes again (``.sel(metric="rmse", region="europe")``)."""
+    results = xr.open_dataset(path, decode_timedelta=False)  # lead_hours stays hours, lead_time is decoded below
+    lead = results[LEAD_TIME]
+    if lead.attrs.get("units") == "hours":
+        results = results.assign_coords({LEAD_TIME: (LEAD_TIME, pd.to_timedelta(lead.values, unit="h").values, {
+            k: v for k, v in lead.attrs.items() if k not in ("units", "dtype")})})  # fmt: skip
+    for dim in LABELLED_DIMS:
+        if f"{dim}_name" in results.variables:
+            labels = results[f"{dim}_name"].values.astype(str)
+            results = results.drop_vars(f"{dim}_name").assign_coords({dim: labels})
+    return results

@@ -1,0 +1,179 @@
+"""``evaluate`` on real ERA5 (tests/data sample) with ensembles, regions and the CF results file."""
+
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from s2forecast.evaluation.evaluate import evaluate, format_table
+from s2forecast.evaluation.report import open_results
+
+SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+LEADS = pd.to_timedelta([8, 15], unit="h")  # the sample's times: 2026-03-25T21, 03-26T05, 03-26T12
+
+
+def wb2_weights(lat):
+    order = np.argsort(lat)
+    ascending = np.deg2rad(lat[order])
+    bounds = np.concatenate([[-np.pi / 2], (ascending[1:] + ascending[:-1]) / 2, [np.pi / 2]])
+    weights = np.empty(lat.size)
+    weights[order] = np.sin(bounds[1:]) - np.sin(bounds[:-1])
+    return weights
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    with xr.open_dataset(SAMPLE) as ds:
+        data = ds[["t2m"]].load()
+    data = data.rename(valid_time="time", t2m="2m_temperature").drop_vars(["number", "expver"])
+    data["2m_temperature"] = data["2m_temperature"].astype(np.float64)
+    data["2m_temperature"].attrs = {"units": "K"}
+    data["land_sea_mask"] = (data["2m_temperature"].isel(time=0, drop=True) > 280.0).astype(np.float64)  # a mask
+    data["written"] = ("time", np.ones(data.sizes["time"], dtype=bool))
+    data.attrs = {"grid_kind": "equiangular", "s2forecast_complete": "true"}
+    path = tmp_path_factory.mktemp("truth") / "era5.zarr"
+    data.to_zarr(path, zarr_format=3, consolidated=True)
+    return path, data.drop_vars(["written"])
+
+
+def ensemble(data, m, name="number"):
+    """(time=1, prediction_timedelta, member, lat, lon): the init-time field shifted in longitude per member."""
+    field = data["2m_temperature"].isel(time=0).values
+    members = np.stack([np.roll(field, k, axis=-1) + 0.5 * k for k in range(m)])
+    values = np.broadcast_to(members, (1, LEADS.size, *members.shape)).copy()
+    dims = ("time", "prediction_timedelta", name, "latitude", "longitude")
+    coords = {"time": data.time.values[:1], "prediction_timedelta": LEADS, name: np.arange(m),
+              "latitude": data.latitude, "longitude": data.longitude}  # fmt: skip
+    return xr.Dataset({"2m_temperature": (dims, values, {"units": "K"})}, coords=coords)
+
+
+@pytest.mark.parametrize("name", ["realization", "number", "member"])
+def test_ensemble_scores_match_numpy(tmp_path, truth, name):
+    path, data = truth
+    m = 4
+    forecast = ensemble(data, m, name)
+    results = evaluate(forecast, path, tmp_path / "m.nc", plots=False, progress=False, regions=["global", "europe"])
+    lat = data.latitude.values
+    w = wb2_weights(lat)[:, None] * np.ones(data.sizes["longitude"])
+    ens = forecast["2m_temperature"].values[0, 1]  # lead 15 h
+    o = data["2m_temperature"].values[2]
+    pairs = sum(np.abs(ens[i] - ens[j]) for i in range(m) for j in range(m))
+    crps = np.sum(w * (np.mean(np.abs(ens - o), axis=0) - pairs / (2 * m * (m - 1)))) / w.sum()
+    spread = np.sqrt(np.sum(w * np.var(ens, axis=0, ddof=1)) / w.sum())
+    rmse = np.sqrt(np.sum(w * (ens.mean(axis=0) - o) ** 2) / w.sum())
+    got = results["2m_temperature"].sel(source="forecast", region="global").isel(lead_time=1)
+    assert got.sel(metric="crps").item() == pytest.approx(crps, rel=1e-10)
+    assert got.sel(metric="spread").item() == pytest.approx(spread, rel=1e-10)
+    assert got.sel(metric="ensemble_mean_rmse").item() == pytest.approx(rmse, rel=1e-10)
+    assert got.sel(metric="rmse").item() == pytest.approx(rmse, rel=1e-10)  # deterministic scores: ensemble mean
+    assert got.sel(metric="spread_skill").item() == pytest.approx(spread / rmse, rel=1e-10)
+    baseline = results["2m_temperature"].sel(source="persistence", metric=["crps", "spread"])
+    assert np.isnan(baseline.values).all()
+    hist = results["2m_temperature_rank_histogram"].sel(region="global").isel(lead_time=1).values
+    below, tied = (ens < o).sum(axis=0), (ens == o).sum(axis=0)  # float32 ERA5 values do tie: shared equally
+    assert tied.any()
+    share = [((r >= below) & (r <= below + tied)) / (tied + 1.0) for r in range(m + 1)]
+    expected = np.array([np.sum(w * share[r]) for r in range(m + 1)]) / w.sum()
+    np.testing.assert_allclose(hist, expected, rtol=1e-10)
+    assert results.attrs["ensemble_size"] == m and results.attrs["ensemble_dim"] == name
+    assert "CRPS" in format_table(results)
+
+
+def test_single_member_ensemble_is_refused(tmp_path, truth):
+    path, data = truth
+    with pytest.raises(ValueError, match="member dim 'number' has 1 member; CRPS and spread need at least 2"):
+        evaluate(ensemble(data, 1), path, tmp_path / "m.nc", plots=False, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_regions_through_evaluate_and_land(tmp_path, truth):
+    path, data = truth
+    forecast = ensemble(data, 2).isel(number=0, drop=True)  # deterministic
+    box = "30,60,-20,40"  # wraps through 0 E
+    results = evaluate(forecast, path, tmp_path / "m.nc", plots=False, progress=False)
+    assert "global_land" in results["region"].values.tolist()  # the store has a land-sea mask
+    results = evaluate(forecast, path, tmp_path / "b.nc", plots=False, progress=False, regions=[box, "tropics_land"])
+    lat, lon = data.latitude.values, data.longitude.values
+    f, o = forecast["2m_temperature"].values[0, 0], data["2m_temperature"].values[1]
+    rows = (lat >= 30) & (lat <= 60)
+    cols = (lon >= 340) | (lon <= 40)
+    w = wb2_weights(lat)[rows][:, None] * np.ones(cols.sum())
+    expected = np.sqrt(np.sum(w * (f - o)[np.ix_(rows, cols)] ** 2) / w.sum())
+    got = results["2m_temperature"].sel(metric="rmse", source="forecast", region=box).isel(lead_time=0).item()
+    assert got == pytest.approx(expected, rel=1e-10)
+    land = data["land_sea_mask"].values * (np.abs(lat) <= 20)[:, None] * wb2_weights(lat)[:, None]
+    expected = np.sum(land * (f - o)) / land.sum()
+    got = results["2m_temperature"].sel(metric="bias", source="forecast", region="tropics_land").isel(lead_time=0)
+    assert got.item() == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("regions", "message"),
+    [
+        (["europa"], "region 'europa' is neither a standard region"),
+        (["60,30,0,10"], "lat0 60 > lat1 30; give the southern latitude first"),
+        (["global", "global"], r"region\(s\) \['global'\] given twice"),
+    ],
+)
+def test_bad_regions_are_refused_before_writing(tmp_path, truth, regions, message):
+    path, data = truth
+    forecast = ensemble(data, 2)
+    with pytest.raises(ValueError, match=message):
+        evaluate(forecast, path, tmp_path / "m.nc", plots=False, progress=False, regions=regions)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_file_is_cf(tmp_path, truth):
+    """What cfchecker checks that applies here (it needs the udunits2 C library, not installable from pip)."""
+    path, data = truth
+    out = tmp_path / "m.nc"
+    evaluate(ensemble(data, 3), path, out, plots=False, progress=False, regions=["global", "europe"])
+    with netCDF4.Dataset(out) as nc:
+        assert nc.Conventions == "CF-1.8" and nc.command.startswith("evaluate(")
+        for name, var in nc.variables.items():
+            if name in nc.dimensions:  # CF coordinate variables: numeric, monotonic
+                assert np.issubdtype(var.dtype, np.number), name
+                assert np.all(np.diff(var[:]) > 0), name
+        for dim in ("metric", "source", "region"):
+            assert dim not in nc.variables  # string dims: no coordinate variable, a label variable instead
+            label = nc.variables[f"{dim}_name"]
+            assert label.dtype == np.dtype("S1") and label.dimensions[0] == dim  # CF 6.1 char labels
+        field = nc.variables["2m_temperature"]
+        assert set(field.coordinates.split()) >= {"metric_name", "source_name", "region_name"}
+        assert field.metric_units.startswith("rmse: K; acc: 1; bias: K; ensemble_mean_rmse: K; crps: K")
+        assert nc.variables["lead_time"].units == "hours"
+        assert nc.variables["lead_time"].standard_name == "forecast_period"
+        assert nc.variables["2m_temperature_rank_histogram"].units == "1"
+        assert nc.variables["n_init_times"].units == "1"
+    results = open_results(out)
+    assert results["metric"].values.tolist()[:3] == ["rmse", "acc", "bias"]
+    assert results["region"].values.tolist() == ["global", "europe"]
+    np.testing.assert_array_equal(results["lead_time"].values, LEADS.values)
+    assert np.isfinite(results["2m_temperature"].sel(metric="crps", source="forecast").values).all()
+
+
+def test_cli_regions_option_and_one_line_errors(tmp_path, truth, capsys, monkeypatch):
+    from s2forecast.cli import main
+
+    path, data = truth
+    forecast = tmp_path / "f.nc"
+    ensemble(data, 3).to_netcdf(forecast)
+    out = tmp_path / "m.nc"
+    args = ["evaluate", "--forecast", str(forecast), "--truth", str(path), "--out", str(out), "--no-plots"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--regions", "europa"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "region 'europa' is neither a standard region" in err, err
+    assert not out.exists()
+    args += ["--no-progress", "--regions", "europe", "--regions=-10,10,350,10"]  # '-' starts an option otherwise
+    monkeypatch.setattr("sys.argv", ["s2forecast", *args])  # what the command records
+    main(args)
+    assert "CRPS" in capsys.readouterr().out
+    results = open_results(out)
+    assert results["region"].values.tolist() == ["europe", "-10,10,350,10"]
+    assert results.attrs["command"] == "s2forecast " + " ".join(args)
+    assert "--regions=-10,10,350,10" in results.attrs["command"]
