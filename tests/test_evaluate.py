@@ -198,13 +198,13 @@ def test_swe_store_with_trajectories(tmp_path):
     )
     forecast = forecast.transpose("time", ...)
     metrics = evaluate(forecast, store, tmp_path / "m.nc", map_leads=["2h"], progress=False)
-    assert list(metrics.data_vars) == ["vorticity", "n_init_times"]
+    assert list(metrics.data_vars) == ["vorticity", "n_init_times", "vorticity_sh_power", "vorticity_zonal_power"]
     assert metrics.attrs["climatology_method"] in ("hour", "mean")
     np.testing.assert_allclose(
         score(metrics, "vorticity", "rmse", "forecast"), score(metrics, "vorticity", "rmse", "persistence")
     )
     assert format_table(metrics).splitlines()[1].startswith("vorticity")
-    assert len(metrics.attrs["plot_files"]) == 2
+    assert len(metrics.attrs["plot_files"]) == 5  # scores, spectra, maps; a scorecard per baseline
 
 
 # --- outputs -------------------------------------------------------------------------------------
@@ -257,8 +257,9 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
 
     files = [os.fspath(p) for p in metrics.attrs["plot_files"]]
     plot_dir = out.parent / "metrics_plots"
-    assert len(files) == 6  # (Z500, Z850, T2M) x (scores, maps)
-    for name in ("geopotential_500hPa_scores.png", "geopotential_850hPa_maps.png", "2m_temperature_maps.png"):
+    assert len(files) == 11  # (Z500, Z850, T2M) x (scores, spectra, maps) + 2 scorecards
+    for name in ("geopotential_500hPa_scores.png", "geopotential_850hPa_maps.png", "2m_temperature_maps.png",
+                 "2m_temperature_spectra.png", "scorecard_persistence.png"):  # fmt: skip
         path = plot_dir / name
         assert os.fspath(path) in files
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000

@@ -177,3 +177,37 @@ def test_cli_regions_option_and_one_line_errors(tmp_path, truth, capsys, monkeyp
     assert results["region"].values.tolist() == ["europe", "-10,10,350,10"]
     assert results.attrs["command"] == "s2forecast " + " ".join(args)
     assert "--regions=-10,10,350,10" in results.attrs["command"]
+
+
+def test_spectra_and_scorecard_in_the_results(tmp_path, truth):
+    """The results file carries the spectra of forecast (the first member) and truth at the map
+    leads, equal to evaluation.spectra on the same fields; the scorecard cells are the relative
+    RMSE differences of the results; every plot kind is written."""
+    from s2forecast.evaluation import spectra
+    from s2forecast.evaluation.report import scorecard
+
+    path, data = truth
+    forecast = ensemble(data, 3)
+    out = tmp_path / "m.nc"
+    evaluate(forecast, path, out, progress=False, regions=["global", "europe"])
+    results = open_results(out)
+    sh = results["2m_temperature_sh_power"]
+    assert sh.dims == ("spectrum_source", "spectrum_lead_time", "degree")
+    np.testing.assert_array_equal(results["spectrum_lead_time"].values, LEADS.values)
+    member = forecast["2m_temperature"].isel(number=0)
+    np.testing.assert_allclose(
+        sh.sel(spectrum_source="forecast").values, spectra.spherical_harmonic_power(member).mean("time").values
+    )
+    valid = data["2m_temperature"].sel(time=data.time.values[0] + LEADS.values)
+    np.testing.assert_allclose(sh.sel(spectrum_source="truth").values, spectra.spherical_harmonic_power(valid).values)
+    zonal = results["2m_temperature_zonal_power"].sel(spectrum_source="truth")
+    expected = spectra.zonal_spectrum_band(spectra.zonal_energy_spectrum(valid))
+    np.testing.assert_allclose(zonal.values, expected.values)
+    cells, rows, hours = scorecard(results, "persistence")
+    assert rows == ["T2M global", "T2M europe"] and hours.tolist() == [8.0, 15.0]
+    rmse = results["2m_temperature"].sel(metric="rmse", region="europe")
+    ours, theirs = rmse.sel(source="forecast").values, rmse.sel(source="persistence").values
+    np.testing.assert_allclose(cells[1], 100 * (ours - theirs) / theirs)
+    plots = sorted(p.name for p in (tmp_path / "m_plots").iterdir() if p.suffix == ".png")
+    assert plots == ["2m_temperature_maps.png", "2m_temperature_scores.png", "2m_temperature_spectra.png",
+                     "scorecard_climatology.png", "scorecard_persistence.png"]  # fmt: skip

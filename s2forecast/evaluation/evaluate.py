@@ -32,7 +32,11 @@ Outputs (``out`` = ``METRICS.nc``):
     METRICS.nc: the results file (CF-1.8; layout in :mod:`s2forecast.evaluation.scoring`), the
         command and inputs in its attributes; written atomically.
     METRICS.csv: long format, columns ``variable, level, region, lead_hours, source, metric, value, units``.
-    METRICS_plots/: PNGs of RMSE and ACC versus lead time (global) and forecast/truth/error maps.
+    METRICS_plots/: PNGs per plotted field: RMSE and ACC versus lead time with the init times per
+        lead (global), spectra of forecast and truth, forecast/truth/error maps; and scorecards of
+        the forecast against persistence and climatology (RMSE change per field, region, lead).
+    Spectra (:mod:`s2forecast.evaluation.spectra`) of forecast and truth at the map leads go into
+    the results file as ``<field>_sh_power`` and ``<field>_zonal_power``.
 
 Scoring streams: init times are read in blocks, every block is aligned once and scored by every
 metric; per-init-time statistics are summed over the init times whose valid time is in the
@@ -247,6 +251,8 @@ def _score_and_write(
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
     ensemble_attrs = dict(metrics.attrs)  # ensemble size and dim
+    spectra = report.compute_spectra(forecast_ds, truth_ds, variables, map_leads)
+    metrics = metrics.merge(spectra)
     csv_path = csv_output.path
     plot_dir = out.with_name(f"{out.stem}_plots")
     metrics.attrs = {
@@ -278,6 +284,13 @@ def _score_and_write(
         "(n_init_times); metrics are NaN where n_init_times is 0",
         "csv": str(csv_path.resolve()),
     }
+    if spectra.data_vars:
+        metrics.attrs["spectra"] = (
+            f"<field>_sh_power: spherical-harmonic power per degree l (sum over l = area mean of the field squared); "
+            f"<field>_zonal_power: WeatherBench2's zonal energy spectrum averaged over |latitude| 30-60 deg; forecast "
+            f"(an ensemble's first member) and truth at the map leads, averaged over "
+            f"{spectra.attrs['spectra_init_times']} init times (s2forecast.evaluation.spectra)"
+        )
     if plots_output is not None:
         metrics.attrs["plots_dir"] = str(plot_dir.resolve())
     from s2forecast import __version__

@@ -31,8 +31,11 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
-def plot_scores(scores: xr.DataArray, path: str | Path, title: str, units: str = "") -> Path:
-    """RMSE and ACC versus lead time (hours), one line per model.
+def plot_scores(
+    scores: xr.DataArray, path: str | Path, title: str, units: str = "", n_init_times: np.ndarray | None = None
+) -> Path:
+    """RMSE and ACC versus lead time (hours), one line per model; ``n_init_times`` (per lead)
+    labels the top axis, so leads averaged over fewer init times show.
 
     Args:
         scores: dims ``(metric, model, prediction_timedelta)`` with metric including ``rmse``
@@ -46,8 +49,11 @@ def plot_scores(scores: xr.DataArray, path: str | Path, title: str, units: str =
         ``path``. Models whose scores are all NaN (e.g. the climatology's ACC) are left out.
     """
     hours = scores["lead_hours"].values
-    figure = _figure(10, 4)
-    axes = figure.subplots(1, 2, gridspec_kw={"left": 0.08, "right": 0.98, "bottom": 0.13, "top": 0.88, "wspace": 0.22})
+    from matplotlib.ticker import FormatStrFormatter
+
+    figure = _figure(10, 4.3)
+    top = 0.78 if n_init_times is not None else 0.88  # room for the init-times axis under the title
+    axes = figure.subplots(1, 2, gridspec_kw={"left": 0.1, "right": 0.98, "bottom": 0.12, "top": top, "wspace": 0.25})
     for ax, metric, ylabel in (
         (axes[0], "rmse", f"RMSE [{units}]" if units else "RMSE"),
         (axes[1], "acc", "ACC"),
@@ -64,7 +70,14 @@ def plot_scores(scores: xr.DataArray, path: str | Path, title: str, units: str =
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend()
+        if n_init_times is not None:
+            top = ax.twiny()
+            top.set_xlim(ax.get_xlim())
+            shown = np.unique(np.round(np.linspace(0, hours.size - 1, min(hours.size, 8))).astype(int))
+            top.set_xticks(hours[shown], [str(int(n)) for n in np.asarray(n_init_times)[shown]], fontsize=8)
+            top.set_xlabel("init times averaged", fontsize=8)
     axes[0].set_ylim(bottom=0)
+    axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
     figure.suptitle(f"{title}: skill versus lead time")
     return _save(figure, path)
 
@@ -115,4 +128,83 @@ def plot_maps(forecast: xr.DataArray, truth: xr.DataArray, path: str | Path, tit
                 ax.text(0.5, 0.5, "no truth at this valid time", ha="center", va="center", transform=ax.transAxes)
             figure.colorbar(mesh, ax=ax, label=units)
     figure.suptitle(title)
+    return _save(figure, path)
+
+
+def plot_spectra(
+    sh_power: xr.DataArray, zonal_power: xr.DataArray, path: str | Path, title: str, units: str = ""
+) -> Path:
+    """Power spectra of forecast (solid) and truth (dashed) per lead, log-log.
+
+    Args:
+        sh_power: ``(spectrum_source, spectrum_lead_time, degree)`` with spectrum_source
+            ``forecast``/``truth`` (``evaluation.spectra``; degree 0, the mean, is not drawn).
+        zonal_power: ``(spectrum_source, spectrum_lead_time, frequency)`` with a
+            ``zonal_wavelength`` coordinate (m), drawn against wavelength in km, large scales left.
+        path: PNG to write.
+        title: e.g. ``Z500``.
+        units: the field's units.
+    """
+    figure = _figure(11, 4.2)
+    axes = figure.subplots(1, 2, gridspec_kw={"left": 0.08, "right": 0.98, "bottom": 0.13, "top": 0.86, "wspace": 0.25})
+    leads = sh_power["spectrum_lead_time"].values
+    colors = [f"C{i}" for i in range(len(leads))]
+    degree = sh_power["degree"].values
+    wavelength_km = zonal_power["zonal_wavelength"].values / 1000.0
+    for k, lead in enumerate(leads):
+        hours = float(lead / np.timedelta64(1, "h"))
+        for source, style in (("forecast", "-"), ("truth", "--")):
+            sh = sh_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
+            axes[0].loglog(degree[1:], sh[1:], style, color=colors[k], label=f"{source}, {hours:g} h")
+            zonal = zonal_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
+            axes[1].loglog(wavelength_km[1:], zonal[1:], style, color=colors[k], label=f"{source}, {hours:g} h")
+    squared = f"({units})²" if units else "units²"
+    axes[0].set_xlabel("total wavenumber l")
+    axes[0].set_ylabel(f"power per degree [{squared}]")
+    axes[0].set_title("spherical-harmonic power", fontsize=10)
+    axes[1].set_xlabel("zonal wavelength [km]")
+    axes[1].set_ylabel(f"energy density [m {squared}]")
+    axes[1].set_title("zonal energy spectrum, |latitude| 30-60°", fontsize=10)
+    axes[1].invert_xaxis()  # large scales left, as the degree axis
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8)
+        peak = max(line.get_ydata().max() for line in ax.lines)
+        ax.set_ylim(bottom=peak * 1e-12)  # a band-limited field's round-off floor would flatten the rest
+    figure.suptitle(f"{title}: spectra of forecast and truth")
+    return _save(figure, path)
+
+
+def plot_scorecard(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray, path: str | Path, title: str) -> Path:
+    """A scorecard: the forecast's RMSE relative to a baseline's, in percent, as a coloured table.
+
+    Args:
+        cells: (rows, leads) 100 (RMSE_forecast - RMSE_baseline) / RMSE_baseline; negative
+            (blue) is better than the baseline, NaN is drawn grey.
+        rows: row labels, e.g. ``Z500 europe``.
+        lead_hours: (leads,) column labels.
+        path: PNG to write.
+        title: the figure title (names the baseline).
+    """
+    from matplotlib.colors import TwoSlopeNorm
+
+    height = 1.3 + 0.32 * len(rows)
+    width = 3.5 + 0.62 * len(lead_hours)
+    figure = _figure(width, height)
+    ax = figure.add_axes((2.3 / width, 0.2 / height, 1 - 3.3 / width, 1 - 1.1 / height))
+    finite = np.abs(cells[np.isfinite(cells)])
+    limit = max(float(finite.max()) if finite.size else 1.0, 1.0)
+    masked = np.ma.masked_invalid(cells)
+    image = ax.imshow(masked, cmap="RdBu_r", norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
+    image.cmap.set_bad("0.85")
+    for (i, j), value in np.ndenumerate(cells):
+        text = "n/a" if not np.isfinite(value) else f"{value:+.0f}"
+        ax.text(j, i, text, ha="center", va="center", fontsize=7, color="k")
+    ax.set_xticks(range(len(lead_hours)), [f"{h:g}" for h in lead_hours], fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xlabel("lead time [h]", fontsize=8)
+    ax.xaxis.set_label_position("top")
+    ax.xaxis.tick_top()
+    figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="RMSE change [%]")
+    figure.suptitle(title, fontsize=10, y=1 - 0.08 / height, va="top")
     return _save(figure, path)

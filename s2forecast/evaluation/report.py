@@ -19,7 +19,9 @@ from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarnin
 from s2forecast.evaluation.scoring import LEAD_TIME, member_dim
 
 COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units"]
-LABELLED_DIMS = ("metric", "source", "region")  # string-valued dims, written as CF label variables
+LABELLED_DIMS = ("metric", "source", "region", "spectrum_source")  # string dims, written as CF label variables
+TIMEDELTA_COORDS = (LEAD_TIME, "spectrum_lead_time")  # written in hours, read back as timedelta64
+SPECTRA_INITS = 8  # init times averaged in the spectra: evenly spaced over those with truth at every lead
 
 
 # (label, variable, level or None): the WB2 headline scores, listed first in the table
@@ -171,13 +173,84 @@ def _make_plots(
             region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
             scores = scores.sel(region=region).rename(source="model", lead_time="prediction_timedelta")
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
-            files.append(plots.plot_scores(scores, path, title=label, units=units))
+            counts = metrics["n_init_times"].values
+            files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts))
+            if f"{v}_sh_power" in metrics:
+                sh, zonal = metrics[f"{v}_sh_power"], metrics[f"{v}_zonal_power"]
+                if level is not None:
+                    sh, zonal = sh.sel(level=level), zonal.sel(level=level)
+                path = plot_dir / f"{_file_stem(v, level)}_spectra.png"
+                files.append(plots.plot_spectra(sh, zonal, path, title=label, units=units))
             fl = f.isel({INIT_DIM: 0}) if level is None else f.isel({INIT_DIM: 0}).sel(level=level)
             ol = o.isel({INIT_DIM: 0}) if level is None else o.isel({INIT_DIM: 0}).sel(level=level)
             path = plot_dir / f"{_file_stem(v, level)}_maps.png"
             title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
             files.append(plots.plot_maps(fl, ol, path, title=title, units=units))
+    for baseline in ("persistence", "climatology"):
+        cells, rows, hours = scorecard(metrics, baseline)
+        path = plot_dir / f"scorecard_{baseline}.png"
+        title = f"forecast RMSE vs {baseline} RMSE (%; blue: forecast better)"
+        files.append(plots.plot_scorecard(cells, rows, hours, path, title))
     return files
+
+
+def scorecard(
+    metrics: xr.Dataset, baseline: str, max_leads: int = MAX_TABLE_LEADS
+) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """The scorecard's cells: 100 (RMSE_forecast - RMSE_baseline) / RMSE_baseline per field
+    (headline fields first) and region (rows) and lead (columns, at most ``max_leads``).
+
+    Returns:
+        cells (rows, leads), row labels (``"Z500 europe"``), lead hours (leads,).
+    """
+    leads = _table_leads(metrics.sizes[LEAD_TIME], max_leads)
+    cells, rows = [], []
+    for label, v, level in table_fields(metrics):
+        data = metrics[v].sel(level=level) if level is not None else metrics[v]
+        rmse = data.sel(metric="rmse").isel({LEAD_TIME: leads})
+        for region in metrics["region"].values.tolist():
+            ours, theirs = (rmse.sel(source=name, region=region).values for name in ("forecast", baseline))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cells.append(100.0 * (ours - theirs) / theirs)
+            rows.append(f"{label} {region}")
+    return np.asarray(cells), rows, metrics["lead_hours"].values[leads]
+
+
+def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], leads: np.ndarray) -> xr.Dataset:
+    """Spectra of forecast and truth at ``leads`` (``evaluation.spectra``), averaged over up to
+    ``SPECTRA_INITS`` init times (evenly spaced over those whose valid times are all in the truth);
+    an ensemble's first member (a member keeps the small scales that the ensemble mean averages out).
+
+    Returns:
+        per field ``<field>_sh_power`` (spectrum_source, spectrum_lead_time, [level], degree) and
+        ``<field>_zonal_power`` (spectrum_source, spectrum_lead_time, [level], frequency),
+        spectrum_source = forecast, truth; an empty Dataset when no init time has all the truth.
+    """
+    from s2forecast.evaluation import spectra
+
+    truth_times = truth[INIT_DIM].values
+    init_times = forecast[INIT_DIM].values
+    complete = init_times[[bool(np.isin(t + leads, truth_times).all()) for t in init_times]]
+    if complete.size == 0:
+        return xr.Dataset()
+    positions = np.round(np.linspace(0, complete.size - 1, min(SPECTRA_INITS, complete.size))).astype(int)
+    chosen = complete[np.unique(positions)]
+    result = {}
+    for v in variables:
+        f = forecast[v].sel({INIT_DIM: chosen, LEAD_DIM: leads})
+        member = member_dim(f.dims)
+        if member is not None:
+            f = f.isel({member: 0}, drop=True)
+        f = f.astype(np.float64).load()
+        levels = f["level"].values if "level" in f.dims else None
+        valid = np.unique((chosen[:, None] + leads[None, :]).ravel())
+        o = _select_levels(truth[v], levels).sel({INIT_DIM: valid}).astype(np.float64).load()
+        o = truth_at_valid_times(o, f).drop_vars("valid_time").transpose(*f.dims)
+        pair = spectra.spectra(f, o).rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})
+        pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
+        result[f"{v}_sh_power"] = pair["sh_power"]
+        result[f"{v}_zonal_power"] = pair["zonal_power"]
+    return xr.Dataset(result).assign_attrs(spectra_init_times=int(chosen.size))
 
 
 def write_results(results: xr.Dataset, path: Path) -> None:
@@ -199,10 +272,11 @@ def open_results(path) -> xr.Dataset:
     """Open a results file written by :func:`write_results`, with ``metric``, ``source`` and ``region``
     as string indexes again (``.sel(metric="rmse", region="europe")``)."""
     results = xr.open_dataset(path, decode_timedelta=False)  # lead_hours stays hours, lead_time is decoded below
-    lead = results[LEAD_TIME]
-    if lead.attrs.get("units") == "hours":
-        results = results.assign_coords({LEAD_TIME: (LEAD_TIME, pd.to_timedelta(lead.values, unit="h").values, {
-            k: v for k, v in lead.attrs.items() if k not in ("units", "dtype")})})  # fmt: skip
+    for name in TIMEDELTA_COORDS:
+        lead = results.get(name)
+        if lead is not None and lead.attrs.get("units") == "hours":
+            results = results.assign_coords({name: (name, pd.to_timedelta(lead.values, unit="h").values, {
+                k: v for k, v in lead.attrs.items() if k not in ("units", "dtype")})})  # fmt: skip
     for dim in LABELLED_DIMS:
         if f"{dim}_name" in results.variables:
             labels = results[f"{dim}_name"].values.astype(str)

@@ -117,7 +117,8 @@ def zonal_spectrum_band(spectrum: xr.DataArray, band_deg: tuple[float, float] = 
         wavelength = 1.0 / common
     result = xr.DataArray(averaged, dims=(*other, "frequency"), coords=coords)
     return result.assign_coords(
-        frequency=("frequency", common, {"units": "1 / m"}), wavelength=("frequency", wavelength, {"units": "m"})
+        frequency=("frequency", common, {"long_name": "zonal spatial frequency", "units": "1 / m"}),
+        wavelength=("frequency", wavelength, {"long_name": "zonal wavelength", "units": "m"}),
     ).assign_attrs(spectrum.attrs | {"latitude_band_deg": f"{low:g} to {high:g} (both hemispheres)"})
 
 
@@ -144,7 +145,11 @@ def spherical_harmonic_power(field: xr.DataArray) -> xr.DataArray:
         wavelength = 2 * np.pi * EARTH_RADIUS_M / np.sqrt(degree * (degree + 1.0))
     coords = {name: c for name, c in field.coords.items() if not {"latitude", "longitude"} & set(c.dims)}
     result = xr.DataArray(power, dims=(*field.dims[:-2], "degree"), coords=coords)
-    return result.assign_coords(degree=degree, wavelength=("degree", wavelength, {"units": "m"})).assign_attrs(
+    coords = {
+        "degree": ("degree", degree, {"long_name": "total wavenumber (spherical harmonic degree)", "units": "1"}),
+        "wavelength": ("degree", wavelength, {"long_name": "wavelength 2 pi R / sqrt(l (l + 1))", "units": "m"}),
+    }
+    return result.assign_coords(coords).assign_attrs(
         units=_squared(field.attrs.get("units")), long_name="spherical harmonic power per degree"
     )
 
