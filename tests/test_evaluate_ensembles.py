@@ -211,3 +211,14 @@ def test_spectra_and_scorecard_in_the_results(tmp_path, truth):
     plots = sorted(p.name for p in (tmp_path / "m_plots").iterdir() if p.suffix == ".png")
     assert plots == ["2m_temperature_maps.png", "2m_temperature_scores.png", "2m_temperature_spectra.png",
                      "scorecard_climatology.png", "scorecard_persistence.png"]  # fmt: skip
+
+
+def test_maps_draw_the_land_sea_mask_as_coastlines(tmp_path, truth):
+    from s2forecast.evaluation import plots
+
+    _, data = truth
+    field = data["2m_temperature"].isel(time=[1, 2]).rename(time="prediction_timedelta")
+    field = field.assign_coords(prediction_timedelta=LEADS.values)
+    plain = plots.plot_maps(field, field, tmp_path / "plain.png", title="T2M")
+    coast = plots.plot_maps(field, field, tmp_path / "coast.png", title="T2M", land_sea_mask=data["land_sea_mask"])
+    assert plain.read_bytes() != coast.read_bytes()

@@ -82,8 +82,17 @@ def plot_scores(
     return _save(figure, path)
 
 
-def plot_maps(forecast: xr.DataArray, truth: xr.DataArray, path: str | Path, title: str, units: str = "") -> Path:
-    """Forecast, truth and error (forecast - truth) maps, one row per lead.
+def plot_maps(
+    forecast: xr.DataArray,
+    truth: xr.DataArray,
+    path: str | Path,
+    title: str,
+    units: str = "",
+    land_sea_mask: xr.DataArray | None = None,
+) -> Path:
+    """Forecast, truth and error (forecast - truth) maps, one row per lead; with a
+    ``land_sea_mask`` (latitude, longitude land fraction), coastlines as its 0.5 contour (the
+    data's own coastline: no map files to download).
 
     Args:
         forecast: dims ``(prediction_timedelta, latitude, longitude)``, latitude in any order.
@@ -98,6 +107,10 @@ def plot_maps(forecast: xr.DataArray, truth: xr.DataArray, path: str | Path, tit
     forecast = forecast.sortby("latitude").sortby("longitude")
     truth = truth.sortby("latitude").sortby("longitude")
     error = forecast - truth
+    coast = None
+    if land_sea_mask is not None:
+        coast = land_sea_mask.sortby("latitude").sortby("longitude").interp_like(forecast.isel(
+            {d: 0 for d in forecast.dims if d not in ("latitude", "longitude")}), method="nearest").values  # fmt: skip
     lat, lon = forecast["latitude"].values, forecast["longitude"].values
     leads = forecast["prediction_timedelta"].values
     half = 0.5 * float(np.min(np.diff(lat))) if lat.size > 1 else 1.0
@@ -120,6 +133,8 @@ def plot_maps(forecast: xr.DataArray, truth: xr.DataArray, path: str | Path, tit
         )
         for ax, (name, values, cmap, low, high) in zip(axes[row], panels, strict=True):
             mesh = ax.pcolormesh(lon, lat, values, cmap=cmap, vmin=low, vmax=high, shading="nearest")
+            if coast is not None:
+                ax.contour(lon, lat, coast, levels=[0.5], colors="k", linewidths=0.6)
             ax.set_title(f"{name}, lead {hours:g} h")
             ax.set_ylim(*lat_limits)
             ax.set_xlabel("longitude [°E]")

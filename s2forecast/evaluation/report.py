@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.evaluation.inputs import _hours, _select_levels
+from s2forecast.evaluation.inputs import _hours, _select_levels, land_sea_mask
 from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarning, truth_at_valid_times
 from s2forecast.evaluation.scoring import LEAD_TIME, member_dim
 
@@ -152,6 +152,7 @@ def _make_plots(
     init = forecast[INIT_DIM].values[:1]
     valid = init[0] + map_leads
     present = valid[np.isin(valid, truth[INIT_DIM].values)]
+    coast = land_sea_mask(truth)
     for v in variables:
         levels = metrics["level"].values.tolist() if "level" in metrics[v].dims else None
         units = metrics[v].attrs.get("field_units", "")
@@ -185,7 +186,7 @@ def _make_plots(
             ol = o.isel({INIT_DIM: 0}) if level is None else o.isel({INIT_DIM: 0}).sel(level=level)
             path = plot_dir / f"{_file_stem(v, level)}_maps.png"
             title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
-            files.append(plots.plot_maps(fl, ol, path, title=title, units=units))
+            files.append(plots.plot_maps(fl, ol, path, title=title, units=units, land_sea_mask=coast))
     for baseline in ("persistence", "climatology"):
         cells, rows, hours = scorecard(metrics, baseline)
         path = plot_dir / f"scorecard_{baseline}.png"
