@@ -70,8 +70,12 @@ def test_ensemble_scores_match_numpy(tmp_path, truth, name):
     assert got.sel(metric="ensemble_mean_rmse").item() == pytest.approx(rmse, rel=1e-10)
     assert got.sel(metric="rmse").item() == pytest.approx(rmse, rel=1e-10)  # deterministic scores: ensemble mean
     assert got.sel(metric="spread_skill").item() == pytest.approx(spread / rmse, rel=1e-10)
-    baseline = results["2m_temperature"].sel(source="persistence", metric=["crps", "spread"])
-    assert np.isnan(baseline.values).all()
+    # the baselines are one-member ensembles (WB2): CRPS = mean absolute error, spread 0
+    persistence = results["2m_temperature"].sel(source="persistence", region="global").isel(lead_time=1)
+    o0 = data["2m_temperature"].values[0]
+    assert persistence.sel(metric="crps").item() == pytest.approx(np.sum(w * np.abs(o0 - o)) / w.sum(), rel=1e-10)
+    assert persistence.sel(metric="spread").item() == 0.0 and persistence.sel(metric="spread_skill").item() == 0.0
+    assert persistence.sel(metric="ensemble_mean_rmse").item() == persistence.sel(metric="rmse").item() > 0
     hist = results["2m_temperature_rank_histogram"].sel(region="global").isel(lead_time=1).values
     below, tied = (ens < o).sum(axis=0), (ens == o).sum(axis=0)  # float32 ERA5 values do tie: shared equally
     assert tied.any()

@@ -177,3 +177,37 @@ def test_bad_inputs_name_the_value_and_the_fix():
 def test_metric_units():
     assert metric_units("crps", "K") == "K"
     assert metric_units("spread_skill", "K") == "1" and metric_units("acc", "K") == "1"
+
+
+def test_deterministic_forecast_is_a_one_member_ensemble(era5):
+    """WB2's convention for the baselines: CRPS = mean absolute error, spread 0, ensemble-mean RMSE = RMSE."""
+    lat, lon = era5.latitude.values, era5.longitude.values
+    f, o = era5.t2m.values[0].astype(np.float64), era5.t2m.values[2].astype(np.float64)
+    weights = region_weights(["global", "tropics"], lat, lon)
+    crps = METRICS["crps"].statistics(f[None], o[None], weights)["crps"][:, 0]
+    np.testing.assert_allclose(crps[1], numpy_box_mean(np.abs(f - o), lat, lon, (-20, 20), [(0, 360)]), rtol=1e-12)
+    stats = METRICS["spread_skill"].statistics(f[None], o[None], weights)
+    assert (METRICS["spread"].finalize(stats) == 0).all() and (METRICS["spread_skill"].finalize(stats) == 0).all()
+    rmse = METRICS["rmse"].finalize(METRICS["rmse"].statistics(f[None], o[None], weights))
+    np.testing.assert_array_equal(METRICS["ensemble_mean_rmse"].finalize(stats), rmse)
+
+
+def test_nan_member_has_no_rank(era5):
+    lat, lon = era5.latitude.values, era5.longitude.values
+    ens = members(era5.t2m.values[0].astype(np.float64), 3)
+    o = era5.t2m.values[2].astype(np.float64)
+    weights = region_weights(["global", "europe"], lat, lon)
+    ens[2, -1, 0] = np.nan  # a south-pole point of one member: outside europe
+    got = METRICS["rank_histogram"].statistics(ens[None], o[None], weights, member_axis=1)["rank_histogram"][:, 0]
+    assert np.isnan(got[0]).all()  # the global histogram has a point without a rank (NaN propagates, as WB2)
+    assert np.isfinite(got[1]).all() and got[1].sum() == pytest.approx(1.0)
+
+
+def test_every_metric_declares_what_it_provides(era5):
+    lat, lon = era5.latitude.values, era5.longitude.values
+    ens = members(era5.t2m.values[0].astype(np.float64), 3)
+    o = era5.t2m.values[2].astype(np.float64)
+    weights = region_weights(["global"], lat, lon)
+    for name, metric in METRICS.items():
+        stats = metric.statistics(ens[None], o[None], weights, member_axis=1, climatology=o[None] - 1.0)
+        assert tuple(stats) == metric.provides, name  # the scorer skips a metric whose statistics are there

@@ -274,7 +274,8 @@ def _score_and_write(
         "averaged over init times (WeatherBench2)",
         "spread_definition": "sqrt(mean over init times of the area-weighted unbiased ensemble variance); "
         "spread_skill = spread / ensemble_mean_rmse (WeatherBench2)",
-        "ensemble_metrics": "NaN for the deterministic persistence and climatology sources",
+        "ensemble_metrics": "persistence and climatology are one-member ensembles (WeatherBench2): crps = their "
+        "mean absolute error, spread = spread_skill = 0, ensemble_mean_rmse = rmse",
         "regions": "WeatherBench2 scripts/evaluate.py predefined_regions (box bounds inclusive); a box "
         "'lat0,lat1,lon0,lon1' wraps through 0 E when lon0 > lon1; land regions weight by the land fraction",
         "bias_definition": "mean over init times of the latitude-weighted mean of forecast - truth",

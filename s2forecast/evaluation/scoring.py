@@ -6,7 +6,9 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
     with dims ``(metric, source, region, lead_time[, level])``:
         metric     str: ``rmse``, ``acc``, ``bias`` (deterministic; on the ensemble mean for an
                    ensemble), and for an ensemble forecast also ``ensemble_mean_rmse``, ``crps``,
-                   ``spread``, ``spread_skill`` (NaN for the persistence and climatology sources);
+                   ``spread``, ``spread_skill``; the persistence and climatology sources are scored
+                   as one-member ensembles (WB2's convention: crps = their mean absolute error,
+                   spread = spread_skill = 0, ensemble_mean_rmse = rmse);
         source     str: ``forecast``, ``persistence``, ``climatology`` (the old ``model`` dim);
         region     str: WB2's region names (``global``, ``tropics``, ``extra-tropics``,
                    ``northern-hemisphere``, ``southern-hemisphere``, ``europe``, ...), a user box
@@ -16,7 +18,7 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
     ``n_init_times(lead_time)``: init times whose valid time is in the truth.
     ``<field>_rank_histogram(region, lead_time[, level], rank)`` for an ensemble of M members:
         area-weighted frequency of the truth's rank (number of members below it; ties shared
-        equally), ``rank`` = 0..M, summing to 1.
+        equally), ``rank`` = 0..M, summing to 1; NaN where a member or the truth is NaN.
     Per field variable: attribute ``field_units`` and ``metric_units`` ("rmse: K; acc: 1; ...").
     Global attributes: ``command``, ``forecast``, ``truth``, climatology provenance, ``Conventions: CF-1.8``.
     In memory ``metric``, ``source`` and ``region`` are string indexes (``.sel(metric="rmse")``); on
@@ -28,12 +30,16 @@ Metrics (WeatherBench2 ``metrics.py`` structure): each metric is a small class w
 spatial means (over every region at once); the caller averages statistics over init times
 (only where the truth exists) and calls ``finalize`` once: e.g. RMSE = sqrt(mean MSE), spread
 = sqrt(mean ensemble variance), spread-skill = spread / ensemble-mean RMSE. Statistics shared
-by metrics (the MSE of the ensemble mean) are computed once. ``METRICS`` is the registry by name.
+by metrics (the MSE of the ensemble mean, the ensemble variance) are computed once: a metric's
+``statistics`` is skipped when the statistics it ``provides`` are already there. ``METRICS``
+is the registry by name.
 
 Array conventions of ``statistics``: forecast ``(time, lead, [member], [level], lat, lon)`` with
 the member axis given by ``member_axis`` (None for deterministic), truth ``(time, lead, [level],
-lat, lon)``, region weights ``(region, lat, lon)`` each summing to 1; results ``(region, time,
-lead, [level])`` (plus ``rank`` last for the rank histogram).
+lat, lon)``, the climatology at the valid times shaped like the truth (ACC's anomalies), region
+weights ``(region, lat, lon)`` each summing to 1; results ``(region, time, lead, [level])``
+(plus ``rank`` last for the rank histogram). A deterministic forecast (``member_axis`` None) is
+a one-member ensemble for the ensemble metrics.
 """
 
 import warnings
@@ -97,14 +103,16 @@ def spatial_mean(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
 class Metric:
     """A score: per-init-time ``statistics`` (averaged by the caller over init times), then ``finalize``.
 
-    ``units`` is ``"field"`` (the field's units) or ``"1"``; ``ensemble`` metrics need a member axis.
+    ``units`` is ``"field"`` (the field's units) or ``"1"``; ``ensemble`` metrics are reported for
+    ensemble forecasts only; ``provides`` names the statistics ``statistics`` returns.
     """
 
     name: ClassVar[str]
     units: ClassVar[str] = "field"
     ensemble: ClassVar[bool] = False
+    provides: ClassVar[tuple[str, ...]]
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None) -> dict[str, np.ndarray]:
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
     def finalize(self, means: dict[str, np.ndarray]) -> np.ndarray:
@@ -119,8 +127,9 @@ class RMSE(Metric):
     """sqrt(mean over init times of the area-weighted MSE) (WB2); an ensemble's mean is scored."""
 
     name = "rmse"
+    provides = ("mse",)
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
         return {"mse": spatial_mean((_ensemble_mean(forecast, member_axis) - truth) ** 2, weights)}
 
     def finalize(self, means):
@@ -131,23 +140,25 @@ class Bias(Metric):
     """Mean over init times of the area-weighted mean of forecast - truth."""
 
     name = "bias"
+    provides = ("bias",)
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
         return {"bias": spatial_mean(_ensemble_mean(forecast, member_axis) - truth, weights)}
 
 
 class ACC(Metric):
     """Uncentered anomaly correlation per init time, averaged over init times (WB2).
 
-    ``anomalies`` is the climatology at the valid times, shaped like ``truth``.
+    ``climatology`` is the climatology at the valid times, shaped like ``truth``.
     """
 
     name = "acc"
     units = "1"
+    provides = ("acc",)
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
-        f = _ensemble_mean(forecast, member_axis) - anomalies
-        o = truth - anomalies
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
+        f = _ensemble_mean(forecast, member_axis) - climatology
+        o = truth - climatology
         with np.errstate(invalid="ignore", divide="ignore"):
             acc = spatial_mean(f * o, weights) / np.sqrt(spatial_mean(f**2, weights) * spatial_mean(o**2, weights))
         return {"acc": acc}
@@ -161,12 +172,16 @@ class EnsembleMeanRMSE(RMSE):
 
 
 class Spread(Metric):
-    """sqrt(mean over init times of the area-weighted unbiased ensemble variance) (WB2 ``EnsembleVariance``)."""
+    """sqrt(mean over init times of the area-weighted unbiased ensemble variance) (WB2 ``EnsembleVariance``);
+    0 for a deterministic forecast."""
 
     name = "spread"
     ensemble = True
+    provides = ("ensemble_variance",)
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
+        if member_axis is None:
+            return {"ensemble_variance": spatial_mean(0.0 * forecast, weights)}  # 0, NaN where the forecast is
         return {"ensemble_variance": spatial_mean(forecast.var(axis=member_axis, ddof=1), weights)}
 
     def finalize(self, means):
@@ -179,8 +194,9 @@ class SpreadSkill(Metric):
     name = "spread_skill"
     units = "1"
     ensemble = True
+    provides = ("ensemble_variance", "mse")
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
         return {
             **Spread().statistics(forecast, truth, weights, member_axis),
             **RMSE().statistics(forecast, truth, weights, member_axis),
@@ -195,13 +211,17 @@ class CRPS(Metric):
     """Fair (unbiased) CRPS, WB2's definition: ``mean_m |X_m - Y| - 1/(2M(M-1)) sum_{i,j} |X_i - X_j|``.
 
     The pair sum uses the sorted members, ``sum_{i,j}|X_i - X_j| = 2 sum_k (2k - M - 1) X_(k)``
-    (k = 1..M), O(M log M) instead of O(M^2).
+    (k = 1..M), O(M log M) instead of O(M^2). A deterministic forecast has no pair term (WB2's
+    ``_pointwise_crps_spread`` of one member is 0): its CRPS is its mean absolute error.
     """
 
     name = "crps"
     ensemble = True
+    provides = ("crps",)
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
+        if member_axis is None:
+            return {"crps": spatial_mean(np.abs(forecast - truth), weights)}
         m = forecast.shape[member_axis]
         skill = np.abs(forecast - np.expand_dims(truth, member_axis)).mean(axis=member_axis)
         ranked = np.sort(forecast, axis=member_axis)
@@ -216,22 +236,25 @@ class RankHistogram(Metric):
     """Area-weighted frequency of the truth's rank among the members (WB2 ``RankHistogram``).
 
     The rank is the number of members below the truth; a truth equal to ``e`` members is shared
-    equally among ranks ``below .. below + e`` (WB2 breaks such ties at random). Statistic shape
-    ``(region, time, lead, [level], rank)`` with ``rank`` = 0..M.
+    equally among ranks ``below .. below + e`` (WB2 breaks such ties at random); a point where the
+    truth or a member is NaN has no rank (NaN, as every other metric there). Statistic shape
+    ``(region, time, lead, [level], rank)`` with ``rank`` = 0..M. Ensemble forecasts only.
     """
 
     name = "rank_histogram"
     units = "1"
     ensemble = True
+    provides = ("rank_histogram",)
 
-    def statistics(self, forecast, truth, weights, member_axis=None, anomalies=None):
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None):
         m = forecast.shape[member_axis]
         o = np.expand_dims(truth, member_axis)
         below = (forecast < o).sum(axis=member_axis)
         equal = (forecast == o).sum(axis=member_axis)
         ranks = np.arange(m + 1).reshape((m + 1,) + (1,) * truth.ndim)
         one_hot = ((ranks >= below) & (ranks <= below + equal)) / (equal + 1.0)  # (rank, ..., lat, lon)
-        one_hot = np.where(np.isnan(truth), np.nan, one_hot)
+        missing = np.isnan(truth) | np.isnan(forecast).any(axis=member_axis)  # comparisons with NaN are False
+        one_hot = np.where(missing, np.nan, one_hot)
         return {"rank_histogram": np.moveaxis(spatial_mean(one_hot, weights), 1, -1)}
 
 
@@ -339,19 +362,17 @@ def score(forecast, truth, clim, variables, weights, region_names, progress=Fals
                 c = c.sel(dayofyear=doys, hour=hours).astype(np.float64).load()
                 values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
                 member_axis = 2 if member else None
+                observed, clim_valid = arrays["truth"], arrays["climatology"]
                 sources = {"forecast": (values, member_axis), "persistence": (arrays["persistence"], None),
                            "climatology": (arrays["climatology"], None)}  # fmt: skip
                 for source, (x, axis) in sources.items():
-                    wanted = [n for n in names if axis is not None or not METRICS[n].ensemble]
-                    if source == "forecast" and member:
-                        wanted.append("rank_histogram")
+                    wanted = list(names) + (["rank_histogram"] if source == "forecast" and member else [])
                     stats = {}
                     with np.errstate(invalid="ignore", divide="ignore"):
                         for n in wanted:
-                            for key, stat in (
-                                METRICS[n].statistics(x, arrays["truth"], weights, axis, arrays["climatology"]).items()
-                            ):
-                                stats.setdefault(key, stat)  # a statistic shared by metrics is computed once
+                            if all(key in stats for key in METRICS[n].provides):
+                                continue  # a statistic shared by metrics is computed once
+                            stats.update(METRICS[n].statistics(x, observed, weights, axis, clim_valid))
                     for key, stat in stats.items():
                         mask = available.reshape((1,) + available.shape + (1,) * (stat.ndim - 3))
                         summed = np.where(mask, stat, 0.0).sum(axis=1)
@@ -407,7 +428,11 @@ def _results_dataset(forecast, truth, variables, sums, counts, names, region_nam
     if any("level" in forecast[v].dims for v in variables):
         coords["level"] = ("level", forecast["level"].values, {"units": "hPa", "long_name": "pressure level"})
     if member:
-        coords["rank"] = ("rank", np.arange(forecast.sizes[member] + 1), {"long_name": "members below the truth"})
+        coords["rank"] = (
+            "rank",
+            np.arange(forecast.sizes[member] + 1),
+            {"long_name": "number of ensemble members below the truth", "units": "1"},
+        )
     results = xr.Dataset(data_vars, coords=coords)
     results["n_init_times"] = xr.DataArray(
         counts,
@@ -421,10 +446,7 @@ def _results_dataset(forecast, truth, variables, sums, counts, names, region_nam
 
 
 def _finalize(name: str, source: str, means: dict, blank: np.ndarray) -> np.ndarray:
-    """Metric ``name`` of ``source`` from its mean statistics; ``blank`` (NaN) where the source has none
-    (the ensemble metrics of the deterministic baselines)."""
-    if METRICS[name].ensemble and source != "forecast":
-        return blank
+    """Metric ``name`` of ``source`` from its mean statistics; ``blank`` (NaN) where the source has none."""
     try:
         with np.errstate(invalid="ignore", divide="ignore"):
             return METRICS[name].finalize({key: mean for (s, key), mean in means.items() if s == source})
