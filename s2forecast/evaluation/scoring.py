@@ -426,7 +426,11 @@ def _results_dataset(forecast, truth, variables, sums, counts, names, region_nam
         "lead_hours": (LEAD_TIME, leads / np.timedelta64(1, "h"), {"long_name": "lead time", "units": "hours"}),
     }
     if any("level" in forecast[v].dims for v in variables):
-        coords["level"] = ("level", forecast["level"].values, {"units": "hPa", "long_name": "pressure level"})
+        coords["level"] = (
+            "level",
+            forecast["level"].values,
+            {"units": "hPa", "long_name": "pressure level", "standard_name": "air_pressure", "positive": "down"},
+        )
     if member:
         coords["rank"] = (
             "rank",
