@@ -105,8 +105,8 @@ def test_results_file_passes_cfchecker(tmp_path, truth, members):
     # CF 2.3: names should begin with a letter; WeatherBench2's field names (2m_temperature) do not
     # and are kept, since readers of WB2 results look them up by name
     starts_with_digit = {name for name in messages if name[0].isdigit()}
-    expected = {"2m_temperature", "2m_temperature_rank_histogram"} if members else {"2m_temperature"}
-    assert set(warnings) == starts_with_digit == expected
+    assert set(warnings) == starts_with_digit and "2m_temperature" in warnings
+    assert ("2m_temperature_rank_histogram" in warnings) == (members is not None)
     assert all(message.startswith("(2.3): Variable names should begin with a letter") for m in warnings.values()
                for message in m)  # fmt: skip
     infos = {name for name, found in messages.items() if found["INFO"]}
