@@ -9,6 +9,7 @@ file is then an error here until its table entry is added below.
 
 from pathlib import Path
 
+import netCDF4
 import numpy as np
 import pandas as pd
 import pytest
@@ -119,6 +120,10 @@ def test_results_file_passes_cfchecker(tmp_path, truth, members):
             metric_units = dict(part.split(": ") for part in written[name].attrs["metric_units"].split("; "))
             assert metric_units["rmse"] == data[name].attrs["units"] and metric_units["acc"] == "1"
         assert written["level"].attrs["standard_name"] == "air_pressure"
+    with netCDF4.Dataset(out) as nc:  # coordinates hold no missing values, so declare no fill value (CF 2.5.1)
+        auxiliary = {name for var in nc.variables.values() for name in getattr(var, "coordinates", "").split()}
+        coordinates = (set(nc.dimensions) | auxiliary) & set(nc.variables)
+        assert not [name for name in coordinates if "_FillValue" in nc.variables[name].ncattrs()]
 
 
 def test_an_unknown_standard_name_is_an_error(tmp_path, truth):

@@ -266,6 +266,8 @@ def write_results(results: xr.Dataset, path: Path) -> None:
     for name, var in encoded.variables.items():
         if np.issubdtype(var.dtype, np.timedelta64):
             encoding[name] = {"units": "hours", "dtype": "float64"}
+        if name in encoded.coords and np.issubdtype(encoding.get(name, {}).get("dtype", var.dtype), np.floating):
+            encoding.setdefault(name, {})["_FillValue"] = None  # coordinates have no missing values (CF 2.5.1)
     encoded.to_netcdf(path, format="NETCDF4", encoding=encoding)
 
 
