@@ -101,3 +101,54 @@ def test_scorecard_labels_fit_and_colours_saturate():
     assert image.norm.vmax == plots.SCORECARD_LIMIT_PERCENT  # +324 % saturates, the rest keep their shades
     cell_text = {t.get_text() for t in table.texts}
     assert {"-10", "+5", "+324", "-50", "n/a"} <= cell_text
+
+
+def _script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_and_coastline_scripts_replace_nothing(tmp_path, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mine.txt").write_text("keep")
+    examples = _script("plot_examples")
+    assert examples.main(["--work", str(work)]) == 2
+    assert f"--work {work} exists; give a new directory" in capsys.readouterr().err
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "evaluate_maps.png").write_bytes(b"mine")
+    assert examples.main(["--work", str(tmp_path / "new"), "--images", str(images)]) == 2
+    assert f"{images / 'evaluate_maps.png'} exist; remove them first" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and (images / "evaluate_maps.png").read_bytes() == b"mine"
+    assert (work / "mine.txt").read_text() == "keep" and sorted(p.name for p in work.iterdir()) == ["mine.txt"]
+
+    out = tmp_path / "coast.npz"
+    out.write_bytes(b"mine")
+    assert _script("make_coastlines").main([str(tmp_path / "land-110m.json"), str(out)]) == 2
+    assert f"{out} exists; remove it first" in capsys.readouterr().err and out.read_bytes() == b"mine"
+
+
+def test_coastline_script_decodes_topojson_and_drops_antimeridian_cut_edges(tmp_path):
+    """A small TopoJSON written here: one island arc and one arc with a cut edge along 180 E."""
+    import json
+
+    make = _script("make_coastlines")
+    # quantized deltas; scale 0.5 deg, translate (-180, -90): x = 0.5 q - 180, y = 0.5 q - 90
+    island = [[380, 280], [2, 0], [0, 2], [-2, 0], [0, -2]]  # (10, 50) .. a 1-degree square
+    cut = [[718, 300], [2, 0], [0, 4], [-2, 0]]  # (179, 60) -> (180, 60) -> (180, 62) -> (179, 62)
+    topology = {"type": "Topology", "transform": {"scale": [0.5, 0.5], "translate": [-180, -90]},
+                "objects": {}, "arcs": [island, cut]}  # fmt: skip
+    (tmp_path / "land.json").write_text(json.dumps(topology))
+    assert make.main([str(tmp_path / "land.json"), str(tmp_path / "c.npz")]) == 0
+    with np.load(tmp_path / "c.npz") as data:
+        lon, lat = data["longitude"], data["latitude"]
+        assert "Natural Earth" in str(data["source"])
+    expected_lon = [10, 11, 11, 10, 10, np.nan, 179, 180, np.nan, 180, 179]
+    expected_lat = [50, 50, 51, 51, 50, np.nan, 60, 60, np.nan, 62, 62]
+    np.testing.assert_array_equal(lon, np.array(expected_lon, dtype=np.float32))
+    np.testing.assert_array_equal(lat, np.array(expected_lat, dtype=np.float32))
