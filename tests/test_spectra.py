@@ -9,7 +9,7 @@ import pytest
 import scipy.special
 import torch
 import xarray as xr
-from torch_harmonics import RealSHT
+from torch_harmonics import InverseRealSHT, RealSHT
 
 from s2forecast.evaluation.spectra import (
     EARTH_RADIUS_M,
@@ -95,6 +95,40 @@ def test_sh_power_matches_torch_harmonics_on_era5(t2m):
     assert power.attrs["units"] == "(K)**2"
     # latitudes south -> north (WB2's order) give the same spectrum
     np.testing.assert_allclose(spherical_harmonic_power(t2m.isel(latitude=slice(None, None, -1))).values, power.values)
+
+
+def clenshaw_curtis_by_moments(colats: np.ndarray) -> np.ndarray:
+    """Weights w_j (sum 2) integrating every polynomial in x = cos(colat) of degree < n exactly on
+    the n nodes: solved from the Chebyshev moments int_-1^1 T_k dx = 2 / (1 - k^2) (even k), 0 (odd k)."""
+    x = np.cos(colats)
+    k = np.arange(colats.size)
+    chebyshev = np.cos(np.outer(k, np.arccos(np.clip(x, -1.0, 1.0))))  # T_k(x_j)
+    moments = np.where(k % 2 == 0, 2.0 / (1.0 - np.where(k == 1, 0, k) ** 2), 0.0)
+    return np.linalg.solve(chebyshev, moments)
+
+
+def test_sh_power_of_era5_sums_to_the_mean_square_of_its_resolved_part(t2m):
+    """Parseval on real data: the SH power summed over degrees is the area mean of the square of
+    the field's projection on the degrees kept (exact: the square has degree < nlat, which the
+    rule integrates exactly), and at most the area mean of the field's square (Bessel)."""
+    power = spherical_harmonic_power(t2m).values.sum(-1)  # (time,)
+    values = t2m.values.astype(np.float64)  # north first, as torch-harmonics
+    sht = RealSHT(46, 90, lmax=23, grid="equiangular", norm="ortho", csphase=False).double()
+    isht = InverseRealSHT(46, 90, lmax=sht.lmax, mmax=sht.mmax, grid="equiangular", norm="ortho", csphase=False)
+    resolved = isht.double()(sht(torch.from_numpy(values))).numpy()
+    weights = clenshaw_curtis_by_moments(np.deg2rad(90.0 - t2m["latitude"].values))
+    np.testing.assert_allclose(weights.sum(), 2.0, rtol=1e-12)
+
+    def area_mean(field):
+        return (weights * field.mean(-1)).sum(-1) / 2.0
+
+    np.testing.assert_allclose(power, area_mean(resolved**2), rtol=1e-10)
+    assert (power <= area_mean(values**2)).all()
+    # and the degrees > 0 hold the resolved variance about the global mean
+    anomaly_power = spherical_harmonic_power(t2m - t2m.weighted(xr.DataArray(weights, dims="latitude",
+        coords={"latitude": t2m.latitude})).mean(("latitude", "longitude"))).values  # fmt: skip
+    np.testing.assert_allclose(anomaly_power[:, 0], 0.0, atol=1e-9 * power.max())
+    np.testing.assert_allclose(anomaly_power[:, 1:].sum(-1), power - area_mean(values) ** 2, rtol=1e-9)
 
 
 def real_harmonic(degree: int, order: int, grid: Grid) -> np.ndarray:

@@ -1,14 +1,22 @@
-"""PNG figures of forecast skill: scores versus lead time and forecast/truth/error maps.
+"""PNG figures of forecast skill: scores versus lead time, spectra, forecast/truth/error maps
+and scorecards.
 
 Matplotlib is imported lazily and used through ``Figure`` with the Agg canvas, so no
 pyplot state or global backend is touched (safe inside notebooks and servers).
+
+Coastlines on maps: the 0.5 contour of the truth's land-sea mask when it has one, else Natural
+Earth's 1:110m coastline shipped with the package (``coastlines_110m.npz``, 38 KB, made by
+``scripts/make_coastlines.py``). Not cartopy: its wheels ship no coastlines and it downloads
+Natural Earth on first use, which machines without network (many clusters) cannot.
 """
 
+import functools
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+COASTLINES = Path(__file__).with_name("coastlines_110m.npz")
 MODEL_STYLES = {
     "forecast": {"color": "tab:blue", "marker": "o", "label": "forecast"},
     "persistence": {"color": "tab:orange", "marker": "s", "label": "persistence"},
@@ -23,6 +31,49 @@ def _figure(width: float, height: float):
     figure = Figure(figsize=(width, height))  # fixed margins: constrained layout costs ~1 s per figure
     FigureCanvasAgg(figure)
     return figure
+
+
+@functools.cache
+def _natural_earth_coastlines() -> tuple[np.ndarray, np.ndarray]:
+    with np.load(COASTLINES) as data:
+        return data["longitude"].astype(np.float64), data["latitude"].astype(np.float64)
+
+
+def coastlines(lon_start: float = -180.0) -> tuple[np.ndarray, np.ndarray]:
+    """Natural Earth's 1:110m coastlines for a map whose longitudes start at ``lon_start``.
+
+    Args:
+        lon_start: western edge of the map in degrees east (e.g. -180, or 0 for 0..360 grids).
+
+    Returns:
+        (longitude, latitude) in degrees, (points,) each, longitudes in [lon_start, lon_start + 360),
+        NaN between polylines (``Axes.plot`` draws them as separate lines), polylines broken where
+        they cross the map's edge.
+    """
+    lon, lat = _natural_earth_coastlines()
+    lon = (lon - lon_start) % 360.0 + lon_start
+    breaks = np.flatnonzero(np.abs(np.diff(lon)) > 180.0) + 1  # a segment across the edge: cut it
+    return np.insert(lon, breaks, np.nan), np.insert(lat, breaks, np.nan)
+
+
+def draw_coastlines(ax, lon: np.ndarray, lat: np.ndarray, land_sea_mask: np.ndarray | None = None) -> None:
+    """Coastlines on a (longitude, latitude) map: the 0.5 contour of ``land_sea_mask`` when given,
+    else Natural Earth's (``coastlines``); the axes limits are kept.
+
+    Args:
+        ax: matplotlib Axes whose x is longitude (degrees east), y latitude.
+        lon: (nlon,) ascending, evenly spaced grid longitudes of the map.
+        lat: (nlat,) ascending grid latitudes of the map.
+        land_sea_mask: (nlat, nlon) land fraction on the map's grid, or None.
+    """
+    xlim, ylim = ax.get_xlim(), ax.get_ylim()
+    if land_sea_mask is not None:
+        ax.contour(lon, lat, land_sea_mask, levels=[0.5], colors="k", linewidths=0.6)
+    else:
+        half = 0.5 * float(lon[1] - lon[0]) if lon.size > 1 else 0.0
+        ax.plot(*coastlines(float(lon[0]) - half), color="k", linewidth=0.6)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
 
 
 def _save(figure, path: Path) -> Path:
@@ -90,9 +141,9 @@ def plot_maps(
     units: str = "",
     land_sea_mask: xr.DataArray | None = None,
 ) -> Path:
-    """Forecast, truth and error (forecast - truth) maps, one row per lead; with a
-    ``land_sea_mask`` (latitude, longitude land fraction), coastlines as its 0.5 contour (the
-    data's own coastline: no map files to download).
+    """Forecast, truth and error (forecast - truth) maps, one row per lead, with coastlines: the
+    0.5 contour of ``land_sea_mask`` (latitude, longitude land fraction; the data's own
+    coastline) when given, else Natural Earth's 1:110m (module docstring).
 
     Args:
         forecast: dims ``(prediction_timedelta, latitude, longitude)``, latitude in any order.
@@ -100,6 +151,8 @@ def plot_maps(
         path: PNG to write.
         title: e.g. ``Z500, init 2020-01-01``.
         units: the field's units, for the colour bars.
+        land_sea_mask: (latitude, longitude) land fraction in [0, 1] on any grid (taken at the
+            nearest points of the forecast's), or None.
 
     Returns:
         ``path``.
@@ -120,7 +173,7 @@ def plot_maps(
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     err = np.abs(error.values[np.isfinite(error.values)])
     emax = float(err.max()) if err.size and err.max() > 0 else 1.0
-    height = 3.0 * len(leads) + 0.6
+    height = 2.3 * len(leads) + 0.6
     figure = _figure(14, height)
     margins = {"left": 0.05, "right": 0.97, "bottom": 0.5 / height, "top": 1 - 0.9 / height, "hspace": 0.45}
     axes = figure.subplots(len(leads), 3, squeeze=False, gridspec_kw={**margins, "wspace": 0.3})
@@ -133,15 +186,15 @@ def plot_maps(
         )
         for ax, (name, values, cmap, low, high) in zip(axes[row], panels, strict=True):
             mesh = ax.pcolormesh(lon, lat, values, cmap=cmap, vmin=low, vmax=high, shading="nearest")
-            if coast is not None:
-                ax.contour(lon, lat, coast, levels=[0.5], colors="k", linewidths=0.6)
-            ax.set_title(f"{name}, lead {hours:g} h")
             ax.set_ylim(*lat_limits)
+            ax.set_aspect("equal")  # a degree of latitude as long as one of longitude (plate carree)
+            draw_coastlines(ax, lon, lat, coast)
+            ax.set_title(f"{name}, lead {hours:g} h")
             ax.set_xlabel("longitude [°E]")
             ax.set_ylabel("latitude [°N]")
             if not np.isfinite(values).any():
                 ax.text(0.5, 0.5, "no truth at this valid time", ha="center", va="center", transform=ax.transAxes)
-            figure.colorbar(mesh, ax=ax, label=units)
+            figure.colorbar(mesh, ax=ax, label=units, shrink=0.8)  # as tall as the 2:1 map
     figure.suptitle(title)
     return _save(figure, path)
 
@@ -184,8 +237,10 @@ def plot_spectra(
     for ax in axes:
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=8)
-        peak = max(line.get_ydata().max() for line in ax.lines)
-        ax.set_ylim(bottom=peak * 1e-12)  # a band-limited field's round-off floor would flatten the rest
+        values = np.concatenate([line.get_ydata() for line in ax.lines])
+        positive = values[np.isfinite(values) & (values > 0)]
+        if positive.size:  # down to the smallest power, not below a band-limited field's round-off floor
+            ax.set_ylim(bottom=max(0.5 * positive.min(), 1e-12 * positive.max()))
     figure.suptitle(f"{title}: spectra of forecast and truth")
     return _save(figure, path)
 
@@ -195,31 +250,56 @@ def plot_scorecard(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray, p
 
     Args:
         cells: (rows, leads) 100 (RMSE_forecast - RMSE_baseline) / RMSE_baseline; negative
-            (blue) is better than the baseline, NaN is drawn grey.
+            (blue) is better than the baseline, NaN is drawn grey. Colours saturate at
+            +-``SCORECARD_LIMIT_PERCENT`` so that one outlier does not wash out the rest.
         rows: row labels, e.g. ``Z500 europe``.
         lead_hours: (leads,) column labels.
         path: PNG to write.
         title: the figure title (names the baseline).
     """
+    return _save(_scorecard_figure(cells, rows, lead_hours, title), path)
+
+
+SCORECARD_LIMIT_PERCENT = 100.0
+_LABEL_POINTS = 8  # font size of the scorecard's labels and cells
+
+
+def _text_width_inches(text: str, points: float) -> float:
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+
+    return TextPath((0, 0), text, prop=FontProperties(size=points)).get_extents().width / 72.0
+
+
+def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray, title: str):
+    from matplotlib import colormaps
     from matplotlib.colors import TwoSlopeNorm
 
+    label_width = max((_text_width_inches(row, _LABEL_POINTS) for row in rows), default=0.0)
+    left = label_width + 0.3  # inches: the row labels are never cut
+    table_width = 0.62 * len(lead_hours)
+    right = 1.2  # colour bar and its label
+    width = max(left + table_width + right, _text_width_inches(title, 10) + 0.4)
     height = 1.3 + 0.32 * len(rows)
-    width = 3.5 + 0.62 * len(lead_hours)
     figure = _figure(width, height)
-    ax = figure.add_axes((2.3 / width, 0.2 / height, 1 - 3.3 / width, 1 - 1.1 / height))
+    ax = figure.add_axes((left / width, 0.2 / height, table_width / width, 1 - 1.1 / height))
     finite = np.abs(cells[np.isfinite(cells)])
-    limit = max(float(finite.max()) if finite.size else 1.0, 1.0)
+    limit = min(max(float(finite.max()) if finite.size else 1.0, 1.0), SCORECARD_LIMIT_PERCENT)
     masked = np.ma.masked_invalid(cells)
-    image = ax.imshow(masked, cmap="RdBu_r", norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
-    image.cmap.set_bad("0.85")
+    cmap = colormaps["RdBu_r"].with_extremes(bad="0.85")
+    image = ax.imshow(masked, cmap=cmap, norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
     for (i, j), value in np.ndenumerate(cells):
         text = "n/a" if not np.isfinite(value) else f"{value:+.0f}"
-        ax.text(j, i, text, ha="center", va="center", fontsize=7, color="k")
-    ax.set_xticks(range(len(lead_hours)), [f"{h:g}" for h in lead_hours], fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    ax.set_xlabel("lead time [h]", fontsize=8)
+        dark = np.isfinite(value) and abs(value) > 0.6 * limit  # white on the deep colours
+        ax.text(j, i, text, ha="center", va="center", fontsize=_LABEL_POINTS - 1, color="w" if dark else "k")
+    ax.set_xticks(range(len(lead_hours)), [f"{h:g}" for h in lead_hours], fontsize=_LABEL_POINTS)
+    ax.set_yticks(range(len(rows)), rows, fontsize=_LABEL_POINTS)
+    ax.set_xlabel("lead time [h]", fontsize=_LABEL_POINTS)
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
-    figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="RMSE change [%]")
+    extend = "both" if finite.size and finite.max() > limit else "neither"
+    colorbar_axes = figure.add_axes(((left + table_width + 0.15) / width, 0.2 / height, 0.15 / width,
+                                     1 - 1.1 / height))  # fmt: skip
+    figure.colorbar(image, cax=colorbar_axes, extend=extend, label="RMSE change [%]")
     figure.suptitle(title, fontsize=10, y=1 - 0.08 / height, va="top")
-    return _save(figure, path)
+    return figure

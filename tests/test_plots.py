@@ -1,0 +1,154 @@
+"""Plots of ``s2forecast evaluate`` (issue 16): the coastlines shipped with the package, maps that
+draw them on the real ERA5 sample, and a scorecard whose labels and colours stay readable."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from s2forecast.evaluation import plots
+
+SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+
+
+@pytest.fixture(scope="module")
+def t2m() -> xr.DataArray:
+    """(prediction_timedelta, latitude, longitude) ERA5 2 m temperature, 4-degree grid 0..356 E, north first."""
+    field = xr.open_dataset(SAMPLE)["t2m"].load().isel(valid_time=[1, 2]).rename(valid_time="prediction_timedelta")
+    return field.assign_coords(prediction_timedelta=pd.to_timedelta([8, 15], unit="h").values)
+
+
+def test_coastlines_are_natural_earths_geography():
+    lon, lat = plots.coastlines()
+    finite = np.isfinite(lon)
+    assert np.array_equal(finite, np.isfinite(lat)) and finite.sum() > 5000
+    assert lon[finite].min() >= -180 and lon[finite].max() < 180 and np.abs(lat[finite]).max() < 86
+    # capes of Natural Earth's 1:110m coast, within its generalisation (catches swapped or mis-scaled axes)
+    for cape_lon, cape_lat in ((18.47, -34.36), (-67.27, -55.98), (77.54, 8.08), (-5.6, 36.0)):
+        assert np.hypot(lon[finite] - cape_lon, lat[finite] - cape_lat).min() < 0.7
+    # Iceland is one closed polyline inside its box
+    pieces = np.split(np.c_[lon, lat], np.flatnonzero(~finite))
+    iceland = [p[np.isfinite(p[:, 0])] for p in pieces]
+    iceland = [p for p in iceland if len(p) and (p[:, 0] > -25).all() and (p[:, 0] < -13).all()
+               and (p[:, 1] > 63).all() and (p[:, 1] < 67).all()]  # fmt: skip
+    assert len(iceland) == 1 and np.array_equal(iceland[0][0], iceland[0][-1])
+
+
+@pytest.mark.parametrize("lon_start", [-180.0, -2.0, 0.0, 100.0])
+def test_coastlines_start_at_the_maps_edge_and_never_cross_it(lon_start):
+    lon, lat = plots.coastlines(lon_start)
+    reference, _ = plots.coastlines()
+    finite = np.isfinite(lon)
+    assert lon[finite].min() >= lon_start and lon[finite].max() < lon_start + 360
+    assert finite.sum() == np.isfinite(reference).sum()  # every point kept, only moved by 360
+    np.testing.assert_allclose(np.sort(lon[finite] % 360), np.sort(reference[np.isfinite(reference)] % 360))
+    steps = np.abs(np.diff(lon))
+    assert np.nanmax(steps) < 180  # no line drawn across the map from one edge to the other
+
+
+def test_maps_of_era5_draw_natural_earth_coastlines_without_a_mask(tmp_path, t2m, monkeypatch):
+    drawn = []
+
+    def spy(ax, lon, lat, land_sea_mask=None):
+        plots_draw(ax, lon, lat, land_sea_mask)
+        drawn.append((ax, land_sea_mask))
+
+    plots_draw = plots.draw_coastlines
+    monkeypatch.setattr(plots, "draw_coastlines", spy)
+    blurred = t2m.rolling(longitude=5, center=True, min_periods=1).mean()
+    path = plots.plot_maps(blurred, t2m, tmp_path / "maps.png", title="T2M")
+    assert path.stat().st_size > 0 and len(drawn) == 6  # forecast, truth and error for 2 leads
+    for ax, mask in drawn:
+        assert mask is None
+        expected_lon, expected_lat = plots.coastlines(-2.0)  # the 4-degree grid's cells start at -2 E
+        (line,) = ax.lines
+        np.testing.assert_array_equal(line.get_xdata(), expected_lon)
+        np.testing.assert_array_equal(line.get_ydata(), expected_lat)
+        assert ax.get_xlim() == pytest.approx((-2.0, 358.0)) and ax.get_ylim() == pytest.approx((-90.0, 90.0))
+
+
+def test_maps_contour_the_land_sea_mask_when_given(tmp_path, t2m, monkeypatch):
+    masks = []
+    original = plots.draw_coastlines
+
+    def spy(ax, lon, lat, land_sea_mask=None):
+        original(ax, lon, lat, land_sea_mask)
+        masks.append(land_sea_mask)
+
+    monkeypatch.setattr(plots, "draw_coastlines", spy)
+    land = (t2m.isel(prediction_timedelta=0, drop=True) > 280.0).astype(float)  # north first, as the field
+    plots.plot_maps(t2m, t2m, tmp_path / "maps.png", title="T2M", land_sea_mask=land)
+    assert len(masks) == 6
+    # on the map's grid: latitudes ascending
+    np.testing.assert_array_equal(masks[0], land.sortby("latitude").values)
+
+
+def test_scorecard_labels_fit_and_colours_saturate():
+    rows = ["T2M global", "mean_sea_level_pressure extra-tropics", "10m_u_component_of_wind north-america"]
+    cells = np.array([[-10.0, 5.0], [324.0, np.nan], [-50.0, np.inf]])
+    figure = plots._scorecard_figure(cells, rows, np.array([24.0, 48.0]), "forecast RMSE vs persistence RMSE")
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    width, height = figure.bbox.width, figure.bbox.height
+    table, colorbar = figure.axes
+    texts = [*table.get_yticklabels(), *table.get_xticklabels(), figure._suptitle, colorbar.yaxis.label]
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0 and box.y1 <= height, text.get_text()
+    image = table.images[0]
+    assert image.norm.vmax == plots.SCORECARD_LIMIT_PERCENT  # +324 % saturates, the rest keep their shades
+    cell_text = {t.get_text() for t in table.texts}
+    assert {"-10", "+5", "+324", "-50", "n/a"} <= cell_text
+
+
+def _script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_and_coastline_scripts_replace_nothing(tmp_path, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mine.txt").write_text("keep")
+    examples = _script("plot_examples")
+    assert examples.main(["--work", str(work)]) == 2
+    assert f"--work {work} exists; give a new directory" in capsys.readouterr().err
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "evaluate_maps.png").write_bytes(b"mine")
+    assert examples.main(["--work", str(tmp_path / "new"), "--images", str(images)]) == 2
+    assert f"{images / 'evaluate_maps.png'} exist; remove them first" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and (images / "evaluate_maps.png").read_bytes() == b"mine"
+    assert (work / "mine.txt").read_text() == "keep" and sorted(p.name for p in work.iterdir()) == ["mine.txt"]
+
+    out = tmp_path / "coast.npz"
+    out.write_bytes(b"mine")
+    assert _script("make_coastlines").main([str(tmp_path / "land-110m.json"), str(out)]) == 2
+    assert f"{out} exists; remove it first" in capsys.readouterr().err and out.read_bytes() == b"mine"
+
+
+def test_coastline_script_decodes_topojson_and_drops_antimeridian_cut_edges(tmp_path):
+    """A small TopoJSON written here: one island arc and one arc with a cut edge along 180 E."""
+    import json
+
+    make = _script("make_coastlines")
+    # quantized deltas; scale 0.5 deg, translate (-180, -90): x = 0.5 q - 180, y = 0.5 q - 90
+    island = [[380, 280], [2, 0], [0, 2], [-2, 0], [0, -2]]  # (10, 50) .. a 1-degree square
+    cut = [[718, 300], [2, 0], [0, 4], [-2, 0]]  # (179, 60) -> (180, 60) -> (180, 62) -> (179, 62)
+    topology = {"type": "Topology", "transform": {"scale": [0.5, 0.5], "translate": [-180, -90]},
+                "objects": {}, "arcs": [island, cut]}  # fmt: skip
+    (tmp_path / "land.json").write_text(json.dumps(topology))
+    assert make.main([str(tmp_path / "land.json"), str(tmp_path / "c.npz")]) == 0
+    with np.load(tmp_path / "c.npz") as data:
+        lon, lat = data["longitude"], data["latitude"]
+        assert "Natural Earth" in str(data["source"])
+    expected_lon = [10, 11, 11, 10, 10, np.nan, 179, 180, np.nan, 180, 179]
+    expected_lat = [50, 50, 51, 51, 50, np.nan, 60, 60, np.nan, 62, 62]
+    np.testing.assert_array_equal(lon, np.array(expected_lon, dtype=np.float32))
+    np.testing.assert_array_equal(lat, np.array(expected_lat, dtype=np.float32))
