@@ -63,7 +63,7 @@ def test_blocks_hold_each_neighbor_exactly_once(shape, kind, block):
         rows_seen = []
         for group in blocks.groups:
             rows = group.rows.numel()
-            keys = group.key_points(0, rows)  # (rows, K, nblocks)
+            keys = group.key_points(0, rows)  # (nblocks, rows, K)
             inside = group.inside(0, rows)  # (rows, block, K)
             for r, row in enumerate(group.rows.tolist()):
                 for b in range(group.nblocks):
@@ -71,9 +71,12 @@ def test_blocks_hold_each_neighbor_exactly_once(shape, kind, block):
                         col = b * group.block + i
                         if col >= nlon:  # the wrapped repeat of a column: its output is dropped
                             continue
-                        count[row * nlon + col].index_add_(0, keys[r, :, b], inside[r, i].long())
+                        count[row * nlon + col].index_add_(0, keys[b, r], inside[r, i].long())
             rows_seen += group.rows.tolist()
         assert sorted(rows_seen) == list(range(nlat))
+        first_positions = [g.query_points(0, g.rows.numel()) for g in blocks.groups]
+        firsts = torch.cat([points[first] for points, first in first_positions])
+        assert torch.equal(firsts.sort().values, torch.arange(grid.npoints))  # each query once
         expected = neighborhood_mask_from_distances(grid, theta).long()
         assert torch.equal(count, expected), (block, theta)
 
@@ -146,7 +149,7 @@ def test_one_row_chunks_equal_whole_groups(monkeypatch):
     blocks = longitude_blocks(spherical_neighborhood(grid, default_radius(grid)))
     out = neighborhood_attention_blocked(*tensors, blocks, 0.3)
     grads = torch.autograd.grad(out.square().sum(), tensors)
-    monkeypatch.setattr(attention_module, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(attention_module, "BLOCK_CHUNK_BYTES", 1)
     out_chunked = neighborhood_attention_blocked(*tensors, blocks, 0.3)
     grads_chunked = torch.autograd.grad(out_chunked.square().sum(), tensors)
     assert torch.allclose(out_chunked, out, atol=1e-6, rtol=0)

@@ -33,6 +33,10 @@ from s2forecast.ops.validation import check_attention_inputs, check_grid, check_
 # Working-set budget of one chunk of query rows (gathered keys/values and their gradients, or
 # the reference's band and mask).
 CHUNK_BYTES = 256 * 2**20
+# The blocked path's gathered keys and values per SDPA call: below glibc's largest mmap
+# threshold (32 MiB), as allocations above it are page-faulted afresh on every call, which
+# costs more than the gather itself; not much below, as every call synchronises the threads.
+BLOCK_CHUNK_BYTES = 16 * 2**20
 
 
 def neighborhood_attention(
@@ -134,108 +138,102 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v)
         ctx.blocks, ctx.scale = blocks, scale
         batch, heads, npoints, head_dim_v = v.shape
-        nlat, nlon = blocks.neighborhood.grid.shape
-        out = q.new_empty(batch * heads, nlat, nlon, head_dim_v)
+        outputs, queries, firsts, offset = [], [], [], 0
         # in the inputs' dtype, as the backward's recomputation (which runs outside autocast)
         with torch.autocast(q.device.type, enabled=False):
             for chunk in _chunks(q, k, v, blocks):
-                attended = _attend(chunk, scale)
-                out.index_copy_(1, chunk.rows, _from_blocks(attended, chunk, nlon))
+                outputs.append(_attend(chunk, q.shape[-1], scale).view(batch * heads, -1, head_dim_v))
+                first = chunk.first if chunk.first is not None else torch.arange(chunk.query_blocks.numel())
+                queries.append(chunk.query_index)
+                firsts.append(first.to(q.device) + offset)
+                offset += chunk.query_blocks.numel()
+            # one gather puts every query's output (not its wrapped repeats) in place
+            source = torch.empty(npoints, dtype=torch.int64, device=q.device)
+            source.index_copy_(0, torch.cat(queries), torch.cat(firsts))
+            out = torch.cat(outputs, dim=1).index_select(1, source)
         return out.view(batch, heads, npoints, head_dim_v)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
         q, k, v = ctx.saved_tensors
-        blocks = ctx.blocks
         batch, heads, npoints, head_dim = q.shape
-        nlat, nlon = blocks.neighborhood.grid.shape
-        grad_rows = grad_out.reshape(batch * heads, nlat, nlon, -1)
-        dq = q.new_empty(batch * heads, nlat, nlon, head_dim)
-        dk = k.new_zeros(npoints, batch * heads, head_dim)  # points first, as gathered
-        dv = v.new_zeros(npoints, batch * heads, v.shape[-1])
-        for chunk in _chunks(q, k, v, blocks):
-            leaves = [t.detach().requires_grad_() for t in (chunk.q_blocks, chunk.k_gathered, chunk.v_gathered)]
+        bh = batch * heads
+        # a zero point after the last: the output gradient of the wrapped repeats, whose
+        # outputs were dropped, so that they add nothing to dk and dv
+        grad_points = torch.cat([grad_out.reshape(bh, npoints, -1), grad_out.new_zeros(bh, 1, grad_out.shape[-1])], 1)
+        dq = torch.zeros_like(q, memory_format=torch.contiguous_format).view(bh, npoints, head_dim)
+        dkv = q.new_zeros(bh, npoints, head_dim + v.shape[-1])
+        for chunk in _chunks(q, k, v, ctx.blocks):
+            q_blocks = chunk.q_blocks.detach().requires_grad_()
+            kv_gathered = chunk.kv_gathered.detach().requires_grad_()
             with torch.enable_grad():
-                attended = _attend(
-                    chunk._replace(q_blocks=leaves[0], k_gathered=leaves[1], v_gathered=leaves[2]), ctx.scale
-                )
-            grad = _to_blocks(grad_rows.index_select(1, chunk.rows), chunk, wrapped_columns="zero")
-            dq_blocks, dk_gathered, dv_gathered = torch.autograd.grad(attended, leaves, grad)
-            dq.index_copy_(1, chunk.rows, _from_blocks(dq_blocks, chunk, nlon))
-            dk.index_add_(0, chunk.key_index, dk_gathered)
-            dv.index_add_(0, chunk.key_index, dv_gathered)
-        dk = dk.transpose(0, 1).reshape(k.shape)
-        dv = dv.transpose(0, 1).reshape(v.shape)
-        return dq.view(q.shape), dk, dv, None, None
+                attended = _attend(chunk._replace(q_blocks=q_blocks, kv_gathered=kv_gathered), head_dim, ctx.scale)
+            grad_index = chunk.query_blocks
+            if chunk.first is not None:
+                grad_index = torch.full_like(grad_index, npoints).index_copy_(0, chunk.first, chunk.query_index)
+            grad = grad_points.index_select(1, grad_index).view(attended.shape)
+            dq_blocks, dkv_gathered = torch.autograd.grad(attended, (q_blocks, kv_gathered), grad)
+            dq.index_add_(1, chunk.query_blocks, dq_blocks.reshape(bh, -1, head_dim))
+            dkv.index_add_(1, chunk.key_index, dkv_gathered.reshape(bh, -1, dkv.shape[-1]))
+        dk, dv = dkv.split([head_dim, v.shape[-1]], dim=-1)
+        return dq.view(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), None, None
 
 
 class _Chunk(NamedTuple):
-    """Rows of one group in the layout of one SDPA call (see ``_chunks``)."""
+    """Rows of one group in the layout of one SDPA call (see ``_chunks``); bh = batch*heads."""
 
-    rows: torch.Tensor  # (rows,) query rows
-    block: int
+    rows: int
     nblocks: int
-    q_blocks: torch.Tensor  # (nblocks*bh, rows, block, d)
-    key_index: torch.Tensor  # (rows*keys*nblocks,) flat key point of each gathered key
-    k_gathered: torch.Tensor  # (rows*keys*nblocks, bh, d)
-    v_gathered: torch.Tensor  # (rows*keys*nblocks, bh, dv)
+    query_blocks: torch.Tensor  # (nblocks*rows*block,) flat query point of each block position
+    query_index: torch.Tensor  # the same without the wrapped repeats
+    first: torch.Tensor | None  # positions of query_index in query_blocks; None: no repeats
+    key_index: torch.Tensor  # (nblocks*rows*keys,) flat key point of each gathered key
+    q_blocks: torch.Tensor  # (bh*nblocks, rows, block, d)
+    kv_gathered: torch.Tensor  # (bh*nblocks, rows, keys, d + dv)
     bias: torch.Tensor  # (1, rows, block, keys) log w inside the disks, -inf outside
 
 
 def _chunks(q, k, v, blocks: LongitudeBlocks):
     """The SDPA calls of ``blocks``: each group's rows, split so that one call's gathered keys
-    and values (and their gradients) stay within CHUNK_BYTES."""
+    and values stay within BLOCK_CHUNK_BYTES. Gathers run along the points of (bh, N, c)
+    tensors in the order (block, row, slot), so that SDPA's batch dims (bh*nblocks, rows) are
+    plain views and the mask, which depends on the row only, broadcasts."""
     grid = blocks.neighborhood.grid
-    nlat, nlon = grid.shape
     batch, heads, npoints, head_dim = q.shape
     bh = batch * heads
     device = q.device
-    q_rows = q.reshape(bh, nlat, nlon, head_dim)
-    # Points first, so that gathering a key copies one contiguous (batch*heads, head_dim) slab.
-    k_points = k.reshape(bh, npoints, head_dim).transpose(0, 1).contiguous()
-    v_points = v.reshape(bh, npoints, -1).transpose(0, 1).contiguous()
+    q_points = q.reshape(bh, npoints, head_dim)
+    kv_points = torch.cat([k, v], dim=-1).view(bh, npoints, -1)
     log_w = log_row_weights(grid, device, bias_dtype(q.dtype))
     for group in blocks.groups:
-        bytes_per_row = 2 * group.nblocks * group.keys * bh * (k.shape[-1] + v.shape[-1]) * k.element_size()
-        step = max(1, CHUNK_BYTES // bytes_per_row)
+        bytes_per_row = group.nblocks * group.keys * bh * kv_points.shape[-1] * kv_points.element_size()
+        step = max(1, BLOCK_CHUNK_BYTES // bytes_per_row)
         for start in range(0, group.rows.numel(), step):
-            stop = start + step
-            rows = group.rows[start:stop].to(device)
-            key_row = group.key_row[start:stop].to(device)
-            index = group.key_points(start, stop, device).flatten()  # (rows, keys, nblocks)
-            inside = group.inside(start, stop, device)
-            bias = torch.where(inside, log_w[key_row][:, None, :], float("-inf")).to(q.dtype)
-            k_gathered, v_gathered = k_points.index_select(0, index), v_points.index_select(0, index)
-            chunk = _Chunk(rows, group.block, group.nblocks, None, index, k_gathered, v_gathered, bias[None])
-            yield chunk._replace(q_blocks=_to_blocks(q_rows.index_select(1, rows), chunk))
+            stop = min(start + step, group.rows.numel())
+            rows = stop - start
+            key_index = group.key_points(start, stop, device).flatten()
+            query_blocks, first = group.query_points(start, stop, device)
+            query_blocks, first = query_blocks.flatten(), first.flatten()
+            wraps = not bool(first.all())
+            first = first.nonzero().squeeze(1) if wraps else None
+            bias = group.bias(log_w, q.dtype)[start:stop]
+            yield _Chunk(
+                rows=rows,
+                nblocks=group.nblocks,
+                query_blocks=query_blocks,
+                query_index=query_blocks[first] if wraps else query_blocks,
+                first=first,
+                key_index=key_index,
+                q_blocks=q_points.index_select(1, query_blocks).view(bh * group.nblocks, rows, group.block, head_dim),
+                kv_gathered=kv_points.index_select(1, key_index).view(bh * group.nblocks, rows, group.keys, -1),
+                bias=bias[None],
+            )
 
 
-def _to_blocks(x_rows: torch.Tensor, chunk: _Chunk, wrapped_columns: str = "repeat") -> torch.Tensor:
-    """(bh, rows, nlon, c) -> (nblocks*bh, rows, block, c). The last block's columns past nlon
-    repeat the first columns ("repeat": queries) or are zero ("zero": output gradients, so that
-    the repeats, whose outputs are dropped, add nothing to dk and dv)."""
-    bh, rows, nlon, channels = x_rows.shape
-    extra = chunk.nblocks * chunk.block - nlon
-    if extra:
-        tail = x_rows[:, :, :extra] if wrapped_columns == "repeat" else x_rows.new_zeros(bh, rows, extra, channels)
-        x_rows = torch.cat([x_rows, tail], dim=2)
-    x = x_rows.view(bh, rows, chunk.nblocks, chunk.block, channels).permute(2, 0, 1, 3, 4)
-    return x.reshape(chunk.nblocks * bh, rows, chunk.block, channels)
-
-
-def _from_blocks(x: torch.Tensor, chunk: _Chunk, nlon: int) -> torch.Tensor:
-    """(nblocks*bh, rows, block, c) -> (bh, rows, nlon, c), dropping the wrapped repeats."""
-    _, rows, block, channels = x.shape
-    x = x.view(chunk.nblocks, -1, rows, block, channels).permute(1, 2, 0, 3, 4)
-    return x.reshape(-1, rows, chunk.nblocks * block, channels)[:, :, :nlon]
-
-
-def _attend(chunk: _Chunk, scale: float) -> torch.Tensor:
-    """SDPA of one chunk, (nblocks*bh, rows, block, dv). Batch dims (nblocks*bh, rows): the
-    mask depends on the row only, and the gathered keys are viewed in place, not copied."""
-    rows, keys = chunk.bias.shape[1], chunk.bias.shape[-1]
-    bh = chunk.k_gathered.shape[1]
-    k = chunk.k_gathered.view(rows, keys, chunk.nblocks * bh, -1).permute(2, 0, 1, 3)
-    v = chunk.v_gathered.view(rows, keys, chunk.nblocks * bh, -1).permute(2, 0, 1, 3)
-    return F.scaled_dot_product_attention(chunk.q_blocks, k, v, attn_mask=chunk.bias, scale=scale)
+def _attend(chunk: _Chunk, head_dim: int, scale: float) -> torch.Tensor:
+    """SDPA of one chunk, (bh*nblocks, rows, block, dv)."""
+    kv = chunk.kv_gathered
+    return F.scaled_dot_product_attention(
+        chunk.q_blocks, kv[..., :head_dim], kv[..., head_dim:], attn_mask=chunk.bias, scale=scale
+    )

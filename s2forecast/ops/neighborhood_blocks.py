@@ -15,19 +15,25 @@ group's largest K with masked keys.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 
 from s2forecast.ops.neighborhood import SphericalNeighborhood
 
-# Relative cost of gathering one key (and value) vector and of scoring one (query, key) pair,
-# measured on CPU at head_dim 32 (see scripts/bench_attention.py); the block size of a row
-# minimises nblocks * K * (block + GATHER_COST).
-GATHER_COST = 12.0
-# A group accepts a row when its K is at least this fraction of the group's largest K.
-GROUP_FILL = 0.9
+# Costs in units of one scored (query, key) pair, measured with the CPU flash SDPA at head_dim
+# 32 (1 thread): gathering one key and its value, and the fixed cost of one (block, head)
+# tile of SDPA (its small matrix products and softmax set-up). A row's block size minimises
+# nblocks * (keys * (block + GATHER_COST) + TILE_COST).
+GATHER_COST = 5.0
+TILE_COST = 1500.0
+# A group accepts a row when its K is at least this fraction of the group's largest K: fewer,
+# larger SDPA calls, as each costs a thread synchronisation (dear on a busy machine).
+GROUP_FILL = 0.75
+# Largest mask (elements) a group keeps between calls; whole-row groups of large grids
+# recompute theirs.
+BIAS_CACHE_ELEMENTS = 2**22
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,16 +61,36 @@ class BlockGroup:
     key_offset: torch.Tensor
     half_width: torch.Tensor
     nlon: int
+    _bias: dict = field(default_factory=dict, repr=False)
 
     @property
     def keys(self) -> int:
         return self.key_row.shape[1]
 
     def key_points(self, start: int, stop: int, device=None) -> torch.Tensor:
-        """(stop-start, K, nblocks) int64 flat key index of every slot of rows start..stop-1."""
-        shift = torch.arange(self.nblocks, device=device) * self.block
-        cols = (self.key_offset[start:stop, :, None].to(device) + shift) % self.nlon
-        return self.key_row[start:stop, :, None].to(device) * self.nlon + cols
+        """(nblocks, stop-start, K) int64 flat key index of every slot of rows start..stop-1."""
+        shift = torch.arange(self.nblocks, device=device)[:, None, None] * self.block
+        cols = (self.key_offset[start:stop].to(device) + shift) % self.nlon
+        return self.key_row[start:stop].to(device) * self.nlon + cols
+
+    def query_points(self, start: int, stop: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nblocks, stop-start, block) int64 flat query index of every block position of rows
+        start..stop-1, and whether the position is a query's first (not a wrapped repeat)."""
+        cols = torch.arange(self.nblocks * self.block, device=device).view(self.nblocks, 1, self.block)
+        rows = self.rows[start:stop].to(device)[:, None]
+        return rows * self.nlon + cols % self.nlon, (cols < self.nlon).expand(-1, stop - start, -1)
+
+    def bias(self, log_w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """(g, block, K) log w of the slot's key row where inside, -inf elsewhere; cached per
+        (device, dtype) when small (it is the same on every call)."""
+        key = (log_w.device, log_w.dtype, dtype)
+        if key in self._bias:
+            return self._bias[key]
+        inside = self.inside(0, self.rows.numel(), log_w.device)
+        bias = torch.where(inside, log_w[self.key_row.to(log_w.device)][:, None, :], float("-inf")).to(dtype)
+        if bias.numel() <= BIAS_CACHE_ELEMENTS:
+            self._bias[key] = bias
+        return bias
 
     def inside(self, start: int, stop: int, device=None) -> torch.Tensor:
         """(stop-start, block, K) bool: whether slot j is a neighbor of the block's query i
@@ -103,9 +129,9 @@ def _spans(arcs: list[tuple[int, int]], block: int, nlon: int) -> list[tuple[int
 
 
 def block_cost(arcs: list[tuple[int, int]], block: int, nlon: int) -> float:
-    """Modelled cost of a query row in blocks of ``block`` longitudes: scores plus gathers."""
+    """Modelled cost of a query row in blocks of ``block`` longitudes: scores, gathers, tiles."""
     keys = sum(length for *_, length in _spans(arcs, block, nlon))
-    return math.ceil(nlon / block) * keys * (block + GATHER_COST)
+    return math.ceil(nlon / block) * (keys * (block + GATHER_COST) + TILE_COST)
 
 
 def _row_layout(arcs: list[tuple[int, int]], block: int, nlon: int) -> torch.Tensor:
