@@ -8,7 +8,7 @@ for every block of the row. Each query row is therefore attention of ``nlon / bl
 blocks over ``K`` gathered keys with one shared (block, K) mask, which SDPA batches; this is
 the structure of the fused GPU kernel, which walks the same spans.
 
-Rows pick the block size with the lowest modelled cost (scores computed plus keys gathered);
+Rows pick the block size with the lowest modelled cost (scores, gathered keys, SDPA tiles);
 near the poles, where the disks cover whole rows, that is one block of the whole row. Rows
 with the same block size and similar K are grouped into one SDPA call, padded to the
 group's largest K with masked keys.
