@@ -3,7 +3,11 @@
 
 Every implementation runs the same layer (q/k/v/output projections with identical weights)
 and differs only in the attention op:
-  s2forecast        s2forecast.nn.S2Attention / S2NeighborhoodAttention, reference backend
+  s2forecast        s2forecast.nn.S2Attention / S2NeighborhoodAttention; neighborhood: the
+                    longitude-blocked PyTorch path (what backend="auto" runs on CPU), on
+                    any device
+  s2forecast-reference  neighborhood: the row-band PyTorch reference (backend="reference"),
+                    the tests' oracle
   s2forecast-fused  S2NeighborhoodAttention / S2BallSparseAttention on our fused Triton
                     kernels (CUDA only)
   torch-harmonics   torch_harmonics.AttentionS2 / NeighborhoodAttentionS2 ("peer_kernels"
@@ -23,18 +27,24 @@ separable from its layer, attn_fwd_ms / attn_fwd_bwd_ms time the attention op al
 the bytes of q, k, v and the output over the device's measured copy bandwidth.
 
 Each case runs in a fresh subprocess so that peak memory is its own: CUDA
-max_memory_allocated, or on CPU the growth of the process's peak resident set.
+max_memory_allocated, or on CPU the growth of the process's peak resident set. --rounds N runs
+the whole set N times, interleaved (case 1, 2, ..., then 1, 2, ... again), so that the load of a
+shared machine weighs on every competitor alike; each line carries its round, the torch
+threads (--threads sets them for every competitor, torch-harmonics' OpenMP kernels included)
+and the 1-minute load average when the case started.
 
 Examples:
     python scripts/bench_attention.py                       # the default set
     python scripts/bench_attention.py --nlat 128 --nlon 256 --batch 4 --op neighborhood
     python scripts/bench_attention.py --config a --dtype bfloat16   # issue 3's set-ups a, b, c
     python scripts/bench_attention.py --op ball --impl s2forecast --nlat 180 --nlon 360  # ball sparse
+    python scripts/bench_attention.py --device cpu --op neighborhood --threads 2 --rounds 3
 """
 
 import argparse
 import json
 import math
+import os
 import resource
 import statistics
 import subprocess
@@ -47,8 +57,9 @@ import torch.nn.functional as F
 
 from s2forecast.nn.position_embedding import POSITION_EMBEDDINGS
 
-IMPLS = ("s2forecast", "s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense")
-NEIGHBORHOOD_ONLY = ("s2forecast-fused", "flex-attention")
+IMPLS = ("s2forecast", "s2forecast-reference", "s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense")
+NEIGHBORHOOD_ONLY = ("s2forecast-reference", "s2forecast-fused", "flex-attention")
+GPU_ONLY = ("s2forecast-fused", "flex-attention")
 # Issue 3's set-ups: the paper's SWE model, torch-harmonics' benchmark, ERA5 at 0.25 degrees.
 CONFIGS = {
     "a": {"nlat": 128, "nlon": 256, "channels": 128, "heads": 4, "batch": 4, "theta": None},
@@ -84,7 +95,7 @@ def build_layer(case):
         ours = S2NeighborhoodAttention(
             channels, heads, grid, theta=case["theta"], backend=backend, position_embedding=pe
         )
-    if case["impl"] in ("s2forecast", "s2forecast-fused"):
+    if case["impl"] == "s2forecast-fused" or (case["impl"] == "s2forecast" and case["op"] != "neighborhood"):
         return ours
     if case["impl"] == "torch-harmonics":
         with warnings.catch_warnings():
@@ -133,6 +144,13 @@ def attention_op(case, device):
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
     if case["op"] == "global":
         return lambda q, k, v: global_attention(q, k, v, grid)
+    if case["op"] == "neighborhood" and case["impl"] == "s2forecast":  # the blocked path on any device
+        from s2forecast.ops.neighborhood import spherical_neighborhood
+        from s2forecast.ops.neighborhood_attention import neighborhood_attention_blocked
+        from s2forecast.ops.neighborhood_blocks import longitude_blocks
+
+        blocks = longitude_blocks(spherical_neighborhood(grid, case["theta"]))
+        return lambda q, k, v: neighborhood_attention_blocked(q, k, v, blocks, q.shape[-1] ** -0.5)
     if case["op"] == "ball":
         from s2forecast.ops import ball_sparse_attention
 
@@ -232,6 +250,8 @@ def flex_neighborhood_attention(grid, theta, device):
 
 
 def run_case(case, repeats):
+    if case.get("threads"):
+        torch.set_num_threads(case["threads"])  # also OpenMP's, which torch-harmonics' CPU kernels use
     device = torch.device(case["device"])
     dtype = getattr(torch, case["dtype"])
     torch.manual_seed(0)
@@ -253,7 +273,8 @@ def run_case(case, repeats):
         base = torch.cuda.memory_allocated()
     else:
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result = {**case, "fwd_ms": timed(forward, repeats, device), "fwd_bwd_ms": timed(forward_backward, repeats, device)}
+    result = {**case, "threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2)}
+    result |= {"fwd_ms": timed(forward, repeats, device), "fwd_bwd_ms": timed(forward_backward, repeats, device)}
     if device.type == "cuda":
         result["peak_mem_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
     else:
@@ -354,15 +375,17 @@ def cases_for(args):
                     continue
                 if op == "ball" and impl not in ("s2forecast", "s2forecast-fused"):
                     continue  # ours only: no peer has ball sparse attention on the sphere
-                if not args.impl and on_cpu and impl in NEIGHBORHOOD_ONLY:
+                if not args.impl and on_cpu and impl in GPU_ONLY:
                     continue  # GPU implementations; force with --impl (fused: TRITON_INTERPRET=1)
+                if not args.impl and not on_cpu and impl == "s2forecast-reference":
+                    continue  # the CPU table's before/after; on a GPU the fused kernel is the default
                 if args.config and not args.op and (op == "global") != (impl == "sdpa-dense"):
                     continue  # the set-ups compare neighborhood ops with dense global SDPA
                 if op == "global" and on_cpu and n > CPU_GLOBAL_MAX_POINTS and not args.nlat:
                     continue
                 if impl == "sdpa-dense" and op == "neighborhood" and n > DENSE_MAX_POINTS:
                     continue
-                if args.position_embedding != "none" and impl not in ("s2forecast", "s2forecast-fused"):
+                if args.position_embedding != "none" and not impl.startswith("s2forecast"):
                     continue
                 yield {
                     "op": op,
@@ -377,6 +400,7 @@ def cases_for(args):
                     "dtype": args.dtype,
                     "device": args.device,
                     "position_embedding": args.position_embedding,
+                    "threads": args.threads,
                     **({"compression_window": args.compression_window} if op == "ball" else {}),
                     **({"config": setup_name(setup)} if args.config else {}),
                 }
@@ -411,23 +435,32 @@ def main():
         help="ball op: multi-level compression with this many coarse tokens per level (default: the paper's)",
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1, help="run the whole set this many times, interleaved")
+    parser.add_argument("--threads", type=int, help="torch (and OpenMP) threads of every case; default torch's")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one JSON case in this process
     args = parser.parse_args()
     if (args.nlat is None) != (args.nlon is None):
         parser.error("--nlat and --nlon go together")
     if args.config and args.nlat:
         parser.error("--config sets the grid; leave out --nlat/--nlon")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
 
     if args.case:
         print(json.dumps(run_case(json.loads(args.case), args.repeats)), flush=True)
         return
-    for case in cases_for(args):
-        command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            print(json.dumps({**case, "error": result.stderr.strip().splitlines()[-1:]}), flush=True)
-        else:
-            print(result.stdout.strip().splitlines()[-1], flush=True)
+    cases = list(cases_for(args))
+    for round_ in range(args.rounds):
+        for case in cases:
+            case = {**case, **({"round": round_} if args.rounds > 1 else {})}
+            command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                print(json.dumps({**case, "error": result.stderr.strip().splitlines()[-1:]}), flush=True)
+            else:
+                print(result.stdout.strip().splitlines()[-1], flush=True)
 
 
 if __name__ == "__main__":

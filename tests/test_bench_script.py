@@ -21,7 +21,7 @@ def test_bench_attention_prints_json_lines():
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert {row["impl"] for row in rows} == {"s2forecast", "torch-harmonics", "sdpa-dense"}
+    assert {row["impl"] for row in rows} == {"s2forecast", "s2forecast-reference", "torch-harmonics", "sdpa-dense"}
     for row in rows:
         assert "error" not in row, row
         assert KEYS <= row.keys()
@@ -82,7 +82,7 @@ def test_config_cases():
     bench = load_script()
     args = argparse.Namespace(
         config=["a", "b"], nlat=None, nlon=None, grid="equiangular", op=None, impl=None, device="cuda",
-        dtype="bfloat16", channels=1, heads=1, batch=1, theta=None, position_embedding="none",
+        dtype="bfloat16", channels=1, heads=1, batch=1, theta=None, position_embedding="none", threads=None,
     )  # fmt: skip
     cases = list(bench.cases_for(args))
     assert {(c["config"], c["op"], c["impl"]) for c in cases} == {
@@ -93,3 +93,21 @@ def test_config_cases():
     b = next(c for c in cases if c["config"] == "b")
     assert (b["nlat"], b["channels"], b["heads"], b["batch"]) == (180, 64, 1, 1)
     assert b["theta"] == pytest.approx(math.pi / 179)
+
+
+def test_bench_attention_rounds_interleave_and_report_threads_and_load():
+    command = [sys.executable, str(SCRIPT), "--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2"]
+    command += ["--device", "cpu", "--repeats", "1", "--op", "neighborhood", "--rounds", "2", "--threads", "1"]
+    command += ["--impl", "s2forecast"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["round"] for row in rows] == [0, 1]
+    assert all(row["threads"] == 1 and row["load_1min"] >= 0 for row in rows)
+
+
+@pytest.mark.parametrize("option", [["--rounds", "0"], ["--threads", "0"]])
+def test_bench_attention_refuses_bad_counts(option):
+    result = subprocess.run([sys.executable, str(SCRIPT), *option], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"{option[0]} must be at least 1, got 0" in result.stderr
+    assert result.stdout == ""

@@ -163,8 +163,8 @@ class S2NeighborhoodAttention(_SphericalAttention):
         grid: grid of the input and output fields.
         theta: disk radius in radians; defaults to the attention paper's
             (7/sqrt(pi)) * latitude spacing (``s2forecast.ops.default_radius``).
-        backend: "auto" (fused Triton kernel on CUDA, reference elsewhere), "fused" or
-            "reference"; see ``s2forecast.ops.neighborhood_attention``.
+        backend: "auto" (fused Triton kernel on CUDA, the longitude-blocked PyTorch path
+            elsewhere), "fused" or "reference"; see ``s2forecast.ops.neighborhood_attention``.
     """
 
     kind = "neighborhood attention"

@@ -1,29 +1,42 @@
 """Geodesic neighborhood attention, eq. (27) of "Attention on the Sphere": eq. (26) with the
 sums restricted to keys within a geodesic radius theta of the query.
 
-Two backends: the fused Triton kernels of ``s2forecast.ops.cuda`` (CUDA tensors) and the
-reference below (any device, the default on CPU).
+Three paths on (batch, heads, nlat*nlon, head_dim) tensors:
 
-Reference implementation (autograd): query rows are processed in chunks; each
-query row attends, through SDPA, to the ``band_rows`` key rows its disks can reach, with a
-float mask that is log w inside the disk and -inf outside. Matrix products over whole rows
-waste some arithmetic on the keys outside the arcs but run at matmul speed, which on CPU
-beats gathering the arcs point by point. When the band of every row does not fit the memory
-budget at once, each chunk is recomputed in the backward pass (activation checkpointing), so
-only q, k, v and the output are kept between forward and backward.
+- fused: the Triton kernels of ``s2forecast.ops.cuda`` (the default on CUDA).
+- blocked (pure PyTorch, the default elsewhere): each query row is split into longitude
+  blocks, and a block attends only to its span of each key row of its disks (the layout of
+  ``s2forecast.ops.neighborhood_blocks``, the structure of the fused kernel). The spans are
+  gathered points-first and the blocks of a group of rows go through one SDPA call with one
+  (block, keys) mask per row. A custom backward saves only q, k and v and recomputes each
+  chunk's attention, so memory above the inputs is one chunk's working set.
+- reference (``backend="reference"``, the tests' oracle): query rows attend, through SDPA,
+  to the whole key rows of their band, with a float mask that is log w inside the disk and
+  -inf outside; more arithmetic (896 keys per query for 141 neighbors at 64x128), simple
+  autograd. When the band of every row does not fit the memory budget at once, each chunk
+  is recomputed in the backward pass (activation checkpointing).
 """
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.neighborhood import SphericalNeighborhood, spherical_neighborhood
+from s2forecast.ops.neighborhood_blocks import LongitudeBlocks, longitude_blocks
 from s2forecast.ops.quadrature_bias import bias_dtype, log_row_weights
 from s2forecast.ops.validation import check_attention_inputs, check_grid, check_radius, use_fused
 
-# Working-set budget of one chunk of query rows (gathered keys/values, mask and SDPA scratch).
+# Working-set budget of one chunk of query rows (gathered keys/values and their gradients, or
+# the reference's band and mask).
 CHUNK_BYTES = 256 * 2**20
+# The blocked path's gathered keys and values per SDPA call: below glibc's largest mmap
+# threshold (32 MiB), as allocations above it are page-faulted afresh on every call, which
+# costs more than the gather itself; not much below, as every call synchronises the threads.
+BLOCK_CHUNK_BYTES = 16 * 2**20
 
 
 def neighborhood_attention(
@@ -46,7 +59,8 @@ def neighborhood_attention(
             is precomputed once per (grid, theta) and cached.
         scale: logit scale; defaults to 1/sqrt(head_dim).
         backend: "fused" (Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1),
-            "reference" (pure PyTorch) or "auto": fused on CUDA, reference elsewhere.
+            "reference" (pure PyTorch, whole key rows; the oracle) or "auto": fused on CUDA,
+            the longitude-blocked pure-PyTorch path elsewhere (and for float64).
 
     Returns:
         (batch, heads, nlat*nlon, head_dim_v), same dtype as ``q``.
@@ -59,7 +73,10 @@ def neighborhood_attention(
         from s2forecast.ops.cuda.fused_neighborhood_attention import fused_neighborhood_attention
 
         return fused_neighborhood_attention(q, k, v, grid, theta, scale)
-    return neighborhood_attention_reference(q, k, v, spherical_neighborhood(grid, theta), scale)
+    neighborhood = spherical_neighborhood(grid, theta)
+    if backend == "reference":
+        return neighborhood_attention_reference(q, k, v, neighborhood, scale)
+    return neighborhood_attention_blocked(q, k, v, longitude_blocks(neighborhood), scale)
 
 
 def neighborhood_attention_reference(
@@ -103,3 +120,120 @@ def _attend_rows(q_rows, k_rows, v_rows, neighborhood: SphericalNeighborhood, lo
     row_bias = log_w[key_rows].repeat_interleave(nlon, dim=1)  # (rows, band_rows*nlon)
     bias = torch.where(inside, row_bias[:, None, :], float("-inf")).to(q_rows.dtype)
     return F.scaled_dot_product_attention(q_rows[:, start:stop], k_band, v_band, attn_mask=bias[None], scale=scale)
+
+
+def neighborhood_attention_blocked(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: LongitudeBlocks, scale: float
+) -> torch.Tensor:
+    """Pure-PyTorch eq. (27) over longitude blocks on validated inputs; see the module docstring."""
+    return _BlockedNeighborhoodAttention.apply(q, k, v, blocks, scale)
+
+
+class _BlockedNeighborhoodAttention(torch.autograd.Function):
+    """Saves only q, k, v: the backward gathers each chunk's keys again and recomputes its
+    attention, so memory stays one chunk's working set above the inputs and gradients."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, blocks: LongitudeBlocks, scale: float):
+        ctx.save_for_backward(q, k, v)
+        ctx.blocks, ctx.scale = blocks, scale
+        batch, heads, npoints, head_dim_v = v.shape
+        outputs, queries, firsts, offset = [], [], [], 0
+        # in the inputs' dtype, as the backward's recomputation (which runs outside autocast)
+        with torch.autocast(q.device.type, enabled=False):
+            for chunk in _chunks(q, k, v, blocks):
+                outputs.append(_attend(chunk, q.shape[-1], scale).view(batch * heads, -1, head_dim_v))
+                first = chunk.first if chunk.first is not None else torch.arange(chunk.query_blocks.numel())
+                queries.append(chunk.query_index)
+                firsts.append(first.to(q.device) + offset)
+                offset += chunk.query_blocks.numel()
+            # one gather puts every query's output (not its wrapped repeats) in place
+            source = torch.empty(npoints, dtype=torch.int64, device=q.device)
+            source.index_copy_(0, torch.cat(queries), torch.cat(firsts))
+            out = torch.cat(outputs, dim=1).index_select(1, source)
+        return out.view(batch, heads, npoints, head_dim_v)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v = ctx.saved_tensors
+        batch, heads, npoints, head_dim = q.shape
+        bh = batch * heads
+        # a zero point after the last: the output gradient of the wrapped repeats, whose
+        # outputs were dropped, so that they add nothing to dk and dv
+        grad_points = torch.cat([grad_out.reshape(bh, npoints, -1), grad_out.new_zeros(bh, 1, grad_out.shape[-1])], 1)
+        dq = torch.zeros_like(q, memory_format=torch.contiguous_format).view(bh, npoints, head_dim)
+        dkv = q.new_zeros(bh, npoints, head_dim + v.shape[-1])
+        for chunk in _chunks(q, k, v, ctx.blocks):
+            q_blocks = chunk.q_blocks.detach().requires_grad_()
+            kv_gathered = chunk.kv_gathered.detach().requires_grad_()
+            with torch.enable_grad():
+                attended = _attend(chunk._replace(q_blocks=q_blocks, kv_gathered=kv_gathered), head_dim, ctx.scale)
+            grad_index = chunk.query_blocks
+            if chunk.first is not None:
+                grad_index = torch.full_like(grad_index, npoints).index_copy_(0, chunk.first, chunk.query_index)
+            grad = grad_points.index_select(1, grad_index).view(attended.shape)
+            dq_blocks, dkv_gathered = torch.autograd.grad(attended, (q_blocks, kv_gathered), grad)
+            dq.index_add_(1, chunk.query_blocks, dq_blocks.reshape(bh, -1, head_dim))
+            dkv.index_add_(1, chunk.key_index, dkv_gathered.reshape(bh, -1, dkv.shape[-1]))
+        dk, dv = dkv.split([head_dim, v.shape[-1]], dim=-1)
+        return dq.view(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), None, None
+
+
+class _Chunk(NamedTuple):
+    """Rows of one group in the layout of one SDPA call (see ``_chunks``); bh = batch*heads."""
+
+    rows: int
+    nblocks: int
+    query_blocks: torch.Tensor  # (nblocks*rows*block,) flat query point of each block position
+    query_index: torch.Tensor  # the same without the wrapped repeats
+    first: torch.Tensor | None  # positions of query_index in query_blocks; None: no repeats
+    key_index: torch.Tensor  # (nblocks*rows*keys,) flat key point of each gathered key
+    q_blocks: torch.Tensor  # (bh*nblocks, rows, block, d)
+    kv_gathered: torch.Tensor  # (bh*nblocks, rows, keys, d + dv)
+    bias: torch.Tensor  # (1, rows, block, keys) log w inside the disks, -inf outside
+
+
+def _chunks(q, k, v, blocks: LongitudeBlocks):
+    """The SDPA calls of ``blocks``: each group's rows, split so that one call's gathered keys
+    and values stay within BLOCK_CHUNK_BYTES. Gathers run along the points of (bh, N, c)
+    tensors in the order (block, row, slot), so that SDPA's batch dims (bh*nblocks, rows) are
+    plain views and the mask, which depends on the row only, broadcasts."""
+    grid = blocks.neighborhood.grid
+    batch, heads, npoints, head_dim = q.shape
+    bh = batch * heads
+    device = q.device
+    q_points = q.reshape(bh, npoints, head_dim)
+    kv_points = torch.cat([k, v], dim=-1).view(bh, npoints, -1)
+    log_w = log_row_weights(grid, device, bias_dtype(q.dtype))
+    for group in blocks.groups:
+        bytes_per_row = group.nblocks * group.keys * bh * kv_points.shape[-1] * kv_points.element_size()
+        step = max(1, BLOCK_CHUNK_BYTES // bytes_per_row)
+        for start in range(0, group.rows.numel(), step):
+            stop = min(start + step, group.rows.numel())
+            rows = stop - start
+            key_index = group.key_points(start, stop, device).flatten()
+            query_blocks, first = group.query_points(start, stop, device)
+            query_blocks, first = query_blocks.flatten(), first.flatten()
+            wraps = not bool(first.all())
+            first = first.nonzero().squeeze(1) if wraps else None
+            bias = group.bias(log_w, q.dtype)[start:stop]
+            yield _Chunk(
+                rows=rows,
+                nblocks=group.nblocks,
+                query_blocks=query_blocks,
+                query_index=query_blocks[first] if wraps else query_blocks,
+                first=first,
+                key_index=key_index,
+                q_blocks=q_points.index_select(1, query_blocks).view(bh * group.nblocks, rows, group.block, head_dim),
+                kv_gathered=kv_points.index_select(1, key_index).view(bh * group.nblocks, rows, group.keys, -1),
+                bias=bias[None],
+            )
+
+
+def _attend(chunk: _Chunk, head_dim: int, scale: float) -> torch.Tensor:
+    """SDPA of one chunk, (bh*nblocks, rows, block, dv)."""
+    kv = chunk.kv_gathered
+    return F.scaled_dot_product_attention(
+        chunk.q_blocks, kv[..., :head_dim], kv[..., head_dim:], attn_mask=chunk.bias, scale=scale
+    )
