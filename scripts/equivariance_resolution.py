@@ -84,7 +84,11 @@ def main():
     parser.add_argument("--layers", nargs="+", choices=list(LAYERS), default=list(LAYERS))
     parser.add_argument("--rotations", type=int, default=3, help="random rotations averaged")
     parser.add_argument("--plot", type=Path, help="PNG of error vs nlat")
+    parser.add_argument("--lines", type=Path, nargs="+", help="plot (--plot) JSON lines of earlier runs; no measuring")
     args = parser.parse_args()
+    if args.lines:
+        plot(results_from_lines(args.lines), args.plot)
+        return
     shapes = [tuple(int(n) for n in g.split("x")) for g in args.grids]
     rotations = [random_rotation(torch.Generator().manual_seed(s)) for s in range(1, args.rotations + 1)]
     results = {}
@@ -106,22 +110,42 @@ def main():
             results[(name, variant)] = (nlat, errors)
             print(json.dumps({"layer": name, "variant": variant, "fitted_rate": round(float(rate), 3)}), flush=True)
     if args.plot:
-        import matplotlib
+        plot(results, args.plot)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        for (name, variant), (nlat, errors) in results.items():
-            style = "-" if variant == "s2" else "--"
-            ax.loglog(nlat, errors, style, marker="o", label=f"{name} ({variant})")
-        ax.set_xlabel("nlat (grid nlat x 2 nlat)")
-        ax.set_ylabel("relative rotation error")
-        ax.set_title("Equivariance error vs resolution (mean of random rotations)")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=90)
+def results_from_lines(paths: list[Path]) -> dict:
+    """{(layer, variant): (nlat, errors)} from the JSON lines of earlier runs (later lines win)."""
+    points = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "grid" in row:
+                points.setdefault((row["layer"], row["variant"]), {})[int(row["grid"].split("x")[0])] = row[
+                    "relative_error"
+                ]
+    return {key: (np.array(sorted(by_nlat), dtype=float), [by_nlat[n] for n in sorted(by_nlat)])
+            for key, by_nlat in points.items()}  # fmt: skip
+
+
+def plot(results: dict, path: Path) -> None:
+    """Error vs nlat, log-log, one line per (layer, variant) with its fitted rate in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for (name, variant), (nlat, errors) in results.items():
+        style = "-" if variant == "s2" else "--"
+        rate = -np.polyfit(np.log(nlat), np.log(errors), 1)[0] if len(nlat) > 1 else math.nan
+        ax.loglog(nlat, errors, style, marker="o", label=f"{name} ({variant}): rate {rate:.2f}")
+    ax.set_xlabel("nlat (grid nlat x 2 nlat)")
+    ax.set_ylabel("relative rotation error")
+    ax.set_title("Equivariance error vs resolution (mean of random rotations)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
 
 
 if __name__ == "__main__":
