@@ -81,18 +81,17 @@ class Stages:
 
 
 def beats_persistence(metrics_path: Path) -> tuple[bool, list[str]]:
-    """Whether the forecast's RMSE is below persistence's at every lead for every field, and one
-    line per field: the RMSE ratio forecast / persistence at the first and last lead."""
-    import xarray as xr
-
-    from s2forecast.evaluation.evaluate import headline_region, table_fields
+    """Whether the forecast's global RMSE is below persistence's at every lead for every field,
+    and one line per field: the RMSE ratio forecast / persistence at the first and last lead."""
+    from s2forecast.evaluation.report import open_results, table_fields
 
     lines, every = [], True
-    with xr.open_dataset(metrics_path) as metrics:
-        metrics = headline_region(metrics)
+    with open_results(metrics_path) as metrics:
         for label, name, level in table_fields(metrics):
-            rmse = (metrics[name].sel(level=level) if level is not None else metrics[name]).sel(metric="rmse")
-            forecast, persistence = rmse.sel(model="forecast").values, rmse.sel(model="persistence").values
+            rmse = (metrics[name].sel(level=level) if level is not None else metrics[name]).sel(
+                metric="rmse", region="global"
+            )
+            forecast, persistence = rmse.sel(source="forecast").values, rmse.sel(source="persistence").values
             scored = metrics["lead_hours"].values > 0  # lead 0, if scored, is the initial state itself
             ratio, leads = forecast[scored] / persistence[scored], metrics["lead_hours"].values[scored]
             worse = [f"{lead:g} h" for lead, r in zip(leads, ratio, strict=True) if not r < 1]

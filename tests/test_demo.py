@@ -38,20 +38,27 @@ def test_bad_options_are_one_line(demo, capsys, tmp_path, argv, message):
 
 
 def metrics(path: Path, forecast_rmse: np.ndarray, persistence_rmse: np.ndarray) -> Path:
-    """A metrics.nc as `s2forecast evaluate` writes it, for one field, leads 1..n h."""
+    """A results file as `s2forecast evaluate` writes it (``write_results``), one field, leads 1..n h,
+    two regions (the verdict is the global one's)."""
+    from s2forecast.evaluation.report import write_results
+
     leads = np.arange(1, forecast_rmse.size + 1)
-    values = np.ones((2, 3, 1, leads.size))
+    values = np.ones((2, 3, 2, leads.size))
     values[0, 0, 0], values[0, 1, 0] = forecast_rmse, persistence_rmse
-    xr.Dataset(
-        {"geopotential_height": (("metric", "model", "region", "prediction_timedelta"), values)},
-        coords={
-            "metric": ["rmse", "acc"],
-            "model": ["forecast", "persistence", "climatology"],
-            "region": ["global"],
-            "prediction_timedelta": leads * np.timedelta64(1, "h"),
-            "lead_hours": ("prediction_timedelta", leads.astype(float)),
-        },
-    ).to_netcdf(path)
+    values[0, 0, 1] = 2.0  # europe: worse than persistence everywhere, not looked at
+    write_results(
+        xr.Dataset(
+            {"geopotential_height": (("metric", "source", "region", "lead_time"), values)},
+            coords={
+                "metric": ["rmse", "acc"],
+                "source": ["forecast", "persistence", "climatology"],
+                "region": ["global", "europe"],
+                "lead_time": leads * np.timedelta64(1, "h"),
+                "lead_hours": ("lead_time", leads.astype(float)),
+            },
+        ),
+        path,
+    )
     return path
 
 
