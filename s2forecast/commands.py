@@ -25,6 +25,7 @@ from s2forecast.arguments import (
 )
 
 CONVERT_TIME_CHUNK = 4  # time steps per written slab of convert-era5 (its unit of resumption)
+SWE_BATCH = 16  # shallow-water trajectories integrated together by generate-swe
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ def generate_swe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dt-hours", type=float, default=1.0, help="hours between stored states")
     parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--solver-dt-seconds", type=float, default=150.0, help="longest solver time step")
+    parser.add_argument(
+        "--batch",
+        type=positive_int,
+        default=SWE_BATCH,
+        metavar="N",
+        help=f"trajectories integrated together (default {SWE_BATCH}); each holds (steps + 1) x 3 x nlat x nlon "
+        "float32 values in memory until written",
+    )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a store s2forecast wrote instead of resuming it"
     )

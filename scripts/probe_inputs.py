@@ -496,6 +496,8 @@ def value_cases() -> list[Case]:
         ),  # fmt: skip
         Case("generate-swe --nlat 0", [*swe[:3], "--nlat", "0", "--nlon", "16"]),
         Case("generate-swe --trajectories 0", [*swe, "--trajectories", "0"]),
+        Case("generate-swe --batch 0", [*swe, "--batch", "0"]),
+        Case("generate-swe --batch x", [*swe, "--batch", "x"]),
         Case("generate-swe --steps -1", [*swe, "--steps", "-1"]),
         Case("generate-swe --dt-hours 0", [*swe, "--dt-hours", "0"]),
         Case("generate-swe --dt-hours inf", [*swe, "--dt-hours", "inf"]),

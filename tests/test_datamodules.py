@@ -145,7 +145,7 @@ def test_generate_swe_is_deterministic_and_resumable(tmp_path, monkeypatch):
 
     monkeypatch.setattr(swe, "integrate", failing)
     with pytest.raises(KeyboardInterrupt):
-        generate_swe(tmp_path / "d.zarr", 16, 32, trajectories=2, steps=3, seed=5, progress=False)
+        generate_swe(tmp_path / "d.zarr", 16, 32, trajectories=2, steps=3, seed=5, batch=1, progress=False)
     with pytest.raises(ValueError, match="incomplete"):
         open_store(tmp_path / "d.zarr")
     monkeypatch.setattr(swe, "integrate", real)

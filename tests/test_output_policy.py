@@ -441,7 +441,7 @@ def interrupted(tmp_path_factory) -> Path:
     swe_module.integrate = interrupt
     try:
         with pytest.raises(KeyboardInterrupt):
-            generate_swe(path, 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, progress=False)
+            generate_swe(path, 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, batch=1, progress=False)
     finally:
         swe_module.integrate = real
     return path

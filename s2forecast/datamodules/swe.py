@@ -3,7 +3,11 @@
 torch-harmonics' spectral solver (``torch_harmonics.examples.ShallowWaterSolver``: Earth's
 radius and rotation, mean layer depth 10 km, third-order Adams-Bashforth with implicit
 hyperdiffusion) integrates random initial conditions as in the attention paper's SWE
-experiments (``random_initial_condition(mach=0.2)``, spectral truncation nlat/3).
+experiments (``random_initial_condition(mach=0.2)``, spectral truncation nlat/3). Its step
+takes one state; ``timestep`` here is the same step for a batch of states, so trajectories are
+integrated ``batch`` at a time (at 32x64 the cost of a step is mostly per-call overhead: a batch
+of 16 costs about as much as two single trajectories). Each trajectory's start depends on its
+seed alone, and a batch changes results only by float64 rounding.
 
 Layout: one store, trajectories one after another along ``time``, each in its own time range
 (trajectory k starts at 2000-01-01 + k * whole days covering the previous one) and tagged by
@@ -21,6 +25,7 @@ import pandas as pd
 import torch
 import xarray as xr
 
+from s2forecast.commands import SWE_BATCH
 from s2forecast.datamodules.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 
@@ -49,6 +54,7 @@ def generate_swe(
     dt_hours: float = 1.0,
     seed: int = 0,
     solver_dt_seconds: float = 150.0,
+    batch: int = SWE_BATCH,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Path:
@@ -64,11 +70,15 @@ def generate_swe(
         seed: trajectory k draws its initial condition from seed * 1_000_003 + k.
         solver_dt_seconds: solver time step; dt_hours * 3600 is split into whole steps of
             at most this length.
+        batch: trajectories integrated together (much faster than one by one: the solver's
+            cost per step is mostly overhead at small grids); they are held in memory until
+            written, batch * (steps + 1) * 3 * nlat * nlon * 4 bytes. The result does not
+            depend on it beyond float64 rounding (the transforms' sums are blocked by batch).
     """
     from torch_harmonics.examples import ShallowWaterSolver
     from tqdm import tqdm
 
-    check_arguments(nlat, nlon, grid, trajectories, steps, dt_hours, solver_dt_seconds)
+    check_arguments(nlat, nlon, grid, trajectories, steps, dt_hours, solver_dt_seconds, batch)
     substeps = math.ceil(dt_hours * 3600.0 / solver_dt_seconds)
     solver_dt = dt_hours * 3600.0 / substeps
     geometry = Grid(nlat, nlon, grid)
@@ -104,40 +114,61 @@ def generate_swe(
         lmax = math.ceil(nlat / 3)
         solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
         per_trajectory = steps + 1
-        for k in tqdm(range(trajectories), desc="shallow water", unit="trajectory", disable=not progress):
-            start = k * per_trajectory
-            if written[start : start + per_trajectory].all():
-                continue
-            try:
-                fields = integrate(solver, seed * 1_000_003 + k, steps, substeps)
-            except UnstableIntegration as error:
-                step_time = pd.Timestamp(times[start + error.step])
-                raise ValueError(
-                    f"the shallow-water integration of trajectory {k} became unstable at stored step {error.step} "
-                    f"({step_time:%Y-%m-%dT%H:%M}): {error}; the solver step of {solver_dt:g} s is too long for the "
-                    f"{nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. {solver_dt / 4:g}); "
-                    + (
-                        f"no complete store was written to {out}"
-                        if overwrite
-                        else f"{out} is left incomplete (readers refuse it)"
+        pending = [k for k in range(trajectories) if not written[k * per_trajectory : (k + 1) * per_trajectory].all()]
+        with tqdm(
+            total=trajectories * per_trajectory,
+            initial=(trajectories - len(pending)) * per_trajectory,
+            desc="shallow water",
+            unit="state",
+            disable=not progress,
+        ) as bar:
+            for first in range(0, len(pending), batch):
+                members = pending[first : first + batch]
+                fields, failure = integrate(
+                    solver, [seed * 1_000_003 + k for k in members], steps, substeps, bar.update
+                )
+                for k, trajectory_fields in zip(members, fields, strict=False):  # written before a failure is raised
+                    start = k * per_trajectory
+                    slab = xr.Dataset(
+                        {
+                            name: (("time", "latitude", "longitude"), trajectory_fields[:, i])
+                            for i, name in enumerate(SWE_VARIABLES)
+                        },
+                        coords={"time": times[start : start + per_trajectory]},
                     )
-                ) from None
-            slab = xr.Dataset(
-                {name: (("time", "latitude", "longitude"), fields[:, i]) for i, name in enumerate(SWE_VARIABLES)},
-                coords={"time": times[start : start + per_trajectory]},
-            )
-            writer.write(slab, start)
+                    writer.write(slab, start)
+                if failure is not None:
+                    k = members[failure.member]
+                    step_time = pd.Timestamp(times[k * per_trajectory + failure.step])
+                    raise ValueError(
+                        f"the shallow-water integration of trajectory {k} became unstable at stored step "
+                        f"{failure.step} ({step_time:%Y-%m-%dT%H:%M}): {failure}; the solver step of {solver_dt:g} s "
+                        f"is too long for the {nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. "
+                        f"{solver_dt / 4:g}); "
+                        + (
+                            f"no complete store was written to {out}"
+                            if overwrite
+                            else f"{out} is left incomplete (readers refuse it)"
+                        )
+                    )
         writer.finish()
     return Path(out)
 
 
 def check_arguments(
-    nlat: int, nlon: int, grid: str, trajectories: int, steps: int, dt_hours: float, solver_dt_seconds: float
+    nlat: int,
+    nlon: int,
+    grid: str,
+    trajectories: int,
+    steps: int,
+    dt_hours: float,
+    solver_dt_seconds: float,
+    batch: int = 1,
 ) -> None:
     """Refuse arguments the solver cannot run (before anything is written)."""
     if grid not in SOLVER_GRIDS:
         raise ValueError(f"the shallow-water solver supports grid {SOLVER_GRIDS}, got {grid!r}")
-    for name, value in (("trajectories", trajectories), ("steps", steps)):
+    for name, value in (("trajectories", trajectories), ("steps", steps), ("batch", batch)):
         if value < 1:
             raise ValueError(f"--{name} must be >= 1, got {value}")
     # the spectral truncation nlat/3 needs a few latitudes (below 4 the random initial state is degenerate)
@@ -150,11 +181,12 @@ def check_arguments(
 
 
 class UnstableIntegration(ValueError):
-    """The solver produced an unphysical state at stored step ``step``."""
+    """Trajectory ``member`` of a batch reached an unphysical state at stored step ``step``."""
 
-    def __init__(self, message: str, step: int):
+    def __init__(self, message: str, step: int, member: int):
         super().__init__(message)
         self.step = step
+        self.member = member
 
 
 def unphysical(fields: np.ndarray, mean_depth: float) -> str | None:
@@ -178,35 +210,88 @@ def unphysical(fields: np.ndarray, mean_depth: float) -> str | None:
     return None
 
 
-def integrate(solver, seed: int, steps: int, substeps: int) -> np.ndarray:
-    """(steps + 1, 3, nlat, nlon) float32 [h (m), vorticity, divergence] from one random start.
-
-    Raises:
-        UnstableIntegration: at the first stored step whose state is unphysical (``unphysical``).
-    """
+def initial_conditions(solver, seeds: list[int]) -> torch.Tensor:
+    """(batch, 3, lmax, mmax) complex spectral [phi, vorticity, divergence]: one random start per
+    seed (``random_initial_condition(mach=0.2)`` under ``torch.manual_seed(seed)``), so a
+    trajectory's start depends on its seed only, not on the batch it is integrated in."""
+    states = []
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        state = solver.random_initial_condition(mach=0.2)
+        for seed in seeds:
+            torch.manual_seed(seed)
+            states.append(solver.random_initial_condition(mach=0.2))
+    return torch.stack(states)
+
+
+def tendency(solver, uspec: torch.Tensor) -> torch.Tensor:
+    """``ShallowWaterSolver.dudtspec`` for a batch: d/dt of (batch, 3, lmax, mmax) spectral
+    [phi, vorticity, divergence] (the solver's own method takes one state only)."""
+    ugrid = solver.spec2grid(uspec)  # (batch, 3, nlat, nlon)
+    uvgrid = solver.getuv(uspec[:, 1:])  # (batch, 2, nlat, nlon) wind (m/s)
+    phi, vorticity = ugrid[:, :1], ugrid[:, 1:2]
+    absolute_flux = solver.vrtdivspec(uvgrid * (vorticity + solver.coriolis))
+    mass_flux = solver.vrtdivspec(uvgrid * phi)
+    energy = solver.grid2spec(ugrid[:, 0] + 0.5 * (uvgrid[:, 0] ** 2 + uvgrid[:, 1] ** 2))
+    return torch.stack((-mass_flux[:, 1], -absolute_flux[:, 1], absolute_flux[:, 0] - solver.lap * energy), dim=1)
+
+
+def timestep(solver, uspec: torch.Tensor, nsteps: int) -> torch.Tensor:
+    """``ShallowWaterSolver.timestep`` for a batch (batch, 3, lmax, mmax): ``nsteps`` steps of
+    third-order Adams-Bashforth (forward Euler, then second order, to start) with implicit
+    hyperdiffusion of vorticity and divergence, the same arithmetic in the same order."""
+    previous = before_previous = None
+    for step in range(nsteps):
+        new = tendency(solver, uspec)
+        if step == 0:
+            now, old = new, new
+        elif step == 1:
+            now, old = previous, new
+        else:
+            now, old = previous, before_previous
+        uspec = uspec + solver.dt * ((23.0 / 12.0) * new - (16.0 / 12.0) * now + (5.0 / 12.0) * old)
+        uspec[:, 1:] = solver.hyperdiff * uspec[:, 1:]
+        previous, before_previous = new, now
+    return uspec
+
+
+def integrate(
+    solver, seeds: list[int], steps: int, substeps: int, on_step=None
+) -> tuple[np.ndarray, "UnstableIntegration | None"]:
+    """One trajectory per seed, integrated together as a batch; ``on_step(n)`` (if given) is
+    called with the number of trajectories after each stored step.
+
+    Returns:
+        fields: (trajectories, steps + 1, 3, nlat, nlon) float32 [h (m), vorticity, divergence]
+            of the trajectories before the first one that became unphysical (all of them if none).
+        failure: that first unphysical trajectory (``unphysical``): its place in the batch, the
+            stored step and what is wrong; None if every trajectory stayed physical.
+    """
+    state = initial_conditions(solver, seeds)
     mean_depth = float(solver.havg)
-    out = []
+    out, failure = [], None
     with torch.no_grad():
         for step in range(steps + 1):
             if step > 0:
-                state = solver.timestep(state, substeps)
-            fields = solver.spec2grid(state)
-            fields[0] = fields[0] / solver.gravity
+                state = timestep(solver, state, substeps)
+            fields = solver.spec2grid(state)  # (batch, 3, nlat, nlon)
+            fields[:, 0] = fields[:, 0] / solver.gravity
             fields = fields.float().numpy()
-            problem = unphysical(fields, mean_depth)
-            if problem is not None:
-                raise UnstableIntegration(problem, step)
+            for member, problem in enumerate(unphysical(f, mean_depth) for f in fields):
+                if problem is not None:  # the trajectories from here on are never written: drop them
+                    failure = UnstableIntegration(problem, step, member)
+                    state, fields, out = state[:member], fields[:member], [done[:member] for done in out]
+                    break
             out.append(fields)
-    return np.stack(out)
+            if on_step is not None:
+                on_step(len(seeds))
+            if len(state) == 0:
+                break
+    return np.stack(out, axis=1), failure
 
 
 def run(args) -> None:
     """``s2forecast generate-swe`` (arguments: ``s2forecast.commands.generate_swe``)."""
     path = generate_swe(
         args.out, args.nlat, args.nlon, args.grid, args.trajectories, args.steps, args.dt_hours, args.seed,
-        args.solver_dt_seconds, overwrite=args.overwrite, progress=not args.no_progress,
+        args.solver_dt_seconds, args.batch, overwrite=args.overwrite, progress=not args.no_progress,
     )  # fmt: skip
     print(f"wrote {path}")

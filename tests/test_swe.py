@@ -1,0 +1,171 @@
+"""generate-swe integrates trajectories in batches: the batched solver step against
+torch-harmonics' own, results independent of the batch (seeds, resumption, the stability
+check), and the --batch option's bad inputs."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+import s2forecast.datamodules.swe as swe
+from s2forecast.cli import main as cli
+from s2forecast.datamodules import generate_swe, open_store
+
+VARIABLES = ("geopotential_height", "vorticity", "divergence")
+
+
+def solver(nlat: int, nlon: int, grid: str, dt_seconds: float):
+    from torch_harmonics.examples import ShallowWaterSolver
+
+    lmax = math.ceil(nlat / 3)
+    return ShallowWaterSolver(nlat, nlon, dt_seconds, lmax=lmax, mmax=lmax, grid=grid).double()
+
+
+def fields(path) -> np.ndarray:
+    """(time, 3, nlat, nlon) of a store."""
+    ds = open_store(path)
+    return np.stack([ds[name].values for name in VARIABLES], axis=1)
+
+
+@pytest.mark.parametrize("grid", ["equiangular", "legendre-gauss"])
+def test_batched_step_is_the_solvers_step(grid):
+    """One state: bit for bit the solver's own timestep; a batch: each member within float64 rounding."""
+    s = solver(16, 32, grid, 600.0)
+    states = swe.initial_conditions(s, [3, 7, 11])
+    with torch.no_grad():
+        alone = [s.timestep(state.clone(), 6) for state in states]
+        assert torch.equal(swe.timestep(s, states[:1].clone(), 6)[0], alone[0])
+        together = swe.timestep(s, states.clone(), 6)
+    for member, reference in zip(together, alone, strict=True):
+        assert not torch.equal(reference, states[0])  # it moved
+        scale = reference.abs().amax(dim=(-2, -1), keepdim=True)  # per field: phi ~ 3e5, vorticity ~ 1e-5
+        assert ((member - reference).abs() / scale).max() < 1e-12
+
+
+def test_initial_condition_depends_on_the_seed_only():
+    s = solver(8, 16, "equiangular", 600.0)
+    batch = swe.initial_conditions(s, [4, 9])
+    assert torch.equal(swe.initial_conditions(s, [9])[0], batch[1])
+    assert not torch.equal(batch[0], batch[1])
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    swe.initial_conditions(s, [4])
+    assert torch.equal(torch.rand(3), before)  # the caller's random stream is untouched
+
+
+def test_store_does_not_depend_on_the_batch(tmp_path):
+    """Batches of 1, 2 (uneven: 2 + 1) and 3: the same trajectories within float32 rounding, and
+    trajectory 0 the same as in a store of one trajectory."""
+    kwargs = dict(trajectories=3, steps=4, seed=2, progress=False)
+    stores = {b: fields(generate_swe(tmp_path / f"b{b}.zarr", 16, 32, batch=b, **kwargs)) for b in (1, 2, 3)}
+    reference = stores[1]
+    assert np.all(np.diff(reference[:5, 0], axis=0) != 0)  # evolving
+    for b in (2, 3):
+        scale = np.abs(reference).max(axis=(0, 2, 3), keepdims=True)  # per variable
+        assert (np.abs(stores[b] - reference) / scale).max() < 1e-5
+    single = fields(generate_swe(tmp_path / "one.zarr", 16, 32, batch=4, **{**kwargs, "trajectories": 1}))
+    np.testing.assert_array_equal(single, reference[:5])
+
+
+def test_interrupted_batch_resumes_with_the_trajectories_not_written(tmp_path, monkeypatch):
+    path = tmp_path / "part.zarr"
+    kwargs = dict(trajectories=3, steps=3, seed=1, batch=2, solver_dt_seconds=1800, progress=False)
+    real, calls = swe.integrate, []
+
+    def interrupt(solver, seeds, *args):
+        calls.append(list(seeds))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(solver, seeds, *args)
+
+    monkeypatch.setattr(swe, "integrate", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        generate_swe(path, 8, 16, **kwargs)
+    assert calls == [[1_000_003, 1_000_004], [1_000_005]]
+    assert zarr.open_group(path, mode="r")["written"][:].tolist() == [True] * 8 + [False] * 4
+    with pytest.raises(ValueError, match="incomplete"):
+        open_store(path)
+
+    calls.clear()
+    monkeypatch.setattr(
+        swe, "integrate", lambda solver, seeds, *args: calls.append(list(seeds)) or real(solver, seeds, *args)
+    )
+    generate_swe(path, 8, 16, **kwargs)
+    assert calls == [[1_000_005]]  # only the trajectory not written
+    straight = generate_swe(tmp_path / "straight.zarr", 8, 16, **kwargs)
+    np.testing.assert_array_equal(fields(path), fields(straight))
+
+
+def test_unstable_member_of_a_batch(tmp_path, monkeypatch):
+    """Trajectory 1 of a batch of 3 goes unphysical at stored step 2: trajectory 0 is integrated to
+    the end and written, the error names trajectory 1 and its step, the store stays incomplete."""
+    real, checks = swe.unphysical, []
+
+    def second_member_at_step_2(fields, mean_depth):
+        checks.append(1)
+        return "layer depth -5 m, made up" if len(checks) == 3 * 2 + 2 else real(fields, mean_depth)
+
+    monkeypatch.setattr(swe, "unphysical", second_member_at_step_2)
+    path = tmp_path / "swe.zarr"
+    with pytest.raises(ValueError) as error:
+        generate_swe(path, 8, 16, trajectories=3, steps=4, batch=3, solver_dt_seconds=1800, progress=False)
+    assert str(error.value).startswith(
+        "the shallow-water integration of trajectory 1 became unstable at stored step 2 (2000-01-02T02:00): "
+        "layer depth -5 m, made up; the solver step of 1800 s is too long for the 8x16 grid"
+    ), error.value
+    assert str(error.value).endswith(f"{path} is left incomplete (readers refuse it)")
+    assert zarr.open_group(path, mode="r")["written"][:].tolist() == [True] * 5 + [False] * 10
+    monkeypatch.setattr(swe, "unphysical", real)
+    reference = fields(generate_swe(tmp_path / "ref.zarr", 8, 16, trajectories=1, steps=4, solver_dt_seconds=1800,
+                                    progress=False))  # fmt: skip
+    np.testing.assert_allclose(zarr.open_group(path, mode="r")["vorticity"][:5], reference[:, 1], rtol=1e-5, atol=1e-12)
+
+
+def test_progress_counts_states(tmp_path, capsys):
+    cli(["generate-swe", "--out", str(tmp_path / "s.zarr"), "--nlat", "8", "--nlon", "16", "--trajectories", "3",
+         "--steps", "2", "--batch", "2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "shallow water" in err and "9/9" in err, err
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "argument --batch: must be an integer >= 1, got '0'"),
+        ("-2", "argument --batch: must be an integer >= 1, got '-2'"),
+        ("two", "argument --batch: must be an integer >= 1, got 'two'"),
+        ("1.5", "argument --batch: must be an integer >= 1, got '1.5'"),
+    ],
+)
+def test_cli_refuses_a_bad_batch(tmp_path, capsys, value, message):
+    out = tmp_path / "s.zarr"
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--batch", value, "--no-progress"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_api_refuses_a_bad_batch_before_writing(tmp_path):
+    out = tmp_path / "s.zarr"
+    with pytest.raises(ValueError, match=r"^--batch must be >= 1, got 0$"):
+        generate_swe(out, 8, 16, trajectories=2, steps=2, batch=0, progress=False)
+    assert not out.exists()
+
+
+def test_a_batch_does_not_touch_an_existing_store_from_other_options(tmp_path):
+    """--batch is not part of the store's identity: resuming with another batch is fine, and other
+    options are still refused without touching the store."""
+    path = generate_swe(tmp_path / "s.zarr", 8, 16, trajectories=2, steps=2, batch=1, progress=False)
+    before = fields(path)
+    generate_swe(path, 8, 16, trajectories=2, steps=2, batch=2, progress=False)  # complete: nothing to do
+    with pytest.raises(ValueError, match="other inputs or options"):
+        generate_swe(path, 8, 16, trajectories=2, steps=3, batch=2, progress=False)
+    np.testing.assert_array_equal(fields(path), before)
