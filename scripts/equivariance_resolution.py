@@ -59,7 +59,9 @@ def planar_window(layer: S2NeighborhoodAttention, x: torch.Tensor) -> torch.Tens
 def planar_global(layer: S2Attention, x: torch.Tensor) -> torch.Tensor:
     grid = layer.grid_in
     q, k, v = layer._project(x, None, None, grid, grid)
-    return layer._merge(F.scaled_dot_product_attention(q, k, v), grid)
+    # query chunks: softmax is per query row, and at 256x512 a whole score matrix is 137 GB in float64
+    out = torch.cat([F.scaled_dot_product_attention(chunk, k, v) for chunk in q.split(1024, dim=2)], dim=2)
+    return layer._merge(out, grid)
 
 
 def ball_layer(grid: Grid) -> S2BallSparseAttention:
@@ -82,6 +84,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grids", nargs="+", default=["32x64", "64x128", "128x256", "256x512"])
     parser.add_argument("--layers", nargs="+", choices=list(LAYERS), default=list(LAYERS))
+    parser.add_argument("--variants", nargs="+", choices=["s2", "planar"], default=["s2", "planar"])
     parser.add_argument("--rotations", type=int, default=3, help="random rotations averaged")
     parser.add_argument("--plot", type=Path, help="PNG of error vs nlat")
     parser.add_argument("--lines", type=Path, nargs="+", help="plot (--plot) JSON lines of earlier runs; no measuring")
@@ -95,6 +98,8 @@ def main():
     for name in args.layers:
         factory, variants = LAYERS[name]
         for variant, apply in variants.items():
+            if variant not in args.variants:
+                continue
             errors = []
             for shape in shapes:
                 grid = Grid(*shape)
