@@ -12,6 +12,8 @@ endif
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install -e ".[dev]"
+	@# the help of fit/validate/test takes seconds of imports: render it once now (s2forecast/help_cache.py)
+	-$(PYTHON) -m s2forecast.help_cache fit validate test
 	@mkdir -p .make && touch $@
 
 install: $(STAMP)

@@ -111,3 +111,15 @@ def print_help(command: str) -> None:
         store_help(command, text)
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def warm(commands: list[str]) -> None:
+    """Render and cache the help of ``commands`` that is missing or stale (``make install``
+    does it once, so that the user's first ``--help`` is as quick as the next ones)."""
+    for command in commands:
+        if cached_help(command) is None:
+            store_help(command, render_help(command))
+
+
+if __name__ == "__main__":
+    warm(sys.argv[1:] or ["fit", "validate", "test"])

@@ -248,3 +248,27 @@ def test_nan_inputs(op, which):
             global_attention(*inputs, grid)
         else:
             neighborhood_attention(*inputs, grid, 0.4)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_infinite_inputs_even_when_they_cancel(value):
+    """The finiteness check sums first: +inf and -inf sum to NaN, one inf to inf; both caught."""
+    grid = Grid(8, 16)
+    q, k, v = (t.detach().clone() for t in qkv(grid))
+    k[0, 0, 3, 1] = value
+    k[0, 0, 5, 2] = -value
+    with pytest.raises(ValueError, match="k contains NaN or infinite values"):
+        neighborhood_attention(q, k, v, grid, 0.4)
+    k[0, 0, 5, 2] = 0.0
+    with pytest.raises(ValueError, match="k contains NaN or infinite values"):
+        global_attention(q, k, v, grid)
+
+
+def test_finite_inputs_whose_sum_overflows_are_accepted():
+    """Large finite float16 values overflow a sum; that alone is no error."""
+    grid = Grid(8, 16)
+    q, k = (torch.randn(1, 1, grid.npoints, 4, dtype=torch.float16) for _ in range(2))
+    v = torch.full((1, 1, grid.npoints, 4), 6e4, dtype=torch.float16)
+    assert not torch.isfinite(v.sum())  # the case the elementwise fallback exists for
+    out = neighborhood_attention(q, k, v, grid, 0.4)
+    assert torch.allclose(out.float(), v.float(), rtol=1e-3)

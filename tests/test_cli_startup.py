@@ -131,6 +131,14 @@ def test_stale_cache_is_rendered_again(fake_render, capsys):
     assert path.read_text().partition("\n")[0] == help_cache.cache_key("validate")
 
 
+def test_warm_renders_only_missing_or_stale_help(fake_render, capsys):
+    help_cache.warm(["fit", "test"])
+    help_cache.warm(["fit", "test", "validate"])  # fit and test are cached already
+    assert fake_render == ["fit", "test", "validate"] and capsys.readouterr().out == ""
+    help_cache.print_help("fit")
+    assert fake_render == ["fit", "test", "validate"] and capsys.readouterr().out == "help of fit #1\n"
+
+
 def test_cache_key_changes_with_the_source(monkeypatch, tmp_path):
     package = tmp_path / "s2forecast"
     package.mkdir()

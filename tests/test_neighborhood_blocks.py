@@ -2,6 +2,7 @@
 
 import importlib
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -167,6 +168,36 @@ def test_reference_chunked_recompute_still_agrees(monkeypatch):
     monkeypatch.setattr(attention_module, "CHUNK_BYTES", 1)
     chunked = neighborhood_attention_reference(*tensors, neighborhood, 0.5)
     assert torch.allclose(chunked, whole, atol=1e-12, rtol=0)
+
+
+def test_scratch_buffers_never_leak_into_results():
+    """The gathers reuse scratch tensors: an output or gradient of one call stays as it was
+    through later calls on other grids and inputs."""
+    grid, other = Grid(16, 32), Grid(12, 24)
+    tensors = inputs(grid)
+    blocks = longitude_blocks(spherical_neighborhood(grid, 0.4))
+    out = neighborhood_attention_blocked(*tensors, blocks, 0.3)
+    grads = torch.autograd.grad(out.square().sum(), tensors)
+    kept = [t.clone() for t in (out, *grads)]
+    for _ in range(2):
+        other_tensors = inputs(other, batch=3, head_dim=16, head_dim_v=4)
+        again = neighborhood_attention_blocked(*other_tensors, longitude_blocks(spherical_neighborhood(other, 0.9)), 0.2)
+        torch.autograd.grad(again.sum(), other_tensors)
+    for before, now in zip(kept, (out, *grads), strict=True):
+        assert torch.equal(before, now)
+
+
+def test_threads_do_not_share_scratch_buffers():
+    """Two threads attending at once (scratch tensors are per thread) both get the reference."""
+    grid = Grid(16, 32)
+    neighborhood = spherical_neighborhood(grid, default_radius(grid))
+    blocks = longitude_blocks(neighborhood)
+    cases = [tuple(t.detach() for t in inputs(grid, heads=h)) for h in (1, 2, 3, 4)]
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda qkv: [neighborhood_attention_blocked(*qkv, blocks, 0.3) for _ in range(3)], cases))
+    for qkv, repeats in zip(cases, outs, strict=True):
+        ref = neighborhood_attention_reference(*qkv, neighborhood, 0.3)
+        assert all(torch.allclose(out, ref, atol=1e-5, rtol=0) for out in repeats)
 
 
 def test_backward_keeps_only_the_inputs():

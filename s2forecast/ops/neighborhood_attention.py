@@ -17,6 +17,8 @@ Three paths on (batch, heads, nlat*nlon, head_dim) tensors:
   is recomputed in the backward pass (activation checkpointing).
 """
 
+import math
+import threading
 from typing import NamedTuple
 
 import torch
@@ -33,9 +35,8 @@ from s2forecast.ops.validation import check_attention_inputs, check_grid, check_
 # Working-set budget of one chunk of query rows (gathered keys/values and their gradients, or
 # the reference's band and mask).
 CHUNK_BYTES = 256 * 2**20
-# The blocked path's gathered keys and values per SDPA call: below glibc's largest mmap
-# threshold (32 MiB), as allocations above it are page-faulted afresh on every call, which
-# costs more than the gather itself; not much below, as every call synchronises the threads.
+# The blocked path's gathered keys and values per SDPA call: not much below, as every call
+# synchronises the threads.
 BLOCK_CHUNK_BYTES = 16 * 2**20
 
 
@@ -162,22 +163,23 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
         # a zero point after the last: the output gradient of the wrapped repeats, whose
         # outputs were dropped, so that they add nothing to dk and dv
         grad_points = torch.cat([grad_out.reshape(bh, npoints, -1), grad_out.new_zeros(bh, 1, grad_out.shape[-1])], 1)
-        dq = torch.zeros_like(q, memory_format=torch.contiguous_format).view(bh, npoints, head_dim)
-        dkv = q.new_zeros(bh, npoints, head_dim + v.shape[-1])
+        dq, dk, dv = (t.new_zeros(bh, npoints, t.shape[-1]) for t in (q, k, v))
         for chunk in _chunks(q, k, v, ctx.blocks):
-            q_blocks = chunk.q_blocks.detach().requires_grad_()
-            kv_gathered = chunk.kv_gathered.detach().requires_grad_()
+            # k and v as separate leaves: a gradient for the whole gathered kv would be
+            # assembled from two zero-filled slices
+            leaves = (chunk.q_blocks, chunk.kv_gathered[..., :head_dim], chunk.kv_gathered[..., head_dim:])
+            leaves = tuple(t.detach().requires_grad_() for t in leaves)
             with torch.enable_grad():
-                attended = _attend(chunk._replace(q_blocks=q_blocks, kv_gathered=kv_gathered), head_dim, ctx.scale)
+                attended = F.scaled_dot_product_attention(*leaves, attn_mask=chunk.bias, scale=ctx.scale)
             grad_index = chunk.query_blocks
             if chunk.first is not None:
                 grad_index = torch.full_like(grad_index, npoints).index_copy_(0, chunk.first, chunk.query_index)
-            grad = grad_points.index_select(1, grad_index).view(attended.shape)
-            dq_blocks, dkv_gathered = torch.autograd.grad(attended, (q_blocks, kv_gathered), grad)
-            dq.index_add_(1, chunk.query_blocks, dq_blocks.reshape(bh, -1, head_dim))
-            dkv.index_add_(1, chunk.key_index, dkv_gathered.reshape(bh, -1, dkv.shape[-1]))
-        dk, dv = dkv.split([head_dim, v.shape[-1]], dim=-1)
-        return dq.view(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), None, None
+            grad = _gather(grad_points, grad_index, "grad").view(attended.shape)
+            dq_blocks, dk_gathered, dv_gathered = torch.autograd.grad(attended, leaves, grad)
+            _index_add(dq, chunk.query_blocks, dq_blocks, chunk.nblocks)
+            _index_add(dk, chunk.key_index, dk_gathered, chunk.nblocks)
+            _index_add(dv, chunk.key_index, dv_gathered, chunk.nblocks)
+        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None
 
 
 class _Chunk(NamedTuple):
@@ -225,10 +227,41 @@ def _chunks(q, k, v, blocks: LongitudeBlocks):
                 query_index=query_blocks[first] if wraps else query_blocks,
                 first=first,
                 key_index=key_index,
-                q_blocks=q_points.index_select(1, query_blocks).view(bh * group.nblocks, rows, group.block, head_dim),
-                kv_gathered=kv_points.index_select(1, key_index).view(bh * group.nblocks, rows, group.keys, -1),
+                q_blocks=_gather(q_points, query_blocks, "q").view(bh * group.nblocks, rows, group.block, head_dim),
+                kv_gathered=_gather(kv_points, key_index, "kv").view(bh * group.nblocks, rows, group.keys, -1),
                 bias=bias[None],
             )
+
+
+_scratch = threading.local()
+
+
+def _gather(points: torch.Tensor, index: torch.Tensor, slot: str) -> torch.Tensor:
+    """``points.index_select(1, index)`` for (bh, N, c) ``points``, written into a scratch tensor
+    that this thread keeps per (slot, device, dtype) and reuses: a fresh multi-MiB tensor per
+    chunk makes the forward 1.3-1.5x slower on CPU (page faults, and the functional
+    index_select's slower copy). The result is valid until the next gather into ``slot``."""
+    shape = (points.shape[0], index.numel(), points.shape[2])
+    numel = math.prod(shape)
+    buffers = _scratch.__dict__.setdefault("buffers", {})
+    key = (slot, points.device, points.dtype)
+    buffer = buffers.get(key)
+    if buffer is None or buffer.numel() < numel:
+        buffer = buffers[key] = points.new_empty(numel)
+    return torch.index_select(points, 1, index, out=buffer[:numel].view(shape))
+
+
+def _index_add(target: torch.Tensor, index: torch.Tensor, grad: torch.Tensor, nblocks: int) -> None:
+    """``target.index_add_(1, index, grad)`` for (bh, N, c) ``target`` and a chunk's gradient
+    (bh*nblocks, rows, L, c) whose points ``index`` lists in (block, row, l) order. SDPA's CPU
+    backward returns its gradients as transposed views of (bh*nblocks, L, rows, c) tensors:
+    then the index is transposed instead of copying the gradient."""
+    bh_blocks, rows, length, channels = grad.shape
+    flipped = grad.transpose(1, 2)
+    if flipped.is_contiguous():
+        index = index.view(nblocks, rows, length).transpose(1, 2).reshape(-1)
+        grad = flipped
+    target.index_add_(1, index, grad.reshape(bh_blocks // nblocks, -1, channels))
 
 
 def _attend(chunk: _Chunk, head_dim: int, scale: float) -> torch.Tensor:
