@@ -179,9 +179,10 @@ def test_scratch_buffers_never_leak_into_results():
     out = neighborhood_attention_blocked(*tensors, blocks, 0.3)
     grads = torch.autograd.grad(out.square().sum(), tensors)
     kept = [t.clone() for t in (out, *grads)]
+    other_blocks = longitude_blocks(spherical_neighborhood(other, 0.9))
     for _ in range(2):
         other_tensors = inputs(other, batch=3, head_dim=16, head_dim_v=4)
-        again = neighborhood_attention_blocked(*other_tensors, longitude_blocks(spherical_neighborhood(other, 0.9)), 0.2)
+        again = neighborhood_attention_blocked(*other_tensors, other_blocks, 0.2)
         torch.autograd.grad(again.sum(), other_tensors)
     for before, now in zip(kept, (out, *grads), strict=True):
         assert torch.equal(before, now)
