@@ -4,8 +4,10 @@
 Trains, with one budget and the same seeds, the S2 neighborhood model with NoPE, RoPE (axial,
 on row/column indices), SpRePE with the fixed mask (rho = 7/8) and SpRePE with the adaptive
 mask, and the S2 global model with NoPE, RoPE and SpRePE (fixed mask), as in
-``scripts/swe_ablation.py`` (same store layout, optimizer, schedule and clipping). For every
-model and seed it reports:
+``scripts/swe_ablation.py`` (same store layout, optimizer, schedule and clipping); and, as the
+SpRePE paper does, a plain ViT (``PlanarTransformer``: 2x2 patches, unweighted global attention)
+with its learned absolute table (APE), NoPE, RoPE and SpRePE (fixed mask). For every model and
+seed it reports:
 - the one-step validation loss (the training objective), L1 and L2 (normalized units);
 - the rollout RMSE of geopotential height (m) and vorticity (s**-1) at 1, 6, 12 and 24 h
   (area-weighted, WeatherBench2's definition, over every validation init with 24 h of truth);
@@ -27,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-MODELS = {  # name -> network options on top of the common ones
+PLANAR = {"architecture": "planar", "attention": "global", "patch_size": 2}
+MODELS = {  # name -> network options on top of the common ones (architecture: spherical unless given)
     "s2-neighborhood-nope": {"attention": "neighborhood", "position_embedding": "none"},
     "s2-neighborhood-rope": {"attention": "neighborhood", "position_embedding": "rope"},
     "s2-neighborhood-sprepe-fixed": {"attention": "neighborhood", "position_embedding": "sprepe",
@@ -38,8 +41,15 @@ MODELS = {  # name -> network options on top of the common ones
     "s2-global-rope": {"attention": "global", "position_embedding": "rope"},
     "s2-global-sprepe-fixed": {"attention": "global", "position_embedding": "sprepe",
                                "position_embedding_options": {"mask": "fixed"}},
+    "planar-global-ape": PLANAR | {"position_embedding": "ape"},
+    "planar-global-nope": PLANAR | {"position_embedding": "none"},
+    "planar-global-rope": PLANAR | {"position_embedding": "rope"},
+    "planar-global-sprepe-fixed": PLANAR | {"position_embedding": "sprepe",
+                                            "position_embedding_options": {"mask": "fixed"}},
 }  # fmt: skip
+DEFAULT_MODELS = [name for name in MODELS if not name.startswith("planar")]  # the issue-19 set
 LEADS_H = (1, 6, 12, 24)
+COLORS = {"nope": "C0", "rope": "C1", "sprepe-fixed": "C2", "sprepe-adaptive": "C3", "ape": "C4"}  # one per embedding
 FIELDS = ("geopotential_height", "vorticity")
 
 
@@ -83,9 +93,11 @@ def train_and_score(name: str, seed: int, args) -> dict:
     val = (args.train_trajectories, trajectories)
     pl.seed_everything(seed, verbose=False)
     data = SWEDataModule(str(args.store), val_trajectories=val, batch_size=args.batch_size, **split)
-    network = {"embed_dim": args.embed_dim, "num_layers": args.num_layers, "num_heads": 1, "scale_factor": 2}
-    network |= MODELS[name]
-    model = ForecastModule("spherical", network, data_info(data), lr=args.lr, warmup_steps=50)
+    network = {"embed_dim": args.embed_dim, "num_layers": args.num_layers, "num_heads": 1} | MODELS[name]
+    architecture = network.pop("architecture", "spherical")
+    if architecture == "spherical":
+        network["scale_factor"] = 2  # the planar models' patch_size
+    model = ForecastModule(architecture, network, data_info(data), lr=args.lr, warmup_steps=50)
     losses = EpochLoss()
     trainer = pl.Trainer(
         max_epochs=args.epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -147,23 +159,31 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
+    panels = {"s2-neighborhood": "S2 neighborhood attention", "s2-global": "S2 global attention",
+              "planar-global": "planar ViT (global attention)"}  # fmt: skip
+    panels = {key: title for key, title in panels.items() if any(r["model"].startswith(key) for r in rows)}
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=False, squeeze=False)
+    axes = dict(zip(panels, axes[0], strict=True))
     by_model: dict[str, list[dict]] = {}
     for row in rows:
         by_model.setdefault(row["model"], []).append(row)
     for name, group in by_model.items():
-        ax = axes[0] if "neighborhood" in name else axes[1]
+        ax = axes[next(key for key in panels if name.startswith(key))]
         angles = [r["alpha_deg"] for r in group[0]["rotation"]]
         curves = np.array([[r["rmse"] for r in row["rotation"]] for row in group])
-        line = ax.plot(angles, curves.mean(axis=0), marker="o", label=name.split("-", 2)[-1])[0]
-        ax.fill_between(angles, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.2)
-    for ax, title in zip(axes, ("S2 neighborhood attention", "S2 global attention"), strict=True):
+        embedding = name.split("-", 2)[-1]
+        color = COLORS.get(embedding)
+        ax.plot(angles, curves.mean(axis=0), marker="o", color=color, label=embedding)
+        ax.fill_between(angles, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.2)
+    for key, ax in axes.items():
         ax.set_xlabel("rotation angle α (degrees)")
         ax.set_ylabel("one-step RMSE (normalized units)")
-        ax.set_title(title)
+        ax.set_title(panels[key])
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle("Shallow water 64x128: inputs and truth rotated about the y axis (mean and range over seeds)")
+    steps = sorted({r["optimizer_steps"] for r in rows})
+    fig.suptitle(f"Shallow water 64x128, {'/'.join(map(str, steps))} optimizer steps:\ninputs and truth rotated about "
+                 "the y axis (mean and range over seeds)", fontsize=10)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
@@ -171,7 +191,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, default=Path("data/swe_64x128_36h.zarr"))
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=DEFAULT_MODELS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--train-trajectories", type=int, default=10, help="the rest validate")
     parser.add_argument("--epochs", type=int, default=2)
