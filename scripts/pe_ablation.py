@@ -96,7 +96,7 @@ def train_and_score(name: str, seed: int, args) -> dict:
     network = {"embed_dim": args.embed_dim, "num_layers": args.num_layers, "num_heads": 1} | MODELS[name]
     architecture = network.pop("architecture", "spherical")
     if architecture == "spherical":
-        network["scale_factor"] = 2  # the planar models' patch_size
+        network["scale_factor"] = 2  # 2x2 latent, as the ViT's 2x2 patches
     model = ForecastModule(architecture, network, data_info(data), lr=args.lr, warmup_steps=50)
     losses = EpochLoss()
     trainer = pl.Trainer(

@@ -143,7 +143,8 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
         # in the inputs' dtype, as the backward's recomputation (which runs outside autocast)
         with torch.autocast(q.device.type, enabled=False):
             for chunk in _chunks(q, k, v, blocks):
-                outputs.append(_attend(chunk, q.shape[-1], scale).view(batch * heads, -1, head_dim_v))
+                attended = F.scaled_dot_product_attention(*chunk.qkv(q.shape[-1]), attn_mask=chunk.bias, scale=scale)
+                outputs.append(attended.view(batch * heads, -1, head_dim_v))
                 first = chunk.first if chunk.first is not None else torch.arange(chunk.query_blocks.numel())
                 queries.append(chunk.query_index)
                 firsts.append(first.to(q.device) + offset)
@@ -167,8 +168,7 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
         for chunk in _chunks(q, k, v, ctx.blocks):
             # k and v as separate leaves: a gradient for the whole gathered kv would be
             # assembled from two zero-filled slices
-            leaves = (chunk.q_blocks, chunk.kv_gathered[..., :head_dim], chunk.kv_gathered[..., head_dim:])
-            leaves = tuple(t.detach().requires_grad_() for t in leaves)
+            leaves = tuple(t.detach().requires_grad_() for t in chunk.qkv(head_dim))
             with torch.enable_grad():
                 attended = F.scaled_dot_product_attention(*leaves, attn_mask=chunk.bias, scale=ctx.scale)
             grad_index = chunk.query_blocks
@@ -194,6 +194,10 @@ class _Chunk(NamedTuple):
     q_blocks: torch.Tensor  # (bh*nblocks, rows, block, d)
     kv_gathered: torch.Tensor  # (bh*nblocks, rows, keys, d + dv)
     bias: torch.Tensor  # (1, rows, block, keys) log w inside the disks, -inf outside
+
+    def qkv(self, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The SDPA operands: q blocks, and the gathered keys and values (views)."""
+        return self.q_blocks, self.kv_gathered[..., :head_dim], self.kv_gathered[..., head_dim:]
 
 
 def _chunks(q, k, v, blocks: LongitudeBlocks):
@@ -262,11 +266,3 @@ def _index_add(target: torch.Tensor, index: torch.Tensor, grad: torch.Tensor, nb
         index = index.view(nblocks, rows, length).transpose(1, 2).reshape(-1)
         grad = flipped
     target.index_add_(1, index, grad.reshape(bh_blocks // nblocks, -1, channels))
-
-
-def _attend(chunk: _Chunk, head_dim: int, scale: float) -> torch.Tensor:
-    """SDPA of one chunk, (bh*nblocks, rows, block, dv)."""
-    kv = chunk.kv_gathered
-    return F.scaled_dot_product_attention(
-        chunk.q_blocks, kv[..., :head_dim], kv[..., head_dim:], attn_mask=chunk.bias, scale=scale
-    )
