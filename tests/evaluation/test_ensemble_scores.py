@@ -12,7 +12,7 @@ from s2forecast.cli import main as cli
 from s2forecast.datamodules.convert_era5 import convert_era5
 from s2forecast.evaluation.evaluate import evaluate
 
-ERA5_SLICE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 M = 4
 
 

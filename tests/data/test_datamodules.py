@@ -26,7 +26,7 @@ from s2forecast.datamodules.store import cf_attributes, normalize_units
 from s2forecast.datamodules.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 
-ERA5_SLICE = Path(__file__).parent / "data" / "era5_sample_slice.nc"  # real ERA5, see tests/data/README.md
+ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"  # real ERA5, see tests/data/README.md
 
 
 def synthetic_store(path, grid: Grid, times, south_to_north=False, levels=(500, 850), seed=0, nan_at=None):

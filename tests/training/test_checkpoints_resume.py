@@ -23,7 +23,7 @@ from s2forecast.inference.rollout import load_forecaster, rollout
 from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
 from s2forecast.training.cli import run as lightning  # raises what `s2forecast` reports in one line
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 
 # --- a checkpoint that runs code ------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
               "--trainer.callbacks+=test_checkpoints_resume.Probe", "--data.init_args.num_workers", "2"]  # fmt: skip
     straight = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "straight")
     split = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "split")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training")])}
     log = tmp_path / "crash.log"
     with log.open("w") as output:
         kill = "--trainer.callbacks+=test_checkpoints_resume.KillAfterStep"
@@ -296,7 +296,7 @@ def test_resume_after_kill_mid_epoch_is_bit_identical_under_ddp(swe_store, tmp_p
     every_step = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=1",
                   "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true"]  # fmt: skip
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training")])}
 
     def fit(name, *extra):
         args = tiny_args(swe_store, tmp_path, *every_step, *ddp, "--trainer.logger.init_args.name", name)

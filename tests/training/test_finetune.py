@@ -13,7 +13,7 @@ from s2forecast.models.forecaster import forecaster_weights
 from s2forecast.training import ForecastModule, data_info
 from s2forecast.training.checkpoints import read_checkpoint
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 FINETUNE = REPO / "configs" / "swe" / "s2_neighborhood_finetune.yaml"
 
 

@@ -13,7 +13,7 @@ import xarray as xr
 from s2forecast.evaluation.regions import STANDARD_REGIONS, parse_box, region_masks, region_weights
 from s2forecast.evaluation.scoring import METRICS, check_members, get_metric, member_dim, metric_units
 
-SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from s2forecast import cli, help_cache
 from s2forecast.commands import COMMANDS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "pytorch_lightning", "lightning", "xarray", "torch_harmonics", "wandb")
 WORKFLOW = ["generate-swe", "convert-era5", "stats", "fit", "validate", "test", "rollout", "climatology", "evaluate"]
 

@@ -10,7 +10,7 @@ import xarray as xr
 
 from s2forecast.evaluation import plots
 
-SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_scorecard_labels_fit_and_colours_saturate():
 def _script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[2] / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -18,7 +18,7 @@ from s2forecast.cli import main as cli
 from s2forecast.datamodules.store import open_store
 from s2forecast.evaluation.report import open_results
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 
 def wb2_store(path: Path) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "gpu_check.py"
+SCRIPT = Path(__file__).parents[2] / "scripts" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_global.yaml"
 # warnings that name a setting the user can change: allowed in a run
 ACTIONABLE = re.compile(r"num_workers|log_every_n_steps")

@@ -17,7 +17,7 @@ from s2forecast.models import PlanarTransformer, SphericalTransformer, build_net
 from s2forecast.models.planar_transformer import window_mask
 from s2forecast.training import ForecastModule, data_info
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_neighborhood.yaml"
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "demo.py"
+SCRIPT = Path(__file__).parents[2] / "scripts" / "demo.py"
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from s2forecast.evaluation.spectra import (
 )
 from s2forecast.geometry import Grid
 
-SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, o
 from s2forecast.geometry import Grid
 from s2forecast.training import ForecastModule, data_info
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 RAW_TIME = re.compile(r"\d{15,}|\.0{9}")  # nanoseconds since 1970, or datetime64's ".000000000"
 
 

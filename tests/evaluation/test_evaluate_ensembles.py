@@ -11,7 +11,7 @@ import xarray as xr
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import open_results
 
-SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 LEADS = pd.to_timedelta([8, 15], unit="h")  # the sample's times: 2026-03-25T21, 03-26T05, 03-26T12
 
 

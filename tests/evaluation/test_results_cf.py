@@ -17,7 +17,7 @@ import xarray as xr
 
 from s2forecast.evaluation.evaluate import evaluate
 
-SAMPLE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 LEADS = pd.to_timedelta([8, 15], unit="h")  # the sample's times: 2026-03-25T21, 03-26T05, 03-26T12
 STANDARD_NAMES = {"forecast_period": "s", "air_pressure": "Pa"}  # canonical units, CF table v93
 

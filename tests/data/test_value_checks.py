@@ -23,7 +23,7 @@ from s2forecast.datamodules.plausibility import check_plausible, field_problem, 
 from s2forecast.evaluation import compute_climatology
 from s2forecast.evaluation.evaluate import evaluate
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 ERA5_SLICE = DATA / "era5_sample_slice.nc"  # real ERA5, see tests/data/README.md
 ERA5_NAMES = {"t2m": "2m_temperature", "u10": "10m_u_component_of_wind", "v10": "10m_v_component_of_wind"}
 ERA5_NAMES |= {"msl": "mean_sea_level_pressure", "tp": "total_precipitation"}

@@ -13,7 +13,7 @@ from s2forecast.models.spherical_transformer import SphericalTransformer
 from s2forecast.nn import SphericalNoise
 from s2forecast.training.losses import ensemble_loss, fair_crps, weighted_mse
 
-ERA5_SLICE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 
 
 def crps_pairwise(members: np.ndarray, truth: np.ndarray) -> np.ndarray:

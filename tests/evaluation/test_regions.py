@@ -12,7 +12,7 @@ from s2forecast.datamodules.convert_era5 import convert_era5
 from s2forecast.evaluation.evaluate import evaluate
 from s2forecast.evaluation.regions import STANDARD_REGIONS, parse_box
 
-ERA5_SLICE = Path(__file__).parent / "data" / "era5_sample_slice.nc"
+ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 REGIONS = ["global", "tropics", "extra-tropics", "europe", "north-pacific", "30,70,350,40", "-60,-10,100,200"]
 
 

@@ -270,7 +270,7 @@ def test_robustness_script(trained, tmp_path):
     finer = tmp_path / "finer.zarr"
     generate_swe(finer, 16, 32, trajectories=1, steps=3, progress=False)
     compute_stats(finer)
-    script = Path(__file__).parents[1] / "scripts" / "robustness.py"
+    script = Path(__file__).parents[2] / "scripts" / "robustness.py"
     command = [sys.executable, str(script), "--ckpt", str(checkpoint), "--store", str(store), "--angles", "3",
                "--samples", "2", "--other-store", str(finer)]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "bench_attention.py"
+SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_attention.py"
 KEYS = {"op", "impl", "nlat", "nlon", "batch", "channels", "heads", "theta", "dtype", "device"}
 KEYS |= {"fwd_ms", "fwd_bwd_ms", "peak_mem_mb"}
 

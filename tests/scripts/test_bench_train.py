@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "bench_train.py"
+SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_train.py"
 KEYS = {"impl", "nlat", "nlon", "channels", "batch", "embed_dim", "num_layers", "attention", "dtype", "device"}
 KEYS |= {"params", "steps", "samples_per_s", "step_ms", "peak_mem_mb"}
 TINY = {"impl": "s2forecast", "nlat": 16, "nlon": 32, "channels": 3, "batch": 1, "embed_dim": 16, "num_layers": 2}

@@ -18,7 +18,7 @@ from s2forecast.datamodules.convert_era5 import convert_era5, run
 from s2forecast.datamodules.store import VARIABLES, describe, open_store
 from s2forecast.datamodules.writer import StoreWriter
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 SAMPLE_SLICE = DATA / "era5_sample_slice.nc"
 
 LAT = np.linspace(90.0, -90.0, 5)  # equiangular with poles

@@ -14,7 +14,7 @@ import zarr
 from s2forecast.cli import main
 from s2forecast.datamodules.fields import FieldDataset, SampleSpec
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 
 def refused(argv, capsys) -> str:
