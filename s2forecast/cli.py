@@ -4,22 +4,21 @@
 Lightning or xarray; the Lightning commands' plain ``--help`` comes from a cache
 (``s2forecast.help_cache``), rendered by LightningCLI on first use.
 
-A user error (a bad value, path or file, a configuration error: ``s2forecast.user_errors``)
-ends the command with one line, ``s2forecast COMMAND: error: ...``, and exit status 2;
-``--debug`` (anywhere on the command line) also prints the traceback. Other exceptions are
-bugs and keep their traceback.
+A user error (``s2forecast.user_errors.UserError``: a bad value, path or file, a configuration
+error) ends the command with one line, ``s2forecast COMMAND: error: ...``, and exit status 2;
+``--debug`` (anywhere on the command line) also prints the traceback. Any other exception is a
+bug: its traceback, then one line asking for a report, and exit status 1.
 """
 
 import argparse
 import difflib
-import importlib
 import re
 import sys
 import traceback
 
 from s2forecast import __version__, help_cache
 from s2forecast.commands import COMMANDS
-from s2forecast.user_errors import user_error_message
+from s2forecast.user_errors import BUG_REPORT, UserError, user_error_message
 
 BY_NAME = {command.name: command for command in COMMANDS}
 DEBUG = "--debug"
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if argv and argv[0] == "predict":
             command = "predict"
-            raise ValueError(
+            raise UserError(
                 "predict is not a command: it wrote nothing. Forecasts from a checkpoint are `s2forecast rollout "
                 "--ckpt CKPT --store STORE --steps N --init-times ... --out forecast.nc`"
             )
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                 help_cache.print_help(command)
                 sys.exit(0)  # as argparse's --help does
             else:
-                _function(BY_NAME[command].run)(argv)  # LightningCLI parses the rest
+                BY_NAME[command].run(argv)  # LightningCLI parses the rest
             return
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -61,11 +60,13 @@ def main(argv: list[str] | None = None) -> None:
             parser.print_help()
             sys.exit(2)
         command = args.command
-        _function(BY_NAME[command].run)(args)
+        BY_NAME[command].run(args)
     except Exception as error:
         message = user_error_message(error)
-        if message is None:
-            raise  # a bug: the traceback is what a report needs
+        if message is None:  # a bug: the traceback is what a report needs
+            traceback.print_exception(error)
+            sys.stderr.write(f"s2forecast {command or ''}: internal error: {BUG_REPORT}\n".replace(" :", ":"))
+            sys.exit(1)
         if debug:
             traceback.print_exception(error)
         sys.stderr.write(f"s2forecast {command}: error: {message}\n")
@@ -79,13 +80,6 @@ class CommandListFormatter(argparse.HelpFormatter):
     def __init__(self, prog: str):
         super().__init__(prog)
         self._action_max_length = 2 + max(len(command.name) for command in COMMANDS) + 2
-
-
-def _function(target: str):
-    """The function named "module:function", imported now (commands import their dependencies
-    only when they run)."""
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,6 +41,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from s2forecast.user_errors import UserError
+
 MARKER_ATTR = "s2forecast_artifact"
 GENERATION_ATTR = "s2forecast_generation"
 MARKER_FILE = ".s2forecast-artifact.json"
@@ -195,14 +197,14 @@ def check_unchanged(path: str | os.PathLike, recorded: str | None, what: str = "
     try:
         now = generation_of(path)
     except FileNotFoundError:
-        raise ValueError(f"{what} {path} was removed while it was read; nothing was written, rerun") from None
+        raise UserError(f"{what} {path} was removed while it was read; nothing was written, rerun") from None
     if now != recorded:
         raise rewritten_error(path, recorded, now, what)
 
 
-def rewritten_error(path, recorded: str | None, now: str | None, what: str = "store") -> ValueError:
+def rewritten_error(path, recorded: str | None, now: str | None, what: str = "store") -> UserError:
     """The error for an input found at generation ``now`` after it was opened at ``recorded``."""
-    return ValueError(
+    return UserError(
         f"{what} {path} was rewritten while it was read (generation {recorded} -> {now}); nothing was written, rerun"
     )
 
@@ -229,28 +231,28 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     target = path.resolve()
     cwd = Path.cwd().resolve()
     if target == cwd or target in cwd.parents:
-        raise ValueError(
+        raise UserError(
             f"{option} {path} is the current directory or one of its parents; s2forecast never writes over a "
             f"directory it did not create: name a new path, e.g. {option} {path / 'output'}"
         )
     if path.is_symlink():
-        raise ValueError(f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out")
+        raise UserError(f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out")
     identity = _identity(path)
     for given in inputs:
         if given is None:
             continue
         source = Path(given).resolve()
         if target == source or (identity is not None and identity == _identity(source)):
-            raise ValueError(f"{option} {path} is the input {given}; write to another path")
+            raise UserError(f"{option} {path} is the input {given}; write to another path")
         if source in target.parents:
-            raise ValueError(f"{option} {path} lies inside the input {given}; write outside it")
+            raise UserError(f"{option} {path} lies inside the input {given}; write outside it")
         if target in source.parents:
-            raise ValueError(f"{option} {path} contains the input {given}; write to another path")
+            raise UserError(f"{option} {path} contains the input {given}; write to another path")
 
 
-def foreign_error(path: Path, option: str = "--out") -> ValueError:
+def foreign_error(path: Path, option: str = "--out") -> UserError:
     """The error for an existing ``path`` that s2forecast did not write."""
-    return ValueError(
+    return UserError(
         f"{option} {path} exists and was not written by s2forecast (it has no s2forecast marker); it is never "
         "replaced, even with --overwrite: choose another --out or move it away yourself"
     )
@@ -364,7 +366,7 @@ class Output:
             except OSError as error:
                 raise self._unwritable(error) from None
         if not parent.exists():
-            raise ValueError(f"output directory {parent} does not exist; create it first or choose another {option}")
+            raise UserError(f"output directory {parent} does not exist; create it first or choose another {option}")
         if not parent.is_dir():
             raise self._unwritable(NotADirectoryError(errno.ENOTDIR, "not a directory"))
         clean_leftovers(self.path)

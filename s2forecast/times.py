@@ -9,6 +9,8 @@ nanoseconds since 1970 or trailing ``:00.000000000``.
 import numpy as np
 import pandas as pd
 
+from s2forecast.user_errors import UserError
+
 EXAMPLE = "2020-01-01T06"
 
 
@@ -27,7 +29,7 @@ def parse_time(value, what: str = "time") -> np.datetime64:
     except (ValueError, TypeError, OverflowError):
         stamp = pd.NaT
     if pd.isna(stamp):
-        raise ValueError(f"{what} {value!r} is not a time; write it as YYYY-MM-DD or YYYY-MM-DDTHH, e.g. {EXAMPLE}")
+        raise UserError(f"{what} {value!r} is not a time; write it as YYYY-MM-DD or YYYY-MM-DDTHH, e.g. {EXAMPLE}")
     if stamp.tzinfo is not None:
         stamp = stamp.tz_convert("UTC").tz_localize(None)
     return np.datetime64(stamp.asm8, "ns")

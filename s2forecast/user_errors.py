@@ -1,13 +1,16 @@
 """Which exceptions are the user's, and the one line the ``s2forecast`` command prints for them.
 
-User errors (``s2forecast COMMAND: error: <one line>``, exit status 2; ``--debug`` also
-prints the traceback):
+``UserError`` is raised on purpose wherever s2forecast checks its input (a value, path, file or
+configuration) and finds it bad; its message names the bad value and how to fix it. The
+command prints it as ``s2forecast COMMAND: error: <one line>`` with exit status 2
+(``--debug`` also prints the traceback).
 
-- ``ValueError`` and ``OSError`` (``FileNotFoundError``, ``PermissionError``,
-  ``IsADirectoryError``, ...): the package's convention for bad values, paths and files.
-  zarr's "not a store" errors are both; fit/validate/test/predict's configuration errors
-  arrive as ``s2forecast.training.config_errors.ConfigError``, a ``ValueError``;
-- Lightning's ``MisconfigurationException`` and argparse's ``ArgumentError``: bad options;
+A few failures raised by other libraries also mean bad input, and are reported the same way
+(``user_error_message``):
+
+- ``OSError`` (``FileNotFoundError``, ``PermissionError``, a full disk, ...): a path or file;
+- Lightning's ``MisconfigurationException``, a ``ValueError`` raised inside Lightning or
+  jsonargparse while a configuration is built, argparse's ``ArgumentError``: bad options;
 - ``ModuleNotFoundError`` for a package other than s2forecast: an optional dependency an
   option needs (``--trainer.accelerator tpu`` without torch_xla, cfgrib for GRIB files);
 - ``FloatingPointError``: a computation the user's settings make diverge (the SWE solver);
@@ -15,13 +18,13 @@ prints the traceback):
   a smaller grid or batch fixes it;
 - files that cannot be decoded: ``EOFError``, ``pickle.UnpicklingError`` (also torch's
   refusal to load code from a checkpoint), what torch's checkpoint loader raises on garbage
-  (``KeyError``, ``IndexError``, ``RuntimeError``, ``struct.error``), and ``KeyError`` or
-  ``RuntimeError`` raised inside a library while it reads a file or looks data up in it
-  (``READERS``: zarr, numcodecs, netCDF4, h5py, xarray, pandas, ...).
+  (``KeyError``, ``IndexError``, ``RuntimeError``, ``struct.error``), and ``KeyError``,
+  ``ValueError`` or ``RuntimeError`` raised inside a library while it reads a file or looks
+  data up in it (``READERS``: zarr, numcodecs, netCDF4, h5py, xarray, pandas, ...).
 
-Everything else is a programming error and keeps its traceback: ``TypeError``,
-``AttributeError``, ``AssertionError``, ``IndexError``, a ``KeyError`` or ``RuntimeError``
-raised by s2forecast itself or by torch's computations, ...
+Everything else is a bug, in s2forecast or below it: the command prints the traceback and
+asks for a report (``BUG_REPORT``). That includes a plain ``ValueError`` raised by s2forecast
+itself: a check that meant the user must raise ``UserError``.
 """
 
 import argparse
@@ -34,7 +37,22 @@ import struct
 CHECKPOINT_READERS = ("torch.serialization", "torch._weights_only_unpickler", "pickle", "_pickle")
 CHECKPOINT_GARBAGE = (LookupError, RuntimeError, EOFError, struct.error)
 READERS = ("zarr", "numcodecs", "netCDF4", "h5py", "h5netcdf", "xarray", "pandas", "cfgrib", "gribapi", "eccodes")
-USER_ERRORS = (ValueError, OSError, argparse.ArgumentError, FloatingPointError)
+USER_ERRORS = (OSError, argparse.ArgumentError, FloatingPointError)
+# libraries that build the Lightning commands from the user's configuration: a ValueError they raise is a bad option
+CONFIG_BUILDERS = ("pytorch_lightning", "lightning_fabric", "lightning", "jsonargparse", "torchmetrics")
+BUG_REPORT = (
+    "this is a bug in s2forecast, not in your input: please report it with the command line and the traceback "
+    "above to the s2forecast developers (an issue in the s2forecast repository)"
+)
+
+
+class UserError(ValueError):
+    """Bad input (a value, path, file or configuration), raised on purpose where it is checked.
+
+    The message is one line that names the bad value and how to fix it. A ``ValueError`` so that
+    callers of the library that catch ``ValueError`` keep working.
+    """
+
 
 # third-party messages that do not say what is wrong, and what to say instead
 XARRAY_NO_BACKEND = re.compile(r"did not find a match in any of xarray's currently installed IO backends.*", re.S)
@@ -57,9 +75,11 @@ def user_error_message(error: BaseException) -> str | None:
         return memory
     if isinstance(error, ModuleNotFoundError) and not (error.name or "").startswith("s2forecast"):
         return f"{one_line(str(error))} (an optional dependency: install it, or choose an option that does not need it)"
-    if _is_misconfiguration(error) or isinstance(error, USER_ERRORS):
+    if isinstance(error, UserError) or _is_misconfiguration(error) or isinstance(error, USER_ERRORS):
         return _known_message(error) or one_line(_text(error)) or kind
-    if isinstance(error, KeyError | RuntimeError) and _raised_in(error, READERS):
+    if isinstance(error, ValueError) and _raised_in(error, CONFIG_BUILDERS):
+        return _known_message(error) or one_line(_text(error)) or kind
+    if isinstance(error, KeyError | ValueError | RuntimeError) and _raised_in(error, READERS):
         reason = one_line(_text(error)) or kind
         return f"cannot read the input data ({kind}: {reason}): is a file truncated, damaged or of another kind?"
     return None

@@ -24,9 +24,11 @@ import torch
 import xarray as xr
 import zarr
 
-from s2forecast.datamodules import ERA5DataModule, compute_stats
-from s2forecast.datamodules.datamodule import ERA5_PRESSURE, ERA5_SURFACE
-from s2forecast.datamodules.store import WB2_LEVELS, cf_attributes
+from s2forecast.data import compute_stats
+
+from s2forecast.training.datamodule import ERA5DataModule
+from s2forecast.training.datamodule import ERA5_PRESSURE, ERA5_SURFACE
+from s2forecast.data.store import WB2_LEVELS, cf_attributes
 from s2forecast.geometry import Grid
 
 

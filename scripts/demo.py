@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     checkpoint = max(runs.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
 
     stages.begin("rollout", f"rollout of {args.steps} steps from {checkpoint}")
-    from s2forecast.datamodules import open_store
+    from s2forecast.data import open_store
 
     ds = open_store(store)
     times, trajectory = ds["time"].values, ds["trajectory"].values

@@ -81,7 +81,9 @@ def train_and_score(name: str, seed: int, args) -> dict:
     import pytorch_lightning as pl
     import torch
 
-    from s2forecast.datamodules import SWEDataModule, open_store
+    from s2forecast.data import open_store
+
+    from s2forecast.training.datamodule import SWEDataModule
     from s2forecast.evaluation.robustness import rotation_errors
     from s2forecast.training import ForecastModule, data_info
 

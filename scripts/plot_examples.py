@@ -87,7 +87,7 @@ def main(argv=None) -> int:
             print(f"error: {', '.join(map(str, taken))} exist; remove them first to remake them", file=sys.stderr)
             return 2
 
-    from s2forecast.datamodules.convert_era5 import convert_era5
+    from s2forecast.data.convert_era5 import convert_era5
     from s2forecast.evaluation.evaluate import evaluate
 
     args.work.mkdir(parents=True)

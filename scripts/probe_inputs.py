@@ -119,7 +119,7 @@ def build_workspace(root: Path) -> dict[str, Path]:
         "  logger:\n    class_path: CSVLogger\n    init_args:\n"
         f"      save_dir: {root / 'runs'}\n"
         "model:\n  network:\n    embed_dim: 8\n    num_layers: 1\n  warmup_steps: 1\n"
-        "data:\n  class_path: s2forecast.datamodules.SWEDataModule\n  init_args:\n"
+        "data:\n  class_path: s2forecast.training.datamodule.SWEDataModule\n  init_args:\n"
         f"    store: {p['store']}\n    train_trajectories: [0, 2]\n    val_trajectories: null\n"
         "    test_trajectories: null\n    batch_size: 2\n    num_workers: 0\n"
     )

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from s2forecast.datamodules.fields import FieldDataset
+from s2forecast.data.fields import FieldDataset
 from s2forecast.evaluation.robustness import resolution_errors, rotation_errors
 from s2forecast.inference.rollout import load_forecaster, open_inputs
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, open_store
+from s2forecast.data import compute_stats, generate_swe, open_store
+
+from s2forecast.training.datamodule import SWEDataModule
 from s2forecast.training import ForecastModule, data_info
 
 MULTILEVEL = {"compression_window": 32}

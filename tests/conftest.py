@@ -30,7 +30,7 @@ def pytest_configure(config):
 @pytest.fixture(scope="module")
 def swe_store(tmp_path_factory):
     """A tiny shallow-water store with statistics (8x16, 3 trajectories of 6 steps), per module."""
-    from s2forecast.datamodules import compute_stats, generate_swe
+    from s2forecast.data import compute_stats, generate_swe
 
     path = tmp_path_factory.mktemp("swe") / "swe.zarr"
     generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)

@@ -37,6 +37,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.output import zarr_attributes
+from s2forecast.user_errors import UserError
 
 Data = xr.DataArray | xr.Dataset
 
@@ -60,7 +61,7 @@ def window_weights(window_days: int = 61) -> np.ndarray:
         The two end taps are zero (weights rise linearly from 0 to 1 and back, as in WB2).
     """
     if int(window_days) != window_days or window_days < 1 or window_days % 2 == 0 or window_days > 365:
-        raise ValueError(f"window_days must be an odd integer in [1, 365], got {window_days!r}")
+        raise UserError(f"window_days must be an odd integer in [1, 365], got {window_days!r}")
     half = int(window_days) // 2
     if half == 0:
         return np.ones(1)
@@ -84,7 +85,7 @@ def smooth_dayofyear(climatology: Data, window_days: int = 61) -> Data:
         return climatology
     n = climatology.sizes["dayofyear"]
     if n != DAYS_OF_YEAR.size:
-        raise ValueError(f"smoothing needs all 366 dayofyear slots, got {n}")
+        raise UserError(f"smoothing needs all 366 dayofyear slots, got {n}")
     weights = weights / weights.sum()
 
     def smooth(array: xr.DataArray) -> xr.DataArray:
@@ -132,7 +133,7 @@ def _fill_gaps_periodic(means: Data, present: np.ndarray) -> Data:
         return means
     filled = np.flatnonzero(present)
     if filled.size == 0:
-        raise ValueError("no dayofyear slot has data")
+        raise UserError("no dayofyear slot has data")
     n = present.size
     slots = np.arange(n)
     # nearest filled slot at or before / at or after each slot, going around the year
@@ -218,15 +219,15 @@ def compute_climatology(
             the variable and time.
     """
     if method not in CLIMATOLOGY_METHODS:
-        raise ValueError(f"unknown climatology method {method!r}; use one of {CLIMATOLOGY_METHODS}")
+        raise UserError(f"unknown climatology method {method!r}; use one of {CLIMATOLOGY_METHODS}")
     weights = window_weights(window_days)  # validates early
     if "time" not in truth.dims:
-        raise ValueError(f"the truth has no 'time' dim (dims {tuple(truth.dims)})")
+        raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)})")
     if isinstance(truth, xr.Dataset):
         static = [name for name, var in truth.data_vars.items() if "time" not in var.dims]
         truth = truth.drop_vars(static)
         if not truth.data_vars:
-            raise ValueError("the truth has no variable with a 'time' dim")
+            raise UserError("the truth has no variable with a 'time' dim")
     _check_unique_times(truth)
     if not truth.indexes["time"].is_monotonic_increasing:  # a mean does not depend on the order: sort
         truth = truth.sortby("time")
@@ -239,7 +240,7 @@ def compute_climatology(
         method = auto_method
     else:
         if stamps is None and method != "mean":
-            raise ValueError(f"method {method!r} needs a datetime64 time axis; use method='mean'")
+            raise UserError(f"method {method!r} needs a datetime64 time axis; use method='mean'")
         reason = f"requested method={method!r} ({reason})"
 
     data = _drop_time_coords(_refuse_infinite(truth))
@@ -281,7 +282,7 @@ def _check_unique_times(truth: Data) -> None:
     index = truth.indexes["time"]
     if not index.is_unique:
         repeated = index[index.duplicated()]
-        raise ValueError(
+        raise UserError(
             f"truth time {_when(repeated.values[0])} appears more than once ({repeated.unique().size} repeated time(s) "
             "in all); a climatology would count it twice: remove the repeated time steps"
         )
@@ -299,14 +300,14 @@ def _select_period(truth: Data, start, end) -> Data:
                 if value is not None:
                     pd.Timestamp(value)
             except (ValueError, TypeError):
-                raise ValueError(f"climatology {option} {value!r} is not a date; use e.g. 1990-01-01 or 1990") from None
+                raise UserError(f"climatology {option} {value!r} is not a date; use e.g. 1990-01-01 or 1990") from None
     selected = truth.sel(time=slice(start, end))
     if selected.sizes["time"]:
         return selected
     if is_datetime and start is not None and end is not None and pd.Timestamp(start) > pd.Timestamp(end):
-        raise ValueError(f"the climatology period starts ({start}) after it ends ({end}); swap start and end")
+        raise UserError(f"the climatology period starts ({start}) after it ends ({end}); swap start and end")
     times = truth["time"].values
-    raise ValueError(
+    raise UserError(
         f"no truth times between start={start!r} and end={end!r}; the truth covers {_when(times[0])} .. "
         f"{_when(times[-1])}"
     )
@@ -329,7 +330,7 @@ def _infinite_checked(array: xr.DataArray) -> xr.DataArray:
         if infinite.any():
             per_time = infinite.any(axis=tuple(i for i in range(block.ndim) if i != axis))
             when = _when(times[offset + int(np.flatnonzero(per_time)[0])])
-            raise ValueError(
+            raise UserError(
                 f"{name} has infinite values at {when}; replace them (NaN marks missing values) or leave that time "
                 "out of the climatology period"
             )
@@ -379,7 +380,7 @@ def validate_climatology(climatology: Data) -> Data:
         hints = {"lat": "latitude", "lon": "longitude", "doy": "dayofyear", "day_of_year": "dayofyear"}
         renames = {k: v for k, v in hints.items() if k in climatology.dims and v in missing}
         hint = f"; rename with .rename({renames})" if renames else ""
-        raise ValueError(
+        raise UserError(
             f"the climatology lacks dim(s) {missing} (it has {tuple(climatology.dims)}); expected WB2 layout "
             f"(dayofyear 1..366, hour, [level], latitude, longitude){hint}"
         )
@@ -390,21 +391,21 @@ def validate_climatology(climatology: Data) -> Data:
             if not {"dayofyear", "hour"} <= set(var.dims)
         }
         if partial:
-            raise ValueError(f"climatology variables lack dims: {partial}; every variable needs dayofyear and hour")
+            raise UserError(f"climatology variables lack dims: {partial}; every variable needs dayofyear and hour")
         if not climatology.data_vars:
-            raise ValueError("the climatology has no data variables")
+            raise UserError("the climatology has no data variables")
     doy = np.asarray(climatology["dayofyear"].values)
     absent = sorted(set(DAYS_OF_YEAR.tolist()) - set(doy.tolist()))
     if absent:
-        raise ValueError(
+        raise UserError(
             f"the climatology lacks dayofyear value(s) {absent[:10]}{' ...' if len(absent) > 10 else ''}; "
             "it must hold every day of year 1..366"
         )
     hours = np.asarray(climatology["hour"].values)
     if hours.size == 0 or np.any((hours < 0) | (hours > 23)) or np.any(hours != np.round(hours)):
-        raise ValueError(f"climatology hours must be integers in 0..23, got {hours.tolist()}")
+        raise UserError(f"climatology hours must be integers in 0..23, got {hours.tolist()}")
     if np.unique(hours).size != hours.size:
-        raise ValueError(f"climatology hours contain duplicates: {hours.tolist()}")
+        raise UserError(f"climatology hours contain duplicates: {hours.tolist()}")
     return climatology
 
 
@@ -423,7 +424,7 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
         dataset = xr.open_dataset(path, **open_kwargs)
     else:
         if Path(path_str).exists() and zarr_attributes(path_str) is None:
-            raise ValueError(
+            raise UserError(
                 f"climatology {path_str} is not a zarr store (no zarr.json or .zgroup metadata); pass the store "
                 "written by s2forecast climatology or a WeatherBench2 climatology"
             )
@@ -434,7 +435,7 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
     try:
         return validate_climatology(dataset)
     except ValueError as error:
-        raise ValueError(f"{path_str}: {error}") from None
+        raise UserError(f"{path_str}: {error}") from None
 
 
 def write_climatology(
@@ -461,7 +462,7 @@ def write_climatology(
     Returns:
         The path of the written climatology.
     """
-    from s2forecast.datamodules.store import check_store_unchanged, open_store
+    from s2forecast.data.store import check_store_unchanged, open_store
     from s2forecast.output import Output
 
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
@@ -489,10 +490,3 @@ def _progress_bar(enabled: bool):
     from dask.diagnostics import ProgressBar
 
     return ProgressBar(out=sys.stderr) if enabled and sys.stderr.isatty() else contextlib.nullcontext()
-
-
-def run(args) -> None:
-    """``s2forecast climatology`` (arguments: ``s2forecast.commands.climatology``)."""
-    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
-                            progress=not args.no_progress, storage_options=args.storage_options)  # fmt: skip
-    print(f"wrote {out}")

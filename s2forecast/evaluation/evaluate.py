@@ -1,7 +1,7 @@
 """Score a forecast file against a truth store: ``s2forecast evaluate``.
 
 Reads a forecast in WeatherBench2 (WB2) layout (what ``s2forecast rollout`` writes), a truth
-store (``s2forecast.datamodules.store`` layout) and optionally a WB2-layout climatology, and
+store (``s2forecast.data.store`` layout) and optionally a WB2-layout climatology, and
 writes one results file in WB2's results layout (:mod:`s2forecast.evaluation.scoring`): per
 field, metric, source, region, lead time and level the scores of three sources:
 
@@ -22,7 +22,7 @@ Inputs:
         attribute such as ``hours``), the member dim named ``realization`` (WB2), ``number``
         (ECMWF/cfgrib) or ``member``, at least 2 members; latitude in either order; a
         ``valid_time`` coordinate is ignored. Variable names and units as in the truth store.
-    truth: a store opened with :func:`~s2forecast.datamodules.store.open_store`, dims ``(time,
+    truth: a store opened with :func:`~s2forecast.data.store.open_store`, dims ``(time,
         [level], latitude, longitude)``, ``time`` the valid time; a ``land_sea_mask`` (or ``lsm``)
         variable adds WB2's land regions.
     climatology: WB2 layout ``(dayofyear, hour, [level], latitude, longitude)``; by default
@@ -43,12 +43,9 @@ metric; per-init-time statistics are summed over the init times whose valid time
 truth and finalized once (WB2: RMSE = sqrt of the MSE averaged over init times).
 """
 
-import argparse
 import contextlib
 import datetime
 import os
-import shlex
-import sys
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -86,8 +83,9 @@ from s2forecast.output import (
     file_sha256,
     netcdf_attributes,
 )
+from s2forecast.user_errors import UserError
 
-__all__ = ["evaluate", "format_table", "metrics_table", "open_forecast", "open_truth", "run"]
+__all__ = ["evaluate", "format_table", "metrics_table", "open_forecast", "open_truth"]
 
 
 def default_regions(truth: xr.Dataset) -> list[str]:
@@ -103,7 +101,7 @@ def _check_regions(regions: Sequence[str]) -> list[str]:
             parse_box(name)  # ValueError naming the standard regions and the box syntax
     duplicates = sorted({name for name in regions if regions.count(name) > 1})
     if duplicates:
-        raise ValueError(f"region(s) {duplicates} given twice; give each once")
+        raise UserError(f"region(s) {duplicates} given twice; give each once")
     return regions
 
 
@@ -113,7 +111,7 @@ def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> lis
     committed: plots, CSV, then the NetCDF that vouches for them."""
     check_target(out, inputs)  # first: `--out .` or an input is refused as such, whatever its name
     if out.suffix != ".nc":
-        raise ValueError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
+        raise UserError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
     claimed = []
     policy = {"inputs": inputs, "overwrite": overwrite, "make_parent": True}
     try:
@@ -313,34 +311,3 @@ def _score_and_write(
 def _score(forecast, truth, clim, variables, regions, progress) -> xr.Dataset:
     names, weights = regions
     return scoring.score(forecast, truth, clim, variables, weights, names, progress=progress)
-
-
-def run(args: argparse.Namespace) -> None:
-    """``s2forecast evaluate`` (arguments: ``s2forecast.commands.evaluate``): print the table and the files."""
-    period = None
-    if args.climatology_start is not None or args.climatology_end is not None:
-        if args.climatology is not None:
-            raise ValueError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
-        period = (args.climatology_start, args.climatology_end)
-    metrics = evaluate(
-        args.forecast,
-        args.truth,
-        args.out,
-        climatology=args.climatology,
-        variables=args.variables,
-        map_leads=args.map_leads,
-        plots=args.plots,
-        progress=args.progress,
-        climatology_period=period,
-        overwrite=args.overwrite,
-        regions=args.regions,
-        command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
-        storage_options=args.storage_options,
-    )
-    print(format_table(metrics))
-    print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")
-    print(f"wrote {Path(args.out).resolve()}")
-    print(f"wrote {metrics.attrs['csv']}")
-    if metrics.attrs["plot_files"]:
-        print(f"wrote {len(metrics.attrs['plot_files'])} plots in {metrics.attrs['plots_dir']}")
-    sys.stdout.flush()

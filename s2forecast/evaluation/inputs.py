@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.datamodules.plausibility import check_plausible, has_canonical_units
-from s2forecast.datamodules.store import normalize_units
+from s2forecast.data.plausibility import check_plausible, has_canonical_units
+from s2forecast.data.store import normalize_units
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
@@ -28,7 +28,7 @@ from s2forecast.evaluation.metrics import (
 from s2forecast.evaluation.regions import LAND_SEA_MASK_NAMES
 from s2forecast.evaluation.scoring import BLOCK_BYTES, MEMBER_DIMS, check_members, member_dim
 from s2forecast.times import format_times
-from s2forecast.user_errors import one_line
+from s2forecast.user_errors import UserError, one_line
 
 # --- opening and checking inputs ---------------------------------------------------------
 
@@ -56,14 +56,14 @@ def _check_readable(path: Path, what: str) -> None:
     """
     if path.is_dir():
         if not any((path / name).exists() for name in ZARR_METADATA):
-            raise ValueError(f"the {what} {path} is a directory but not a zarr store (no zarr.json or .zgroup in it)")
+            raise UserError(f"the {what} {path} is a directory but not a zarr store (no zarr.json or .zgroup in it)")
         return
     with open(path, "rb") as file:
         head = file.read(8)
     if not head:
-        raise ValueError(f"the {what} {path} is an empty file; write it again")
+        raise UserError(f"the {what} {path} is an empty file; write it again")
     if path.suffix != ".zarr" and not head.startswith(NETCDF_SIGNATURES):
-        raise ValueError(f"the {what} {path} is not a NetCDF file (it starts with {head[:4]!r}); check the path")
+        raise UserError(f"the {what} {path} is not a NetCDF file (it starts with {head[:4]!r}); check the path")
 
 
 def _opened(open_fn, path: Path, what: str) -> xr.Dataset:
@@ -75,7 +75,7 @@ def _opened(open_fn, path: Path, what: str) -> xr.Dataset:
         if isinstance(error, FileNotFoundError | PermissionError | IsADirectoryError):
             raise
         reason = error.strerror or one_line(str(error))  # netCDF4: "NetCDF: HDF error"
-        raise ValueError(f"cannot read the {what} {path} ({reason}): is it truncated or damaged?") from error
+        raise UserError(f"cannot read the {what} {path} ({reason}): is it truncated or damaged?") from error
 
 
 def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
@@ -101,22 +101,22 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     forecast = forecast.drop_vars("valid_time", errors="ignore")
     check_forecast_layout(forecast)
     if not forecast.indexes[INIT_DIM].is_unique:
-        raise ValueError("forecast 'time' (init time) has duplicate values; drop them")
+        raise UserError("forecast 'time' (init time) has duplicate values; drop them")
     lead = forecast[LEAD_DIM]
     if not np.issubdtype(lead.dtype, np.timedelta64):
         units = lead.attrs.get("units")
         try:
             if not isinstance(units, str):
-                raise ValueError("no units")
+                raise UserError("no units")
             values = pd.to_timedelta(np.asarray(lead.values), unit=units).values
         except (ValueError, TypeError):
-            raise ValueError(
+            raise UserError(
                 f"forecast 'prediction_timedelta' must be timedelta64 or numbers with a time 'units' attribute "
                 f"(e.g. 'hours'); got dtype {lead.dtype} with units {units!r}"
             ) from None
         forecast = forecast.assign_coords({LEAD_DIM: values})
     if not forecast.indexes[LEAD_DIM].is_unique:
-        raise ValueError("forecast 'prediction_timedelta' has duplicate values; drop them")
+        raise UserError("forecast 'prediction_timedelta' has duplicate values; drop them")
     member = member_dim(forecast.dims)  # realization (WB2), number (ECMWF/cfgrib) or member
     if member is not None:
         check_members(forecast.sizes[member], member)
@@ -145,18 +145,18 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     if isinstance(source, xr.Dataset):
         truth = source
     else:
-        from s2forecast.datamodules.store import is_url, open_store
+        from s2forecast.data.store import is_url, open_store
 
         if is_url(source):
             truth = open_store(source, storage_options=storage_options)
         else:
             truth = open_store(_require_path(source, "truth store"))
     if INIT_DIM not in truth.dims:
-        raise ValueError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
+        raise UserError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
-        raise ValueError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
+        raise UserError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
     if not truth.indexes[INIT_DIM].is_unique:
-        raise ValueError("truth 'time' has duplicate values")
+        raise UserError("truth 'time' has duplicate values")
     truth = truth.drop_vars("written", errors="ignore")
     along_time = [name for name, coord in truth.coords.items() if INIT_DIM in coord.dims and name != INIT_DIM]
     return truth.drop_vars(along_time)
@@ -167,7 +167,7 @@ def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -
     scorable = [name for name, var in forecast.data_vars.items() if needed <= set(var.dims)]
     if variables is None:
         if not scorable:
-            raise ValueError(
+            raise UserError(
                 "the forecast has no variable with dims (time, prediction_timedelta, ..., latitude, longitude); it has "
                 f"{ {name: var.dims for name, var in forecast.data_vars.items()} }"
             )
@@ -175,7 +175,7 @@ def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -
     variables = list(variables)
     absent = [name for name in variables if name not in scorable]
     if absent:
-        raise ValueError(f"variable(s) {absent} are not forecast variables of the forecast file; it has {scorable}")
+        raise UserError(f"variable(s) {absent} are not forecast variables of the forecast file; it has {scorable}")
     return variables
 
 
@@ -183,7 +183,7 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
     """The truth (or climatology) holds every variable with the same non-time dims and every level."""
     absent = [v for v in variables if v not in truth.data_vars]
     if absent:
-        raise ValueError(
+        raise UserError(
             f"forecast variable(s) {absent} are not in the {name} {where} (it has {sorted(truth.data_vars)}); "
             "score a subset with --variables, or use a store that holds them"
         )
@@ -191,7 +191,7 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
         expected = {d for d in forecast[v].dims if d not in (INIT_DIM, LEAD_DIM, *MEMBER_DIMS)}
         have = {d for d in truth[v].dims if d not in (INIT_DIM, "dayofyear", "hour")}
         if expected != have:
-            raise ValueError(
+            raise UserError(
                 f"variable {v!r} has dims {forecast[v].dims} in the forecast but {truth[v].dims} in the {name} "
                 f"{where}; they must agree apart from time (and prediction_timedelta)"
             )
@@ -199,7 +199,7 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
             levels = forecast[v]["level"].values.tolist()
             missing = sorted(set(levels) - set(truth[v]["level"].values.tolist()))
             if missing:
-                raise ValueError(
+                raise UserError(
                     f"the {name} {where} lacks level(s) {missing} of forecast variable {v!r}; it has "
                     f"{truth[v]['level'].values.tolist()}"
                 )
@@ -211,14 +211,14 @@ def _check_units(forecast: xr.Dataset, other: xr.Dataset, variables: list[str], 
         mine, theirs = forecast[v].attrs.get("units"), other[v].attrs.get("units")
         if mine is None or theirs is None or normalize_units(str(mine)) == normalize_units(str(theirs)):
             continue
-        raise ValueError(
+        raise UserError(
             f"forecast variable {v} has units {mine!r} but the {name} {where} has {theirs!r}; convert the forecast "
             f"to {theirs} before scoring"
         )
 
 
 def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], truth_name: str) -> None:
-    """Forecast and truth values plausible in their units (``s2forecast.datamodules.plausibility``),
+    """Forecast and truth values plausible in their units (``s2forecast.data.plausibility``),
     judged on the first, middle and last init time (first, middle, last lead) and truth time.
     Values in other than the canonical units of ``store.VARIABLES`` are not judged."""
     for v in variables:
@@ -243,7 +243,7 @@ def _check_not_all_nan(data: xr.DataArray, name: str) -> None:
     if bool(empty.any()):
         i, j = np.argwhere(empty.transpose(INIT_DIM, LEAD_DIM).values)[0]
         init, lead = empty[INIT_DIM].values[i], empty[LEAD_DIM].values[j]
-        raise ValueError(
+        raise UserError(
             f"forecast variable {name} is NaN everywhere at init time {format_times([init])} lead {_hours(lead):g} h; "
             "check the forecast file (a failed or unfinished model run?)"
         )
@@ -262,14 +262,14 @@ def _check_grid(forecast: xr.Dataset, other: xr.Dataset, name: str, where: str) 
     """The same latitudes and longitudes as sets (any order), else a ValueError naming both grids."""
     for dim in SPATIAL_DIMS:
         if dim not in other.dims:
-            raise ValueError(f"the {name} {where} has no {dim!r} dim (dims {dict(other.sizes)}); rename it")
+            raise UserError(f"the {name} {where} has no {dim!r} dim (dims {dict(other.sizes)}); rename it")
         a = np.sort(np.asarray(forecast[dim].values, dtype=np.float64))
         b = np.sort(np.asarray(other[dim].values, dtype=np.float64))
         if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-6):
             hint = ""
             if dim == "longitude" and a.shape == b.shape and np.allclose(np.sort(a % 360), np.sort(b % 360), atol=1e-6):
                 hint = " (longitudes differ only in convention: convert the forecast's to [0, 360) with lon % 360)"
-            raise ValueError(
+            raise UserError(
                 f"the forecast and the {name} {where} are on different grids: forecast {_grid_summary(forecast)}, "
                 f"{name} {_grid_summary(other)}{hint}; regrid the forecast onto the {name}'s grid first"
             )
@@ -288,14 +288,14 @@ def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
         elif isinstance(lead, int | float | np.integer | np.floating) and not isinstance(lead, bool):
             values.append(pd.to_timedelta(float(lead), unit="h"))
         else:
-            raise ValueError(f"map lead {lead!r} is neither hours (a number), a string like '24h' nor a timedelta")
+            raise UserError(f"map lead {lead!r} is neither hours (a number), a string like '24h' nor a timedelta")
         if pd.isna(values[-1]):
-            raise ValueError(f"map lead {lead!r} is not a lead time; give hours such as 24")
+            raise UserError(f"map lead {lead!r} is not a lead time; give hours such as 24")
     wanted = np.asarray(pd.TimedeltaIndex(values).values).astype("timedelta64[ns]").astype(np.int64)
     have = np.asarray(available).astype("timedelta64[ns]").astype(np.int64)
     absent = [w for w in wanted if w not in set(have.tolist())]
     if absent:
-        raise ValueError(
+        raise UserError(
             f"map lead(s) {', '.join(f'{w / 3.6e12:g}' for w in absent)} h are not forecast leads; available: "
             f"{', '.join(str(_hours(v)) for v in available)} h"
         )
@@ -310,7 +310,7 @@ def _hours(lead) -> float:
 def _is_path(source) -> bool:
     """A local input (a URL is read-only to s2forecast: no output can collide with it, and it has
     no generation to check)."""
-    from s2forecast.datamodules.store import is_url
+    from s2forecast.data.store import is_url
 
     return isinstance(source, str | os.PathLike) and not is_url(source)
 
@@ -432,6 +432,6 @@ def land_sea_mask(truth: xr.Dataset) -> xr.DataArray | None:
                 mask = mask.isel({INIT_DIM: 0}, drop=True)
             extra = [d for d in mask.dims if d not in SPATIAL_DIMS]
             if extra:
-                raise ValueError(f"the truth's {name!r} has dims {mask.dims}; a land-sea mask is (latitude, longitude)")
+                raise UserError(f"the truth's {name!r} has dims {mask.dims}; a land-sea mask is (latitude, longitude)")
             return mask.astype(np.float64).load().clip(0.0, 1.0)
     return None

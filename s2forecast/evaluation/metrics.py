@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.user_errors import UserError
+
 Data = xr.DataArray | xr.Dataset
 
 SPATIAL_DIMS = ("latitude", "longitude")
@@ -67,16 +69,16 @@ def latitude_weights(latitude: xr.DataArray) -> xr.DataArray:
         values = np.asarray(latitude, dtype=np.float64)
         latitude = xr.DataArray(values, dims=("latitude",), coords={"latitude": values})
     if latitude.ndim != 1:
-        raise ValueError(f"latitude must be 1-D, got dims {latitude.dims}")
+        raise UserError(f"latitude must be 1-D, got dims {latitude.dims}")
     lats = np.asarray(latitude.values, dtype=np.float64)
     if lats.size < 1 or not np.all(np.isfinite(lats)):
-        raise ValueError(f"latitude must be a non-empty finite array, got {lats!r}")
+        raise UserError(f"latitude must be a non-empty finite array, got {lats!r}")
     if np.abs(lats).max() > 90.0 + 1e-6:
-        raise ValueError(f"latitudes must be degrees in [-90, 90], got max |lat| = {np.abs(lats).max():g}")
+        raise UserError(f"latitudes must be degrees in [-90, 90], got max |lat| = {np.abs(lats).max():g}")
     order = np.argsort(lats)
     ascending = np.deg2rad(np.clip(lats[order], -90.0, 90.0))
     if np.any(np.diff(ascending) == 0):
-        raise ValueError("latitude contains duplicate values")
+        raise UserError("latitude contains duplicate values")
     bounds = np.concatenate([[-math.pi / 2], 0.5 * (ascending[1:] + ascending[:-1]), [math.pi / 2]])
     cell = np.sin(bounds[1:]) - np.sin(bounds[:-1])
     weights = np.empty_like(cell)
@@ -109,10 +111,10 @@ def weighted_mean(
     dims = tuple(dims)
     missing = [d for d in dims if d not in x.dims]
     if missing:
-        raise ValueError(f"weighted_mean: x has no dims {missing} (its dims are {tuple(x.dims)})")
+        raise UserError(f"weighted_mean: x has no dims {missing} (its dims are {tuple(x.dims)})")
     if weights is None:
         if "latitude" not in dims:
-            raise ValueError("weighted_mean needs explicit weights when 'latitude' is not among dims")
+            raise UserError("weighted_mean needs explicit weights when 'latitude' is not among dims")
         weights = latitude_weights(x["latitude"])
     weights = _align_weights(weights, x)
     return x.weighted(weights).mean(dim=dims, skipna=skipna)
@@ -121,16 +123,16 @@ def weighted_mean(
 def _align_weights(weights: xr.DataArray, x: Data) -> xr.DataArray:
     for dim in weights.dims:
         if dim not in x.dims:
-            raise ValueError(f"weights have dim {dim!r} that x lacks (x dims: {tuple(x.dims)})")
+            raise UserError(f"weights have dim {dim!r} that x lacks (x dims: {tuple(x.dims)})")
         if dim in weights.coords and dim in x.coords:
             position = _matching_positions(np.asarray(weights[dim]), np.asarray(x[dim]), dim, "weights", "x")
             if not np.array_equal(position, np.arange(position.size)):
                 weights = weights.isel({dim: position})
             weights = weights.assign_coords({dim: x[dim].values})
         elif weights.sizes[dim] != x.sizes[dim]:
-            raise ValueError(f"weights have {weights.sizes[dim]} {dim!r} entries, x has {x.sizes[dim]}")
+            raise UserError(f"weights have {weights.sizes[dim]} {dim!r} entries, x has {x.sizes[dim]}")
     if bool(weights.isnull().any()):
-        raise ValueError("weights contain NaN")
+        raise UserError("weights contain NaN")
     return weights
 
 
@@ -140,7 +142,7 @@ def _align_weights(weights: xr.DataArray, x: Data) -> xr.DataArray:
 def _matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name: str, target_name: str) -> np.ndarray:
     """Positions in ``source`` of each value of ``target`` (same set of values, any order)."""
     if source.shape != target.shape:
-        raise ValueError(
+        raise UserError(
             f"{source_name} and {target_name} have different {dim!r} coordinates ({source.size} vs {target.size} "
             "values); regrid one of them onto the other's grid first"
         )
@@ -153,7 +155,7 @@ def _matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name
     if not same:
         bad = np.flatnonzero(~np.isclose(source[source_order], target[target_order], rtol=0.0, atol=1e-6))
         i = bad[0] if bad.size else 0
-        raise ValueError(
+        raise UserError(
             f"{source_name} and {target_name} have different {dim!r} values (e.g. {source[source_order][i]!r} vs "
             f"{target[target_order][i]!r}); regrid one of them onto the other's grid first"
         )
@@ -175,31 +177,31 @@ def _align_like(data: Data, reference: Data, name: str) -> Data:
             raise TypeError(f"the forecast is a Dataset, so the {name} must be a Dataset too (got a DataArray)")
         absent = [v for v in reference.data_vars if v not in data.data_vars]
         if absent:
-            raise ValueError(f"the {name} lacks forecast variable(s) {absent}; it has {list(data.data_vars)}")
+            raise UserError(f"the {name} lacks forecast variable(s) {absent}; it has {list(data.data_vars)}")
         data = data[list(reference.data_vars)]
     elif isinstance(data, xr.Dataset):
         if reference.name is None or reference.name not in data.data_vars:
-            raise ValueError(
+            raise UserError(
                 f"the forecast is a DataArray named {reference.name!r} but the {name} is a Dataset with variables "
                 f"{list(data.data_vars)}; pass the matching DataArray or name the forecast after a variable"
             )
         data = data[reference.name]
     for dim in SPATIAL_DIMS:
         if dim not in reference.dims:
-            raise ValueError(f"the forecast has no {dim!r} dim (dims {tuple(reference.dims)})")
+            raise UserError(f"the forecast has no {dim!r} dim (dims {tuple(reference.dims)})")
         if dim not in data.dims:
-            raise ValueError(f"the {name} has no {dim!r} dim (dims {tuple(data.dims)}); rename it to {dim!r}")
+            raise UserError(f"the {name} has no {dim!r} dim (dims {tuple(data.dims)}); rename it to {dim!r}")
         position = _matching_positions(np.asarray(data[dim]), np.asarray(reference[dim]), dim, name, "forecast")
         if not np.array_equal(position, np.arange(position.size)):
             data = data.isel({dim: position})
         data = data.assign_coords({dim: reference[dim].values})
     if "level" in reference.dims:
         if "level" not in data.dims:
-            raise ValueError(f"the forecast has a 'level' dim but the {name} does not")
+            raise UserError(f"the forecast has a 'level' dim but the {name} does not")
         levels = reference["level"].values
         absent = [lev for lev in levels.tolist() if lev not in set(data["level"].values.tolist())]
         if absent:
-            raise ValueError(f"the {name} lacks forecast level(s) {absent}; it has {data['level'].values.tolist()}")
+            raise UserError(f"the {name} lacks forecast level(s) {absent}; it has {data['level'].values.tolist()}")
         data = data.sel(level=levels)
     return data
 
@@ -208,28 +210,28 @@ def check_forecast_layout(forecast: Data) -> None:
     """ValueError unless ``forecast`` has the WB2 dims and datetime64 init times."""
     for dim in (INIT_DIM, LEAD_DIM, *SPATIAL_DIMS):
         if dim not in forecast.dims:
-            raise ValueError(
+            raise UserError(
                 f"the forecast has no {dim!r} dim (dims {dict(forecast.sizes)}); expected the WB2 layout (time=init "
                 "time, prediction_timedelta=lead, [level], latitude, longitude): rename e.g. init_time -> time, "
                 "lead_time -> prediction_timedelta, lat -> latitude, lon -> longitude"
             )
     if not np.issubdtype(forecast[INIT_DIM].dtype, np.datetime64):
-        raise ValueError(f"forecast 'time' (init time) must be datetime64, got dtype {forecast[INIT_DIM].dtype}")
+        raise UserError(f"forecast 'time' (init time) must be datetime64, got dtype {forecast[INIT_DIM].dtype}")
 
 
 def _check_forecast(forecast: Data) -> None:
     check_forecast_layout(forecast)
     if not np.issubdtype(forecast[LEAD_DIM].dtype, np.timedelta64):
-        raise ValueError(f"forecast 'prediction_timedelta' must be timedelta64, got {forecast[LEAD_DIM].dtype}")
+        raise UserError(f"forecast 'prediction_timedelta' must be timedelta64, got {forecast[LEAD_DIM].dtype}")
 
 
 def _check_truth(truth: Data) -> None:
     if INIT_DIM not in truth.dims:
-        raise ValueError(f"the truth has no 'time' dim (dims {tuple(truth.dims)}); its time must be the valid time")
+        raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)}); its time must be the valid time")
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
-        raise ValueError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
+        raise UserError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
     if not truth.indexes[INIT_DIM].is_unique:
-        raise ValueError("truth 'time' has duplicate values; drop them (e.g. truth.drop_duplicates('time'))")
+        raise UserError("truth 'time' has duplicate values; drop them (e.g. truth.drop_duplicates('time'))")
 
 
 def valid_times(forecast: Data) -> xr.DataArray:
@@ -405,9 +407,9 @@ def _as_time_array(values, dim: str, name: str, kind: str) -> xr.DataArray:
         out = xr.DataArray(array, dims=(dim,), coords={dim: array})
     expected = np.datetime64 if kind == "datetime" else np.timedelta64
     if not np.issubdtype(out.dtype, expected):
-        raise ValueError(f"{name} must be {kind}64 values, got dtype {out.dtype}")
+        raise UserError(f"{name} must be {kind}64 values, got dtype {out.dtype}")
     if bool(out.isnull().any()):
-        raise ValueError(f"{name} contains NaT")
+        raise UserError(f"{name} contains NaT")
     return out
 
 
@@ -453,9 +455,7 @@ def climatology_at_valid_times(climatology: Data, valid_time) -> Data:
     """
     for dim in ("dayofyear", "hour"):
         if dim not in climatology.dims:
-            raise ValueError(
-                f"the climatology has no {dim!r} dim (dims {tuple(climatology.dims)}); expected WB2 layout"
-            )
+            raise UserError(f"the climatology has no {dim!r} dim (dims {tuple(climatology.dims)}); expected WB2 layout")
     valid = _as_time_array(valid_time, INIT_DIM, "valid_time", "datetime")
     stamps = pd.DatetimeIndex(valid.values.ravel())
     doy = np.asarray(stamps.day_of_year, dtype=np.int64).reshape(valid.shape)
@@ -463,7 +463,7 @@ def climatology_at_valid_times(climatology: Data, valid_time) -> Data:
     have_doy = set(np.asarray(climatology["dayofyear"].values).tolist())
     lacking = sorted(set(np.unique(doy).tolist()) - have_doy)
     if lacking:
-        raise ValueError(
+        raise UserError(
             f"the climatology lacks dayofyear value(s) {lacking[:10]}{' ...' if len(lacking) > 10 else ''} needed "
             "for the valid times; a WB2-layout climatology must hold dayofyear 1..366"
         )

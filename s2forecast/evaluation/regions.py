@@ -15,6 +15,8 @@ import re
 import numpy as np
 import xarray as xr
 
+from s2forecast.user_errors import UserError
+
 # name -> (latitude ranges, longitude ranges), inclusive, from WB2 scripts/evaluate.py predefined_regions
 STANDARD_REGIONS = {
     "global": ([(-90.0, 90.0)], [(0.0, 360.0)]),
@@ -45,15 +47,15 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
         ValueError: not four numbers, lat0 > lat1, or a latitude outside [-90, 90].
     """
     if not _BOX.match(text):
-        raise ValueError(
+        raise UserError(
             f"region {text!r} is neither a standard region ({', '.join(STANDARD_REGIONS)}) nor a box "
             "'lat0,lat1,lon0,lon1' in degrees (e.g. '35,75,-12.5,42.5')"
         )
     lat0, lat1, lon0, lon1 = (float(part) for part in text.split(","))
     if not (-90.0 <= lat0 <= 90.0 and -90.0 <= lat1 <= 90.0):
-        raise ValueError(f"region box {text!r}: latitudes must lie in [-90, 90]")
+        raise UserError(f"region box {text!r}: latitudes must lie in [-90, 90]")
     if lat0 > lat1:
-        raise ValueError(f"region box {text!r}: lat0 {lat0:g} > lat1 {lat1:g}; give the southern latitude first")
+        raise UserError(f"region box {text!r}: lat0 {lat0:g} > lat1 {lat1:g}; give the southern latitude first")
     return lat0, lat1, lon0, lon1
 
 
@@ -98,11 +100,11 @@ def region_masks(
         mask = (_in_ranges(lat, lat_ranges)[:, None] & _in_ranges(lon, lon_ranges)[None, :]).astype(np.float64)
         if name in LAND_REGIONS:
             if land_sea_mask is None:
-                raise ValueError(f"region {name!r} needs a land-sea mask: the truth has none of {LAND_SEA_MASK_NAMES}")
+                raise UserError(f"region {name!r} needs a land-sea mask: the truth has none of {LAND_SEA_MASK_NAMES}")
             land = land_sea_mask.sel(latitude=lat, longitude=np.asarray(longitude), method="nearest")
             mask = mask * np.asarray(land.transpose("latitude", "longitude").values, dtype=np.float64)
         if not mask.any():
-            raise ValueError(f"region {name!r} holds no grid point of this grid; widen it")
+            raise UserError(f"region {name!r} holds no grid point of this grid; widen it")
         masks.append(mask)
     return xr.DataArray(
         np.stack(masks), dims=("region", "latitude", "longitude"), coords={"region": list(names)}, name="region_mask"

@@ -60,6 +60,7 @@ from s2forecast.evaluation.metrics import (
     persistence_forecast,
     truth_at_valid_times,
 )
+from s2forecast.user_errors import UserError
 
 MEMBER_DIMS = ("realization", "number", "member")  # WB2, ECMWF/cfgrib, generic
 
@@ -72,14 +73,14 @@ def member_dim(dims) -> str | None:
     """
     found = [d for d in MEMBER_DIMS if d in dims]
     if len(found) > 1:
-        raise ValueError(f"the forecast has several member dims {found}; keep one of {MEMBER_DIMS}")
+        raise UserError(f"the forecast has several member dims {found}; keep one of {MEMBER_DIMS}")
     return found[0] if found else None
 
 
 def check_members(n_members: int, dim: str) -> None:
     """ValueError for an "ensemble" of fewer than two members (the fair CRPS and spread need two)."""
     if n_members < 2:
-        raise ValueError(
+        raise UserError(
             f"the forecast's member dim {dim!r} has {n_members} member; CRPS and spread need at least 2: "
             f"drop the dim (forecast.isel({dim}=0)) to score it as a deterministic forecast"
         )
@@ -269,7 +270,7 @@ ENSEMBLE = ("ensemble_mean_rmse", "crps", "spread", "spread_skill")
 def get_metric(name: str) -> Metric:
     """The registered metric ``name``; ValueError naming the known ones otherwise."""
     if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+        raise UserError(f"unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
     return METRICS[name]
 
 

@@ -31,6 +31,7 @@ import xarray as xr
 
 from s2forecast.geometry import Grid
 from s2forecast.geometry.quadrature import latitude_quadrature
+from s2forecast.user_errors import UserError
 
 EARTH_RADIUS_M = 6_371_000.0  # WeatherBench2's schema.EARTH_RADIUS_M
 DEFAULT_BAND_DEG = (30.0, 60.0)  # |latitude| range of the band-averaged zonal spectrum (WB2's figures)
@@ -38,7 +39,7 @@ DEFAULT_BAND_DEG = (30.0, 60.0)  # |latitude| range of the band-averaged zonal s
 
 def _check_field(field: xr.DataArray) -> None:
     if tuple(field.dims[-2:]) != ("latitude", "longitude"):
-        raise ValueError(
+        raise UserError(
             f"a spectrum needs (..., latitude, longitude) as the last dimensions, got {field.dims}; transpose first"
         )
 
@@ -57,7 +58,7 @@ def zonal_energy_spectrum(field: xr.DataArray) -> xr.DataArray:
     nlon = field.sizes["longitude"]
     spacing = np.diff(field["longitude"].values)
     if nlon < 2 or not np.allclose(spacing, 360.0 / nlon, rtol=0, atol=1e-3):
-        raise ValueError(f"the zonal spectrum needs {nlon} longitudes evenly spaced over 360 degrees")
+        raise UserError(f"the zonal spectrum needs {nlon} longitudes evenly spaced over 360 degrees")
     values = np.asarray(field.values, dtype=np.float64)
     coefficients = np.fft.rfft(values, axis=-1, norm="forward")
     # every k > 0 twice, the Nyquist term of an even L included: WB2's definition, kept so the
@@ -93,11 +94,11 @@ def zonal_spectrum_band(spectrum: xr.DataArray, band_deg: tuple[float, float] = 
     """
     low, high = band_deg
     if not 0.0 <= low < high <= 90.0:
-        raise ValueError(f"a latitude band needs 0 <= low < high <= 90 degrees, got {band_deg}")
+        raise UserError(f"a latitude band needs 0 <= low < high <= 90 degrees, got {band_deg}")
     latitude = spectrum["latitude"].values
     inside = (np.abs(latitude) >= low) & (np.abs(latitude) <= high) & (np.abs(latitude) < 90.0)
     if not inside.any():
-        raise ValueError(f"no grid latitude lies in the band |latitude| in [{low:g}, {high:g}] degrees")
+        raise UserError(f"no grid latitude lies in the band |latitude| in [{low:g}, {high:g}] degrees")
     band = spectrum.isel(latitude=np.flatnonzero(inside))
     frequency = band["frequency"].values  # (latitude, zonal_wavenumber)
     common = np.linspace(0.0, frequency[:, -1].min(), frequency.shape[1])  # the narrowest range, as WB2
@@ -198,7 +199,7 @@ def spectra(
         ``degree_wavelength`` and ``zonal_wavelength`` (m).
     """
     if forecast.dims != truth.dims or forecast.shape != truth.shape:
-        raise ValueError(f"forecast {dict(forecast.sizes)} and truth {dict(truth.sizes)} must be aligned")
+        raise UserError(f"forecast {dict(forecast.sizes)} and truth {dict(truth.sizes)} must be aligned")
     sources = []
     for source in (forecast, truth):
         # two wavelength coordinates in one dataset: named by the axis they belong to

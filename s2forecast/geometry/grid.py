@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from s2forecast.geometry.quadrature import cell_area_weights, latitude_quadrature, to_tensor
+from s2forecast.user_errors import UserError
 
 GRID_KINDS = ("equiangular", "equiangular-midpoint", "legendre-gauss")
 
@@ -36,11 +37,11 @@ class Grid:
 
     def __post_init__(self):
         if self.kind not in GRID_KINDS:
-            raise ValueError(f"unknown grid kind {self.kind!r}; use one of {GRID_KINDS}")
+            raise UserError(f"unknown grid kind {self.kind!r}; use one of {GRID_KINDS}")
         if int(self.nlat) != self.nlat or int(self.nlon) != self.nlon:
-            raise ValueError(f"nlat and nlon must be integers, got nlat={self.nlat!r}, nlon={self.nlon!r}")
+            raise UserError(f"nlat and nlon must be integers, got nlat={self.nlat!r}, nlon={self.nlon!r}")
         if self.nlat < 2 or self.nlon < 1:
-            raise ValueError(f"a grid needs nlat >= 2 and nlon >= 1, got {self.nlat}x{self.nlon}")
+            raise UserError(f"a grid needs nlat >= 2 and nlon >= 1, got {self.nlat}x{self.nlon}")
 
     # --- coordinates -----------------------------------------------------------------
     @property
@@ -132,36 +133,36 @@ class Grid:
         lon = np.asarray(lon, dtype=np.float64).ravel()
         nlat, nlon = lat.size, lon.size
         if nlat < 2 or nlon < 1:
-            raise ValueError(f"need at least 2 latitudes and 1 longitude, got {nlat} and {nlon}")
+            raise UserError(f"need at least 2 latitudes and 1 longitude, got {nlat} and {nlon}")
         if not np.all(np.isfinite(lat)) or not np.all(np.isfinite(lon)):
-            raise ValueError("latitude/longitude coordinates contain NaN or infinite values")
+            raise UserError("latitude/longitude coordinates contain NaN or infinite values")
         if radians := _radian_coordinates(lat, lon):
-            raise ValueError(
+            raise UserError(
                 f"{radians} look like radians (latitudes {lat.min():.4g} .. {lat.max():.4g}, longitudes "
                 f"{lon.min():.4g} .. {lon.max():.4g}); s2forecast expects degrees: convert with np.degrees"
             )
         if np.abs(lat).max() > 90.0 + 1e-6:
-            raise ValueError(f"latitudes must be in degrees within [-90, 90], got max |lat| = {np.abs(lat).max():g}")
+            raise UserError(f"latitudes must be in degrees within [-90, 90], got max |lat| = {np.abs(lat).max():g}")
 
         lon_step = np.diff(lon)
         expected_step = 360.0 / nlon
         if nlon > 1 and not np.allclose(lon_step, expected_step, rtol=0.0, atol=1e-4 * expected_step + 1e-7):
             coverage = abs(lon[-1] - lon[0]) + (abs(lon_step).mean() if nlon > 1 else 0.0)
             if np.allclose(lon_step, lon_step[0], rtol=0.0, atol=1e-6 * abs(lon_step[0]) + 1e-9):
-                raise ValueError(
+                raise UserError(
                     f"regional grid: {nlon} longitudes spaced {lon_step[0]:g} deg cover {coverage:g} of 360 deg; "
                     "s2forecast needs global grids evenly spaced in longitude"
                 )
-            raise ValueError(
+            raise UserError(
                 f"irregular longitudes: spacing varies from {lon_step.min():g} to {lon_step.max():g} deg; "
                 f"expected an even spacing of 360/{nlon} = {expected_step:g} deg"
             )
 
         descending = np.sort(lat)[::-1]
         if np.any(np.diff(descending) == 0):
-            raise ValueError("latitudes contain duplicates")
+            raise UserError("latitudes contain duplicates")
         if not (np.all(np.diff(lat) < 0) or np.all(np.diff(lat) > 0)):
-            raise ValueError("latitudes must be sorted (ascending or descending)")
+            raise UserError("latitudes must be sorted (ascending or descending)")
 
         for kind in GRID_KINDS:
             candidate = cls(nlat, nlon, kind)
@@ -173,14 +174,14 @@ class Grid:
         north, south = descending[0], descending[-1]
         steps = -np.diff(descending)
         if north < 90.0 - 2.0 * steps.max() or south > -90.0 + 2.0 * steps.max():
-            raise ValueError(f"regional grid: latitudes span {south:g} to {north:g} deg; s2forecast needs global grids")
+            raise UserError(f"regional grid: latitudes span {south:g} to {north:g} deg; s2forecast needs global grids")
         if np.allclose(steps, steps[0], rtol=1e-6):
-            raise ValueError(
+            raise UserError(
                 f"unsupported latitudes: {nlat} rows evenly spaced {steps[0]:g} deg from {south:g} to {north:g}; "
                 "expected poles included (spacing 180/(nlat-1)), cell centres (spacing 180/nlat, first at "
                 "90 - spacing/2) or Gauss-Legendre latitudes"
             )
-        raise ValueError(
+        raise UserError(
             f"irregular latitudes: spacing varies from {steps.min():g} to {steps.max():g} deg and does not match "
             "Gauss-Legendre latitudes; supported kinds are " + ", ".join(GRID_KINDS)
         )
@@ -203,31 +204,3 @@ def _radian_coordinates(lat: np.ndarray, lon: np.ndarray) -> str:
     if lat_radians and lon_radians:
         return "latitude/longitude"
     return "latitudes" if lat_radians else "longitudes" if lon_radians else ""
-
-
-def run(args) -> None:
-    """``s2forecast grid``: a grid's geometry and its neighborhood-attention structure as JSON."""
-    import json
-
-    from s2forecast.ops import default_radius, spherical_neighborhood
-
-    grid = Grid(args.nlat, args.nlon, args.kind)
-    theta = default_radius(grid) if args.theta is None else args.theta
-    neighborhood = spherical_neighborhood(grid, theta)
-    counts = neighborhood.neighbors_per_row.float()
-    print(
-        json.dumps(
-            {
-                "nlat": grid.nlat,
-                "nlon": grid.nlon,
-                "kind": grid.kind,
-                "points": grid.npoints,
-                "lat_spacing_deg": round(math.degrees(grid.lat_spacing), 6),
-                "first_lat_deg": float(grid.lats_deg[0]),
-                "theta_rad": theta,
-                "band_rows": neighborhood.band_rows,
-                "neighbors_mean": round(float(counts.mean()), 2),
-                "neighbors_max": int(counts.max()),
-            }
-        )
-    )

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch_harmonics.quadrature import precompute_latitudes
 
+from s2forecast.user_errors import UserError
+
 
 def fejer_first_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Fejer's first rule on the cell-centred nodes colat_k = (k + 1/2) * pi / n.
@@ -42,7 +44,7 @@ def latitude_quadrature(nlat: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if kind in ("equiangular", "legendre-gauss"):
         colats, weights = precompute_latitudes(nlat, grid=kind)
         return colats.numpy().astype(np.float64), weights.numpy().astype(np.float64)
-    raise ValueError(f"unknown grid kind {kind!r}; use 'equiangular', 'equiangular-midpoint' or 'legendre-gauss'")
+    raise UserError(f"unknown grid kind {kind!r}; use 'equiangular', 'equiangular-midpoint' or 'legendre-gauss'")
 
 
 def cell_area_weights(lats_deg: np.ndarray) -> np.ndarray:

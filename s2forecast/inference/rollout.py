@@ -23,14 +23,15 @@ import numpy as np
 import torch
 
 from s2forecast import __version__
-from s2forecast.datamodules.fields import FieldDataset, SampleSpec
-from s2forecast.datamodules.forcings import forcing_names
-from s2forecast.datamodules.stats import ChannelStats
-from s2forecast.datamodules.store import VARIABLES, cf_attributes, is_url, open_store
+from s2forecast.data.fields import FieldDataset, SampleSpec
+from s2forecast.data.forcings import forcing_names
+from s2forecast.data.stats import ChannelStats
+from s2forecast.data.store import VARIABLES, cf_attributes, is_url, open_store
 from s2forecast.inference.forecast_file import ChannelLayout, ForecastFile
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, check_unchanged, file_sha256
 from s2forecast.times import format_time, parse_time
+from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "write")
 
@@ -93,15 +94,15 @@ def open_inputs(
                                storage_options=storage_options)  # fmt: skip
     except ValueError as error:
         if "no normalization statistics" in str(error) and not store_stats:  # static fields of an old checkpoint
-            raise ValueError(
+            raise UserError(
                 f"the checkpoint predates stored statistics of static fields {info['static_channels']}: compute "
                 f"them on the store (`s2forecast stats {store}`) and pass --store-stats"
             ) from None
-        raise ValueError(f"store {store} does not fit checkpoint: {error}") from None
+        raise UserError(f"store {store} does not fit checkpoint: {error}") from None
     if list(dataset.channels) != list(info["channels"]):
-        raise ValueError(f"store channels {list(dataset.channels)} differ from the checkpoint's {info['channels']}")
+        raise UserError(f"store channels {list(dataset.channels)} differ from the checkpoint's {info['channels']}")
     if dataset.grid != model.grid and not other_grid:
-        raise ValueError(
+        raise UserError(
             f"store grid {dataset.grid} differs from the checkpoint's {model.grid}; pass --other-grid to run "
             "the model on the store's grid (spherical models without grid-bound position embeddings)"
         )
@@ -123,19 +124,19 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     if times:
         return np.array([parse_time(t, "initialization time") for t in times])
     if start is None or end is None:
-        raise ValueError("give --init-times, or --start and --end (and optionally --every)")
+        raise UserError("give --init-times, or --start and --end (and optionally --every)")
     lo, hi = parse_time(start, "--start"), parse_time(end, "--end")
     if hi < lo:
-        raise ValueError(f"--end {format_time(hi)} is before --start {format_time(lo)}; swap them")
+        raise UserError(f"--end {format_time(hi)} is before --start {format_time(lo)}; swap them")
     if every_hours is None:
         selected = available[(available >= lo) & (available <= hi)]
         if selected.size == 0:
             covers = f"{format_time(available[0])} .. {format_time(available[-1])}" if len(available) else "no time"
-            raise ValueError(f"no store time lies in [{format_time(lo)}, {format_time(hi)}]; the store covers {covers}")
+            raise UserError(f"no store time lies in [{format_time(lo)}, {format_time(hi)}]; the store covers {covers}")
         return selected
     step = np.timedelta64(int(round(every_hours * 3600)), "s")
     if not every_hours > 0 or step < np.timedelta64(1, "s"):
-        raise ValueError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
+        raise UserError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
     return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
 
 
@@ -149,7 +150,7 @@ def input_indices(dataset: FieldDataset, t0: np.datetime64) -> np.ndarray:
     try:
         return dataset.time_indices(t0 + offsets)
     except ValueError as error:
-        raise ValueError(
+        raise UserError(
             f"initialization time {format_time(t0)} needs inputs that are not in the store: {error}"
         ) from None
 
@@ -208,22 +209,22 @@ def rollout(
         OSError: ``out`` cannot be written (permissions, full disk): nothing at ``out`` changed.
     """
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise UserError(f"steps must be >= 1, got {steps}")
     if fmt not in ("netcdf", "zarr"):
-        raise ValueError(f"format must be 'netcdf' or 'zarr', got {fmt!r}")
+        raise UserError(f"format must be 'netcdf' or 'zarr', got {fmt!r}")
     if nan_policy not in NAN_POLICIES:
-        raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+        raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise UserError(f"batch_size must be >= 1, got {batch_size}")
     if members < 0:
-        raise ValueError(f"members must be >= 0, got {members}")
+        raise UserError(f"members must be >= 0, got {members}")
     if len(init_times) == 0:
-        raise ValueError("no initialization times selected")
+        raise UserError("no initialization times selected")
     output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, store), overwrite=overwrite)
     with output:  # on any error the temporary output goes and nothing at ``out`` changes
         model = load_forecaster(checkpoint, device)
         if members and getattr(model.net, "noise", None) is None:
-            raise ValueError(
+            raise UserError(
                 f"--members {members}: the checkpoint's model is deterministic (no network.noise_channels), so every "
                 "member would be the same forecast; train an ensemble model (model.loss: crps) or leave --members out"
             )
@@ -244,7 +245,7 @@ def initial_conditions(source: str | Path, model: Forecaster) -> Iterator[Path]:
         yield source  # a store (open_store reports a missing or foreign path)
         return
     path = Path(source)
-    from s2forecast.datamodules.convert_era5 import convert_era5
+    from s2forecast.data.convert_era5 import convert_era5
 
     layout = ChannelLayout.from_channels(model.data["channels"])
     statics = [name for name in model.data["static_channels"] if name not in model.static_fields]
@@ -258,7 +259,7 @@ def source_times(source: str | Path, storage_options: dict | None = None) -> np.
     if is_url(source) or not Path(source).is_file():
         return open_store(source, storage_options=storage_options)["time"].values.astype("datetime64[ns]")
     path = Path(source)
-    from s2forecast.datamodules.convert_era5 import _normalize_time, _open
+    from s2forecast.data.convert_era5 import _normalize_time, _open
 
     with _open(path) as ds:
         return np.unique(_normalize_time(ds, path)["time"].values)
@@ -325,7 +326,7 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
                         where = (f"init {format_time(times[b // copies])}{member}, step {k + 1} (+{lead:g} h), "
                                  f"{info['channels'][c]}")  # fmt: skip
                         if nan_policy == "fail":
-                            raise ValueError(f"non-finite forecast at {where}; pass --nan write to keep going")
+                            raise UserError(f"non-finite forecast at {where}; pass --nan write to keep going")
                         nonfinite.append(where)
                         dead |= torch.from_numpy(bad.any(axis=1)).to(dead.device)
                     writer.write(start, k, physical.reshape(len(times), copies, *physical.shape[1:]) if members
@@ -348,17 +349,3 @@ def _rollout(model, checkpoint, store, source, steps, init_times, output, fmt, b
     if not is_url(store):
         check_unchanged(store, dataset.generation)
     return output.commit()
-
-
-def run(args) -> None:
-    """``s2forecast rollout`` (arguments: ``s2forecast.commands.rollout``)."""
-    from s2forecast.arguments import resolve_device
-
-    available = source_times(args.store, args.storage_options)
-    times = init_times_from(args.init_times, args.start, args.end, args.every, available)
-    out = rollout(
-        args.ckpt, args.store, args.steps, times, args.out, args.format, args.batch_size, resolve_device(args.device),
-        args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid, overwrite=args.overwrite,
-        store_stats=args.store_stats, members=args.members, seed=args.seed, storage_options=args.storage_options,
-    )  # fmt: skip
-    print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

@@ -7,6 +7,7 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.models.planar_transformer import PlanarTransformer
 from s2forecast.models.spherical_transformer import SphericalTransformer
+from s2forecast.user_errors import UserError
 
 ARCHITECTURES = {"spherical": SphericalTransformer, "planar": PlanarTransformer}
 
@@ -14,12 +15,12 @@ ARCHITECTURES = {"spherical": SphericalTransformer, "planar": PlanarTransformer}
 def build_network(architecture: str, grid: Grid, in_channels: int, out_channels: int, **options) -> nn.Module:
     """The network called ``architecture`` ("spherical" or "planar") with keyword ``options``."""
     if architecture not in ARCHITECTURES:
-        raise ValueError(f"architecture must be one of {sorted(ARCHITECTURES)}, got {architecture!r}")
+        raise UserError(f"architecture must be one of {sorted(ARCHITECTURES)}, got {architecture!r}")
     cls = ARCHITECTURES[architecture]
     known = [p for p in inspect.signature(cls).parameters if p not in ("grid", "in_channels", "out_channels")]
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise ValueError(f"network options {unknown} are not options of the {architecture!r} network; it takes {known}")
+        raise UserError(f"network options {unknown} are not options of the {architecture!r} network; it takes {known}")
     return cls(grid, in_channels, out_channels, **options)
 
 

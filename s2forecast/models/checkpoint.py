@@ -20,12 +20,13 @@ from typing import Any
 import torch
 
 from s2forecast.urls import is_url
+from s2forecast.user_errors import UserError
 
 
 def local_checkpoint(path: str | Path) -> Path:
     """``path`` as an existing local file; raises ValueError for URLs, FileNotFoundError otherwise."""
     if is_url(str(path)):
-        raise ValueError(
+        raise UserError(
             f"checkpoint {path} is a URL; s2forecast reads checkpoints from local files only: download it "
             "first (e.g. curl -fLo model.ckpt URL) and pass the file"
         )
@@ -50,13 +51,13 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL (\S+) was not an allowed global", str(error))
         what = f"it references {found.group(1)}" if found else "it is not a plain PyTorch checkpoint"
-        raise ValueError(
+        raise UserError(
             f"checkpoint {path} refused: {what}, and s2forecast loads checkpoints weights-only (tensors and plain "
             "values; it never runs code from a file); use a checkpoint saved by s2forecast fit"
         ) from None
     except (RuntimeError, EOFError, OSError) as error:
         reason = str(error).splitlines()[0] if str(error) else "empty or truncated file"
-        raise ValueError(f"{path} is not a readable PyTorch checkpoint ({reason})") from None
+        raise UserError(f"{path} is not a readable PyTorch checkpoint ({reason})") from None
     if not isinstance(checkpoint, dict):
-        raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
+        raise UserError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
     return checkpoint

@@ -23,6 +23,7 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.models import build_network
 from s2forecast.models.checkpoint import read_checkpoint
+from s2forecast.user_errors import UserError
 
 
 class Forecaster(nn.Module):
@@ -67,20 +68,20 @@ class Forecaster(nn.Module):
         state = read_checkpoint(path, map_location=map_location)
         hparams = state.get("hyper_parameters")
         if not isinstance(hparams, dict) or "state_dict" not in state or not hparams.get("data"):
-            raise ValueError(f"{path} is not a checkpoint of s2forecast fit (no hyper_parameters or state_dict)")
+            raise UserError(f"{path} is not a checkpoint of s2forecast fit (no hyper_parameters or state_dict)")
         try:
             model = cls(hparams.get("architecture", "spherical"), hparams.get("network"), hparams["data"],
                         hparams.get("residual", True))  # fmt: skip
             model.load_state_dict(forecaster_weights(state["state_dict"]))
             model.static_fields = checkpoint_static_fields(state, model)
         except (TypeError, RuntimeError, KeyError) as error:  # other options or weights than this version's
-            raise ValueError(f"{path} is not a forecaster checkpoint: {str(error).splitlines()[0]}") from None
+            raise UserError(f"{path} is not a forecaster checkpoint: {str(error).splitlines()[0]}") from None
         return model.to(map_location).eval()
 
     def on_grid(self, grid: Grid) -> "Forecaster":
         """The same weights on another data grid (spherical networks: ``SphericalTransformer.on_grid``)."""
         if not hasattr(self.net, "on_grid"):
-            raise ValueError(f"the {self.architecture} model is bound to its training grid {self.grid}")
+            raise UserError(f"the {self.architecture} model is bound to its training grid {self.grid}")
         data = {**self.data, "grid": [grid.nlat, grid.nlon, grid.kind]}
         other = Forecaster(self.architecture, self.network_options, data, self.residual)
         other.net = self.net.on_grid(grid)
@@ -118,7 +119,7 @@ class Forecaster(nn.Module):
         """
         history = states.shape[1]
         if forcings.shape[1] < history + steps:
-            raise ValueError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
+            raise UserError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
         for k in range(steps):
             prediction = self.step(states, static, forcings[:, k : k + history + 1])
             yield prediction

@@ -21,6 +21,7 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.models.spherical_transformer import PreNormBlock
 from s2forecast.nn.position_embedding import build_position_embedding
+from s2forecast.user_errors import UserError
 
 PLANAR_ATTENTION = ("global", "window")
 PLANAR_EMBEDDINGS = ("ape", "none", "rope", "sprepe")
@@ -33,7 +34,7 @@ class PlanarAttention(nn.Module):
         super().__init__()
         self.position_embedding = position_embedding
         if channels % num_heads:
-            raise ValueError(f"channels={channels} is not divisible by num_heads={num_heads}")
+            raise UserError(f"channels={channels} is not divisible by num_heads={num_heads}")
         self.num_heads = num_heads
         self.qkv = nn.Linear(channels, 3 * channels)
         self.out = nn.Linear(channels, channels)
@@ -92,9 +93,9 @@ class PlanarTransformer(nn.Module):
     ):
         super().__init__()
         if position_embedding not in PLANAR_EMBEDDINGS:
-            raise ValueError(f"position_embedding must be one of {PLANAR_EMBEDDINGS}, got {position_embedding!r}")
+            raise UserError(f"position_embedding must be one of {PLANAR_EMBEDDINGS}, got {position_embedding!r}")
         if attention not in PLANAR_ATTENTION:
-            raise ValueError(f"attention must be one of {PLANAR_ATTENTION}, got {attention!r}")
+            raise UserError(f"attention must be one of {PLANAR_ATTENTION}, got {attention!r}")
         self.grid, self.patch_size = grid, patch_size
         self.patches = (-(-grid.nlat // patch_size), -(-grid.nlon // patch_size))
         self.embed = nn.Conv2d(in_channels, embed_dim, patch_size, stride=patch_size)
@@ -119,7 +120,7 @@ class PlanarTransformer(nn.Module):
         """x: (batch, in_channels, nlat, nlon) -> (batch, out_channels, nlat, nlon)."""
         nlat, nlon = x.shape[-2:]
         if (nlat, nlon) != self.grid.shape:
-            raise ValueError(f"PlanarTransformer was built for {self.grid.shape}, got fields of {(nlat, nlon)}")
+            raise UserError(f"PlanarTransformer was built for {self.grid.shape}, got fields of {(nlat, nlon)}")
         pad_lat, pad_lon = self.patches[0] * self.patch_size - nlat, self.patches[1] * self.patch_size - nlon
         h = self.embed(F.pad(x, (0, pad_lon, 0, pad_lat)))
         if self.position is not None:

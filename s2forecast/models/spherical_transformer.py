@@ -35,6 +35,7 @@ from s2forecast.nn import (
     build_position_embedding,
 )
 from s2forecast.ops import default_radius
+from s2forecast.user_errors import UserError
 
 ATTENTION_KINDS = ("neighborhood", "global", "ball")
 NORMS = ("instance", "layer", "none")
@@ -54,7 +55,7 @@ def channel_norm(kind: str, channels: int) -> nn.Module:
         return ChannelLayerNorm(channels)
     if kind == "none":
         return nn.Identity()
-    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+    raise UserError(f"norm must be one of {NORMS}, got {kind!r}")
 
 
 class ChannelLayerNorm(nn.LayerNorm):
@@ -121,10 +122,10 @@ def attention_pattern(attention: str | list[str], num_layers: int, global_every:
     else:
         pattern = list(attention)
         if len(pattern) != num_layers:
-            raise ValueError(f"attention pattern {pattern} has {len(pattern)} entries for num_layers={num_layers}")
+            raise UserError(f"attention pattern {pattern} has {len(pattern)} entries for num_layers={num_layers}")
     bad = [a for a in pattern if a not in ATTENTION_KINDS]
     if bad:
-        raise ValueError(f"attention kinds must be in {ATTENTION_KINDS}, got {bad}")
+        raise UserError(f"attention kinds must be in {ATTENTION_KINDS}, got {bad}")
     return pattern
 
 
@@ -187,9 +188,9 @@ class SphericalTransformer(nn.Module):
     ):
         super().__init__()
         if noise_channels < 0:
-            raise ValueError(f"noise_channels must be >= 0, got {noise_channels}")
+            raise UserError(f"noise_channels must be >= 0, got {noise_channels}")
         if scale_factor < 1:
-            raise ValueError(f"scale_factor must be >= 1, got {scale_factor}")
+            raise UserError(f"scale_factor must be >= 1, got {scale_factor}")
         self.config = {
             k: v for k, v in locals().items() if k not in ("self", "__class__", "grid", "in_channels", "out_channels")
         }
@@ -269,7 +270,7 @@ class SphericalTransformer(nn.Module):
     def on_grid(self, grid: Grid) -> "SphericalTransformer":
         """The same weights on another data grid (neural-operator property)."""
         if self.config["position_embedding"] in GRID_BOUND_EMBEDDINGS:
-            raise ValueError(
+            raise UserError(
                 f"position embedding {self.config['position_embedding']!r} is tied to the training grid; "
                 "a model with it cannot run at another resolution"
             )
@@ -281,7 +282,7 @@ class SphericalTransformer(nn.Module):
 
 def _th_grid(grid: Grid) -> str:
     if grid.kind == "equiangular-midpoint":
-        raise ValueError("torch-harmonics' DISCO convolution has no 'equiangular-midpoint' grid; use its edge grid")
+        raise UserError("torch-harmonics' DISCO convolution has no 'equiangular-midpoint' grid; use its edge grid")
     return grid.kind
 
 

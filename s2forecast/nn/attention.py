@@ -8,6 +8,7 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.ops import default_radius, global_attention, neighborhood_attention
 from s2forecast.ops.validation import check_backend, check_grid, check_radius
+from s2forecast.user_errors import UserError
 
 
 class QKPositionEmbedding(Protocol):
@@ -44,9 +45,9 @@ class _SphericalAttention(nn.Module):
         qk_channels = in_channels if qk_channels is None else qk_channels
         for name, channels in (("qk_channels", qk_channels), ("out_channels", out_channels)):
             if channels % num_heads != 0:
-                raise ValueError(f"{name}={channels} is not divisible by num_heads={num_heads}")
+                raise UserError(f"{name}={channels} is not divisible by num_heads={num_heads}")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise UserError(f"dropout must be in [0, 1), got {dropout}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.num_heads = num_heads
@@ -61,12 +62,12 @@ class _SphericalAttention(nn.Module):
         self.position_embedding = position_embedding
         self.position_acts_on = getattr(position_embedding, "acts_on", "qk")
         if position_embedding is not None and self.position_acts_on not in ("qk", "scores"):
-            raise ValueError(
+            raise UserError(
                 f"{type(position_embedding).__name__} acts on {self.position_acts_on!r}: absolute embeddings "
                 "are added to the model's tokens, not inside an attention layer"
             )
         if position_embedding is not None and self.position_acts_on == "scores" and not self.takes_score_bias:
-            raise ValueError(
+            raise UserError(
                 f"{type(position_embedding).__name__} biases the scores, which {self.kind} does not "
                 "take; use it with S2Attention, or use SpRePE / RoPE"
             )
@@ -84,7 +85,7 @@ class _SphericalAttention(nn.Module):
         for name, x, grid in (("query", query, grid_q), ("key", key, grid_kv), ("value", value, grid_kv)):
             if x.dim() != 4 or x.shape[1] != self.in_channels or tuple(x.shape[-2:]) != grid.shape:
                 expected = f"(batch, {self.in_channels}, {grid.nlat}, {grid.nlon})"
-                raise ValueError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
+                raise UserError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
         tokens = {id(x): x.flatten(2).transpose(1, 2) for x in (query, key, value)}  # (batch, N, channels)
         q = self.q_norm(self._split_heads(self.q_proj(tokens[id(query)])))
         k = self.k_norm(self._split_heads(self.k_proj(tokens[id(key)])))

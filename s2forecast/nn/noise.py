@@ -13,6 +13,7 @@ from torch import nn
 from torch_harmonics import InverseRealSHT
 
 from s2forecast.geometry import Grid
+from s2forecast.user_errors import UserError
 
 
 class SphericalNoise(nn.Module):
@@ -29,7 +30,7 @@ class SphericalNoise(nn.Module):
     def __init__(self, grid: Grid, channels: int, alpha: float = 2.0, tau: float = 3.0):
         super().__init__()
         if channels < 1:
-            raise ValueError(f"noise channels must be >= 1, got {channels}")
+            raise UserError(f"noise channels must be >= 1, got {channels}")
         self.grid, self.channels = grid, channels
         self.isht = InverseRealSHT(grid.nlat, grid.nlon, lmax=grid.nlat, grid=grid.kind, norm="ortho")
         lmax, mmax = self.isht.lmax, self.isht.mmax

@@ -19,6 +19,7 @@ from torch_harmonics.legendre import legpoly
 from s2forecast.geometry import Grid, geodesic_distance
 from s2forecast.nn.sprepe import SpRePE
 from s2forecast.ops.validation import check_grid
+from s2forecast.user_errors import UserError
 
 POSITION_EMBEDDINGS = ("none", "ape", "spectral-ape", "rope", "rpe", "alibi", "sprepe")
 
@@ -97,7 +98,7 @@ class AxialRotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, grid: Grid, base: float = 100.0):
         super().__init__()
         if head_dim % 4 != 0:
-            raise ValueError(f"axial RoPE needs head_dim divisible by 4, got {head_dim}")
+            raise UserError(f"axial RoPE needs head_dim divisible by 4, got {head_dim}")
         self.grid = check_grid(grid, "grid")
         quarter = head_dim // 4
         freqs = base ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
@@ -116,7 +117,7 @@ class AxialRotaryEmbedding(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if q.shape[2] != self.grid.npoints or k.shape[2] != self.grid.npoints:
-            raise ValueError(f"axial RoPE is built for {self.grid.npoints} points, got q {q.shape}, k {k.shape}")
+            raise UserError(f"axial RoPE is built for {self.grid.npoints} points, got q {q.shape}, k {k.shape}")
         return self.rotate(q), self.rotate(k)
 
 
@@ -188,12 +189,12 @@ def build_position_embedding(
             ratio_max, aux_points; RoPE: base).
     """
     if name not in POSITION_EMBEDDINGS:
-        raise ValueError(f"position embedding must be one of {POSITION_EMBEDDINGS}, got {name!r}")
+        raise UserError(f"position embedding must be one of {POSITION_EMBEDDINGS}, got {name!r}")
     allowed = {"sprepe": {"mask", "ratio", "ratio_min", "ratio_max", "aux_points"}, "rope": {"base"}}.get(name, set())
     if set(options) - allowed:
-        raise ValueError(f"position embedding {name!r} takes options {sorted(allowed)}, got {sorted(options)}")
+        raise UserError(f"position embedding {name!r} takes options {sorted(allowed)}, got {sorted(options)}")
     if name != "sprepe" and name != "alibi" and grid_kv is not None and grid_kv != grid:
-        raise ValueError(f"position embedding {name!r} needs queries and keys on one grid")
+        raise UserError(f"position embedding {name!r} needs queries and keys on one grid")
     if name == "none":
         return None
     if name == "ape":

@@ -20,6 +20,7 @@ from torch import nn
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.validation import check_grid
+from s2forecast.user_errors import UserError
 
 MASKS = ("fixed", "adaptive", "learnable", "none")
 AUX_POINTS = ("random", "grid", "learnable", "identical")
@@ -109,14 +110,14 @@ class SpRePE(nn.Module):
     ):
         super().__init__()
         if mask not in MASKS:
-            raise ValueError(f"mask must be one of {MASKS}, got {mask!r}")
+            raise UserError(f"mask must be one of {MASKS}, got {mask!r}")
         if aux_points not in AUX_POINTS:
-            raise ValueError(f"aux_points must be one of {AUX_POINTS}, got {aux_points!r}")
+            raise UserError(f"aux_points must be one of {AUX_POINTS}, got {aux_points!r}")
         for name, value in (("ratio", ratio), ("ratio_min", ratio_min), ("ratio_max", ratio_max)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
+                raise UserError(f"{name} must be in [0, 1], got {value}")
         if ratio_min > ratio_max:
-            raise ValueError(f"ratio_min ({ratio_min}) must not exceed ratio_max ({ratio_max})")
+            raise UserError(f"ratio_min ({ratio_min}) must not exceed ratio_max ({ratio_max})")
         self.grid = check_grid(grid, "grid")
         self.grid_kv = self.grid if grid_kv is None else check_grid(grid_kv, "grid_kv")
         self.num_heads, self.head_dim = num_heads, head_dim
@@ -125,7 +126,7 @@ class SpRePE(nn.Module):
         ratio = ratio if mask == "fixed" else (ratio_max if mask == "adaptive" else 1.0)
         self.triplets = int(ratio * head_dim) // 3
         if self.triplets == 0:
-            raise ValueError(f"head_dim={head_dim} with ratio {ratio} leaves no channel triplet for SpRePE")
+            raise UserError(f"head_dim={head_dim} with ratio {ratio} leaves no channel triplet for SpRePE")
 
         aux = self._initial_aux_points(seed)  # (heads, triplets, 3) float64
         if aux_points == "learnable":
@@ -202,7 +203,7 @@ class SpRePE(nn.Module):
         """q: (batch, heads, N_q, head_dim) on ``grid``; k: (batch, heads, N_k, head_dim) on ``grid_kv``."""
         for name, t, grid in (("q", q, self.grid), ("k", k, self.grid_kv)):
             if t.shape[1] != self.num_heads or t.shape[2] != grid.npoints or t.shape[3] != self.head_dim:
-                raise ValueError(
+                raise UserError(
                     f"SpRePE expects {name} of shape (batch, {self.num_heads}, {grid.npoints}, {self.head_dim}), "
                     f"got {tuple(t.shape)}"
                 )

@@ -76,6 +76,7 @@ from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
 from s2forecast.ops.compression_hierarchy import CompressionHierarchy, check_compression_window, compression_hierarchy
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
 from s2forecast.ops.validation import check_attention_inputs, check_grid, use_fused
+from s2forecast.user_errors import UserError
 
 BRANCHES = ("ball", "compression", "selection")
 # elements of one chunk of the (batch, heads, groups, coarse blocks) selection-score tensor
@@ -183,13 +184,13 @@ def check_branches(branches) -> tuple[str, ...]:
     branches = tuple(branches)
     unknown = [b for b in branches if b not in BRANCHES]
     if unknown or not branches or len(set(branches)) != len(branches):
-        raise ValueError(f"branches must be a non-empty subset of {BRANCHES} without repeats, got {branches!r}")
+        raise UserError(f"branches must be a non-empty subset of {BRANCHES} without repeats, got {branches!r}")
     return tuple(b for b in BRANCHES if b in branches)
 
 
 def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise UserError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -207,23 +208,23 @@ def check_ball_sparse_sizes(
     top_k = _positive_int("top_k", top_k)
     group_size = _positive_int("group_size", group_size)
     if ball_size % block_size != 0:
-        raise ValueError(
+        raise UserError(
             f"ball_size={ball_size} must be a multiple of block_size={block_size} so that compression blocks "
             "tile the balls; powers of two (e.g. ball_size=256, block_size=8) work best"
         )
     if select_block % block_size != 0 or ball_size % select_block != 0:
-        raise ValueError(
+        raise UserError(
             f"select_block={select_block} must be a multiple of block_size={block_size} and divide "
             f"ball_size={ball_size}; the default select_block=None uses block_size"
         )
     if ball_size % group_size != 0:
-        raise ValueError(
+        raise UserError(
             f"group_size={group_size} must divide ball_size={ball_size} so that a selection group lies in one "
             "ball; use a power of two such as block_size"
         )
     check_compression_window(compression_window, ball_size, block_size)
     if compression_window is not None and select_block != block_size:
-        raise ValueError(
+        raise UserError(
             f"select_block={select_block} must equal block_size={block_size} with compression_window set: the "
             "multi-level selection picks level-1 coarse tokens; leave select_block=None"
         )
@@ -231,7 +232,7 @@ def check_ball_sparse_sizes(
         num_balls = math.ceil(grid.npoints / ball_size)
         outside = (num_balls - 1) * (ball_size // select_block)
         if top_k > outside:
-            raise ValueError(
+            raise UserError(
                 f"top_k={top_k} exceeds the {outside} selection blocks outside a query's ball (grid "
                 f"{grid.nlat}x{grid.nlon} = {grid.npoints} points in {num_balls} ball(s) of {ball_size}); "
                 "lower top_k or ball_size, or drop 'selection' from branches"
@@ -243,12 +244,12 @@ def _check_gates(gates, q: torch.Tensor):
     if gates is None:
         return (None, None, None)
     if isinstance(gates, torch.Tensor) or len(gates) != len(BRANCHES):
-        raise ValueError("gates must be None or a tuple (g_ball, g_cmp, g_sel) of tensors (or None)")
+        raise UserError("gates must be None or a tuple (g_ball, g_cmp, g_sel) of tensors (or None)")
     expected = (*q.shape[:3], 1)
     for name, gate in zip(BRANCHES, gates, strict=True):
         if gate is not None and (not isinstance(gate, torch.Tensor) or tuple(gate.shape) != expected):
             got = tuple(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
-            raise ValueError(f"the {name} gate must have shape (batch, heads, nlat*nlon, 1) = {expected}, got {got}")
+            raise UserError(f"the {name} gate must have shape (batch, heads, nlat*nlon, 1) = {expected}, got {got}")
     return tuple(gates)
 
 

@@ -36,6 +36,7 @@ import torch
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.validation import check_grid
+from s2forecast.user_errors import UserError
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,7 +104,7 @@ def ball_ordering(grid: Grid, ball_size: int) -> BallOrdering:
     """
     check_grid(grid, "grid")
     if isinstance(ball_size, bool) or not isinstance(ball_size, int | np.integer) or ball_size < 1:
-        raise ValueError(f"ball_size must be a positive integer, got {ball_size!r}")
+        raise UserError(f"ball_size must be a positive integer, got {ball_size!r}")
     return _ball_ordering(grid, int(ball_size))
 
 
@@ -145,7 +146,7 @@ def ball_tree_permutation(points: np.ndarray, ball_size: int) -> np.ndarray:
     points = np.asarray(points, dtype=np.float64)
     n = points.shape[0]
     if n == 0:
-        raise ValueError("cannot order an empty point set")
+        raise UserError("cannot order an empty point set")
     num_balls = math.ceil(n / ball_size)
     order = np.arange(n, dtype=np.int64)  # points, grouped by node in node order
     # per node: first position in ``order``, point count, first slot, slot count
@@ -212,7 +213,7 @@ def blocks_centers_and_radii(
     """
     points = points.to(torch.float64)
     if points.shape[0] % size != 0:
-        raise ValueError(f"{points.shape[0]} points do not split into blocks of {size}")
+        raise UserError(f"{points.shape[0]} points do not split into blocks of {size}")
     valid = torch.ones(points.shape[0], dtype=torch.bool) if valid is None else valid.to(torch.bool)
     blocks = points.view(-1, size, 3)
     mask = valid.view(-1, size)

@@ -33,6 +33,8 @@ from functools import lru_cache
 
 import torch
 
+from s2forecast.user_errors import UserError
+
 
 @dataclass(frozen=True, eq=False)
 class CompressionHierarchy:
@@ -84,11 +86,11 @@ def check_compression_window(window, ball_size: int, block_size: int) -> int | N
     if window is None:
         return None
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"compression_window must be a positive integer or None, got {window!r}")
+        raise UserError(f"compression_window must be a positive integer or None, got {window!r}")
     per_ball = ball_size // block_size
     step = math.lcm(per_ball, block_size)
     if window % step != 0:
-        raise ValueError(
+        raise UserError(
             f"compression_window={window} must be a multiple of ball_size/block_size={per_ball} and of "
             f"block_size={block_size} (i.e. of {step}) so that windows hold whole balls and nest across levels; "
             "use None for the paper's single-level compression"

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from s2forecast.geometry import Grid
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
 from s2forecast.ops.validation import check_attention_inputs, check_grid
+from s2forecast.user_errors import UserError
 
 
 def global_attention(
@@ -56,7 +57,7 @@ def global_attention(
     mask = log_w.view(1, 1, 1, -1)
     if bias is not None:
         if bias.shape[-2:] != (q.shape[2], k.shape[2]):
-            raise ValueError(f"bias must end in (N_q, N_kv) = {(q.shape[2], k.shape[2])}, got {tuple(bias.shape)}")
+            raise UserError(f"bias must end in (N_q, N_kv) = {(q.shape[2], k.shape[2])}, got {tuple(bias.shape)}")
         mask = mask + bias
     elif q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return attention_with_folded_key_bias(q, k, v, log_w, scale)

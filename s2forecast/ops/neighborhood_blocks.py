@@ -21,6 +21,7 @@ from functools import lru_cache
 import torch
 
 from s2forecast.ops.neighborhood import SphericalNeighborhood
+from s2forecast.user_errors import UserError
 
 # Costs in units of one scored (query, key) pair, measured with the CPU flash SDPA at head_dim
 # 32 (1 thread): gathering one key and its value, and the fixed cost of one (block, head)
@@ -154,7 +155,7 @@ def longitude_blocks(neighborhood: SphericalNeighborhood, block: int | None = No
     """Precompute (once per neighborhood, cached) the block layout; ``block`` forces one block
     size for every row (tests), default: the cheapest per row."""
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
-        raise ValueError(f"block must be a positive number of longitudes, got {block!r}")
+        raise UserError(f"block must be a positive number of longitudes, got {block!r}")
     nlat, nlon = neighborhood.grid.shape
     rows = []
     for row, arcs in enumerate(_arcs(neighborhood)):

@@ -5,13 +5,14 @@ import math
 import torch
 
 from s2forecast.geometry import Grid
+from s2forecast.user_errors import UserError
 
 BACKENDS = ("auto", "fused", "reference")
 
 
 def check_backend(backend) -> str:
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        raise UserError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return backend
 
 
@@ -23,7 +24,7 @@ def use_fused(backend: str, q: torch.Tensor) -> bool:
 
 def check_grid(grid, name: str) -> Grid:
     if not isinstance(grid, Grid):
-        raise ValueError(f"{name} must be an s2forecast.geometry.Grid, got {type(grid).__name__}")
+        raise UserError(f"{name} must be an s2forecast.geometry.Grid, got {type(grid).__name__}")
     return grid
 
 
@@ -31,9 +32,9 @@ def check_radius(theta) -> float:
     try:
         theta = float(theta)
     except (TypeError, ValueError):
-        raise ValueError(f"theta must be a number of radians in (0, pi], got {theta!r}") from None
+        raise UserError(f"theta must be a number of radians in (0, pi], got {theta!r}") from None
     if not math.isfinite(theta) or theta <= 0.0 or theta > math.pi:
-        raise ValueError(f"theta must be a geodesic radius in radians in (0, pi], got {theta!r}")
+        raise UserError(f"theta must be a geodesic radius in radians in (0, pi], got {theta!r}")
     return theta
 
 
@@ -44,28 +45,28 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
     synchronize the device on every call, which costs as much as the fused forward itself."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise UserError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
-            raise ValueError(f"{name} must have shape (batch, heads, nlat*nlon, head_dim), got {tuple(t.shape)}")
+            raise UserError(f"{name} must have shape (batch, heads, nlat*nlon, head_dim), got {tuple(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise UserError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise UserError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
-        raise ValueError(
+        raise UserError(
             f"q, k, v must share (batch, heads), got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, {tuple(v.shape[:2])}"
         )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share head_dim, got {q.shape[-1]} and {k.shape[-1]}")
+        raise UserError(f"q and k must share head_dim, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[2] != v.shape[2]:
-        raise ValueError(f"k and v must have the same number of points, got {k.shape[2]} and {v.shape[2]}")
+        raise UserError(f"k and v must have the same number of points, got {k.shape[2]} and {v.shape[2]}")
     if q.shape[2] != grid_q.npoints:
-        raise ValueError(
+        raise UserError(
             f"q has {q.shape[2]} points but its grid {grid_q.nlat}x{grid_q.nlon} has {grid_q.npoints}; "
             "flatten (lat, lon) row-major on the query grid"
         )
     if k.shape[2] != grid_kv.npoints:
-        raise ValueError(
+        raise UserError(
             f"k and v have {k.shape[2]} points but their grid {grid_kv.nlat}x{grid_kv.nlon} has {grid_kv.npoints}; "
             "pass the key/value grid explicitly when it differs from the query grid"
         )
@@ -75,4 +76,4 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
         # a sum is finite only when every term is: one pass without a bool temporary; the
         # elementwise check only when the sum overflowed or something is not finite
         if not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} contains NaN or infinite values")
+            raise UserError(f"{name} contains NaN or infinite values")

@@ -7,6 +7,8 @@ from pytorch_lightning.callbacks import WeightAveraging
 from pytorch_lightning.utilities import rank_zero_only
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
+from s2forecast.user_errors import UserError
+
 
 class EMAWeightAveraging(WeightAveraging):
     """Exponential moving average of the weights (Lightning's ``WeightAveraging``), used for
@@ -14,7 +16,7 @@ class EMAWeightAveraging(WeightAveraging):
 
     def __init__(self, decay: float = 0.999, start_step: int = 0, device: str | None = None):
         if not 0.0 < decay < 1.0:
-            raise ValueError(f"decay must be in (0, 1), got {decay}")
+            raise UserError(f"decay must be in (0, 1), got {decay}")
         super().__init__(device=device, use_buffers=True, multi_avg_fn=get_ema_multi_avg_fn(decay))
         self.decay, self.start_step = decay, start_step
 
@@ -28,7 +30,7 @@ class LossLine(Callback):
 
     def __init__(self, every_n_steps: int = 50):
         if every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+            raise UserError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
         self.start = time.perf_counter()
 

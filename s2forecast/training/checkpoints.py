@@ -17,6 +17,7 @@ from pathlib import Path
 from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
 from s2forecast.models.checkpoint import read_checkpoint
+from s2forecast.user_errors import UserError
 
 LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # Lightning versions the name when two callbacks save "last"
 
@@ -56,7 +57,7 @@ def last_checkpoint(trainer) -> Path:
         directories = list(experiment.glob("*/checkpoints"))
     found = [path for directory in directories for path in directory.glob("last*.ckpt") if LAST.match(path.name)]
     if not found:
-        raise ValueError(
+        raise UserError(
             f"--ckpt_path last: no last.ckpt in {where}; start without --ckpt_path, set "
             "trainer.logger.init_args.name to the experiment to resume, or pass a checkpoint file"
         )

@@ -5,7 +5,7 @@ configuration of a run).
 Defaults: CSV logging under ``runs/<name>/version_N`` (the shipped configs set ``name`` to
 their file name), checkpoints of the best (lowest ``val/loss``) and the last epoch,
 ``seed_everything: 0``. The DataModule is chosen by ``data.class_path``
-(``s2forecast.datamodules.SWEDataModule`` or ``ERA5DataModule``); what the model needs to know
+(``s2forecast.training.datamodule.SWEDataModule`` or ``ERA5DataModule``); what the model needs to know
 about it (channels, grid, normalization) is linked into ``model.data`` when both are built.
 
 Checkpoints are read weights-only (``s2forecast.training.checkpoints``): Lightning's
@@ -13,7 +13,7 @@ Checkpoints are read weights-only (``s2forecast.training.checkpoints``): Lightni
 than tensors and plain values is refused with one line. ``--ckpt_path last`` resumes the newest
 ``last.ckpt`` of this run's experiment, ``<save_dir>/<name>/*/checkpoints/`` of its logger (the
 latest version of ``runs/<name>``), never another experiment's; a run with none is an error.
-Resuming is exact, mid-epoch included (``s2forecast.datamodules.datamodule.ResumableLoader``).
+Resuming is exact, mid-epoch included (``s2forecast.training.datamodule.ResumableLoader``).
 """
 
 import logging
@@ -27,10 +27,11 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.strategies import Strategy
 
-from s2forecast.datamodules import FieldDataModule
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
+from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, data_info
+from s2forecast.user_errors import UserError
 
 # Lightning's own use of a deprecated torch API: nothing a user can act on
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
@@ -117,7 +118,7 @@ class ForecastCLI(LightningCLI):
         strategy = self.trainer.strategy
         config = self.config_init[self.subcommand]
         if config.get("ckpt_path") and type(strategy).load_checkpoint is not Strategy.load_checkpoint:
-            raise ValueError(
+            raise UserError(
                 f"--ckpt_path with the {type(strategy).__name__} strategy: its checkpoint loading does not go through "
                 "s2forecast's weights-only reader; resume with the default, ddp or single-device strategies"
             )

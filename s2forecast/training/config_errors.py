@@ -22,12 +22,12 @@ from pathlib import Path
 
 import yaml
 
-from s2forecast.user_errors import one_line
+from s2forecast.user_errors import UserError, one_line
 
 MAX_LISTED = 8
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration error, in one line naming the key and the fix."""
 
 
@@ -264,7 +264,7 @@ def _subclass_paths(base: type) -> list[str]:
 
 
 def _public_path(cls: type) -> str:
-    """The shortest import path of ``cls`` (``s2forecast.datamodules.SWEDataModule``)."""
+    """The shortest import path of ``cls`` (``s2forecast.training.datamodule.SWEDataModule``)."""
     parts = cls.__module__.split(".")
     for n in range(1, len(parts) + 1):
         module = sys.modules.get(".".join(parts[:n]))

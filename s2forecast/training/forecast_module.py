@@ -19,10 +19,11 @@ import math
 import pytorch_lightning as pl
 import torch
 
-from s2forecast.datamodules.fields import Batch
+from s2forecast.data.fields import Batch
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
 from s2forecast.training.losses import ensemble_loss, weighted_mse
+from s2forecast.user_errors import UserError
 
 LEVEL_WEIGHTINGS = ("pressure", "none")
 LOSSES = ("mse", "crps")
@@ -62,7 +63,7 @@ def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
     """
     state = read_checkpoint(checkpoint)
     if "state_dict" not in state:
-        raise ValueError(f"--model.init_from {checkpoint} is not a checkpoint of s2forecast fit (no state_dict)")
+        raise UserError(f"--model.init_from {checkpoint} is not a checkpoint of s2forecast fit (no state_dict)")
     theirs = forecaster_weights(state["state_dict"])
     ours = forecaster.state_dict()
     parameters = {name for name, _ in forecaster.named_parameters()}
@@ -71,7 +72,7 @@ def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
     if missing or differ:
         name = (missing or differ)[0]
         detail = "is missing" if missing else f"has shape {tuple(theirs[name].shape)}, not {tuple(ours[name].shape)}"
-        raise ValueError(
+        raise UserError(
             f"--model.init_from {checkpoint} does not fit this model: weight {name} {detail} ({len(missing)} missing, "
             f"{len(differ)} of other shapes); fine-tuning needs the same architecture, network options and channels"
         )
@@ -125,31 +126,31 @@ class ForecastModule(pl.LightningModule):
     ):
         super().__init__()
         if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+            raise UserError(f"loss must be one of {LOSSES}, got {loss!r}")
         if loss == "crps" and ensemble_size < 2:
-            raise ValueError(f"loss 'crps' needs ensemble_size >= 2 members, got {ensemble_size}")
+            raise UserError(f"loss 'crps' needs ensemble_size >= 2 members, got {ensemble_size}")
         if loss == "mse" and ensemble_size != 1:
-            raise ValueError(f"loss 'mse' trains one member; set ensemble_size: 1 (got {ensemble_size}) or loss: crps")
+            raise UserError(f"loss 'mse' trains one member; set ensemble_size: 1 (got {ensemble_size}) or loss: crps")
         if loss == "crps" and not (network or {}).get("noise_channels"):
-            raise ValueError(
+            raise UserError(
                 "loss 'crps' needs a stochastic network: set model.network.noise_channels (e.g. 8), or the members "
                 "would be identical"
             )
         if not crps_mse_weight >= 0:
-            raise ValueError(f"crps_mse_weight must be >= 0, got {crps_mse_weight}")
+            raise UserError(f"crps_mse_weight must be >= 0, got {crps_mse_weight}")
         if data is None:
-            raise ValueError("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
+            raise UserError("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
         if not lr > 0:
-            raise ValueError(f"lr must be a positive number, got {lr}")
+            raise UserError(f"lr must be a positive number, got {lr}")
         if not weight_decay >= 0 or not 0 <= min_lr_ratio <= 1 or warmup_steps < 0:
-            raise ValueError(
+            raise UserError(
                 f"need weight_decay >= 0, 0 <= min_lr_ratio <= 1 and warmup_steps >= 0, got {weight_decay}, "
                 f"{min_lr_ratio} and {warmup_steps}"
             )
         if level_weighting not in LEVEL_WEIGHTINGS:
-            raise ValueError(f"level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
+            raise UserError(f"level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
         if not 1 <= rollout_start <= rollout_max:
-            raise ValueError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
+            raise UserError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
         self.save_hyperparameters()
         self.forecaster = Forecaster(architecture, network, data, residual)
         if init_from is not None:
@@ -217,7 +218,7 @@ class ForecastModule(pl.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         if batch.targets.shape[1] < self.rollout:
-            raise ValueError(
+            raise UserError(
                 f"training rollout is {self.rollout} steps but batches hold {batch.targets.shape[1]} targets; "
                 "raise the DataModule's rollout_steps to at least rollout_max"
             )

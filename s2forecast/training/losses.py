@@ -7,6 +7,8 @@ mean over every point, channel, step and sample, so losses of different grids co
 
 import torch
 
+from s2forecast.user_errors import UserError
+
 
 def weighted_mse(prediction: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Weighted mean squared error of (..., channels, nlat, nlon) tensors."""
@@ -30,7 +32,7 @@ def fair_crps(members: torch.Tensor, target: torch.Tensor, member_dim: int = 1) 
     """
     m = members.shape[member_dim]
     if m < 2:
-        raise ValueError(f"the fair CRPS needs at least 2 ensemble members, got {m}")
+        raise UserError(f"the fair CRPS needs at least 2 ensemble members, got {m}")
     dtype = torch.promote_types(members.dtype, torch.float32)  # bf16 autocast outputs are scored in fp32
     members = members.to(dtype)
     skill = (members - target.to(dtype).unsqueeze(member_dim)).abs().mean(dim=member_dim)
@@ -55,7 +57,7 @@ def ensemble_loss(
             CRPS alone; some runs mix in a little MSE for the first epochs).
     """
     if mse_weight < 0:
-        raise ValueError(f"mse_weight must be >= 0, got {mse_weight}")
+        raise UserError(f"mse_weight must be >= 0, got {mse_weight}")
     loss = (fair_crps(members, target) * weights).mean()
     if mse_weight:
         loss = loss + mse_weight * weighted_mse(members.float().mean(dim=1), target, weights)

@@ -18,9 +18,10 @@ import torch
 import xarray as xr
 
 from s2forecast.cli import main
-from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, open_store
+from s2forecast.data import compute_stats, generate_swe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.datamodule import SWEDataModule
 
 REPO = Path(__file__).parents[2]
 RAW_TIME = re.compile(r"\d{15,}|\.0{9}")  # nanoseconds since 1970, or datetime64's ".000000000"
@@ -68,7 +69,7 @@ def files(tmp_path_factory) -> dict[str, str]:
         "trainer:\n  max_epochs: 1\n  logger: false\n  enable_progress_bar: false\n"
         f"  default_root_dir: {root / 'runs'}\n"
         "model:\n  network:\n    embed_dim: 8\n    num_layers: 1\n  warmup_steps: 1\n"
-        "data:\n  class_path: s2forecast.datamodules.SWEDataModule\n  init_args:\n"
+        "data:\n  class_path: s2forecast.training.datamodule.SWEDataModule\n  init_args:\n"
         f"    store: {store}\n    train_trajectories: [0, 1]\n    batch_size: 2\n    num_workers: 0\n"
     )
     configs = {
@@ -79,7 +80,7 @@ def files(tmp_path_factory) -> dict[str, str]:
         "wrong_type": base.replace("warmup_steps: 1", "warmup_steps: abc"),
         "data_wrong_type": base.replace("batch_size: 2", "batch_size: many"),
         "bad_class": base.replace("SWEDataModule", "SWEDatamodule"),
-        "no_module": base.replace("s2forecast.datamodules.SWEDataModule", "nomodule.Foo"),
+        "no_module": base.replace("s2forecast.training.datamodule.SWEDataModule", "nomodule.Foo"),
         "no_store_key": "\n".join(line for line in base.splitlines() if "store:" not in line) + "\n",
         "missing_store": base.replace(str(store), str(root / "nowhere.zarr")),
         "not_a_store": base.replace(str(store), str(root / "not_a_store")),
@@ -194,11 +195,15 @@ CASES = {
     ),
     "fit bad class_path": (
         ["fit", "--config", "{bad_class_yaml}"],
-        ["'s2forecast.datamodules.SWEDatamodule'", "did you mean 's2forecast.datamodules.SWEDataModule'"],
+        ["'s2forecast.training.datamodule.SWEDatamodule'", "did you mean 's2forecast.training.datamodule.SWEDataModule'"],
     ),
     "fit unknown module": (
         ["fit", "--config", "{no_module_yaml}"],
-        ["'nomodule.Foo'", "s2forecast.datamodules.ERA5DataModule", "s2forecast.datamodules.SWEDataModule"],
+        [
+            "'nomodule.Foo'",
+            "s2forecast.training.datamodule.ERA5DataModule",
+            "s2forecast.training.datamodule.SWEDataModule",
+        ],
     ),
     "fit missing required key": (["fit", "--config", "{no_store_key_yaml}"], ["data.init_args.store", "required"]),
     "fit missing config file": (["fit", "--config", "{root}/absent.yaml"], ["absent.yaml", "does not exist"]),
@@ -264,13 +269,34 @@ def test_debug_shows_the_traceback(files, capsys):
     assert lines[-1].startswith("s2forecast fit: error: unknown key 'model.warmup_stpes'")
 
 
-def test_programming_error_keeps_its_traceback(monkeypatch):
-    def broken(args):
-        raise TypeError("a bug")
+@pytest.mark.parametrize("error", [TypeError("a bug"), ValueError("a bug"), KeyError("a bug")])
+def test_programming_error_keeps_its_traceback(monkeypatch, capsys, error):
+    """Only UserError (and the third-party failures that mean bad input) is one line: a plain
+    ValueError raised by s2forecast is a bug, printed with its traceback and a request to report it."""
 
-    monkeypatch.setattr("s2forecast.geometry.grid.run", broken)
-    with pytest.raises(TypeError, match="a bug"):
+    def broken(args):
+        raise error
+
+    monkeypatch.setattr("s2forecast.commands.grid.run", broken)
+    with pytest.raises(SystemExit) as exit_:
         main(["grid", "--nlat", "8", "--nlon", "16"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and err.startswith("Traceback") and f"{type(error).__name__}: " in err
+    assert err.splitlines()[-1].startswith("s2forecast grid: internal error: this is a bug in s2forecast")
+    assert "error: a bug" not in err
+
+
+def test_raised_user_error_is_one_line(monkeypatch, capsys):
+    from s2forecast.user_errors import UserError
+
+    def refuses(args):
+        raise UserError("--nlat 8 is too small for this; use --nlat 16 or more")
+
+    monkeypatch.setattr("s2forecast.commands.grid.run", refuses)
+    with pytest.raises(SystemExit) as exit_:
+        main(["grid", "--nlat", "8", "--nlon", "16"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "s2forecast grid: error: --nlat 8 is too small for this; use --nlat 16 or more\n"
 
 
 def test_diverging_solver_is_one_line(tmp_path, capsys):
@@ -301,14 +327,18 @@ class _BadSample(torch.utils.data.Dataset):
         return 1
 
     def __getitem__(self, index):
-        raise ValueError("vorticity has non-finite values at 2000-01-01T03 in x.zarr")
+        from s2forecast.data.fields import NonFiniteData
+
+        raise NonFiniteData("vorticity has non-finite values at 2000-01-01T03 in x.zarr")
 
 
 def test_error_from_a_dataloader_worker_is_its_own_message():
     """torch re-raises a worker's error with the worker's traceback in the message: show its last line."""
     from s2forecast.user_errors import user_error_message
 
-    with pytest.raises(ValueError) as error:
+    from s2forecast.user_errors import UserError
+
+    with pytest.raises(UserError) as error:  # torch re-raises the worker's exception type
         next(iter(torch.utils.data.DataLoader(_BadSample(), num_workers=1)))
     assert "Traceback" in str(error.value)  # what the user would have seen
     assert user_error_message(error.value) == "vorticity has non-finite values at 2000-01-01T03 in x.zarr"

@@ -69,7 +69,7 @@ def test_every_command_has_arguments_and_runner():
     for command in COMMANDS:
         assert command.help and len(command.help) <= 60, command  # one line in `s2forecast --help`
         assert command.lightning or callable(command.arguments), command
-        assert callable(cli._function(command.run)), command
+        assert callable(command.run), command
 
 
 def test_help_of_every_argparse_command_imports_nothing_heavy():
@@ -101,7 +101,7 @@ def test_print_config_still_goes_to_lightning(tmp_path, capsys):
         cli.main(["fit", "--config", str(config), "--print_config"])
     assert exit.value.code in (0, None)
     printed = capsys.readouterr().out
-    assert "model:" in printed and "trainer:" in printed and "s2forecast.datamodules.SWEDataModule" in printed
+    assert "model:" in printed and "trainer:" in printed and "s2forecast.training.datamodule.SWEDataModule" in printed
     assert not help_cache.is_plain_help(["fit", "--config", str(config), "--help"])
 
 

@@ -25,10 +25,10 @@ import torch
 import xarray as xr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import compute_stats, generate_swe, open_store
-from s2forecast.datamodules import stats as stats_module
-from s2forecast.datamodules import swe as swe_module
-from s2forecast.datamodules.writer import StoreWriter
+from s2forecast.data import compute_stats, generate_swe, open_store
+from s2forecast.data import stats as stats_module
+from s2forecast.data import swe as swe_module
+from s2forecast.data.writer import StoreWriter
 from s2forecast.evaluation import climatology as climatology_module
 from s2forecast.evaluation import evaluate as evaluate_module
 from s2forecast.inference import rollout as rollout_module
@@ -55,8 +55,8 @@ class Inputs:
 def inputs(tmp_path_factory) -> Inputs:
     import pytorch_lightning as pl
 
-    from s2forecast.datamodules import SWEDataModule
     from s2forecast.training import ForecastModule, data_info
+    from s2forecast.training.datamodule import SWEDataModule
 
     root = tmp_path_factory.mktemp("inputs")
     store = generate_swe(root / "swe.zarr", 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, progress=False)
@@ -541,7 +541,7 @@ def test_evaluate_refuses_a_forecast_or_climatology_rewritten_while_it_is_read(
 
 def test_dataset_refuses_a_store_rewritten_since_it_was_built(inputs, tmp_path):
     """A DataLoader worker reopens the store: it must be the one the dataset was built on."""
-    from s2forecast.datamodules.fields import FieldDataset, SampleSpec
+    from s2forecast.data.fields import FieldDataset, SampleSpec
 
     store = own_store(inputs, tmp_path)
     dataset = FieldDataset(store, SampleSpec(("vorticity",), static=(), step_hours=1.0))

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from s2forecast.commands import convert_era5 as add_arguments
-from s2forecast.datamodules import convert_era5 as convert_module
-from s2forecast.datamodules.convert_era5 import convert_era5, run
-from s2forecast.datamodules.store import VARIABLES, describe, open_store
-from s2forecast.datamodules.writer import StoreWriter
+from s2forecast.commands.convert_era5 import arguments as add_arguments
+from s2forecast.commands.convert_era5 import run
+from s2forecast.data import convert_era5 as convert_module
+from s2forecast.data.convert_era5 import convert_era5
+from s2forecast.data.defaults import CONVERT_TIME_CHUNK
+from s2forecast.data.store import VARIABLES, describe, open_store
+from s2forecast.data.writer import StoreWriter
 
 DATA = Path(__file__).parents[1] / "data"
 SAMPLE_SLICE = DATA / "era5_sample_slice.nc"
@@ -433,7 +435,7 @@ def test_command_line(monthly, tmp_path):
         [*map(str, monthly), "--out", str(out), "--variables", "t2m", "z", "--levels", "500", "--no-progress"]
     )
     assert args.progress is False and args.levels == [500] and args.member is None
-    assert args.time_chunk == convert_module.DEFAULT_TIME_CHUNK and not args.overwrite
+    assert args.time_chunk == CONVERT_TIME_CHUNK and not args.overwrite
     run(args)
     assert describe(open_store(out)).levels == (500,)
     with pytest.raises(ValueError, match="does not exist"):
@@ -532,7 +534,8 @@ def test_sample_slice_matches_its_recipe(tmp_path):
 
 def test_cds_netcdf_to_datamodule_batch(monthly, tmp_path):
     """CDS-style NetCDF -> convert-era5 -> stats -> ERA5DataModule batch: values equal the source."""
-    from s2forecast.datamodules import ERA5DataModule, compute_stats
+    from s2forecast.data import compute_stats
+    from s2forecast.training.datamodule import ERA5DataModule
 
     store = convert(monthly, tmp_path / "store.zarr")
     compute_stats(store)

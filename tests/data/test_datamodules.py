@@ -10,21 +10,12 @@ import torch
 import xarray as xr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import (
-    Batch,
-    ERA5DataModule,
-    FieldDataset,
-    SampleSpec,
-    SWEDataModule,
-    compute_stats,
-    generate_swe,
-    load_stats,
-    open_store,
-)
-from s2forecast.datamodules.forcings import cos_zenith, forcing_fields
-from s2forecast.datamodules.store import cf_attributes, normalize_units
-from s2forecast.datamodules.writer import StoreWriter, lazy_empty
+from s2forecast.data import Batch, FieldDataset, SampleSpec, compute_stats, generate_swe, load_stats, open_store
+from s2forecast.data.forcings import cos_zenith, forcing_fields
+from s2forecast.data.store import cf_attributes, normalize_units
+from s2forecast.data.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.training.datamodule import ERA5DataModule, SWEDataModule
 
 ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"  # real ERA5, see tests/data/README.md
 
@@ -132,7 +123,7 @@ def test_generate_swe_is_deterministic_and_resumable(tmp_path, monkeypatch):
     assert not np.array_equal(open_store(other)["vorticity"].values, ds_a["vorticity"].values)
 
     # interrupt after the first trajectory, then resume: only the second is integrated again
-    import s2forecast.datamodules.swe as swe
+    import s2forecast.data.swe as swe
 
     calls = []
     real = swe.integrate

@@ -12,7 +12,7 @@ import xarray as xr
 import zarr
 
 from s2forecast.cli import main
-from s2forecast.datamodules.fields import FieldDataset, SampleSpec
+from s2forecast.data.fields import FieldDataset, SampleSpec
 
 REPO = Path(__file__).parents[2]
 

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules.store import open_store
+from s2forecast.data.store import open_store
 from s2forecast.evaluation.report import open_results
 
 REPO = Path(__file__).parents[2]
@@ -76,7 +76,7 @@ def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_p
     cli(["stats", url, "--out", str(stats), "--end", "2020-01-03T18"])
     config = [
         "--config", str(REPO / "configs" / "swe" / "s2_neighborhood.yaml"),
-        "--data", "s2forecast.datamodules.ERA5DataModule", "--data.init_args.store", url,
+        "--data", "s2forecast.training.datamodule.ERA5DataModule", "--data.init_args.store", url,
         "--data.init_args.stats", str(stats), "--data.init_args.variables", "[2m_temperature, geopotential]",
         "--data.init_args.levels", "[500]", "--data.init_args.step_hours", "6",
         "--data.init_args.train_period", "[2020-01-01, 2020-01-03T18]",
@@ -168,7 +168,7 @@ def test_storage_options_reach_every_reader(guarded, tmp_path, capsys):
     cli(["stats", url, "--out", str(stats), "--end", "2020-01-03T18", "--storage-options", token])
     config = [
         "--config", str(REPO / "configs" / "swe" / "s2_neighborhood.yaml"),
-        "--data", "s2forecast.datamodules.ERA5DataModule", "--data.init_args.store", url,
+        "--data", "s2forecast.training.datamodule.ERA5DataModule", "--data.init_args.store", url,
         "--data.init_args.storage_options", token,
         "--data.init_args.stats", str(stats), "--data.init_args.variables", "[2m_temperature, geopotential]",
         "--data.init_args.levels", "[500]", "--data.init_args.step_hours", "6",

@@ -9,9 +9,9 @@ import pytest
 import torch
 import zarr
 
-import s2forecast.datamodules.swe as swe
+import s2forecast.data.swe as swe
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import generate_swe, open_store
+from s2forecast.data import generate_swe, open_store
 
 VARIABLES = ("geopotential_height", "vorticity", "divergence")
 

@@ -18,8 +18,8 @@ import xarray as xr
 import zarr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import compute_stats, open_store
-from s2forecast.datamodules.plausibility import check_plausible, field_problem, standard_height
+from s2forecast.data import compute_stats, open_store
+from s2forecast.data.plausibility import check_plausible, field_problem, standard_height
 from s2forecast.evaluation import compute_climatology
 from s2forecast.evaluation.evaluate import evaluate
 

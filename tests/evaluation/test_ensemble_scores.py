@@ -9,7 +9,7 @@ import xarray as xr
 from test_regions import wb2_area_weights
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules.convert_era5 import convert_era5
+from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.evaluation.evaluate import evaluate
 
 ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"

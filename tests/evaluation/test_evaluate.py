@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from s2forecast.commands import evaluate as add_arguments
+from s2forecast.commands.evaluate import arguments as add_arguments
+from s2forecast.commands.evaluate import run
 from s2forecast.evaluation import (
     MissingTruthWarning,
     acc,
@@ -19,7 +20,7 @@ from s2forecast.evaluation import (
     truth_at_valid_times,
 )
 from s2forecast.evaluation import evaluate as evaluate_module
-from s2forecast.evaluation.evaluate import evaluate, format_table, run
+from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import open_results
 
 LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles, north -> south as written by the store writers

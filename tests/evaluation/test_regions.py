@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules.convert_era5 import convert_era5
+from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.evaluation.evaluate import evaluate
 from s2forecast.evaluation.regions import STANDARD_REGIONS, parse_box
 

@@ -26,7 +26,7 @@ def test_forecaster_from_checkpoint_is_the_trained_model(swe_store, tmp_path):
     from a checkpoint whose keys are those of before the Forecaster (net.*)."""
     import pytorch_lightning as pl
 
-    from s2forecast.datamodules import SWEDataModule
+    from s2forecast.training.datamodule import SWEDataModule
 
     data = SWEDataModule(str(swe_store), train_trajectories=(0, 2), val_trajectories=None, test_trajectories=None,
                          batch_size=2, rollout_steps=2)  # fmt: skip

@@ -10,9 +10,10 @@ import pytorch_lightning as pl
 import xarray as xr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import ERA5DataModule, compute_stats
-from s2forecast.datamodules.convert_era5 import convert_era5
+from s2forecast.data import compute_stats
+from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.datamodule import ERA5DataModule
 
 LAT, LON = np.linspace(90.0, -90.0, 9), np.arange(16) * 22.5
 

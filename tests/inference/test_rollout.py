@@ -9,10 +9,11 @@ import torch
 import xarray as xr
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe, open_store
+from s2forecast.data import compute_stats, generate_swe, open_store
 from s2forecast.inference.rollout import load_forecaster, open_inputs, read_initial_conditions, rollout
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.datamodule import SWEDataModule
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +228,7 @@ def test_rotation_of_fields_is_exact_for_identity_and_close_for_smooth_fields():
 
 
 def test_rotation_and_resolution_errors(trained, tmp_path):
-    from s2forecast.datamodules.fields import FieldDataset
+    from s2forecast.data.fields import FieldDataset
     from s2forecast.evaluation.robustness import resolution_errors, rotation_errors, weighted_rmse
 
     store, checkpoint = trained

@@ -17,11 +17,11 @@ import torch
 from test_training import tiny_args
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import open_store
-from s2forecast.datamodules.datamodule import EpochShuffleSampler, ResumableLoader
+from s2forecast.data import open_store
 from s2forecast.inference.rollout import load_forecaster, rollout
 from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
 from s2forecast.training.cli import run as lightning  # raises what `s2forecast` reports in one line
+from s2forecast.training.datamodule import EpochShuffleSampler, ResumableLoader
 
 REPO = Path(__file__).parents[2]
 

@@ -8,10 +8,11 @@ import torch
 from test_training import tiny_args
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import SWEDataModule, compute_stats, generate_swe
+from s2forecast.data import compute_stats, generate_swe
 from s2forecast.models.forecaster import forecaster_weights
 from s2forecast.training import ForecastModule, data_info
 from s2forecast.training.checkpoints import read_checkpoint
+from s2forecast.training.datamodule import SWEDataModule
 
 REPO = Path(__file__).parents[2]
 FINETUNE = REPO / "configs" / "swe" / "s2_neighborhood_finetune.yaml"

@@ -11,11 +11,11 @@ import torch
 import yaml
 
 from s2forecast.cli import main as cli
-from s2forecast.datamodules import SWEDataModule
 from s2forecast.geometry import Grid
 from s2forecast.models import PlanarTransformer, SphericalTransformer, build_network
 from s2forecast.models.planar_transformer import window_mask
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.datamodule import SWEDataModule
 
 REPO = Path(__file__).parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_neighborhood.yaml"
@@ -194,7 +194,7 @@ def test_shipped_configs_parse(config, capsys):
     with pytest.raises(SystemExit):
         cli(["fit", *base, "--config", str(REPO / config), "--print_config"])
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["data"]["class_path"].startswith("s2forecast.datamodules.")
+    assert printed["data"]["class_path"].startswith("s2forecast.data.")
 
 
 def test_wandb_logger_offline(swe_store, tmp_path, monkeypatch):

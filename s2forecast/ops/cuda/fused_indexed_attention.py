@@ -17,6 +17,7 @@ from s2forecast.ops.cuda.fused_neighborhood_attention import (
     interpreting,
 )
 from s2forecast.ops.cuda.indexed_attention_kernels import indexed_backward_kernel, indexed_forward_kernel
+from s2forecast.user_errors import UserError
 
 
 def _configs():
@@ -121,7 +122,7 @@ def fused_indexed_attention(
     else:
         key_index = key_index.reshape(batch * heads, *key_index.shape[2:])
     if num_queries % key_index.shape[1] != 0:
-        raise ValueError(f"{num_queries} queries do not split into {key_index.shape[1]} tiles")
+        raise UserError(f"{num_queries} queries do not split into {key_index.shape[1]} tiles")
     key_index = key_index.to(device=q.device, dtype=torch.int32).contiguous()
     log2_w = (log_w.to(device=q.device, dtype=torch.float32) / math.log(2.0)).contiguous()
     return _IndexedAttention.apply(q, k, v, key_index, log2_w, float(scale))

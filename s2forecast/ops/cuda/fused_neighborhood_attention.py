@@ -21,6 +21,7 @@ from s2forecast.ops.cuda.neighborhood_kernels import (
 )
 from s2forecast.ops.neighborhood import spherical_neighborhood
 from s2forecast.ops.quadrature_bias import log_row_weights
+from s2forecast.user_errors import UserError
 
 MAX_HEAD_DIM = 256
 # Nominal tile width used only to order rows by cost, heaviest first.
@@ -45,9 +46,9 @@ def check_fused_inputs(q: torch.Tensor, v: torch.Tensor) -> None:
     """ValueError unless the fused kernels can take ``q`` and ``v`` (device, dtype, head_dim)."""
     reason = fused_supported(q)
     if reason is not None:
-        raise ValueError(reason)
+        raise UserError(reason)
     if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
-        raise ValueError(
+        raise UserError(
             f"the fused kernel takes head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]} / {v.shape[-1]}; "
             "use more heads or backend='reference'"
         )

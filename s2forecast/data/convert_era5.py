@@ -1,7 +1,7 @@
 """Convert ERA5 as downloaded from the Copernicus Climate Data Store into the s2forecast store layout.
 
 ``s2forecast convert-era5 INPUT... --out STORE.zarr`` reads the files users get from the CDS and writes
-one store in the layout of ``s2forecast.datamodules.store`` (WeatherBench2 names, ``level`` in hPa,
+one store in the layout of ``s2forecast.data.store`` (WeatherBench2 names, ``level`` in hPa,
 latitude north -> south, longitude in [0, 360), one time step per chunk, float32).
 
 Inputs understood:
@@ -24,7 +24,7 @@ Variables: ECMWF short names map to WeatherBench2 names (``ERA5_NAMES``); a ``z`
 dimension is the surface geopotential (``geopotential_at_surface``). Static fields
 (``land_sea_mask``, ``geopotential_at_surface``) are taken at the earliest time found and stored as
 ``(latitude, longitude)``. Units are checked with ``normalize_units`` against ``store.VARIABLES``, and
-the values against them (``s2forecast.datamodules.plausibility``: Celsius labelled K, hPa labelled Pa,
+the values against them (``s2forecast.data.plausibility``: Celsius labelled K, hPa labelled Pa,
 geopotential height labelled geopotential are refused).
 
 Files may split the data by month and by variable: they are merged on time. Grids must agree
@@ -36,8 +36,6 @@ Writing goes through ``StoreWriter``: the skeleton first, then slabs of ``time_c
 the same command after an interruption skips the time steps already written.
 """
 
-import argparse
-import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,11 +48,13 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
-from s2forecast.datamodules.plausibility import check_plausible
-from s2forecast.datamodules.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
-from s2forecast.datamodules.writer import InvalidInputData, StoreWriter, lazy_empty
+from s2forecast.data.defaults import CONVERT_TIME_CHUNK
+from s2forecast.data.plausibility import check_plausible
+from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
+from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 from s2forecast.output import check_target
+from s2forecast.user_errors import UserError
 
 # ECMWF short name -> WeatherBench2 name. ``z`` is the pressure-level geopotential; without a level
 # dimension it is the surface geopotential (SURFACE_GEOPOTENTIAL).
@@ -79,7 +79,7 @@ SURFACE_GEOPOTENTIAL = "geopotential_at_surface"
 PRESSURE_LEVEL_VARIABLES = frozenset(ERA5_NAMES[short] for short in ("z", "t", "u", "v", "q", "w"))
 SOURCE = "ERA5 via the Copernicus Climate Data Store"
 ACKNOWLEDGEMENT = "Contains modified Copernicus Climate Change Service information"
-DEFAULT_TIME_CHUNK = 4
+
 SIGNATURE_VERSION = 1
 
 _LEVEL_DIMS = ("pressure_level", "isobaricInhPa", "level")
@@ -104,7 +104,7 @@ def resolve_variables(names: Iterable[str]) -> dict[str, set[str]]:
         elif name in ERA5_NAMES:
             selected[name] = {ERA5_NAMES[name], SURFACE_GEOPOTENTIAL} if name == "z" else {ERA5_NAMES[name]}
         else:
-            raise ValueError(
+            raise UserError(
                 f"unknown variable {name!r} in --variables; use ECMWF short names ({', '.join(ERA5_NAMES)}) or "
                 f"WeatherBench2 names ({', '.join(sorted(known))})"
             )
@@ -168,14 +168,14 @@ def _open(path: Path) -> xr.Dataset:
         try:
             import cfgrib  # noqa: F401
         except ImportError as error:
-            raise ValueError(
+            raise UserError(
                 f"{path} is GRIB: install cfgrib (pip install cfgrib) or download NetCDF from the CDS"
             ) from error
         return xr.open_dataset(path, engine="cfgrib", cache=False, decode_timedelta=True)
     try:
         return xr.open_dataset(path, cache=False, decode_timedelta=True)
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read {path} as NetCDF: {error}") from error
+        raise UserError(f"cannot read {path} as NetCDF: {error}") from error
 
 
 def _squeezed_to_dims(ds: xr.Dataset, names: Iterable[str]) -> xr.Dataset:
@@ -190,7 +190,7 @@ def _normalize_levels(ds: xr.Dataset, path: Path) -> xr.Dataset:
     """Rename the level dimension to ``level`` with integer hPa values."""
     names = [name for name in _LEVEL_DIMS if name in ds.coords or name in ds.dims]
     if len(names) > 1:
-        raise ValueError(f"{path} has several level coordinates {names}; expected one of {_LEVEL_DIMS}")
+        raise UserError(f"{path} has several level coordinates {names}; expected one of {_LEVEL_DIMS}")
     if not names:
         return ds
     name = names[0]
@@ -199,7 +199,7 @@ def _normalize_levels(ds: xr.Dataset, path: Path) -> xr.Dataset:
     if str(ds[name].attrs.get("units", "")).strip() == "Pa":
         values = values / 100.0
     if not np.allclose(values, np.round(values)):
-        raise ValueError(f"{path}: pressure levels {values.tolist()} are not whole hPa")
+        raise UserError(f"{path}: pressure levels {values.tolist()} are not whole hPa")
     ds = ds.rename({name: "level"}) if name != "level" else ds
     return ds.assign_coords(level=np.round(values).astype(np.int64))
 
@@ -236,7 +236,7 @@ def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
         return ds
     times = ds["time"].values
     if not np.issubdtype(times.dtype, np.datetime64):
-        raise ValueError(
+        raise UserError(
             f"{path}: time values {times[:3]} are not dates (dtype {times.dtype}); the time coordinate needs CF "
             "'units' such as 'hours since 1900-01-01'"
         )
@@ -249,12 +249,12 @@ def _select_member(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.D
         return ds.drop_vars("number", errors="ignore"), False
     members = [int(x) for x in ds["number"].values]
     if member is None:
-        raise ValueError(
+        raise UserError(
             f"{path} is an ensemble with members (dimension 'number') {members}; pick one with --member, "
             f"e.g. --member {members[0]}"
         )
     if member not in members:
-        raise ValueError(f"--member {member} is not in {path}, whose members are {members}")
+        raise UserError(f"--member {member} is not in {path}, whose members are {members}")
     return ds.sel(number=member).drop_vars("number"), True
 
 
@@ -274,7 +274,7 @@ def _normalize(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Datas
     ds = ds.rename({old: new for old, new in (("lat", "latitude"), ("lon", "longitude")) if old in ds.dims})
     for name in ("latitude", "longitude"):
         if name not in ds.dims:
-            raise ValueError(f"{path} has no {name!r} dimension; its dims are {dict(ds.sizes)}")
+            raise UserError(f"{path} has no {name!r} dimension; its dims are {dict(ds.sizes)}")
     ds = _normalize_levels(ds, path)
     ds, has_members = _select_member(ds, path, member)
     chunks = {dim: (-1 if dim in ("latitude", "longitude") else 1) for dim in ds.dims}
@@ -303,7 +303,7 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
             continue  # bookkeeping variables (bounds, flags), not fields
         if short not in ERA5_NAMES:
             if selection is None:
-                raise ValueError(
+                raise UserError(
                     f"{path}: unknown variable {short!r} with dims {var.dims}; known ECMWF short names are "
                     f"{', '.join(ERA5_NAMES)}. Select the variables to convert with --variables to skip others"
                 )
@@ -317,25 +317,25 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
         found = var.attrs.get("units")
         expected = VARIABLES[name][0]
         if found is None or normalize_units(str(found)) != normalize_units(expected):
-            raise ValueError(
+            raise UserError(
                 f"{path}: variable {short!r} ({name}) has units {found!r}, expected {expected!r}; convert it to "
                 f"{expected} first"
             )
         pressure = name in PRESSURE_LEVEL_VARIABLES
         if pressure and "level" not in var.dims:
-            raise ValueError(f"{path}: variable {short!r} ({name}) has no pressure-level dimension; dims {var.dims}")
+            raise UserError(f"{path}: variable {short!r} ({name}) has no pressure-level dimension; dims {var.dims}")
         if not pressure and "level" in var.dims:
-            raise ValueError(f"{path}: variable {short!r} ({name}) is single-level but has a level dimension")
+            raise UserError(f"{path}: variable {short!r} ({name}) is single-level but has a level dimension")
         dims = _DIMS_3D if pressure else _DIMS_2D
         extra = set(var.dims) - set(dims)
         if extra:
-            raise ValueError(
+            raise UserError(
                 f"{path}: variable {short!r} has unexpected dimensions {sorted(extra)} (dims {var.dims}); expected "
                 f"{dims}"
             )
         if "time" not in var.dims:
             if name not in STATIC_VARIABLES:
-                raise ValueError(f"{path}: variable {short!r} ({name}) has no time dimension; dims {var.dims}")
+                raise UserError(f"{path}: variable {short!r} ({name}) has no time dimension; dims {var.dims}")
             var = var.expand_dims(time=[np.datetime64("NaT", "ns")])
         var = var.transpose(*dims)
         times = var["time"].values
@@ -366,14 +366,14 @@ def _check_grids(inputs: list[_Input]) -> Grid:
         for axis in ("latitude", "longitude"):
             a, b = getattr(first, axis), getattr(other, axis)
             if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-5):
-                raise ValueError(
+                raise UserError(
                     f"inconsistent grids: {first.path} has {axis} {_describe_axis(a)} but {other.path} has "
                     f"{_describe_axis(b)}; download all files on the same grid"
                 )
     try:
         return Grid.from_coords(first.latitude, first.longitude)
     except ValueError as error:
-        raise ValueError(f"{first.path}: unsupported grid: {error}") from error
+        raise UserError(f"{first.path}: unsupported grid: {error}") from error
 
 
 def _check_duplicates(name: str, fields: list[_Field]) -> np.ndarray:
@@ -387,7 +387,7 @@ def _check_duplicates(name: str, fields: list[_Field]) -> np.ndarray:
         first = times[repeated[0]]
         files = sorted({str(fields[i].path) for i in owners[times == first]})
         where = f"files {', '.join(files)}" if len(files) > 1 else f"file {files[0]} (twice)"
-        raise ValueError(
+        raise UserError(
             f"duplicate times for {name}: {_when(first)} is in {where}; remove the overlapping files or times"
         )
     return times
@@ -411,7 +411,7 @@ def _check_times(per_variable: dict[str, np.ndarray], fields: dict[str, list[_Fi
         else:
             detail = f"{_when(first_other)} is in {name} but not in {reference}"
         files = {n: ", ".join(sorted({str(f.path.name) for f in fields[n]})) for n in (reference, name)}
-        raise ValueError(
+        raise UserError(
             f"times differ between variables: {reference} has {times.size} times (from {files[reference]}), {name} "
             f"has {other.size} (from {files[name]}); {detail}. Download the same period for every variable or "
             "select variables with --variables"
@@ -459,9 +459,7 @@ def _resolve_levels(fields: dict[str, list[_Field]], levels: Sequence[int] | Non
     pressure = [f for name, fs in fields.items() if name in PRESSURE_LEVEL_VARIABLES for f in fs]
     if not pressure:
         if levels:
-            raise ValueError(
-                f"--levels {' '.join(map(str, levels))} given but no selected variable has pressure levels"
-            )
+            raise UserError(f"--levels {' '.join(map(str, levels))} given but no selected variable has pressure levels")
         return []
     if levels:
         wanted = sorted({int(x) for x in levels})
@@ -469,14 +467,14 @@ def _resolve_levels(fields: dict[str, list[_Field]], levels: Sequence[int] | Non
             have = [int(x) for x in f.data["level"].values]
             missing = sorted(set(wanted) - set(have))
             if missing:
-                raise ValueError(f"{f.path}: {f.name} has no level(s) {missing} hPa; its levels are {have}")
+                raise UserError(f"{f.path}: {f.name} has no level(s) {missing} hPa; its levels are {have}")
         return wanted
     first = pressure[0]
     reference = sorted(int(x) for x in first.data["level"].values)
     for f in pressure[1:]:
         have = sorted(int(x) for x in f.data["level"].values)
         if have != reference:
-            raise ValueError(
+            raise UserError(
                 f"pressure levels differ: {first.name} in {first.path} has {reference} hPa but {f.name} in {f.path} "
                 f"has {have}; pick common levels with --levels"
             )
@@ -544,7 +542,7 @@ def convert_era5(
     member: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
-    time_chunk: int = DEFAULT_TIME_CHUNK,
+    time_chunk: int = CONVERT_TIME_CHUNK,
 ) -> Path:
     """Convert CDS ERA5 files into a store at ``out``; returns ``out``.
 
@@ -566,7 +564,7 @@ def convert_era5(
             unknown variables, missing --member), or ``out`` written from other inputs/options.
     """
     if time_chunk < 1:
-        raise ValueError(f"time_chunk must be >= 1, got {time_chunk}")
+        raise UserError(f"time_chunk must be >= 1, got {time_chunk}")
     out = Path(out)
     paths = resolve_inputs(inputs)
     check_target(out, paths)  # before reading anything; the rest of the policy in StoreWriter.create
@@ -586,7 +584,7 @@ def convert_era5(
                 raise
             opened.append(item)
         if member is not None and not any(item.has_members for item in opened):
-            raise ValueError(f"--member {member} given but no input has an ensemble 'number' dimension")
+            raise UserError(f"--member {member} given but no input has an ensemble 'number' dimension")
         grid = _check_grids(opened)
 
         by_name: dict[str, list[_Field]] = {}
@@ -596,13 +594,13 @@ def convert_era5(
         if requested:
             missing = [name for name, wanted in requested.items() if not wanted & set(by_name)]
             if missing:
-                raise ValueError(
+                raise UserError(
                     f"selected variables {missing} are not in the inputs, which hold {sorted(by_name) or 'none'}"
                 )
         dynamic = sorted(name for name in by_name if name not in STATIC_VARIABLES)
         static = sorted(name for name in by_name if name in STATIC_VARIABLES)
         if not dynamic:
-            raise ValueError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}")
+            raise UserError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}")
         store_levels = _resolve_levels(by_name, levels)
         times = _check_times({name: _check_duplicates(name, by_name[name]) for name in dynamic}, by_name)
         _check_values(by_name)
@@ -686,21 +684,3 @@ def _write(
 
 
 # --- command line -------------------------------------------------------------------------------
-
-
-def run(args: argparse.Namespace) -> None:
-    """Run ``convert-era5`` with parsed ``args`` (see ``add_arguments``)."""
-    try:
-        out = convert_era5(
-            args.inputs,
-            args.out,
-            variables=args.variables,
-            levels=args.levels,
-            member=args.member,
-            overwrite=args.overwrite,
-            progress=args.progress,
-            time_chunk=args.time_chunk,
-        )
-    except FileNotFoundError as error:
-        raise ValueError(str(error)) from error
-    print(f"wrote {out}", file=sys.stderr)

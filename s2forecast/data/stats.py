@@ -27,9 +27,10 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
-from s2forecast.datamodules.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
+from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.times import format_time
+from s2forecast.user_errors import UserError
 
 STATS_GROUP = "stats"
 STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
@@ -54,7 +55,7 @@ def time_chunk(ds: xr.Dataset) -> int:
 def time_step(times: np.ndarray) -> np.timedelta64:
     """The store's time step: the most common spacing of its time axis."""
     if times.size < 2:
-        raise ValueError("a store needs at least two times to define a time step")
+        raise UserError("a store needs at least two times to define a time step")
     spacing, counts = np.unique(np.diff(times), return_counts=True)
     return spacing[counts.argmax()]
 
@@ -98,7 +99,7 @@ def compute_stats(
     info = describe(ds, str(path))
     if out is None:
         if is_url(path) or not _in_s2forecast_layout(path):
-            raise ValueError(
+            raise UserError(
                 f"{path} was not written by s2forecast, so nothing is written into it; put its statistics in a "
                 f"store of their own: s2forecast stats {path} --out STATS.zarr (and stats: STATS.zarr in the "
                 "DataModule)"
@@ -111,7 +112,7 @@ def compute_stats(
     lo, hi = _period(start, end, times, path)
     selected = times[(times >= lo) & (times <= hi)]
     if selected.size == 0:
-        raise ValueError(
+        raise UserError(
             f"no times of {path} lie in [{format_time(lo)}, {format_time(hi)}]; the store covers "
             f"{format_time(times[0])} .. {format_time(times[-1])}"
         )
@@ -121,7 +122,7 @@ def compute_stats(
         trajectory = ds["trajectory"].to_series()
         pairs = pairs[trajectory.loc[pairs].values == trajectory.loc[pairs + step].values]
     if info.variables and pairs.size == 0:
-        raise ValueError(_no_pairs(path, step, time_step(times), selected))
+        raise UserError(_no_pairs(path, step, time_step(times), selected))
 
     # Grid rows run north -> south; label them so xarray aligns them with either store order
     north_to_south = np.sort(ds["latitude"].values)[::-1]
@@ -195,14 +196,14 @@ def check_time_axis(times: np.ndarray, path) -> None:
     unique, counts = np.unique(times, return_counts=True)
     if (counts > 1).any():
         repeated = unique[counts > 1]
-        raise ValueError(
+        raise UserError(
             f"time {_when(repeated[0])} appears {int(counts[counts > 1][0])} times in {path} ({repeated.size} repeated "
             "time(s) in all); rewrite the store without the repeated time steps"
         )
     backwards = np.flatnonzero(np.diff(times) < np.timedelta64(0, "ns"))
     if backwards.size:
         i = int(backwards[0])
-        raise ValueError(
+        raise UserError(
             f"times of {path} are not in ascending order: {_when(times[i + 1])} comes after {_when(times[i])} "
             f"(position {i + 1}); rewrite the store with its times sorted"
         )
@@ -212,7 +213,7 @@ def _parse_time(value, option: str) -> np.datetime64:
     try:
         return np.datetime64(pd.Timestamp(value), "ns")
     except (ValueError, TypeError):
-        raise ValueError(f"{option} {value!r} is not a date; use e.g. 2020-01-01 or 2020-01-01T06") from None
+        raise UserError(f"{option} {value!r} is not a date; use e.g. 2020-01-01 or 2020-01-01T06") from None
 
 
 def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.datetime64]:
@@ -222,11 +223,11 @@ def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.date
     hi = _parse_time(end, "--end") if end is not None else last
     for option, value in (("--start", lo), ("--end", hi)):
         if not first <= value <= last:
-            raise ValueError(
+            raise UserError(
                 f"{option} {_when(value)} is outside the store {path}, which covers {_when(first)} .. {_when(last)}"
             )
     if lo >= hi:
-        raise ValueError(f"--start {_when(lo)} must be before --end {_when(hi)}")
+        raise UserError(f"--start {_when(lo)} must be before --end {_when(hi)}")
     return lo, hi
 
 
@@ -236,7 +237,7 @@ def _tendency_step(step_hours: float | None, times: np.ndarray) -> np.timedelta6
         return time_step(times)
     seconds = float(step_hours) * 3600.0
     if not np.isfinite(seconds) or round(seconds) <= 0:
-        raise ValueError(
+        raise UserError(
             f"--step-hours must be a positive number of hours, got {step_hours:g}; the store's time step is "
             f"{_hours(time_step(times))} h"
         )
@@ -272,13 +273,13 @@ def _check_finite(path, name: str, infinite: xr.DataArray, has_value: xr.DataArr
                 at = f"at {_when(first)} (the first of {int(bad.sum())} such times)"
             else:
                 at = "(a static field)"
-            raise ValueError(
+            raise UserError(
                 f"{path}: {where} has infinite values {at}; replace them (NaN marks missing values) or leave "
                 "those times out with --start/--end"
             )
         present = has_value.isel(level=k).values if level is not None else has_value.values
         if not present:
-            raise ValueError(
+            raise UserError(
                 f"{path}: {where} has only NaN values between {_when(selected[0])} and {_when(selected[-1])}; its "
                 "statistics are undefined: fill it or drop the variable from the store"
             )
@@ -297,7 +298,7 @@ def _check_stats(path, channels: list[str], values: np.ndarray, time_dependent: 
     if bad.size:
         k = int(bad[0])
         listed = ", ".join(f"{key} {value:g}" for key, value in zip(STAT_NAMES, values[:, k], strict=True))
-        raise ValueError(f"{path}: the statistics of {channels[k]} are not finite ({listed}); check its values")
+        raise UserError(f"{path}: the statistics of {channels[k]} are not finite ({listed}); check its values")
 
 
 def _in_s2forecast_layout(path) -> bool:
@@ -311,7 +312,7 @@ def _in_s2forecast_layout(path) -> bool:
 def _check_replaceable(path: Path) -> None:
     group = path / STATS_GROUP
     if os.path.lexists(group) and not written_by_s2forecast(group):
-        raise ValueError(
+        raise UserError(
             f"{group} exists and was not written by s2forecast stats (it has no s2forecast marker); it is never "
             "replaced: move it away yourself to store statistics in this store"
         )
@@ -369,23 +370,23 @@ def load_stats(
         stats["channel"]
     except (FileNotFoundError, KeyError, ValueError, OSError):
         if stats_path is not None:
-            raise ValueError(f"{stats_path} holds no statistics; write them with `s2forecast stats STORE --out "
+            raise UserError(f"{stats_path} holds no statistics; write them with `s2forecast stats STORE --out "
                              f"{stats_path}`") from None  # fmt: skip
-        raise ValueError(
+        raise UserError(
             f"{path} has no normalization statistics; compute them with `s2forecast stats {path} "
             "--start ... --end ...` over the training period (or --out STATS.zarr, then stats: STATS.zarr)"
         ) from None
     known = list(stats["channel"].values)
     missing = [c for c in channels if c not in known]
     if missing:
-        raise ValueError(f"statistics of {path} lack channels {missing}; rerun `s2forecast stats {path}`")
+        raise UserError(f"statistics of {path} lack channels {missing}; rerun `s2forecast stats {path}`")
     sel = stats.sel(channel=channels)
     std = sel["std"].values
     if constant_ok:
         std = np.where(std > 0, std, 1.0)
     if np.any(~np.isfinite(std)) or np.any(std <= 0):
         bad = [c for c, s in zip(channels, std, strict=True) if not np.isfinite(s) or s <= 0]
-        raise ValueError(f"channels {bad} of {path} have zero or undefined spread; drop them from the inputs")
+        raise UserError(f"channels {bad} of {path} have zero or undefined spread; drop them from the inputs")
     return ChannelStats(
         tuple(channels),
         sel["mean"].values.astype(np.float32),
@@ -394,14 +395,3 @@ def load_stats(
         sel["tendency_std"].values.astype(np.float32),
         float(stats.attrs["tendency_step_hours"]),
     )
-
-
-def run(args) -> None:
-    """``s2forecast stats`` (arguments: ``s2forecast.commands.stats``)."""
-    stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
-                          storage_options=args.storage_options, overwrite=args.overwrite,
-                          progress=not args.no_progress)  # fmt: skip
-    print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
-    period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
-    where = args.out if args.out is not None else f"{args.store}/stats"
-    print(f"stored in {where} ({stats.attrs['times']} times {period})")

@@ -13,8 +13,9 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from s2forecast.datamodules.fields import NAN_POLICIES, FieldDataset, SampleSpec
-from s2forecast.datamodules.swe import SWE_VARIABLES
+from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec
+from s2forecast.data.swe import SWE_VARIABLES
+from s2forecast.user_errors import UserError
 
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
@@ -105,14 +106,14 @@ class FieldDataModule(pl.LightningDataModule):
     ):
         super().__init__()
         if nan_policy not in NAN_POLICIES:
-            raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+            raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if not (isinstance(batch_size, int) and batch_size >= 1):
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+            raise UserError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
-            raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+            raise UserError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
-            raise ValueError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+            raise UserError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
         self.store, self.spec, self.splits = str(store), spec, splits
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
@@ -131,7 +132,7 @@ class FieldDataModule(pl.LightningDataModule):
 
     def dataset(self, split: str) -> FieldDataset:
         if split not in self.splits:
-            raise ValueError(f"no {split!r} split configured; configured: {sorted(self.splits)}")
+            raise UserError(f"no {split!r} split configured; configured: {sorted(self.splits)}")
         self.setup()
         return self.datasets[split]
 
@@ -225,7 +226,7 @@ class ERA5DataModule(FieldDataModule):
         levels: pressure levels (hPa); None: all in the store.
         static: static input fields, "auto" for land_sea_mask and geopotential_at_surface when
             present.
-        forcings: analytic forcings (``s2forecast.datamodules.forcings.FORCINGS``).
+        forcings: analytic forcings (``s2forecast.data.forcings.FORCINGS``).
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
         batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options: see

@@ -10,6 +10,8 @@ day_of_year           sin and cos of 2 pi * (day of year / 365.25), uniform fiel
 
 import numpy as np
 
+from s2forecast.user_errors import UserError
+
 FORCINGS = ("cos_zenith", "toa_radiation", "time_of_day", "day_of_year")
 SOLAR_CONSTANT_W_M2 = 1361.0
 
@@ -19,7 +21,7 @@ def forcing_channels(names) -> list[str]:
     out = []
     for name in names:
         if name not in FORCINGS:
-            raise ValueError(f"unknown forcing {name!r}; choose from {FORCINGS}")
+            raise UserError(f"unknown forcing {name!r}; choose from {FORCINGS}")
         out += [f"{name}_sin", f"{name}_cos"] if name in ("time_of_day", "day_of_year") else [name]
     return out
 
@@ -84,5 +86,5 @@ def forcing_fields(names, time: np.datetime64, lat_deg: np.ndarray, lon_deg: np.
             phase = 2.0 * np.pi * (hour / 24.0 if name == "time_of_day" else doy / 365.25)
             out += [np.full(shape, np.sin(phase)), np.full(shape, np.cos(phase))]
         else:
-            raise ValueError(f"unknown forcing {name!r}; choose from {FORCINGS}")
+            raise UserError(f"unknown forcing {name!r}; choose from {FORCINGS}")
     return np.stack(out).astype(np.float32) if out else np.zeros((0, *shape), np.float32)

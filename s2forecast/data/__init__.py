@@ -1,16 +1,13 @@
-"""Zarr stores in one layout, their statistics, and the Lightning DataModules that stream them.
+"""Stores in s2forecast's layout and the readers, writers, converters and statistics around them.
 
-Names are imported on first use (PEP 562): the store reader, statistics and writers need
-neither Lightning nor torch-harmonics, and inference and the ``s2forecast`` command import
-this package without paying for them.
+No Lightning here (the DataModules are ``s2forecast.training.datamodule``). Names are imported
+on first use (PEP 562): the ``s2forecast`` command and inference import this package without
+paying for torch-harmonics or xarray until they need them.
 """
 
 import importlib
 
 _WHERE = {
-    "ERA5DataModule": "datamodule",
-    "FieldDataModule": "datamodule",
-    "SWEDataModule": "datamodule",
     "Batch": "fields",
     "FieldDataset": "fields",
     "SampleSpec": "fields",

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.datamodules.store import VARIABLES, normalize_units
+from s2forecast.data.store import VARIABLES, normalize_units
+from s2forecast.user_errors import UserError
 
 GRAVITY = 9.80665  # m s**-2, the WMO standard (geopotential = GRAVITY * geopotential height)
 SPATIAL_DIMS = ("latitude", "longitude")
@@ -103,7 +104,7 @@ _GAS_CONSTANT = 287.05287  # J kg**-1 K**-1, dry air as in the ISA
 def standard_height(level_hpa: float) -> float:
     """Geopotential height (m) of the pressure ``level_hpa`` in the International Standard Atmosphere."""
     if not level_hpa > 0:
-        raise ValueError(f"pressure level must be positive, got {level_hpa} hPa")
+        raise UserError(f"pressure level must be positive, got {level_hpa} hPa")
     # the layer holding the level; pressures above 1013.25 hPa (below sea level) extend the lowest one
     base, pressure, temperature, lapse = next(
         (layer for layer in reversed(_ISA_LAYERS) if level_hpa <= layer[1]), _ISA_LAYERS[0]
@@ -247,7 +248,7 @@ def check_plausible(
                 value = data[d].values[index[d]] if d in data.coords else index[d]
                 where.append(_describe(d, value, labels))
             where = [w for w in where if w]
-            raise ValueError(f"{what}{''.join(' at ' + w for w in where)}: {problem}")
+            raise UserError(f"{what}{''.join(' at ' + w for w in where)}: {problem}")
 
 
 def has_canonical_units(name: str, units: str | None) -> bool:

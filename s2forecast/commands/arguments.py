@@ -102,3 +102,10 @@ def resolve_device(text: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def storage_options(parser) -> None:
+    """The ``--storage-options`` option of the commands that read stores."""
+    parser.add_argument(
+        "--storage-options", type=json_object, help='fsspec options of a URL, e.g. \'{"token": "anon"}\''
+    )

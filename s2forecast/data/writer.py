@@ -30,7 +30,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from s2forecast.datamodules.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
+from s2forecast.data.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
 from s2forecast.output import (
     Output,
     check_target,
@@ -40,9 +40,10 @@ from s2forecast.output import (
     written_by_s2forecast,
     zarr_attributes,
 )
+from s2forecast.user_errors import UserError
 
 
-class InvalidInputData(ValueError):
+class InvalidInputData(UserError):
     """A writer's input holds values no store may contain (infinite, a field of only NaN).
 
     Raised inside a ``StoreWriter`` context, it removes the store when this run created it: a
@@ -118,7 +119,7 @@ class StoreWriter:
         if attrs is None or not written_by_s2forecast(self.path):
             raise foreign_error(self.path)
         if attrs.get("s2forecast_signature") != self.signature:
-            raise ValueError(
+            raise UserError(
                 f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
                 "it or choose another --out"
             )

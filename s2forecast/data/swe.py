@@ -12,7 +12,7 @@ seed alone, and a batch changes results only by float64 rounding.
 Layout: one store, trajectories one after another along ``time``, each in its own time range
 (trajectory k starts at 2000-01-01 + k * whole days covering the previous one) and tagged by
 the ``trajectory`` coordinate along ``time``. Readers never build a sample across two
-trajectories (``s2forecast.datamodules.fields`` checks the coordinate), so SWE and ERA5 share
+trajectories (``s2forecast.data.fields`` checks the coordinate), so SWE and ERA5 share
 one reader. Variables: ``geopotential_height`` (layer depth h = phi/g, m), ``vorticity`` and
 ``divergence`` (s**-1).
 """
@@ -25,9 +25,10 @@ import pandas as pd
 import torch
 import xarray as xr
 
-from s2forecast.commands import SWE_BATCH
-from s2forecast.datamodules.writer import StoreWriter, lazy_empty
+from s2forecast.data.defaults import SWE_BATCH
+from s2forecast.data.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.user_errors import UserError
 
 SWE_VARIABLES = ("geopotential_height", "vorticity", "divergence")
 SWE_START = np.datetime64("2000-01-01T00:00", "ns")
@@ -140,7 +141,7 @@ def generate_swe(
                 if failure is not None:
                     k = members[failure.member]
                     step_time = pd.Timestamp(times[k * per_trajectory + failure.step])
-                    raise ValueError(
+                    raise UserError(
                         f"the shallow-water integration of trajectory {k} became unstable at stored step "
                         f"{failure.step} ({step_time:%Y-%m-%dT%H:%M}): {failure}; the solver step of {solver_dt:g} s "
                         f"is too long for the {nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. "
@@ -167,20 +168,20 @@ def check_arguments(
 ) -> None:
     """Refuse arguments the solver cannot run (before anything is written)."""
     if grid not in SOLVER_GRIDS:
-        raise ValueError(f"the shallow-water solver supports grid {SOLVER_GRIDS}, got {grid!r}")
+        raise UserError(f"the shallow-water solver supports grid {SOLVER_GRIDS}, got {grid!r}")
     for name, value in (("trajectories", trajectories), ("steps", steps), ("batch", batch)):
         if value < 1:
-            raise ValueError(f"--{name} must be >= 1, got {value}")
+            raise UserError(f"--{name} must be >= 1, got {value}")
     # the spectral truncation nlat/3 needs a few latitudes (below 4 the random initial state is degenerate)
     for name, value in (("nlat", nlat), ("nlon", nlon)):
         if value < MIN_POINTS:
-            raise ValueError(f"--{name} must be >= {MIN_POINTS}, got {value}")
+            raise UserError(f"--{name} must be >= {MIN_POINTS}, got {value}")
     for name, value in (("dt-hours", dt_hours), ("solver-dt-seconds", solver_dt_seconds)):
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"--{name} must be a positive number, got {value}")
+            raise UserError(f"--{name} must be a positive number, got {value}")
 
 
-class UnstableIntegration(ValueError):
+class UnstableIntegration(UserError):
     """Trajectory ``member`` of a batch reached an unphysical state at stored step ``step``."""
 
     def __init__(self, message: str, step: int, member: int):
@@ -286,12 +287,3 @@ def integrate(
             if len(state) == 0:
                 break
     return np.stack(out, axis=1), failure
-
-
-def run(args) -> None:
-    """``s2forecast generate-swe`` (arguments: ``s2forecast.commands.generate_swe``)."""
-    path = generate_swe(
-        args.out, args.nlat, args.nlon, args.grid, args.trajectories, args.steps, args.dt_hours, args.seed,
-        args.solver_dt_seconds, args.batch, overwrite=args.overwrite, progress=not args.no_progress,
-    )  # fmt: skip
-    print(f"wrote {path}")

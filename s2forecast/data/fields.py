@@ -17,12 +17,13 @@ import pandas as pd
 import torch
 import xarray as xr
 
-from s2forecast.datamodules.forcings import forcing_channels, forcing_fields
-from s2forecast.datamodules.stats import ChannelStats, channel_names, check_time_axis, load_stats
-from s2forecast.datamodules.store import STATIC_VARIABLES, check_units, describe, open_store
+from s2forecast.data.forcings import forcing_channels, forcing_fields
+from s2forecast.data.stats import ChannelStats, channel_names, check_time_axis, load_stats
+from s2forecast.data.store import STATIC_VARIABLES, check_units, describe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, rewritten_error
 from s2forecast.times import format_time, format_times
+from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "skip")
 
@@ -80,7 +81,7 @@ class SampleSpec:
         variables: store variables, each a channel or one channel per selected level.
         levels: pressure levels (hPa) of the pressure-level variables; None: all in the store.
         static: static fields; "auto": the store's land_sea_mask / geopotential_at_surface.
-        forcings: names from ``s2forecast.datamodules.forcings.FORCINGS``.
+        forcings: names from ``s2forecast.data.forcings.FORCINGS``.
         history: input states (>= 1).
         step_hours: hours between states; a multiple of the store's time step.
         rollout: target states (>= 1 to train or score; 0 for the inputs of forecasts alone).
@@ -134,9 +135,9 @@ class FieldDataset(torch.utils.data.Dataset):
         given_static: dict[str, np.ndarray] | None = None,
     ):
         if nan_policy not in NAN_POLICIES:
-            raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+            raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if spec.history < 1 or spec.rollout < 0:
-            raise ValueError(f"need history >= 1 and rollout >= 0, got {spec.history} and {spec.rollout}")
+            raise UserError(f"need history >= 1 and rollout >= 0, got {spec.history} and {spec.rollout}")
         self.path, self.spec, self.nan_policy = str(path), spec, nan_policy
         self.storage_options = storage_options
         ds = open_store(self.path, storage_options=storage_options)
@@ -147,7 +148,7 @@ class FieldDataset(torch.utils.data.Dataset):
 
         missing = [v for v in spec.variables if v not in info.variables]
         if missing:
-            raise ValueError(f"variables {missing} are not in {path}; it has {list(info.variables)}")
+            raise UserError(f"variables {missing} are not in {path}; it has {list(info.variables)}")
         for name in spec.variables:
             check_units(name, ds[name].attrs.get("units"), path)
         self.levels = self._check_levels(ds, spec)
@@ -161,7 +162,7 @@ class FieldDataset(torch.utils.data.Dataset):
             self.given_static = self._check_given_static(given_static or {}, spec.static, info.grid, path)
             absent = [s for s in spec.static if s not in info.static and s not in self.given_static]
             if absent:
-                raise ValueError(f"static fields {absent} are not in {path}; it has {list(info.static)}")
+                raise UserError(f"static fields {absent} are not in {path}; it has {list(info.static)}")
             self.static_names = tuple(spec.static)
         self.forcing_channels = tuple(forcing_channels(spec.forcings))
         self.stats = stats if stats is not None else load_stats(path, list(self.channels), stats_path=stats_path)
@@ -175,7 +176,7 @@ class FieldDataset(torch.utils.data.Dataset):
         self.offsets = np.arange(-(spec.history - 1), spec.rollout + 1)  # in steps, relative to t0
         trajectory = ds["trajectory"].values if "trajectory" in ds.coords else None
         if trajectories is not None and trajectory is None:
-            raise ValueError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
+            raise UserError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
         self.samples = self._sample_indices(start, end, trajectory, trajectories)
         self._store: xr.Dataset | None = None
         self._pid = None
@@ -190,7 +191,7 @@ class FieldDataset(torch.utils.data.Dataset):
                 continue
             values = np.asarray(values, np.float32)
             if values.shape != grid.shape:
-                raise ValueError(
+                raise UserError(
                     f"static field {name} has shape {values.shape}, but {path} is on a {grid.nlat}x{grid.nlon} "
                     f"grid; put {name} on that grid in the store"
                 )
@@ -200,13 +201,13 @@ class FieldDataset(torch.utils.data.Dataset):
     def _check_levels(self, ds, spec):
         if "level" not in ds.coords:
             if spec.levels:
-                raise ValueError(f"levels {list(spec.levels)} requested but {self.path} has no level dimension")
+                raise UserError(f"levels {list(spec.levels)} requested but {self.path} has no level dimension")
             return None
         available = [int(x) for x in ds["level"].values]
         levels = available if spec.levels is None else [int(x) for x in spec.levels]
         absent = [x for x in levels if x not in available]
         if absent:
-            raise ValueError(f"levels {absent} hPa are not in {self.path}; it has {available}")
+            raise UserError(f"levels {absent} hPa are not in {self.path}; it has {available}")
         self._level_index = [available.index(x) for x in levels]
         return tuple(levels)
 
@@ -215,10 +216,10 @@ class FieldDataset(torch.utils.data.Dataset):
         if times.size < 2:
             if self.spec.rollout == 0 and self.spec.history == 1:  # one state: initial conditions
                 return step
-            raise ValueError(f"{self.path} has {times.size} time step(s); a sample needs at least two")
+            raise UserError(f"{self.path} has {times.size} time step(s); a sample needs at least two")
         base = np.timedelta64(int(np.gcd.reduce(np.diff(times).astype(np.int64))), "ns")  # finest common spacing
         if step <= np.timedelta64(0, "ns") or step % base != np.timedelta64(0, "ns"):
-            raise ValueError(
+            raise UserError(
                 f"step_hours={step_hours} is not a multiple of the time step of {self.path} "
                 f"({base / np.timedelta64(1, 'h'):g} h)"
             )
@@ -244,7 +245,7 @@ class FieldDataset(torch.utils.data.Dataset):
             first_missing = next(
                 (format_time(needed[i][~exists[i]][0]) for i in np.flatnonzero(in_range) if not exists[i].all()), None
             )
-            raise ValueError(
+            raise UserError(
                 f"no sample of {self.spec.history} input and {self.spec.rollout} target states "
                 f"{self.spec.step_hours:g} h apart in {self.path} between {format_time(lo)} and {format_time(hi)}: the "
                 f"time axis there has spacings {spacing} h"
@@ -310,9 +311,9 @@ class FieldDataset(torch.utils.data.Dataset):
                 return self._sample(i)
             except NonFiniteData as error:
                 if self.nan_policy == "fail":
-                    raise ValueError(f"{error}; set nan_policy='skip' to skip such samples") from None
+                    raise UserError(f"{error}; set nan_policy='skip' to skip such samples") from None
                 warnings.warn(f"skipping sample {i}: {error}", stacklevel=2)
-        raise ValueError(f"every sample of {self.path} in this split has non-finite values")
+        raise UserError(f"every sample of {self.path} in this split has non-finite values")
 
     def _sample(self, i: int) -> dict:
         time_indices = self.samples[i]
@@ -331,7 +332,7 @@ class FieldDataset(torch.utils.data.Dataset):
         position = np.searchsorted(self.times, times).clip(max=self.times.size - 1)
         missing = times[self.times[position] != times]
         if missing.size:
-            raise ValueError(
+            raise UserError(
                 f"time(s) {format_times(missing)} are not in the store {self.path} (it covers "
                 f"{format_time(self.times[0])} .. {format_time(self.times[-1])})"
             )
@@ -378,5 +379,5 @@ class FieldDataset(torch.utils.data.Dataset):
         )
 
 
-class NonFiniteData(ValueError):
+class NonFiniteData(UserError):
     """A NaN or infinite value in a field the sample needs."""

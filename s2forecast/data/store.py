@@ -16,7 +16,7 @@ Layout (zarr v3, WeatherBench2-compatible):
   - a ``written`` (time,) boolean variable: which time steps a writer has finished, so an
     interrupted conversion resumes where it stopped.
   - per-channel normalization statistics, once ``s2forecast stats`` has run, in the
-    ``stats`` group (see ``s2forecast.datamodules.stats``).
+    ``stats`` group (see ``s2forecast.data.stats``).
 
 Writers produce latitude north -> south (ERA5's order and the model's). Readers accept either
 order: ``to_model_order`` is the one place where the store's order and the model's
@@ -39,12 +39,13 @@ import xarray as xr
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
 from s2forecast.urls import is_url
+from s2forecast.user_errors import UserError
 
 LAYOUT_VERSION = "1"
 COMPLETE_ATTR = "s2forecast_complete"
 
 # WeatherBench2 name -> (units, long_name, CF standard_name or None); plausible values in these
-# units: s2forecast.datamodules.plausibility.PLAUSIBLE
+# units: s2forecast.data.plausibility.PLAUSIBLE
 VARIABLES: dict[str, tuple[str, str, str | None]] = {
     "geopotential": ("m**2 s**-2", "Geopotential", "geopotential"),
     "temperature": ("K", "Temperature", "air_temperature"),
@@ -120,7 +121,7 @@ def grid_of(ds: xr.Dataset) -> Grid:
     grid = Grid.from_coords(ds["latitude"].values, ds["longitude"].values)
     recorded = ds.attrs.get("grid_kind")
     if recorded is not None and recorded != grid.kind:
-        raise ValueError(
+        raise UserError(
             f"store attribute grid_kind={recorded!r} but its latitudes are those of a {grid.kind!r} grid; "
             "fix the attribute or regenerate the store"
         )
@@ -151,7 +152,7 @@ def _check_protocol(url: str) -> None:
         try:
             __import__(package)
         except ImportError:
-            raise ValueError(
+            raise UserError(
                 f"reading {protocol}:// URLs needs {package}: pip install 's2forecast[{extra}]' (or {package})"
             ) from None
 
@@ -187,7 +188,7 @@ def open_store(
         if not path.exists():
             raise FileNotFoundError(f"no zarr store at {path}")
         if zarr_attributes(path) is None:
-            raise ValueError(
+            raise UserError(
                 f"{path} is not a zarr store (no zarr.json or .zgroup metadata); pass the store written by "
                 "convert-era5 or generate-swe"
             )
@@ -198,18 +199,18 @@ def open_store(
             ds = xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
     except Exception as error:
         if is_url(path):  # the remote filesystem's own errors (aiohttp, gcsfs, s3fs): one line
-            raise ValueError(f"cannot read the zarr store at {path}: {remote_reason(error)}") from None
+            raise UserError(f"cannot read the zarr store at {path}: {remote_reason(error)}") from None
         if isinstance(error, KeyError | ValueError | FileNotFoundError | OSError):
-            raise ValueError(f"cannot read the zarr store {path}: {error}") from None
+            raise UserError(f"cannot read the zarr store {path}: {error}") from None
         raise
     if require_complete and ds.attrs.get(COMPLETE_ATTR, "true") != "true":
-        raise ValueError(
+        raise UserError(
             f"store {path} is incomplete (attribute {COMPLETE_ATTR}={ds.attrs.get(COMPLETE_ATTR)!r}): a writer was "
             "interrupted; rerun the same convert-era5 / generate-swe command to finish it"
         )
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
-            raise ValueError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
+            raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
     return to_model_order(ds)
 
 
@@ -247,7 +248,7 @@ def check_units(name: str, units: str | None, path) -> None:
         return
     expected = VARIABLES[name][0]
     if normalize_units(str(units)) != normalize_units(expected):
-        raise ValueError(
+        raise UserError(
             f"variable {name} of store {path} has units {units!r}, not {expected!r}; convert the values to "
             f"{expected} (convert-era5 does) or fix the units attribute if only the label is wrong"
         )
@@ -256,7 +257,7 @@ def check_units(name: str, units: str | None, path) -> None:
 def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:
     """Grid, times, variables and levels of an opened store."""
     if "time" not in ds.dims:
-        raise ValueError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}")
+        raise UserError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}")
     variables, static = [], []
     for name, var in ds.data_vars.items():
         if name == "written":

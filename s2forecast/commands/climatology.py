@@ -1,0 +1,25 @@
+"""``s2forecast climatology``: day-of-year x hour climatology of a store (WeatherBench2)."""
+
+import argparse
+
+from s2forecast.commands.arguments import storage_options
+
+HELP = "day-of-year x hour climatology of a store (WeatherBench2)"
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="a store: local path or URL, zarr v2 or v3")
+    parser.add_argument("--out", required=True, help="CLIM.zarr")
+    parser.add_argument("--start", help="first time of the period")
+    parser.add_argument("--end", help="last time, inclusive")
+    parser.add_argument("--overwrite", action="store_true", help="replace a climatology s2forecast wrote at --out")
+    storage_options(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> None:
+    from s2forecast.evaluation.climatology import write_climatology
+
+    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
+                            progress=not args.no_progress, storage_options=args.storage_options)  # fmt: skip
+    print(f"wrote {out}")

@@ -1,0 +1,66 @@
+"""``s2forecast convert-era5``: convert ERA5 files from the Copernicus CDS into a store."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from s2forecast.commands.arguments import nonnegative_int, positive_int
+from s2forecast.data.defaults import CONVERT_TIME_CHUNK
+from s2forecast.user_errors import UserError
+
+HELP = "convert ERA5 files from the Copernicus CDS into a store"
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="ERA5 NetCDF files from the Copernicus CDS (or cfgrib-readable GRIB), or directories of them; "
+        "split by month and/or variable is fine",
+    )
+    parser.add_argument("--out", required=True, type=Path, metavar="STORE.zarr", help="zarr store to write")
+    parser.add_argument(
+        "--variables",
+        nargs="+",
+        metavar="NAME",
+        help="variables to convert, WeatherBench2 or ECMWF short names (default: all found)",
+    )
+    parser.add_argument(
+        "--levels", nargs="+", type=positive_int, metavar="HPA", help="pressure levels to keep (default: all)"
+    )
+    parser.add_argument(
+        "--member", type=nonnegative_int, help="ensemble member (value of the 'number' dimension) to convert"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing store that s2forecast wrote instead of resuming it (never anything else)",
+    )
+    parser.add_argument(
+        "--time-chunk",
+        type=positive_int,
+        default=CONVERT_TIME_CHUNK,
+        metavar="N",
+        help=f"time steps written per slab, in parallel (default {CONVERT_TIME_CHUNK})",
+    )
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> None:
+    from s2forecast.data.convert_era5 import convert_era5
+
+    try:
+        out = convert_era5(
+            args.inputs,
+            args.out,
+            variables=args.variables,
+            levels=args.levels,
+            member=args.member,
+            overwrite=args.overwrite,
+            progress=args.progress,
+            time_chunk=args.time_chunk,
+        )
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from error
+    print(f"wrote {out}", file=sys.stderr)

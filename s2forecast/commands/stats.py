@@ -1,0 +1,33 @@
+"""``s2forecast stats``: normalization statistics of a store (into it, or --out)."""
+
+import argparse
+
+from s2forecast.commands.arguments import storage_options
+
+HELP = "normalization statistics of a store (into it, or --out)"
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="a store: local path or URL (gs://, s3://, https://), zarr v2 or v3")
+    parser.add_argument(
+        "--out", help="write the statistics to this zarr of their own (required for a store s2forecast did not write)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace statistics s2forecast wrote at --out")
+    storage_options(parser)
+    parser.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
+    parser.add_argument("--end", help="last time, inclusive; default: the last in the store")
+    parser.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> None:
+    from s2forecast.data.stats import compute_stats
+    from s2forecast.times import format_time
+
+    stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
+                          storage_options=args.storage_options, overwrite=args.overwrite,
+                          progress=not args.no_progress)  # fmt: skip
+    print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
+    period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
+    where = args.out if args.out is not None else f"{args.store}/stats"
+    print(f"stored in {where} ({stats.attrs['times']} times {period})")

@@ -1,0 +1,15 @@
+"""``s2forecast validate``: score a checkpoint on the validation split (Lightning).
+
+Its arguments are LightningCLI's (``s2forecast.training.cli``); ``s2forecast validate --help`` is
+read from a cache (``s2forecast.help_cache``).
+"""
+
+HELP = "score a checkpoint on the validation split (Lightning)"
+LIGHTNING = True  # LightningCLI parses the arguments
+
+
+def run(argv: list[str]) -> None:
+    """``argv`` starts with "validate"."""
+    from s2forecast.training.cli import run as lightning
+
+    lightning(argv)
