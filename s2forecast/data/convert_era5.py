@@ -54,6 +54,7 @@ from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, no
 from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 from s2forecast.output import check_target
+from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
 # ECMWF short name -> WeatherBench2 name. ``z`` is the pressure-level geopotential; without a level
@@ -350,11 +351,6 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
 # --- merging ------------------------------------------------------------------------------------
 
 
-def _when(time: np.datetime64) -> str:
-    """A time for messages: 2020-01-31T12:00."""
-    return str(np.datetime_as_string(time, unit="m"))
-
-
 def _describe_axis(values: np.ndarray) -> str:
     return f"{values.size} values {values[0]:g} .. {values[-1]:g}" if values.size else "no values"
 
@@ -388,7 +384,7 @@ def _check_duplicates(name: str, fields: list[_Field]) -> np.ndarray:
         files = sorted({str(fields[i].path) for i in owners[times == first]})
         where = f"files {', '.join(files)}" if len(files) > 1 else f"file {files[0]} (twice)"
         raise UserError(
-            f"duplicate times for {name}: {_when(first)} is in {where}; remove the overlapping files or times"
+            f"duplicate times for {name}: {format_time(first)} is in {where}; remove the overlapping files or times"
         )
     return times
 
@@ -407,9 +403,9 @@ def _check_times(per_variable: dict[str, np.ndarray], fields: dict[str, list[_Fi
         first_ref = only_ref[0] if only_ref.size else None
         first_other = only_other[0] if only_other.size else None
         if first_other is None or (first_ref is not None and first_ref < first_other):
-            detail = f"{_when(first_ref)} is in {reference} but not in {name}"
+            detail = f"{format_time(first_ref)} is in {reference} but not in {name}"
         else:
-            detail = f"{_when(first_other)} is in {name} but not in {reference}"
+            detail = f"{format_time(first_other)} is in {name} but not in {reference}"
         files = {n: ", ".join(sorted({str(f.path.name) for f in fields[n]})) for n in (reference, name)}
         raise UserError(
             f"times differ between variables: {reference} has {times.size} times (from {files[reference]}), {name} "
@@ -448,8 +444,8 @@ def _check_finite(slab: xr.Dataset, fields: dict[str, list[_Field]]) -> None:
         time = data["time"].values[index["time"]]
         source = next(f.path for f in fields[name] if time in f.times)
         raise InvalidInputData(
-            f"{source}: variable {name}{where} at {_when(time)} has {problem}; fix or drop that time in the input "
-            "(or leave the variable out with --variables)"
+            f"{source}: variable {name}{where} at {format_time(time)} has {problem}; fix or drop that time in the "
+            "input (or leave the variable out with --variables)"
         )
 
 

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from s2forecast.data.store import VARIABLES, normalize_units
+from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
 GRAVITY = 9.80665  # m s**-2, the WMO standard (geopotential = GRAVITY * geopotential height)
@@ -195,12 +195,12 @@ def _sample(n: int) -> list[int]:
 
 
 def _describe(dim: str, value, labels: dict[str, str]) -> str:
-    """'850 hPa', 'time 2020-01-01T00:00', 'lead 24 h'; '' for a static field's NaT time."""
+    """'850 hPa', 'time 2020-01-01T00', 'lead 24 h'; '' for a static field's NaT time."""
     label = labels.get(dim, dim)
     if dim == "level":
         return f"{float(value):g} hPa"
     if isinstance(value, np.datetime64):
-        return "" if np.isnat(value) else f"{label} {pd.Timestamp(value):%Y-%m-%dT%H:%M}"
+        return "" if np.isnat(value) else f"{label} {format_time(value)}"
     if isinstance(value, np.timedelta64):
         return f"{label} {value / np.timedelta64(1, 'h'):g} h"
     return f"{label} {value}"

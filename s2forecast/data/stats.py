@@ -181,10 +181,6 @@ def compute_stats(
 # --- checks: arguments and data, all before anything is written ---------------------------------
 
 
-def _when(time: np.datetime64) -> str:
-    return f"{pd.Timestamp(time):%Y-%m-%dT%H:%M}"
-
-
 def _hours(step: np.timedelta64) -> str:
     return f"{step / np.timedelta64(1, 'h'):g}"
 
@@ -197,15 +193,15 @@ def check_time_axis(times: np.ndarray, path) -> None:
     if (counts > 1).any():
         repeated = unique[counts > 1]
         raise UserError(
-            f"time {_when(repeated[0])} appears {int(counts[counts > 1][0])} times in {path} ({repeated.size} repeated "
-            "time(s) in all); rewrite the store without the repeated time steps"
+            f"time {format_time(repeated[0])} appears {int(counts[counts > 1][0])} times in {path} "
+            f"({repeated.size} repeated time(s) in all); rewrite the store without the repeated time steps"
         )
     backwards = np.flatnonzero(np.diff(times) < np.timedelta64(0, "ns"))
     if backwards.size:
         i = int(backwards[0])
         raise UserError(
-            f"times of {path} are not in ascending order: {_when(times[i + 1])} comes after {_when(times[i])} "
-            f"(position {i + 1}); rewrite the store with its times sorted"
+            f"times of {path} are not in ascending order: {format_time(times[i + 1])} comes after "
+            f"{format_time(times[i])} (position {i + 1}); rewrite the store with its times sorted"
         )
 
 
@@ -224,10 +220,11 @@ def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.date
     for option, value in (("--start", lo), ("--end", hi)):
         if not first <= value <= last:
             raise UserError(
-                f"{option} {_when(value)} is outside the store {path}, which covers {_when(first)} .. {_when(last)}"
+                f"{option} {format_time(value)} is outside the store {path}, which covers "
+                f"{format_time(first)} .. {format_time(last)}"
             )
     if lo >= hi:
-        raise UserError(f"--start {_when(lo)} must be before --end {_when(hi)}")
+        raise UserError(f"--start {format_time(lo)} must be before --end {format_time(hi)}")
     return lo, hi
 
 
@@ -251,8 +248,8 @@ def _no_pairs(path, step: np.timedelta64, store_step: np.timedelta64, selected: 
             f"two of its times are {_hours(step)} h apart; use {_hours(store_step)}, {_hours(2 * store_step)}, ..."
         )
     return (
-        f"no two times of {path} between {_when(selected[0])} and {_when(selected[-1])} are {_hours(step)} h apart "
-        "(within one trajectory); choose a longer period or a shorter --step-hours"
+        f"no two times of {path} between {format_time(selected[0])} and {format_time(selected[-1])} are "
+        f"{_hours(step)} h apart (within one trajectory); choose a longer period or a shorter --step-hours"
     )
 
 
@@ -270,7 +267,7 @@ def _check_finite(path, name: str, infinite: xr.DataArray, has_value: xr.DataArr
         if bad.any():
             if "time" in infinite.dims:
                 first = infinite["time"].values[np.flatnonzero(bad)[0]]
-                at = f"at {_when(first)} (the first of {int(bad.sum())} such times)"
+                at = f"at {format_time(first)} (the first of {int(bad.sum())} such times)"
             else:
                 at = "(a static field)"
             raise UserError(
@@ -280,8 +277,9 @@ def _check_finite(path, name: str, infinite: xr.DataArray, has_value: xr.DataArr
         present = has_value.isel(level=k).values if level is not None else has_value.values
         if not present:
             raise UserError(
-                f"{path}: {where} has only NaN values between {_when(selected[0])} and {_when(selected[-1])}; its "
-                "statistics are undefined: fill it or drop the variable from the store"
+                f"{path}: {where} has only NaN values between {format_time(selected[0])} and "
+                f"{format_time(selected[-1])}; its statistics are undefined: fill it or drop the variable from the "
+                "store"
             )
 
 

@@ -28,6 +28,7 @@ import xarray as xr
 from s2forecast.data.defaults import SWE_BATCH
 from s2forecast.data.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
 SWE_VARIABLES = ("geopotential_height", "vorticity", "divergence")
@@ -140,10 +141,10 @@ def generate_swe(
                     writer.write(slab, start)
                 if failure is not None:
                     k = members[failure.member]
-                    step_time = pd.Timestamp(times[k * per_trajectory + failure.step])
+                    step_time = format_time(times[k * per_trajectory + failure.step])
                     raise UserError(
                         f"the shallow-water integration of trajectory {k} became unstable at stored step "
-                        f"{failure.step} ({step_time:%Y-%m-%dT%H:%M}): {failure}; the solver step of {solver_dt:g} s "
+                        f"{failure.step} ({step_time}): {failure}; the solver step of {solver_dt:g} s "
                         f"is too long for the {nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. "
                         f"{solver_dt / 4:g}); "
                         + (

@@ -37,6 +37,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.output import zarr_attributes
+from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
 Data = xr.DataArray | xr.Dataset
@@ -273,18 +274,14 @@ def compute_climatology(
 # --- checks of the truth: each time once, finite values, a period inside the record ---------------
 
 
-def _when(time) -> str:
-    return f"{pd.Timestamp(time):%Y-%m-%dT%H:%M}" if isinstance(time, np.datetime64) else repr(time)
-
-
 def _check_unique_times(truth: Data) -> None:
     """Each time once: a repeated time would count twice in every mean it falls in."""
     index = truth.indexes["time"]
     if not index.is_unique:
         repeated = index[index.duplicated()]
         raise UserError(
-            f"truth time {_when(repeated.values[0])} appears more than once ({repeated.unique().size} repeated time(s) "
-            "in all); a climatology would count it twice: remove the repeated time steps"
+            f"truth time {format_time(repeated.values[0])} appears more than once ({repeated.unique().size} repeated "
+            "time(s) in all); a climatology would count it twice: remove the repeated time steps"
         )
 
 
@@ -308,8 +305,8 @@ def _select_period(truth: Data, start, end) -> Data:
         raise UserError(f"the climatology period starts ({start}) after it ends ({end}); swap start and end")
     times = truth["time"].values
     raise UserError(
-        f"no truth times between start={start!r} and end={end!r}; the truth covers {_when(times[0])} .. "
-        f"{_when(times[-1])}"
+        f"no truth times between start={start!r} and end={end!r}; the truth covers {format_time(times[0])} .. "
+        f"{format_time(times[-1])}"
     )
 
 
@@ -329,7 +326,7 @@ def _infinite_checked(array: xr.DataArray) -> xr.DataArray:
         infinite = np.isinf(block)
         if infinite.any():
             per_time = infinite.any(axis=tuple(i for i in range(block.ndim) if i != axis))
-            when = _when(times[offset + int(np.flatnonzero(per_time)[0])])
+            when = format_time(times[offset + int(np.flatnonzero(per_time)[0])])
             raise UserError(
                 f"{name} has infinite values at {when}; replace them (NaN marks missing values) or leave that time "
                 "out of the climatology period"

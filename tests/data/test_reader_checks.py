@@ -40,8 +40,8 @@ def corrupt_copy(store: Path, tmp_path: Path, how: str) -> Path:
 
 
 MESSAGES = {
-    "duplicate": r"time 2000-01-01T00:00 appears 3 times in .*duplicate\.zarr .*rewrite the store without the repeated",
-    "unsorted": r"times of .*unsorted\.zarr are not in ascending order: 2000-01-01T01:00 comes after 2000-01-01T02:00",
+    "duplicate": r"time 2000-01-01T00 appears 3 times in .*duplicate\.zarr .*rewrite the store without the repeated",
+    "unsorted": r"times of .*unsorted\.zarr are not in ascending order: 2000-01-01T01 comes after 2000-01-01T02",
     "units": r"variable geopotential_height of store .*units\.zarr has units 'km', not 'm'; convert the values",
 }
 
@@ -61,7 +61,7 @@ def test_corrupt_store_is_refused_by_every_reader(swe_store, tmp_path, capsys, h
         return  # climatology reduces per time of year and sorts nothing by position: unsorted is fine there
     out = tmp_path / "clim.zarr"
     message = refused(["climatology", store, "--out", out], capsys)  # its own words for a repeated time
-    assert "2000-01-01T00:00 appears more than once" in message
+    assert "2000-01-01T00 appears more than once" in message
     assert not out.exists()
 
 
