@@ -73,7 +73,7 @@ class ForecastCLI(LightningCLI):
         except ArgumentError as error:
             subparser = self._subcommand_parsers.get(args[0], parser) if args else parser
             keys = [action.dest for action in subparser._actions]
-            raise config_error(str(error), keys, args) from error
+            raise config_error(error, keys, args) from error
         except UnicodeDecodeError as error:  # a binary file given as --config
             problems = [problem for problem in map(yaml_problem, config_files(args)) if problem]
             raise ConfigError(problems[0] if problems else f"a --config file is not UTF-8 text: {error}") from error

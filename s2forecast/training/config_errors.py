@@ -10,7 +10,9 @@ reduces such a message to the offending key and its fix, e.g.::
     data.init_args.store is required: add it to the config or pass --data.init_args.store
     invalid YAML in run.yaml: expected ',' or ']', but got ':' (line 3, column 6)
 
-It works on the text of jsonargparse's messages (4.x), and falls back to their first line.
+jsonargparse (4.x) raises ``ArgumentError`` with a message only; what structure there is lies
+in its chain of causes (``config_error`` reads the innermost cause's type first). The other
+problems are read from the message text, falling back to its first line.
 """
 
 import difflib
@@ -31,15 +33,20 @@ class ConfigError(UserError):
     """A configuration error, in one line naming the key and the fix."""
 
 
-def config_error(message: str, keys: list[str], args: list[str]) -> ConfigError:
-    """The ConfigError for jsonargparse's error ``message``.
+def config_error(error: BaseException, keys: list[str], args: list[str]) -> ConfigError:
+    """The ConfigError for jsonargparse's ``error``.
 
     Args:
-        message: jsonargparse's message (``str`` of its ``ArgumentError``).
+        error: jsonargparse's ``ArgumentError``. Its chain of causes is read
+            first: jsonargparse raises each check's own exception ``from`` the one below, so the
+            innermost cause's type tells an unknown key of a class (``NSKeyError``) and a
+            class_path that does not import (``ImportError``, ``AttributeError``) without
+            parsing the many-line message; the message is reduced only for the rest.
         keys: the dotted keys the subcommand accepts (``model.lr``, ``trainer.max_epochs``, ...).
         args: the command-line arguments (to find the ``--config`` files).
     """
-    return ConfigError(_Reducer(keys, args).reduce(message))
+    reducer = _Reducer(keys, args)
+    return ConfigError(reducer.from_causes(error) or reducer.reduce(str(error)))
 
 
 def config_files(args: list[str]) -> list[Path]:
@@ -79,6 +86,26 @@ class _Reducer:
         self.keys = sorted({key for key in keys if key != "help" and not key.endswith(".help")})
         self.args = args
         self.configs = config_files(args)
+
+    def from_causes(self, error: BaseException) -> str | None:
+        """The problem named by the type of ``error``'s innermost cause, or None."""
+        chain = [error]
+        while chain[-1].__cause__ is not None and len(chain) < 32:
+            chain.append(chain[-1].__cause__)
+        texts = [str(cause) for cause in chain]
+        key = next((m[1] for text in texts if (m := re.match(r'Parser key "([^"]+)":', text))), None)
+        class_path = next(
+            (m[1] for text in texts if (m := re.match(r"Problem with given class_path '([^']*)'", text))), None
+        )
+        if key is None or class_path is None:
+            return None
+        innermost = chain[-1]
+        if type(innermost).__name__ == "NSKeyError" and (m := re.match(r"Option '([^']+)' is not accepted", texts[-1])):
+            init_key = f"{key}.init_args"
+            return self.unknown_key(f"{init_key}.{m[1]}", [f"{init_key}.{name}" for name in _init_args(class_path)])
+        if isinstance(innermost, ImportError | AttributeError):
+            return self.bad_class(key, class_path, _base_class("\n".join(texts)))
+        return None
 
     def reduce(self, message: str) -> str:
         text = message.strip()
@@ -134,13 +161,11 @@ class _Reducer:
 
     def class_problem(self, key: str, class_path: str, body: str, base: type | None) -> str:
         init_key = f"{key}.init_args"
-        if match := re.match(r"Option '([^']+)' is not accepted", body):
-            return self.unknown_key(f"{init_key}.{match[1]}", [f"{init_key}.{name}" for name in _init_args(class_path)])
         if match := re.match(r'Parser key "([^"]+)":(.*)', body, re.S):
             return self.key_problem(f"{init_key}.{match[1]}", _block(match[2]))
         if match := re.match(r"the following arguments are required: (.*)", body):
             return self.missing(init_key, match[1])
-        if re.search(r"No module named|has no attribute|does not correspond|not a subclass|Import path", body):
+        if re.search(r"does not correspond|not a subclass|Import path", body):
             return self.bad_class(key, class_path, base)
         return f"{key} ({class_path}): {one_line(body)}{self.location(key)}"
 
