@@ -11,7 +11,7 @@ from test_training import tiny_args
 from s2forecast.cli import main as cli
 from s2forecast.evaluation.report import open_results
 
-ENSEMBLE = ["--model.loss", "crps", "--model.ensemble_size", "2", "--model.network.noise_channels", "2",
+ENSEMBLE = ["--model.loss", "crps", "--model.members", "2", "--model.network.noise_channels", "2",
             "--trainer.max_epochs", "1"]  # fmt: skip
 
 
@@ -62,8 +62,8 @@ def refused(argv, capsys) -> str:
 def test_ensemble_options_bad_values(swe_store, tmp_path, capsys):
     base = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
     assert "needs a stochastic network: set model.network.noise_channels" in refused(
-        ["fit", *base, "--model.loss", "crps", "--model.ensemble_size", "2"], capsys)  # fmt: skip
-    assert "loss 'crps' needs ensemble_size >= 2 members, got 1" in refused(
+        ["fit", *base, "--model.loss", "crps", "--model.members", "2"], capsys)  # fmt: skip
+    assert "loss 'crps' needs members >= 2, got 1" in refused(
         ["fit", *base, "--model.loss", "crps", "--model.network.noise_channels", "2"], capsys)  # fmt: skip
     assert "loss must be one of ('mse', 'crps'), got 'mae'" in refused(["fit", *base, "--model.loss", "mae"], capsys)
     assert not (tmp_path / "runs").exists()
