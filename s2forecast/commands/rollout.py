@@ -58,13 +58,14 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from s2forecast.inference.rollout import init_times_from, rollout, source_times
+    from s2forecast.inference.rollout import RolloutOptions, init_times_from, rollout, source_times
 
     available = source_times(args.store, args.storage_options)
     times = init_times_from(args.init_times, args.start, args.end, args.every, available)
-    out = rollout(
-        args.ckpt, args.store, args.steps, times, args.out, args.format, args.batch_size, resolve_device(args.device),
-        args.bf16, args.nan, progress=not args.no_progress, other_grid=args.other_grid, overwrite=args.overwrite,
-        store_stats=args.store_stats, members=args.members, seed=args.seed, storage_options=args.storage_options,
+    options = RolloutOptions(
+        fmt=args.format, batch_size=args.batch_size, device=resolve_device(args.device), bf16=args.bf16,
+        nan_policy=args.nan, other_grid=args.other_grid, store_stats=args.store_stats, members=args.members,
+        seed=args.seed, overwrite=args.overwrite, storage_options=args.storage_options,
     )  # fmt: skip
+    out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, progress=not args.no_progress)
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

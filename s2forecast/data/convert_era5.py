@@ -179,6 +179,14 @@ def _open(path: Path) -> xr.Dataset:
         raise UserError(f"cannot read {path} as NetCDF: {error}") from error
 
 
+def valid_times(path: str | Path) -> np.ndarray:
+    """(time,) sorted unique datetime64[ns] valid times of an ERA5 NetCDF or GRIB file as the CDS
+    delivers it (what ``convert_era5`` would make the store's times)."""
+    path = Path(path)
+    with _open(path) as ds:
+        return np.unique(_normalize_time(ds, path)["time"].values)
+
+
 def _squeezed_to_dims(ds: xr.Dataset, names: Iterable[str]) -> xr.Dataset:
     """Promote scalar coordinates (length-1 dims cfgrib squeezed away) back to dimensions."""
     for name in names:

@@ -144,6 +144,15 @@ class ForecastFile:
             region = {"time": slice(start, stop), "prediction_timedelta": slice(lead_index, lead_index + 1)}
             slab.to_zarr(self.tmp, region=region, zarr_format=3)
 
+    def add_attributes(self, attrs: dict[str, str]) -> None:
+        """Set global attributes of the file (e.g. ``nonfinite_forecasts``, known only at the end)."""
+        if self.ds is not None:
+            self.ds.setncatts(attrs)
+        else:
+            import zarr
+
+            zarr.open_group(self.tmp, mode="r+").attrs.update(attrs)
+
     def close(self) -> None:
         """Finish the file (it stays at its temporary path)."""
         if self.ds is not None:

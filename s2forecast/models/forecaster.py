@@ -7,11 +7,14 @@ default the network predicts the tendency in units of the tendency spread
 (x_next = x_last + net(...) * tendency_std / std), so an untrained model starts as persistence.
 ``rollout`` is a generator over that step (as graphcast's rollout), yielding one lead at a
 time: training differentiates through it, inference writes each lead as it comes.
+``ensemble_rollout`` rolls every sample out as ``members`` members of a stochastic network
+(each draws its own noise), for the CRPS in training and for ensemble forecasts alike.
 
-Normalization statistics and the data layout come from ``data`` (``training.data_info`` of the
-training DataModule, stored in every checkpoint), so a checkpoint forecasts without its store;
-the static fields it was trained with (orography, land-sea mask) are stored in the checkpoint
-too (``static_fields``), so initial conditions need only the time-dependent variables.
+Normalization statistics and the data layout come from a ``DataSpec`` (built by
+``training.data_info`` from the training DataModule, stored in every checkpoint), so a
+checkpoint forecasts without its store; the static fields it was trained with (orography,
+land-sea mask) are stored in the checkpoint too (``static_fields``), so initial conditions need
+only the time-dependent variables.
 """
 
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ from torch import nn
 from s2forecast.geometry import Grid
 from s2forecast.models import build_network
 from s2forecast.models.checkpoint import read_checkpoint
+from s2forecast.models.data_spec import DataSpec
 from s2forecast.user_errors import UserError
 
 
@@ -32,22 +36,21 @@ class Forecaster(nn.Module):
     Args:
         architecture: "spherical" (``SphericalTransformer``) or "planar" (``PlanarTransformer``).
         network: keyword arguments of the network (embed_dim, num_layers, attention, ...).
-        data: the data layout and statistics (``training.data_info``): channels,
-            static_channels, forcing_channels, grid, history, step_hours, mean, std, tendency_std.
+        data: the data layout and statistics.
         residual: predict the tendency (default) rather than the next state.
     """
 
-    def __init__(self, architecture: str, network: dict | None, data: dict, residual: bool = True):
+    def __init__(self, architecture: str, network: dict | None, data: DataSpec, residual: bool = True):
         super().__init__()
         self.architecture, self.network_options, self.data, self.residual = architecture, network or {}, data, residual
-        self.grid = Grid(*data["grid"])
-        self.channels = list(data["channels"])
-        self.history = int(data["history"])
-        n_static, n_forcing = len(data["static_channels"]), len(data["forcing_channels"])
+        self.grid = data.grid
+        self.channels = list(data.channels)
+        self.history = int(data.history)
+        n_static, n_forcing = len(data.static_channels), len(data.forcing_channels)
         in_channels = self.history * len(self.channels) + n_static + (self.history + 1) * n_forcing
         self.net = build_network(architecture, self.grid, in_channels, len(self.channels), **self.network_options)
-        mean, std = torch.tensor(data["mean"]), torch.tensor(data["std"])
-        tendency_std = torch.tensor(data["tendency_std"])
+        mean, std = torch.tensor(data.mean), torch.tensor(data.std)
+        tendency_std = torch.tensor(data.tendency_std)
         scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
         # statistics are rebuilt from ``data``: not part of the weights (state_dict)
         self.register_buffer("mean", mean[:, None, None].float(), persistent=False)
@@ -70,8 +73,10 @@ class Forecaster(nn.Module):
         if not isinstance(hparams, dict) or "state_dict" not in state or not hparams.get("data"):
             raise UserError(f"{path} is not a checkpoint of s2forecast fit (no hyper_parameters or state_dict)")
         try:
-            model = cls(hparams.get("architecture", "spherical"), hparams.get("network"), hparams["data"],
-                        hparams.get("residual", True))  # fmt: skip
+            data = DataSpec.from_dict(hparams["data"])
+            model = cls(
+                hparams.get("architecture", "spherical"), hparams.get("network"), data, hparams.get("residual", True)
+            )
             model.load_state_dict(forecaster_weights(state["state_dict"]))
             model.static_fields = checkpoint_static_fields(state, model)
         except (TypeError, RuntimeError, KeyError) as error:  # other options or weights than this version's
@@ -82,8 +87,7 @@ class Forecaster(nn.Module):
         """The same weights on another data grid (spherical networks: ``SphericalTransformer.on_grid``)."""
         if not hasattr(self.net, "on_grid"):
             raise UserError(f"the {self.architecture} model is bound to its training grid {self.grid}")
-        data = {**self.data, "grid": [grid.nlat, grid.nlon, grid.kind]}
-        other = Forecaster(self.architecture, self.network_options, data, self.residual)
+        other = Forecaster(self.architecture, self.network_options, self.data.on_grid(grid), self.residual)
         other.net = self.net.on_grid(grid)
         return other.to(self.mean.device).train(self.training)
 
@@ -106,24 +110,65 @@ class Forecaster(nn.Module):
             return states[:, -1] + out * self.tendency_scale
         return out
 
+    @property
+    def stochastic(self) -> bool:
+        """Whether the network draws noise (``network.noise_channels`` > 0): members differ."""
+        return getattr(self.net, "noise", None) is not None
+
+    def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
+        """The noise input of ``batch`` forecasts (None for a deterministic network); ``generator``
+        (on the model's device) for reproducible draws, None for the global random state."""
+        return self.net.sample_noise(batch, generator) if self.stochastic else None
+
     def rollout(
-        self, states: torch.Tensor, static: torch.Tensor, forcings: torch.Tensor, steps: int
+        self,
+        states: torch.Tensor,
+        static: torch.Tensor,
+        forcings: torch.Tensor,
+        steps: int,
+        generator: torch.Generator | None = None,
     ) -> Iterator[torch.Tensor]:
         """Normalized predictions (batch, channels, nlat, nlon) for leads 1..steps, one at a time.
+
+        The next step starts from the tensor yielded: changing it in place (inference zeroes
+        forecasts that went non-finite) changes what the rollout continues from.
 
         Args:
             states: (batch, history, channels, nlat, nlon) normalized initial states.
             static: (batch, static_channels, nlat, nlon).
             forcings: (batch, >= history + steps, forcing_channels, nlat, nlon) from the first
                 input time on.
+            generator: the noise of a stochastic network (``sample_noise``), one draw per step.
         """
         history = states.shape[1]
         if forcings.shape[1] < history + steps:
             raise UserError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
         for k in range(steps):
-            prediction = self.step(states, static, forcings[:, k : k + history + 1])
+            noise = self.sample_noise(len(states), generator)
+            prediction = self.step(states, static, forcings[:, k : k + history + 1], noise)
             yield prediction
             states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
+
+    def ensemble_rollout(
+        self,
+        states: torch.Tensor,
+        static: torch.Tensor,
+        forcings: torch.Tensor,
+        steps: int,
+        members: int,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[torch.Tensor]:
+        """Normalized predictions (batch, members, channels, nlat, nlon) for leads 1..steps: every
+        sample rolled out by ``members`` members, each drawing its own noise (members are a batch
+        dimension: memory grows with batch x members). Arguments as ``rollout``; the yielded
+        tensors are views of what the next step starts from, as there.
+        """
+        if members < 1:
+            raise UserError(f"members must be >= 1, got {members}")
+        batch = len(states)
+        copies = (x.repeat_interleave(members, dim=0) for x in (states, static, forcings))
+        for prediction in self.rollout(*copies, steps, generator):
+            yield prediction.unflatten(0, (batch, members))
 
     def normalize(self, physical: torch.Tensor) -> torch.Tensor:
         return (physical.float() - self.mean) / self.std
@@ -136,7 +181,7 @@ def checkpoint_static_fields(state: dict, model: Forecaster) -> dict[str, torch.
     """The static fields a checkpoint carries (name -> (nlat, nlon) float32), those of the
     model's static channels on its grid; {} when the checkpoint has none."""
     stored = state.get("static_fields") or {}
-    wanted = set(model.data["static_channels"])
+    wanted = set(model.data.static_channels)
     return {
         name: values.float() for name, values in stored.items()
         if name in wanted and tuple(values.shape) == model.grid.shape

@@ -30,7 +30,7 @@ from pytorch_lightning.strategies import Strategy
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
-from s2forecast.training.forecast_module import ForecastModule, data_info
+from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
 from s2forecast.user_errors import UserError
 
 # Lightning's own use of a deprecated torch API: nothing a user can act on
@@ -100,7 +100,7 @@ class ForecastCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path is None or str(ckpt_path) in SPECIAL_CKPT_PATHS:
             return
-        hparams = dict(read_checkpoint(ckpt_path).get("hyper_parameters", {}))
+        hparams = current_hparams(read_checkpoint(ckpt_path).get("hyper_parameters", {}))
         hparams.pop("_instantiator", None)
         if not hparams:
             return

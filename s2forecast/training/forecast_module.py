@@ -21,6 +21,7 @@ import torch
 
 from s2forecast.data.fields import Batch
 from s2forecast.models.checkpoint import read_checkpoint
+from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
 from s2forecast.training.losses import ensemble_loss, weighted_mse
 from s2forecast.user_errors import UserError
@@ -30,25 +31,35 @@ LOSSES = ("mse", "crps")
 
 
 def data_info(datamodule) -> dict:
-    """What a ForecastModule needs to know about its data, as plain JSON-able values
-    (saved in the checkpoint's hyperparameters, so a checkpoint runs without the store)."""
+    """What a ForecastModule needs to know about its data (a ``DataSpec``), as plain JSON-able
+    values (``DataSpec.to_dict``: saved in the checkpoint's hyperparameters, so a checkpoint runs
+    without the store, and printed configs stay plain)."""
     stats, static = datamodule.stats, datamodule.static_stats
-    grid = datamodule.grid
     spec = datamodule.spec
-    return {
-        "channels": list(datamodule.channels),
-        "static_channels": list(datamodule.static_channels),
-        "forcing_channels": list(datamodule.forcing_channels),
-        "grid": [grid.nlat, grid.nlon, grid.kind],
-        "history": spec.history,
-        "step_hours": spec.step_hours,
-        "rollout_steps": spec.rollout,
-        "mean": stats.mean.tolist(),
-        "std": stats.std.tolist(),
-        "tendency_std": stats.tendency_std.tolist(),
-        **({"static_mean": static.mean.tolist(), "static_std": static.std.tolist()} if static is not None else {}),
-        "store": datamodule.store,
-    }
+    return DataSpec(
+        channels=tuple(datamodule.channels),
+        static_channels=tuple(datamodule.static_channels),
+        forcing_channels=tuple(datamodule.forcing_channels),
+        grid=datamodule.grid,
+        history=spec.history,
+        step_hours=spec.step_hours,
+        rollout_steps=spec.rollout,
+        mean=tuple(stats.mean.tolist()),
+        std=tuple(stats.std.tolist()),
+        tendency_std=tuple(stats.tendency_std.tolist()),
+        static_mean=None if static is None else tuple(static.mean.tolist()),
+        static_std=None if static is None else tuple(static.std.tolist()),
+        store=datamodule.store,
+    ).to_dict()
+
+
+def current_hparams(hparams: dict) -> dict:
+    """A checkpoint's ForecastModule hyper-parameters in this version's names: ``ensemble_size``
+    (before issue 26) is ``members``."""
+    hparams = dict(hparams)
+    if "ensemble_size" in hparams:
+        hparams["members"] = hparams.pop("ensemble_size")
+    return hparams
 
 
 def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
@@ -93,9 +104,9 @@ class ForecastModule(pl.LightningModule):
         rollout_start, rollout_every_epochs, rollout_max: the training rollout schedule.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW with linear warm-up and cosine
             decay to min_lr_ratio * lr over the run's optimizer steps.
-        ensemble_size: members per sample trained together (a stochastic network:
+        members: ensemble members per sample trained together (a stochastic network:
             ``network.noise_channels`` > 0); members are a batch dimension on each rank.
-        loss: "mse" (deterministic) or "crps" (the fair ensemble CRPS over ``ensemble_size``
+        loss: "mse" (deterministic) or "crps" (the fair ensemble CRPS over ``members``
             members, area- and channel-weighted as the MSE: ``training.losses``).
         crps_mse_weight: with "crps", add this times the MSE of the ensemble mean.
         init_from: fine-tuning: start from the network weights of this checkpoint (read
@@ -120,17 +131,17 @@ class ForecastModule(pl.LightningModule):
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.0,
         init_from: str | None = None,
-        ensemble_size: int = 1,
+        members: int = 1,
         loss: str = "mse",
         crps_mse_weight: float = 0.0,
     ):
         super().__init__()
         if loss not in LOSSES:
             raise UserError(f"loss must be one of {LOSSES}, got {loss!r}")
-        if loss == "crps" and ensemble_size < 2:
-            raise UserError(f"loss 'crps' needs ensemble_size >= 2 members, got {ensemble_size}")
-        if loss == "mse" and ensemble_size != 1:
-            raise UserError(f"loss 'mse' trains one member; set ensemble_size: 1 (got {ensemble_size}) or loss: crps")
+        if loss == "crps" and members < 2:
+            raise UserError(f"loss 'crps' needs members >= 2, got {members}")
+        if loss == "mse" and members != 1:
+            raise UserError(f"loss 'mse' trains one member; set members: 1 (got {members}) or loss: crps")
         if loss == "crps" and not (network or {}).get("noise_channels"):
             raise UserError(
                 "loss 'crps' needs a stochastic network: set model.network.noise_channels (e.g. 8), or the members "
@@ -152,7 +163,7 @@ class ForecastModule(pl.LightningModule):
         if not 1 <= rollout_start <= rollout_max:
             raise UserError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
         self.save_hyperparameters()
-        self.forecaster = Forecaster(architecture, network, data, residual)
+        self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
         if init_from is not None:
             load_network_weights(self.forecaster, init_from)
         self.grid, self.channels = self.forecaster.grid, self.forecaster.channels
@@ -185,16 +196,17 @@ class ForecastModule(pl.LightningModule):
         """(batch, steps, channels, nlat, nlon) normalized predictions for leads 1..steps."""
         return torch.stack(list(self.forecaster.rollout(batch.inputs, batch.static, batch.forcings, steps)), dim=1)
 
-    def members(self, batch: Batch, steps: int) -> torch.Tensor:
-        """(batch, ensemble_size, steps, channels, nlat, nlon): each sample rolled out by every member
-        (members are a batch dimension; each draws its own noise)."""
-        m = self.hparams.ensemble_size
-        inputs, static, forcings = (x.repeat_interleave(m, dim=0) for x in (batch.inputs, batch.static, batch.forcings))
-        prediction = torch.stack(list(self.forecaster.rollout(inputs, static, forcings, steps)), dim=1)
-        return prediction.unflatten(0, (len(batch.inputs), m))
+    def ensemble(self, batch: Batch, steps: int) -> torch.Tensor:
+        """(batch, members, steps, channels, nlat, nlon): each sample rolled out by every member
+        (``Forecaster.ensemble_rollout``; each member draws its own noise)."""
+        leads = self.forecaster.ensemble_rollout(
+            batch.inputs, batch.static, batch.forcings, steps, self.hparams.members
+        )
+        return torch.stack(list(leads), dim=2)
 
     @property
-    def ensemble(self) -> bool:
+    def probabilistic(self) -> bool:
+        """Trained as an ensemble (the CRPS loss)."""
         return self.hparams.loss == "crps"
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
@@ -206,7 +218,7 @@ class ForecastModule(pl.LightningModule):
         """Quadrature- and channel-weighted MSE of (batch, steps, channels, nlat, nlon) tensors, or
         for an ensemble model the fair CRPS of (batch, members, steps, ...) against the target."""
         weights = self.channel_weights[:, None, None] * self.quadrature
-        if self.ensemble:
+        if self.probabilistic:
             return ensemble_loss(prediction, target, weights, self.hparams.crps_mse_weight)
         return weighted_mse(prediction, target, weights)
 
@@ -222,7 +234,7 @@ class ForecastModule(pl.LightningModule):
                 f"training rollout is {self.rollout} steps but batches hold {batch.targets.shape[1]} targets; "
                 "raise the DataModule's rollout_steps to at least rollout_max"
             )
-        prediction = self.members(batch, self.rollout) if self.ensemble else self(batch, self.rollout)
+        prediction = self.ensemble(batch, self.rollout) if self.probabilistic else self(batch, self.rollout)
         loss = self.loss(prediction, batch.targets[:, : self.rollout])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.inputs))
         self.log("train/rollout", float(self.rollout), batch_size=len(batch.inputs))
@@ -240,10 +252,10 @@ class ForecastModule(pl.LightningModule):
 
     def _score(self, batch: Batch, stage: str) -> None:
         steps = batch.targets.shape[1]
-        prediction = self.members(batch, steps) if self.ensemble else self(batch, steps)
+        prediction = self.ensemble(batch, steps) if self.probabilistic else self(batch, steps)
         size = len(batch.inputs)
         self.log(f"{stage}/loss", self.loss(prediction, batch.targets), prog_bar=True, batch_size=size, sync_dist=True)
-        if self.ensemble:
+        if self.probabilistic:
             prediction = prediction.mean(dim=1)  # RMSE of the ensemble mean
         error = (self.to_physical(prediction) - self.to_physical(batch.targets)).square()
         mse = (error * self.area).mean(dim=(-2, -1)).sum(dim=0)  # (steps, channels), summed over the batch
@@ -283,7 +295,7 @@ class ForecastModule(pl.LightningModule):
     def _static_fields(self) -> dict[str, torch.Tensor]:
         """The static fields the model trains with, physical units, for the checkpoint (so a
         forecast needs no store that has them); read once from the DataModule."""
-        names = self.forecaster.data["static_channels"]
+        names = self.forecaster.data.static_channels
         if not self.forecaster.static_fields and names:
             datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
             if datamodule is not None and hasattr(datamodule, "physical_static_fields"):

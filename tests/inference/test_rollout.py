@@ -10,7 +10,13 @@ import xarray as xr
 
 from s2forecast.cli import main as cli
 from s2forecast.data import compute_stats, generate_swe, open_store
-from s2forecast.inference.rollout import load_forecaster, open_inputs, read_initial_conditions, rollout
+from s2forecast.inference.rollout import (
+    RolloutOptions,
+    load_forecaster,
+    open_inputs,
+    read_initial_conditions,
+    rollout,
+)
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.training import ForecastModule, data_info
 from s2forecast.training.datamodule import SWEDataModule
@@ -41,9 +47,11 @@ def times_of(store):
 def test_rollout_equals_step_by_step_and_streams_batches(trained, tmp_path):
     store, checkpoint = trained
     inits = times_of(store)[[0, 1, 2, 9, 10]]  # 5 inits in batches of 2, from both trajectories
-    out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", batch_size=2, progress=False)
-    again = rollout(checkpoint, store, 3, inits, tmp_path / "g.nc", batch_size=2, progress=False)
-    other_batches = rollout(checkpoint, store, 3, inits, tmp_path / "h.nc", batch_size=3, progress=False)
+    out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", RolloutOptions(batch_size=2), progress=False)
+    again = rollout(checkpoint, store, 3, inits, tmp_path / "g.nc", RolloutOptions(batch_size=2), progress=False)
+    other_batches = rollout(
+        checkpoint, store, 3, inits, tmp_path / "h.nc", RolloutOptions(batch_size=3), progress=False
+    )
     forecast = xr.open_dataset(out)
     assert np.array_equal(forecast["vorticity"].values, xr.open_dataset(again)["vorticity"].values)  # deterministic
     assert np.allclose(forecast["vorticity"].values, xr.open_dataset(other_batches)["vorticity"].values, rtol=1e-5)
@@ -51,10 +59,10 @@ def test_rollout_equals_step_by_step_and_streams_batches(trained, tmp_path):
     model = load_forecaster(checkpoint)
     dataset = open_inputs(model, store)
     batch = read_initial_conditions(dataset, inits, 3)
-    states = batch["inputs"]
+    states = batch.inputs
     with torch.no_grad():
         for k in range(3):
-            prediction = model.step(states, batch["static"], batch["forcings"][:, k : k + 2])
+            prediction = model.step(states, batch.static, batch.forcings[:, k : k + 2])
             physical = model.to_physical(prediction).numpy()
             for c, name in enumerate(["geopotential_height", "vorticity", "divergence"]):
                 assert np.allclose(forecast[name].values[:, k], physical[:, c], rtol=1e-5, atol=1e-12), (k, name)
@@ -82,7 +90,7 @@ def test_netcdf_layout_and_cf_attributes(trained, tmp_path):
         1,
     )
     # zarr output holds the same values
-    zarr_out = rollout(checkpoint, store, 4, inits, tmp_path / "f.zarr", fmt="zarr", progress=False)
+    zarr_out = rollout(checkpoint, store, 4, inits, tmp_path / "f.zarr", RolloutOptions(fmt="zarr"), progress=False)
     assert np.allclose(xr.open_zarr(zarr_out)["divergence"].values, ds["divergence"].values)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
@@ -137,7 +145,9 @@ def test_forecast_from_new_initial_conditions_uses_the_checkpoint_statistics(tra
              str(shifted[0])[:13], "--out", str(tmp_path / "c.nc"), "--no-progress", "--store-stats"])  # fmt: skip
     assert "has no normalization statistics" in capsys.readouterr().err and not (tmp_path / "c.nc").exists()
     compute_stats(new, end=str(times_of(new)[3]))  # statistics of another period than training's
-    store_normalized = rollout(checkpoint, new, 3, shifted, tmp_path / "d.nc", progress=False, store_stats=True)
+    store_normalized = rollout(
+        checkpoint, new, 3, shifted, tmp_path / "d.nc", RolloutOptions(store_stats=True), progress=False
+    )
     assert not np.allclose(xr.open_dataset(store_normalized)["vorticity"].values, expected["vorticity"].values)
 
 
@@ -146,9 +156,9 @@ def test_non_finite_forecast(trained, tmp_path, monkeypatch):
     real = Forecaster.step
     calls = []
 
-    def failing(self, states, static, forcings):
+    def failing(self, states, static, forcings, noise=None):
         calls.append(1)
-        out = real(self, states, static, forcings)
+        out = real(self, states, static, forcings, noise)
         if len(calls) == 2:
             out[0, 1, 2, 3] = float("nan")
         return out
@@ -159,7 +169,7 @@ def test_non_finite_forecast(trained, tmp_path, monkeypatch):
         rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", progress=False)
     assert not (tmp_path / "f.nc").exists() and not any(p.name.startswith(".f.nc") for p in tmp_path.iterdir())
     calls.clear()
-    out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", nan_policy="write", progress=False)
+    out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", RolloutOptions(nan_policy="write"), progress=False)
     ds = xr.open_dataset(out)
     assert "step 2" in ds.attrs["nonfinite_forecasts"] and np.isnan(ds["vorticity"].values[0, 1, 2, 3])
 
@@ -256,7 +266,7 @@ def test_rollout_on_another_grid(trained, tmp_path):
     inits = times_of(finer)[:2]
     with pytest.raises(ValueError, match="--other-grid"):
         rollout(checkpoint, finer, 2, inits, tmp_path / "f.nc", progress=False)
-    out = rollout(checkpoint, finer, 2, inits, tmp_path / "f.nc", progress=False, other_grid=True)
+    out = rollout(checkpoint, finer, 2, inits, tmp_path / "f.nc", RolloutOptions(other_grid=True), progress=False)
     forecast = xr.open_dataset(out)
     assert forecast.sizes["latitude"] == 16 and np.isfinite(forecast["vorticity"].values).all()
 

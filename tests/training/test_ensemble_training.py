@@ -11,7 +11,7 @@ from test_training import tiny_args
 from s2forecast.cli import main as cli
 from s2forecast.evaluation.report import open_results
 
-ENSEMBLE = ["--model.loss", "crps", "--model.ensemble_size", "2", "--model.network.noise_channels", "2",
+ENSEMBLE = ["--model.loss", "crps", "--model.members", "2", "--model.network.noise_channels", "2",
             "--trainer.max_epochs", "1"]  # fmt: skip
 
 
@@ -62,8 +62,8 @@ def refused(argv, capsys) -> str:
 def test_ensemble_options_bad_values(swe_store, tmp_path, capsys):
     base = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
     assert "needs a stochastic network: set model.network.noise_channels" in refused(
-        ["fit", *base, "--model.loss", "crps", "--model.ensemble_size", "2"], capsys)  # fmt: skip
-    assert "loss 'crps' needs ensemble_size >= 2 members, got 1" in refused(
+        ["fit", *base, "--model.loss", "crps", "--model.members", "2"], capsys)  # fmt: skip
+    assert "loss 'crps' needs members >= 2, got 1" in refused(
         ["fit", *base, "--model.loss", "crps", "--model.network.noise_channels", "2"], capsys)  # fmt: skip
     assert "loss must be one of ('mse', 'crps'), got 'mae'" in refused(["fit", *base, "--model.loss", "mae"], capsys)
     assert not (tmp_path / "runs").exists()
@@ -73,3 +73,18 @@ def test_ensemble_options_bad_values(swe_store, tmp_path, capsys):
                        "2000-01-01T00", "--out", tmp_path / "f.nc", "--members", "2"], capsys)  # fmt: skip
     assert "the checkpoint's model is deterministic (no network.noise_channels)" in message
     assert not (tmp_path / "f.nc").exists()
+
+
+def test_checkpoints_with_ensemble_size_resume_as_members(swe_store):
+    """Hyper-parameters of before issue 26 (``ensemble_size``) build this version's module."""
+    from s2forecast.training import ForecastModule, data_info
+    from s2forecast.training.datamodule import SWEDataModule
+    from s2forecast.training.forecast_module import current_hparams
+
+    data = data_info(SWEDataModule(str(swe_store), train_trajectories=(0, 2), val_trajectories=None,
+                                   test_trajectories=None))  # fmt: skip
+    old = {"network": {"embed_dim": 8, "num_layers": 1, "noise_channels": 2}, "data": data, "loss": "crps",
+           "ensemble_size": 3}  # fmt: skip
+    module = ForecastModule(**current_hparams(old))
+    assert module.hparams.members == 3 and "ensemble_size" not in module.hparams
+    assert "ensemble_size" in old  # the checkpoint's own dict is left as it is

@@ -1,0 +1,72 @@
+"""The checkpoint's data description as a ``DataSpec``: the same plain dict as before (issue 26),
+and checkpoints written before it (old keys, ``ensemble_size``) still load."""
+
+import pytest
+import torch
+
+from s2forecast.geometry import Grid
+from s2forecast.models.data_spec import DataSpec
+from s2forecast.models.forecaster import Forecaster
+
+# the ``data`` hyper-parameter exactly as training.data_info wrote it before DataSpec (key order too)
+OLD_DICT = {
+    "channels": ["temperature/500", "2m_temperature"],
+    "static_channels": ["land_sea_mask"],
+    "forcing_channels": ["toa_incident_solar"],
+    "grid": [8, 16, "equiangular"],
+    "history": 2,
+    "step_hours": 6,
+    "rollout_steps": 3,
+    "mean": [250.5, 280.25],
+    "std": [10.0, 15.5],
+    "tendency_std": [1.5, 2.0],
+    "static_mean": [0.3],
+    "static_std": [0.45],
+    "store": "runs/era5.zarr",
+}
+
+
+def test_old_dict_round_trips_exactly():
+    spec = DataSpec.from_dict(OLD_DICT)
+    assert spec.grid == Grid(8, 16, "equiangular") and spec.channels == ("temperature/500", "2m_temperature")
+    assert spec.static_mean == (0.3,) and spec.history == 2 and spec.step_hours == 6
+    again = spec.to_dict()
+    assert again == OLD_DICT and list(again) == list(OLD_DICT)  # the checkpoint's hparams are unchanged
+    assert DataSpec.from_dict(again) == spec
+
+
+def test_old_dict_without_static_statistics():
+    old = {k: v for k, v in OLD_DICT.items() if k not in ("static_mean", "static_std")}
+    spec = DataSpec.from_dict(old)
+    assert spec.static_mean is None and spec.static_std is None
+    assert spec.to_dict() == old
+
+
+def test_bad_dicts_name_the_key():
+    incomplete = {k: v for k, v in OLD_DICT.items() if k != "tendency_std"}
+    with pytest.raises(KeyError, match=r"lacks \['tendency_std'\]"):
+        DataSpec.from_dict(incomplete)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        DataSpec.from_dict({**OLD_DICT, "colour": "red"})
+
+
+def test_on_grid_changes_only_the_grid():
+    spec = DataSpec.from_dict(OLD_DICT)
+    finer = spec.on_grid(Grid(16, 32))
+    assert finer.grid == Grid(16, 32) and finer.to_dict() == {**OLD_DICT, "grid": [16, 32, "equiangular"]}
+
+
+def test_checkpoint_of_before_data_spec_loads(tmp_path):
+    """A checkpoint as ``s2forecast fit`` wrote it before issue 26: the old data dict and an
+    ensemble model's ``ensemble_size`` among its hyper-parameters."""
+    network = {"embed_dim": 8, "num_layers": 1, "noise_channels": 2}
+    trained = Forecaster("spherical", network, DataSpec.from_dict(OLD_DICT))
+    hparams = {"architecture": "spherical", "network": network, "data": OLD_DICT, "residual": True,
+               "loss": "crps", "ensemble_size": 2}  # fmt: skip
+    state_dict = {"forecaster." + name: value for name, value in trained.state_dict().items()}
+    torch.save({"hyper_parameters": hparams, "state_dict": state_dict}, tmp_path / "old.ckpt")
+    loaded = Forecaster.from_checkpoint(tmp_path / "old.ckpt")
+    assert loaded.data == DataSpec.from_dict(OLD_DICT) and loaded.stochastic
+    ours, theirs = loaded.state_dict(), trained.state_dict()
+    assert list(ours) == list(theirs) and all(torch.equal(ours[name], theirs[name]) for name in ours)
+    assert loaded.mean.flatten().tolist() == [250.5, 280.25]
