@@ -25,11 +25,9 @@ import xarray as xr
 import zarr
 
 from s2forecast.data import compute_stats
-
-from s2forecast.training.datamodule import ERA5DataModule
-from s2forecast.training.datamodule import ERA5_PRESSURE, ERA5_SURFACE
 from s2forecast.data.store import WB2_LEVELS, cf_attributes
 from s2forecast.geometry import Grid
+from s2forecast.training.datamodule import ERA5_PRESSURE, ERA5_SURFACE, ERA5DataModule
 
 
 def make_store(path: Path, times: int, nlat: int = 121, nlon: int = 240) -> None:

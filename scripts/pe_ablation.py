@@ -82,10 +82,9 @@ def train_and_score(name: str, seed: int, args) -> dict:
     import torch
 
     from s2forecast.data import open_store
-
-    from s2forecast.training.datamodule import SWEDataModule
     from s2forecast.evaluation.robustness import rotation_errors
     from s2forecast.training import ForecastModule, data_info
+    from s2forecast.training.datamodule import SWEDataModule
 
     sys.path.insert(0, str(Path(__file__).parent))
     from swe_ablation import EpochLoss, score

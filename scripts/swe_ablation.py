@@ -22,9 +22,8 @@ import pytorch_lightning as pl
 import torch
 
 from s2forecast.data import compute_stats, generate_swe, open_store
-
-from s2forecast.training.datamodule import SWEDataModule
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.datamodule import SWEDataModule
 
 MULTILEVEL = {"compression_window": 32}
 MODELS = {

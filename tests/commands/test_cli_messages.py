@@ -195,7 +195,8 @@ CASES = {
     ),
     "fit bad class_path": (
         ["fit", "--config", "{bad_class_yaml}"],
-        ["'s2forecast.training.datamodule.SWEDatamodule'", "did you mean 's2forecast.training.datamodule.SWEDataModule'"],
+        ["'s2forecast.training.datamodule.SWEDatamodule'",
+         "did you mean 's2forecast.training.datamodule.SWEDataModule'"],  # fmt: skip
     ),
     "fit unknown module": (
         ["fit", "--config", "{no_module_yaml}"],
@@ -334,9 +335,7 @@ class _BadSample(torch.utils.data.Dataset):
 
 def test_error_from_a_dataloader_worker_is_its_own_message():
     """torch re-raises a worker's error with the worker's traceback in the message: show its last line."""
-    from s2forecast.user_errors import user_error_message
-
-    from s2forecast.user_errors import UserError
+    from s2forecast.user_errors import UserError, user_error_message
 
     with pytest.raises(UserError) as error:  # torch re-raises the worker's exception type
         next(iter(torch.utils.data.DataLoader(_BadSample(), num_workers=1)))
