@@ -195,8 +195,10 @@ CASES = {
     ),
     "fit bad class_path": (
         ["fit", "--config", "{bad_class_yaml}"],
-        ["'s2forecast.training.datamodule.SWEDatamodule'",
-         "did you mean 's2forecast.training.datamodule.SWEDataModule'"],  # fmt: skip
+        [
+            "'s2forecast.training.datamodule.SWEDatamodule'",
+            "did you mean 's2forecast.training.datamodule.SWEDataModule'",
+        ],
     ),
     "fit unknown module": (
         ["fit", "--config", "{no_module_yaml}"],
