@@ -3,7 +3,8 @@
 Reads a forecast in WeatherBench2 (WB2) layout (what ``s2forecast rollout`` writes), a truth
 store (``s2forecast.data.store`` layout) and optionally a WB2-layout climatology, and
 writes one results file in WB2's results layout (:mod:`s2forecast.evaluation.scoring`): per
-field, metric, source, region, lead time and level the scores of three sources:
+field, metric, source, region, lead time and level the scores of the forecast and the baselines
+(what is scored: :class:`~s2forecast.evaluation.config.EvaluationConfig`; by default):
 
     forecast      the forecast file (an ensemble: deterministic scores of its mean, plus CRPS,
                   spread, spread-skill, ensemble-mean RMSE and a rank histogram);

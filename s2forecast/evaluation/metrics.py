@@ -601,8 +601,6 @@ class RankHistogram(Metric):
     statistic_dims = ("rank",)
 
     def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
-        if member_axis is None:
-            raise UserError("the rank histogram needs an ensemble forecast (a member dim such as 'realization')")
         m = forecast.shape[member_axis]
         o = np.expand_dims(truth, member_axis)
         below = (forecast < o).sum(axis=member_axis)
@@ -730,6 +728,7 @@ def _per_init_statistics(metric: Metric, forecast, truth, climatology, weights, 
         return out if len(out) > 1 else out[0]
 
     n = len(metric.provides)
+    sizes = {"rank": forecast.sizes[member] + 1} if "rank" in metric.statistic_dims else {}  # ranks 0..M
     out = xr.apply_ufunc(
         per_init,
         *arrays,
@@ -737,10 +736,7 @@ def _per_init_statistics(metric: Metric, forecast, truth, climatology, weights, 
         output_core_dims=[list(metric.statistic_dims)] * n,
         dask="parallelized",
         output_dtypes=[np.float64] * n,
-        dask_gufunc_kwargs={
-            "allow_rechunk": True,
-            "output_sizes": {"rank": forecast.sizes[member] + 1} if member else {},
-        },
+        dask_gufunc_kwargs={"allow_rechunk": True, "output_sizes": sizes},
     )
     return dict(zip(metric.provides, out if n > 1 else (out,), strict=True))
 
