@@ -62,6 +62,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Score, then print the table and the files written."""
+    from s2forecast.evaluation.config import EvaluationConfig
     from s2forecast.evaluation.evaluate import evaluate
     from s2forecast.evaluation.report import format_table
 
@@ -70,20 +71,20 @@ def run(args: argparse.Namespace) -> None:
         if args.climatology is not None:
             raise UserError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
         period = (args.climatology_start, args.climatology_end)
+    config = EvaluationConfig(variables=args.variables, regions=args.regions)  # the default metrics and baselines
     metrics = evaluate(
         args.forecast,
         args.truth,
         args.out,
         climatology=args.climatology,
-        variables=args.variables,
         map_leads=args.map_leads,
         plots=args.plots,
         progress=args.progress,
         climatology_period=period,
         overwrite=args.overwrite,
-        regions=args.regions,
         command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
         storage_options=args.storage_options,
+        config=config,
     )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")

@@ -7,12 +7,17 @@ from s2forecast.evaluation.climatology import (
     validate_climatology,
     window_weights,
 )
+from s2forecast.evaluation.config import EvaluationConfig
 from s2forecast.evaluation.metrics import (
+    METRICS,
+    Metric,
     MissingTruthWarning,
+    Statistics,
     acc,
     bias,
     climatology_at_valid_times,
     climatology_forecast,
+    get_metric,
     latitude_weights,
     mse,
     nearest_hours,
@@ -25,12 +30,17 @@ from s2forecast.evaluation.metrics import (
 )
 
 __all__ = [
+    "METRICS",
+    "EvaluationConfig",
+    "Metric",
     "MissingTruthWarning",
+    "Statistics",
     "acc",
     "bias",
     "climatology_at_valid_times",
     "climatology_forecast",
     "compute_climatology",
+    "get_metric",
     "latitude_weights",
     "mse",
     "nearest_hours",

@@ -3,17 +3,20 @@
 Reads a forecast in WeatherBench2 (WB2) layout (what ``s2forecast rollout`` writes), a truth
 store (``s2forecast.data.store`` layout) and optionally a WB2-layout climatology, and
 writes one results file in WB2's results layout (:mod:`s2forecast.evaluation.scoring`): per
-field, metric, source, region, lead time and level the scores of three sources:
+field, metric, source, region, lead time and level the scores of the forecast and the baselines
+(what is scored: :class:`~s2forecast.evaluation.config.EvaluationConfig`; by default):
 
     forecast      the forecast file (an ensemble: deterministic scores of its mean, plus CRPS,
                   spread, spread-skill, ensemble-mean RMSE and a rank histogram);
     persistence   ``f_t(tau) = o_t``, the truth at the init time;
     climatology   ``f_t(tau) = c(t + tau)``.
 
-Modules: :mod:`~s2forecast.evaluation.inputs` (open and check), :mod:`~s2forecast.evaluation.scoring`
-(metric objects, streaming over init times), :mod:`~s2forecast.evaluation.regions` (WB2 regions),
-:mod:`~s2forecast.evaluation.report` (results file, CSV, table, plots); this module claims the
-outputs and holds the command.
+Modules: :mod:`~s2forecast.evaluation.config` (what is scored: variables, metrics, baselines,
+regions by name), :mod:`~s2forecast.evaluation.inputs` (open and check: ``EvaluationInputs``),
+:mod:`~s2forecast.evaluation.metrics` (the metric engine), :mod:`~s2forecast.evaluation.scoring`
+(streaming over init times, the results layout), :mod:`~s2forecast.evaluation.regions` (WB2
+regions), :mod:`~s2forecast.evaluation.report` (results file, CSV, table, plots); this module
+claims the outputs and holds the command.
 
 Inputs:
     forecast: NetCDF (opened with dask chunks of one init time) or zarr; dims ``(time,
@@ -55,54 +58,30 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.evaluation import report, scoring
-from s2forecast.evaluation.inputs import (
-    _check_grid,
-    _check_units,
-    _check_values,
-    _check_variables,
-    _climatology_from_truth,
-    _describe_source,
-    _forecast_variables,
-    _is_path,
-    _missing_truth,
-    _open_climatology,
-    _parse_leads,
-    land_sea_mask,
-    open_forecast,
-    open_truth,
-)
-from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM
-from s2forecast.evaluation.regions import LAND_REGIONS, STANDARD_REGIONS, parse_box, region_weights
+from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
+from s2forecast.evaluation.inputs import EvaluationInputs, count_init_times_with_truth, open_forecast, open_truth
+from s2forecast.evaluation.metrics import INIT_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
-from s2forecast.output import (
-    GENERATION_ATTR,
-    MARKER_ATTR,
-    Output,
-    check_target,
-    check_unchanged,
-    file_sha256,
-    netcdf_attributes,
-)
+from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
 from s2forecast.user_errors import UserError
 
-__all__ = ["evaluate", "format_table", "metrics_table", "open_forecast", "open_truth"]
+__all__ = ["EvaluationConfig", "EvaluationInputs", "evaluate", "format_table", "metrics_table", "open_forecast",
+           "open_truth"]  # fmt: skip
 
+_missing_truth = count_init_times_with_truth  # the name tests/commands/test_cli_messages.py imports
 
-def default_regions(truth: xr.Dataset) -> list[str]:
-    """WB2's standard regions, plus its land regions when the truth has a land-sea mask."""
-    names = list(STANDARD_REGIONS)
-    return names + list(LAND_REGIONS) if land_sea_mask(truth) is not None else names
-
-
-def _check_regions(regions: Sequence[str]) -> list[str]:
-    regions = list(regions)
-    for name in regions:
-        if name not in STANDARD_REGIONS and name not in LAND_REGIONS:
-            parse_box(name)  # ValueError naming the standard regions and the box syntax
-    duplicates = sorted({name for name in regions if regions.count(name) > 1})
-    if duplicates:
-        raise UserError(f"region(s) {duplicates} given twice; give each once")
-    return regions
+# what the results' attributes say besides the metrics' own definitions (``Metric.definition``)
+NOTES = {
+    "ensemble_metrics": "persistence and climatology are one-member ensembles (WeatherBench2): crps = their "
+    "mean absolute error, spread = spread_skill = 0, ensemble_mean_rmse = rmse",
+    "regions": "WeatherBench2 scripts/evaluate.py predefined_regions (box bounds inclusive); a box "
+    "'lat0,lat1,lon0,lon1' wraps through 0 E when lon0 > lon1; land regions weight by the land fraction",
+    "latitude_weights": "cell area: sin(upper bound) - sin(lower bound), normalized to mean 1 (WeatherBench2)",
+}
+MISSING_TRUTH = (
+    "leads whose valid time is missing from the truth average over fewer init times (n_init_times); metrics are "
+    "NaN where n_init_times is 0"
+)
 
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
@@ -149,6 +128,7 @@ def evaluate(
     regions: Sequence[str] | None = None,
     command: str | None = None,
     storage_options: dict | None = None,
+    config: EvaluationConfig | None = None,
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -172,11 +152,13 @@ def evaluate(
             regions when the truth has a land-sea mask).
         command: the command line recorded in the results file (default: the Python call).
         storage_options: fsspec options of a ``truth`` URL (e.g. credentials).
+        config: the variables, metrics, baselines and regions by name (:class:`EvaluationConfig`);
+            default the one made of ``variables`` and ``regions`` (give those in the config instead
+            when you pass one).
 
     Returns:
-        The metrics Dataset as written: per variable ``(metric, model, prediction_timedelta,
-        [level])``, ``n_init_times (prediction_timedelta)``; in memory ``attrs["plot_files"]``
-        lists the PNGs written.
+        The metrics Dataset as written: per variable ``(metric, source, region, lead_time, [level])``,
+        ``n_init_times (lead_time)``; in memory ``attrs["plot_files"]`` lists the PNGs written.
 
     Raises:
         FileNotFoundError: an input path does not exist.
@@ -184,103 +166,67 @@ def evaluate(
         FileExistsError: an output exists and ``overwrite`` is not set.
         ValueError: grids differ, a forecast variable or level is not in the truth or the
             climatology, units differ between them, values are implausible in their units
-            (degC labelled K, ...), an input is not in the expected layout, an output collides
-            with an input or with a path s2forecast may not replace, or an input was rewritten
-            during the evaluation.
+            (degC labelled K, ...), an input is not in the expected layout, an unknown metric,
+            baseline or region, an output collides with an input or with a path s2forecast may not
+            replace, or an input was rewritten during the evaluation.
     """
+    if config is None:
+        config = EvaluationConfig(variables=variables, regions=regions)
+    elif variables is not None or regions is not None:
+        raise UserError("give variables and regions in the EvaluationConfig when you pass one, not beside it")
     out = Path(out)
-    forecast_ds = open_forecast(forecast)
-    truth_ds = open_truth(truth, storage_options)
-    generations = {}  # input path -> (what, generation when opened): checked before the outputs are committed
-    if _is_path(forecast):
-        generations[forecast] = ("forecast", forecast_ds.attrs.get(GENERATION_ATTR))
-    if _is_path(truth):
-        generations[truth] = ("truth store", truth_ds.attrs.get(GENERATION_ATTR))
-    truth_name = _describe_source(truth)
-    variables = _forecast_variables(forecast_ds, variables)
-    _check_variables(forecast_ds, truth_ds, variables, "truth store", truth_name)
-    _check_grid(forecast_ds, truth_ds, "truth store", truth_name)
-    _check_units(forecast_ds, truth_ds, variables, "truth store", truth_name)
-    _check_values(forecast_ds, truth_ds, variables, truth_name)
-    regions = default_regions(truth_ds) if regions is None else _check_regions(regions)
-    mask = land_sea_mask(truth_ds) if any(name in LAND_REGIONS for name in regions) else None
-    weights = region_weights(regions, forecast_ds["latitude"].values, forecast_ds["longitude"].values, mask)
-    levels = forecast_ds["level"].values if any("level" in forecast_ds[v].dims for v in variables) else None
-    leads = forecast_ds[LEAD_DIM].values
-    if map_leads is None:
-        map_leads = np.unique(leads[[0, -1]])
-    else:
-        map_leads = _parse_leads([map_leads] if isinstance(map_leads, str) else list(map_leads), leads)
-    inputs = [source for source in (forecast, truth, climatology) if _is_path(source)]
-    outputs = _claim_outputs(out, inputs, overwrite, plots)
+    inputs = EvaluationInputs.open(
+        forecast, truth, climatology, config=config, map_leads=map_leads, climatology_period=climatology_period,
+        storage_options=storage_options,
+    )  # fmt: skip
+    outputs = _claim_outputs(out, inputs.local_paths, overwrite, plots)
     with contextlib.ExitStack() as stack:  # on any error every temporary output goes, nothing at --out changes
         for output in outputs:
             stack.enter_context(output)
-        metrics = _score_and_write(
-            forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
-            progress=progress, period=climatology_period, generations=generations, outputs=outputs,
-            regions=(regions, weights), command=command or f"evaluate({_describe_source(forecast)!r}, ...) (Python)",
-        )  # fmt: skip
+        command = command or f"evaluate({inputs.forecast_name!r}, ...) (Python)"
+        metrics = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress, command=command)
         for output in outputs:
             output.commit()
     return metrics
 
 
 def _score_and_write(
-    forecast, forecast_ds, truth_ds, truth_name, climatology, variables, levels, map_leads,
-    *, progress: bool, period, generations: dict, outputs: list[Output], regions, command: str,
-) -> xr.Dataset:  # fmt: skip
+    inputs: EvaluationInputs, config: EvaluationConfig, outputs: list[Output], *, progress: bool, command: str
+) -> xr.Dataset:
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile."""
     plots_output, csv_output, metrics_output = outputs if len(outputs) == 3 else (None, *outputs)
     out = metrics_output.path
-    leads = forecast_ds[LEAD_DIM].values
-    if climatology is None:
-        clim, clim_attrs = _climatology_from_truth(truth_ds, levels, variables, period)
-    else:
-        clim, clim_attrs = _open_climatology(climatology, forecast_ds, variables)
-        if _is_path(climatology):
-            generations[climatology] = ("climatology", clim.attrs.get(GENERATION_ATTR))
-    init_times = forecast_ds[INIT_DIM].values
-    expected = _missing_truth(init_times, leads, truth_ds[INIT_DIM].values, truth_name)
-
-    metrics = _score(forecast_ds, truth_ds, clim, variables, regions, progress)
+    expected = inputs.init_times_with_truth()
+    names = config.metrics_for(inputs.ensemble)
+    metrics = _score(inputs, names, config.sources, progress)
     counts = metrics["n_init_times"].values
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
     ensemble_attrs = dict(metrics.attrs)  # ensemble size and dim
-    spectra = report.compute_spectra(forecast_ds, truth_ds, variables, map_leads)
+    spectra = report.compute_spectra(inputs.forecast, inputs.truth, inputs.variables, inputs.map_leads)
     metrics = metrics.merge(spectra)
     csv_path = csv_output.path
     plot_dir = out.with_name(f"{out.stem}_plots")
+    init_times = inputs.forecast[INIT_DIM].values
+    clim_attrs = inputs.climatology_attrs
+    defined = dict.fromkeys(DETERMINISTIC + ENSEMBLE + names)  # the standard metrics' definitions, and any other's
     metrics.attrs = {
         "title": "forecast skill scores (s2forecast evaluate)",
         "Conventions": "CF-1.8",
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": command,
         **ensemble_attrs,
-        "forecast": _describe_source(forecast),
-        "truth": truth_name,
+        "forecast": inputs.forecast_name,
+        "truth": inputs.truth_name,
         **{key: value if isinstance(value, int | float) else str(value) for key, value in clim_attrs.items()},
         "init_time_first": str(pd.Timestamp(init_times.min())),
         "init_time_last": str(pd.Timestamp(init_times.max())),
         "n_init_times_forecast": int(init_times.size),
-        "rmse_definition": "sqrt(mean over init times of the latitude-weighted MSE) (WeatherBench2)",
-        "acc_definition": "uncentered anomaly correlation per init time w.r.t. the climatology at the valid time, "
-        "averaged over init times (WeatherBench2); undefined (NaN) for the climatology source",
-        "crps_definition": "fair CRPS mean_m |X_m - Y| - sum_ij |X_i - X_j| / (2 M (M - 1)), area-weighted, "
-        "averaged over init times (WeatherBench2)",
-        "spread_definition": "sqrt(mean over init times of the area-weighted unbiased ensemble variance); "
-        "spread_skill = spread / ensemble_mean_rmse (WeatherBench2)",
-        "ensemble_metrics": "persistence and climatology are one-member ensembles (WeatherBench2): crps = their "
-        "mean absolute error, spread = spread_skill = 0, ensemble_mean_rmse = rmse",
-        "regions": "WeatherBench2 scripts/evaluate.py predefined_regions (box bounds inclusive); a box "
-        "'lat0,lat1,lon0,lon1' wraps through 0 E when lon0 > lon1; land regions weight by the land fraction",
-        "bias_definition": "mean over init times of the latitude-weighted mean of forecast - truth",
-        "latitude_weights": "cell area: sin(upper bound) - sin(lower bound), normalized to mean 1 (WeatherBench2)",
-        "persistence": "f_t(tau) = truth at the init time t",
-        "missing_truth": "leads whose valid time is missing from the truth average over fewer init times "
-        "(n_init_times); metrics are NaN where n_init_times is 0",
+        **{f"{name}_definition": METRICS[name].definition for name in defined if METRICS[name].definition},
+        **NOTES,
+        **{name: BASELINES[name] for name in config.baselines if BASELINES[name]},
+        "missing_truth": MISSING_TRUTH,
         "csv": str(csv_path.resolve()),
     }
     if spectra.data_vars:
@@ -300,14 +246,18 @@ def _score_and_write(
     report.write_results(metrics, metrics_output.tmp)
     files = []
     if plots_output is not None:
-        written = report._make_plots(metrics, forecast_ds, truth_ds, variables, map_leads, plots_output.tmp)
+        written = report.write_plots(
+            metrics, inputs.forecast, inputs.truth, inputs.variables, inputs.map_leads, plots_output.tmp
+        )
         files = [plot_dir / path.name for path in written]
-    for path, (what, generation) in generations.items():
+    for path, (what, generation) in inputs.generations.items():
         check_unchanged(path, generation, what)
     metrics.attrs["plot_files"] = [str(path) for path in files]
     return metrics
 
 
-def _score(forecast, truth, clim, variables, regions, progress) -> xr.Dataset:
-    names, weights = regions
-    return scoring.score(forecast, truth, clim, variables, weights, names, progress=progress)
+def _score(inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool) -> xr.Dataset:
+    return scoring.score(
+        inputs.forecast, inputs.truth, inputs.climatology, inputs.variables, inputs.region_weights, inputs.regions,
+        metrics, sources, progress=progress,
+    )  # fmt: skip

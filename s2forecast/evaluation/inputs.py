@@ -1,14 +1,15 @@
 """Inputs of ``s2forecast evaluate``: open the forecast, the truth and the climatology, check them against each other.
 
-Each input is opened by one function (:func:`open_forecast`, :func:`open_truth`,
-:func:`open_climatology_for`); the checks name the bad value and the fix. Layouts: see
-:mod:`s2forecast.evaluation.evaluate`.
+:meth:`EvaluationInputs.open` opens and checks them all (each input opened by one function,
+:func:`open_forecast`, :func:`open_truth`, then the climatology); the checks name the bad value
+and the fix. Layouts: see :mod:`s2forecast.evaluation.evaluate`.
 """
 
 import datetime
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +19,20 @@ import xarray as xr
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
 from s2forecast.data.store import normalize_units
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
+from s2forecast.evaluation.config import EvaluationConfig
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
     LEAD_DIM,
+    MEMBER_DIMS,
     SPATIAL_DIMS,
     MissingTruthWarning,
     check_forecast_layout,
+    check_members,
+    member_dim,
 )
-from s2forecast.evaluation.regions import LAND_SEA_MASK_NAMES
-from s2forecast.evaluation.scoring import BLOCK_BYTES, MEMBER_DIMS, check_members, member_dim
+from s2forecast.evaluation.regions import LAND_REGIONS, LAND_SEA_MASK_NAMES, STANDARD_REGIONS, region_weights
+from s2forecast.evaluation.scoring import BLOCK_BYTES
+from s2forecast.output import GENERATION_ATTR
 from s2forecast.times import format_times
 from s2forecast.user_errors import UserError, one_line
 
@@ -244,8 +250,8 @@ def _check_not_all_nan(data: xr.DataArray, name: str) -> None:
         i, j = np.argwhere(empty.transpose(INIT_DIM, LEAD_DIM).values)[0]
         init, lead = empty[INIT_DIM].values[i], empty[LEAD_DIM].values[j]
         raise UserError(
-            f"forecast variable {name} is NaN everywhere at init time {format_times([init])} lead {_hours(lead):g} h; "
-            "check the forecast file (a failed or unfinished model run?)"
+            f"forecast variable {name} is NaN everywhere at init time {format_times([init])} lead "
+            f"{lead_hours(lead):g} h; check the forecast file (a failed or unfinished model run?)"
         )
 
 
@@ -297,12 +303,13 @@ def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
     if absent:
         raise UserError(
             f"map lead(s) {', '.join(f'{w / 3.6e12:g}' for w in absent)} h are not forecast leads; available: "
-            f"{', '.join(str(_hours(v)) for v in available)} h"
+            f"{', '.join(str(lead_hours(v)) for v in available)} h"
         )
     return np.asarray([available[np.flatnonzero(have == w)[0]] for w in wanted])
 
 
-def _hours(lead) -> float:
+def lead_hours(lead) -> int | float:
+    """A lead (timedelta64) in hours, an int when whole (for messages and labels)."""
     hours = float(np.timedelta64(lead, "ns").astype(np.int64)) / 3.6e12
     return int(hours) if hours == int(hours) else hours
 
@@ -383,14 +390,17 @@ def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tup
 # --- missing truth ---------------------------------------------------------------------------
 
 
-def _missing_truth(init_times: np.ndarray, leads: np.ndarray, truth_times: np.ndarray, truth_name: str) -> np.ndarray:
-    """(n_lead,) init times per lead whose valid time is in the truth; warns about the rest."""
+def count_init_times_with_truth(
+    init_times: np.ndarray, leads: np.ndarray, truth_times: np.ndarray, truth_name: str
+) -> np.ndarray:
+    """(n_lead,) init times per lead whose valid time is in the truth; warns (:class:`MissingTruthWarning`)
+    about the rest, and about init times without truth (persistence NaN)."""
     valid = init_times[:, None] + leads[None, :]
     available = np.isin(valid, truth_times)
     counts = available.sum(axis=0)
     if not available.all():
-        empty = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if n == 0]
-        partial = [_hours(lead) for lead, n in zip(leads, counts, strict=True) if 0 < n < init_times.size]
+        empty = [lead_hours(lead) for lead, n in zip(leads, counts, strict=True) if n == 0]
+        partial = [lead_hours(lead) for lead, n in zip(leads, counts, strict=True) if 0 < n < init_times.size]
         effects = []  # only the kinds that occur: never "lead(s) [] h"
         if empty:
             effects.append(f"lead(s) {_hours_list(empty)} h have no truth at all (metrics NaN, n_init_times 0)")
@@ -418,10 +428,6 @@ def _hours_list(hours: list, limit: int = 8) -> str:
     return shown if len(hours) <= limit else f"{shown} and {len(hours) - limit} more"
 
 
-def _select_levels(data: xr.DataArray, levels) -> xr.DataArray:
-    return data.sel(level=levels) if levels is not None and "level" in data.dims else data
-
-
 def land_sea_mask(truth: xr.Dataset) -> xr.DataArray | None:
     """The truth's land fraction (latitude, longitude) in [0, 1] (variable ``land_sea_mask`` or ``lsm``,
     its first time if it has one), or None."""
@@ -435,3 +441,154 @@ def land_sea_mask(truth: xr.Dataset) -> xr.DataArray | None:
                 raise UserError(f"the truth's {name!r} has dims {mask.dims}; a land-sea mask is (latitude, longitude)")
             return mask.astype(np.float64).load().clip(0.0, 1.0)
     return None
+
+
+# --- the inputs of an evaluation, checked together -------------------------------------------
+
+
+def default_regions(truth: xr.Dataset) -> list[str]:
+    """WB2's standard regions, plus its land regions when the truth has a land-sea mask."""
+    names = list(STANDARD_REGIONS)
+    return names + list(LAND_REGIONS) if land_sea_mask(truth) is not None else names
+
+
+@dataclass(frozen=True)
+class EvaluationInputs:
+    """The forecast, truth and climatology of an evaluation, opened lazily and checked against each other.
+
+    Made by :meth:`open`; the climatology is added by :meth:`with_climatology`, a step of its own so
+    that ``evaluate`` claims its outputs (``s2forecast.output``) after the cheap checks and before
+    computing a climatology from the truth.
+
+    Attributes:
+        forecast: Dataset ``(time, prediction_timedelta, [member], [level], latitude, longitude)``.
+        truth: Dataset ``(time, [level], latitude, longitude)``, time = valid time.
+        variables: the scored forecast variables, each in the truth with the same dims, levels and units.
+        levels: (level,) the forecast's levels when a scored variable has levels, else None.
+        regions: region names; ``region_weights`` (region, lat, lon) on the forecast's grid order,
+            WB2 latitude weights times each region's mask, each summing to 1.
+        map_leads: (n,) timedelta64 leads of the map panels and spectra, among the forecast's.
+        forecast_name, truth_name: how results files name the inputs (absolute path, URL or
+            ``<in-memory Dataset>``).
+        local_paths: the inputs that are local paths (no output may be one of them).
+        generations: local input path -> (what it is, its s2forecast generation when opened): checked
+            before outputs are committed (``s2forecast.output.check_unchanged``).
+        climatology_source, climatology_period: the ``climatology`` argument (path, Dataset or None:
+            computed from the truth) and the truth period of a computed one.
+        climatology: Dataset ``(dayofyear, hour, [level], latitude, longitude)`` of the variables,
+            None before :meth:`with_climatology`; ``climatology_attrs`` its provenance
+            (``climatology_source``, ``climatology_method``, ...).
+    """
+
+    forecast: xr.Dataset
+    truth: xr.Dataset
+    variables: list[str]
+    levels: np.ndarray | None
+    regions: list[str]
+    region_weights: np.ndarray
+    map_leads: np.ndarray
+    forecast_name: str
+    truth_name: str
+    local_paths: list
+    generations: dict
+    climatology_source: str | os.PathLike | xr.Dataset | None = None
+    climatology_period: tuple | None = None
+    climatology: xr.Dataset | None = None
+    climatology_attrs: dict = field(default_factory=dict)
+
+    @classmethod
+    def open(
+        cls,
+        forecast: str | os.PathLike | xr.Dataset,
+        truth: str | os.PathLike | xr.Dataset,
+        climatology: str | os.PathLike | xr.Dataset | None = None,
+        *,
+        config: EvaluationConfig | None = None,
+        map_leads: Iterable | str | None = None,
+        climatology_period: tuple | None = None,
+        storage_options: dict | None = None,
+    ) -> "EvaluationInputs":
+        """Open forecast and truth and check them against each other; resolve the config's variables,
+        regions and metrics for this forecast, and the map leads.
+
+        Args:
+            forecast: forecast file (``.nc`` or zarr) or Dataset, WB2 layout (:func:`open_forecast`).
+            truth: truth store path or URL, or Dataset (:func:`open_truth`).
+            climatology: WB2-layout climatology path or Dataset, opened by :meth:`with_climatology`;
+                None: computed from the truth there (over ``climatology_period``, inclusive).
+            config: variables, metrics, baselines and regions (default :class:`EvaluationConfig`).
+            map_leads: hours (numbers), strings like ``"24h"`` or timedeltas; default the first and last lead.
+            storage_options: fsspec options of a ``truth`` URL.
+
+        Raises:
+            FileNotFoundError: an input path does not exist.
+            ValueError: a variable, level or grid that the truth lacks, different units, implausible
+                values, a bad region or map lead, a metric this forecast cannot have (messages name the fix).
+        """
+        config = EvaluationConfig() if config is None else config
+        forecast_ds = open_forecast(forecast)
+        truth_ds = open_truth(truth, storage_options)
+        generations = {}  # input path -> (what, generation when opened)
+        if _is_path(forecast):
+            generations[forecast] = ("forecast", forecast_ds.attrs.get(GENERATION_ATTR))
+        if _is_path(truth):
+            generations[truth] = ("truth store", truth_ds.attrs.get(GENERATION_ATTR))
+        truth_name = _describe_source(truth)
+        variables = _forecast_variables(forecast_ds, config.variables)
+        _check_variables(forecast_ds, truth_ds, variables, "truth store", truth_name)
+        _check_grid(forecast_ds, truth_ds, "truth store", truth_name)
+        _check_units(forecast_ds, truth_ds, variables, "truth store", truth_name)
+        _check_values(forecast_ds, truth_ds, variables, truth_name)
+        regions = default_regions(truth_ds) if config.regions is None else list(config.regions)
+        mask = land_sea_mask(truth_ds) if any(name in LAND_REGIONS for name in regions) else None
+        weights = region_weights(regions, forecast_ds["latitude"].values, forecast_ds["longitude"].values, mask)
+        levels = forecast_ds["level"].values if any("level" in forecast_ds[v].dims for v in variables) else None
+        leads = forecast_ds[LEAD_DIM].values
+        if map_leads is None:
+            map_leads = np.unique(leads[[0, -1]])
+        else:
+            map_leads = _parse_leads([map_leads] if isinstance(map_leads, str) else list(map_leads), leads)
+        config.metrics_for(member_dim(forecast_ds.dims) is not None)  # a metric this forecast cannot have
+        return cls(
+            forecast=forecast_ds,
+            truth=truth_ds,
+            variables=variables,
+            levels=levels,
+            regions=regions,
+            region_weights=weights,
+            map_leads=map_leads,
+            forecast_name=_describe_source(forecast),
+            truth_name=truth_name,
+            local_paths=[source for source in (forecast, truth, climatology) if _is_path(source)],
+            generations=generations,
+            climatology_source=climatology,
+            climatology_period=climatology_period,
+        )
+
+    @property
+    def ensemble(self) -> bool:
+        """The forecast has a member dim."""
+        return member_dim(self.forecast.dims) is not None
+
+    def with_climatology(self) -> "EvaluationInputs":
+        """These inputs with the climatology: the given one opened and checked against the forecast
+        (variables, levels, grid, units), or computed from the truth (``compute_climatology``).
+
+        Raises:
+            FileNotFoundError: the climatology path does not exist.
+            ValueError: it is not a WB2-layout climatology of the forecast's variables, levels and grid.
+        """
+        generations = dict(self.generations)
+        if self.climatology_source is None:
+            clim, attrs = _climatology_from_truth(self.truth, self.levels, self.variables, self.climatology_period)
+        else:
+            clim, attrs = _open_climatology(self.climatology_source, self.forecast, self.variables)
+            if _is_path(self.climatology_source):
+                generations[self.climatology_source] = ("climatology", clim.attrs.get(GENERATION_ATTR))
+        return replace(self, climatology=clim, climatology_attrs=attrs, generations=generations)
+
+    def init_times_with_truth(self) -> np.ndarray:
+        """(lead,) init times whose valid time is in the truth; warns about the valid times it lacks
+        (:func:`count_init_times_with_truth`)."""
+        init_times, leads = self.forecast[INIT_DIM].values, self.forecast[LEAD_DIM].values
+        return count_init_times_with_truth(init_times, leads, self.truth[INIT_DIM].values, self.truth_name)

@@ -1,20 +1,30 @@
-"""WeatherBench2-comparable skill metrics of gridded forecasts: RMSE, bias and ACC.
+"""WeatherBench2-comparable skill metrics of gridded forecasts: the metric engine and its xarray API.
 
 The definitions follow ``docs/metrics.md`` (WeatherBench2, WB2). Notation: forecast f,
 truth o, climatology c, initialization time t, lead time tau.
 
+The engine has WB2's ``metrics.py`` shape: a :class:`Metric` is a small class with its name,
+units and definition; its ``statistics`` map aligned numpy arrays of a chunk of init times to
+per-init-time spatial means (every region at once); :class:`Statistics` sums them over the init
+times whose valid time is in the truth (chunks combine by addition of sums and counts), and
+``finalize`` turns their means into the score once (e.g. RMSE = sqrt(mean MSE)). :data:`METRICS`
+is the registry by name. ``s2forecast evaluate`` streams blocks of init times through it
+(``evaluation.scoring``); the xarray functions below (:func:`rmse`, :func:`acc`, ...;
+:meth:`Metric.compute` for any registered metric) run the same classes over a whole forecast,
+so each definition exists once.
+
 Layouts (WB2):
-    forecast: dims ``(time, prediction_timedelta, [level], latitude, longitude)``; ``time``
-        is the initialization time (datetime64), ``prediction_timedelta`` the lead
-        (timedelta64).
+    forecast: dims ``(time, prediction_timedelta, [member], [level], latitude, longitude)``; ``time``
+        is the initialization time (datetime64), ``prediction_timedelta`` the lead (timedelta64),
+        the member dim one of :data:`MEMBER_DIMS` (for the ensemble metrics).
     truth: dims ``(time, [level], latitude, longitude)``; ``time`` is the valid time.
     climatology: dims ``(dayofyear, hour, [level], latitude, longitude)``, dayofyear 1..366
         as pandas/xarray ``time.dt.dayofyear`` numbers dates, hour of day 0..23.
 
-Every function accepts DataArrays or Datasets (a Dataset is scored variable by variable;
+Every xarray function accepts DataArrays or Datasets (a Dataset is scored variable by variable;
 the truth and climatology must hold every forecast variable). Latitude may run north ->
 south or south -> north independently in forecast, truth and climatology: they are aligned
-by coordinate value, never by position.
+by coordinate value, never by position. Dask inputs give dask results.
 
 Missing truth: a valid time ``t + tau`` absent from the truth's ``time`` coordinate is
 reported, not dropped silently. :func:`truth_at_valid_times` fills it with NaN; the metrics
@@ -27,7 +37,9 @@ which then skips them in the spatial mean only.
 
 import math
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -40,10 +52,32 @@ Data = xr.DataArray | xr.Dataset
 SPATIAL_DIMS = ("latitude", "longitude")
 INIT_DIM = "time"
 LEAD_DIM = "prediction_timedelta"
+MEMBER_DIMS = ("realization", "number", "member")  # WB2, ECMWF/cfgrib, generic
 
 
 class MissingTruthWarning(UserWarning):
     """Some valid times of a forecast have no truth; the affected leads use fewer init times."""
+
+
+def member_dim(dims) -> str | None:
+    """The ensemble member dim among ``dims`` (one of ``MEMBER_DIMS``), or None.
+
+    Raises:
+        ValueError: more than one of them.
+    """
+    found = [d for d in MEMBER_DIMS if d in dims]
+    if len(found) > 1:
+        raise UserError(f"the forecast has several member dims {found}; keep one of {MEMBER_DIMS}")
+    return found[0] if found else None
+
+
+def check_members(n_members: int, dim: str) -> None:
+    """ValueError for an "ensemble" of fewer than two members (the fair CRPS and spread need two)."""
+    if n_members < 2:
+        raise UserError(
+            f"the forecast's member dim {dim!r} has {n_members} member; CRPS and spread need at least 2: "
+            f"drop the dim (forecast.isel({dim}=0)) to score it as a deterministic forecast"
+        )
 
 
 # --- weights and spatial means ---------------------------------------------------------
@@ -164,7 +198,7 @@ def _matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name
     return position
 
 
-def _align_like(data: Data, reference: Data, name: str) -> Data:
+def align_like(data: Data, reference: Data, name: str) -> Data:
     """Select ``reference``'s variables and levels from ``data``; match its latitude/longitude order.
 
     Args:
@@ -257,7 +291,7 @@ def truth_at_valid_times(truth: Data, forecast: Data) -> Data:
     """
     _check_forecast(forecast)
     _check_truth(truth)
-    truth = _align_like(truth, forecast, "truth")
+    truth = align_like(truth, forecast, "truth")
     valid = valid_times(forecast)
     per_lead = []
     for k in range(forecast.sizes[LEAD_DIM]):
@@ -287,16 +321,8 @@ def _report_missing(available: xr.DataArray) -> None:
         f"have no truth at all (metric NaN) and {partial} lead(s) average over fewer init times; see the "
         "'n_init_times' coordinate of the result",
         MissingTruthWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
-
-
-def _mean_over_init_times(per_init: Data, available: xr.DataArray) -> Data:
-    """Mean over ``time`` of init times with truth; NaN for leads with none; adds ``n_init_times``."""
-    count = available.sum(INIT_DIM)
-    total = per_init.where(available, 0.0).sum(INIT_DIM, skipna=False)
-    mean = total / count.where(count > 0)
-    return mean.assign_coords(n_init_times=count)
 
 
 def _prepare(forecast: Data, truth: Data) -> tuple[Data, Data, xr.DataArray]:
@@ -306,34 +332,441 @@ def _prepare(forecast: Data, truth: Data) -> tuple[Data, Data, xr.DataArray]:
     return forecast, truth_valid.drop_vars("valid_time"), available
 
 
-# --- metrics ---------------------------------------------------------------------------
+# --- the metric engine: per-chunk statistics, summed over init times, finalized once ----------------
+
+
+def spatial_mean(x: np.ndarray, weights: np.ndarray, skipna: bool = False) -> np.ndarray:
+    """``(..., lat, lon)`` -> ``(region, ...)``: the mean per region, ``weights (region, lat, lon)`` each summing to 1.
+
+    NaN inside a region makes its mean NaN (WB2, skipna=False); NaN outside it does not. With ``skipna``
+    NaN points are left out and the weights renormalized over the others (NaN where none is left).
+    """
+    axes = ([1, 2], [x.ndim - 2, x.ndim - 1])
+    missing = np.isnan(x)
+    mean = np.tensordot(weights, np.where(missing, 0.0, x), axes=axes)
+    if skipna:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return mean / np.tensordot(weights, (~missing).astype(np.float64), axes=axes)
+    inside = (weights > 0).astype(np.float64)
+    return np.where(np.tensordot(inside, missing.astype(np.float64), axes=axes) > 0, np.nan, mean)
+
+
+def _ensemble_mean(forecast: np.ndarray, member_axis: int | None) -> np.ndarray:
+    return forecast if member_axis is None else forecast.mean(axis=member_axis)
+
+
+class Metric:
+    """A score (WB2's ``Metric``): per-init-time ``statistics`` of a chunk, summed over init times by
+    :class:`Statistics`, then ``finalize`` of their means.
+
+    Class attributes:
+        name: the registry key and the ``metric`` label of results files.
+        units: ``"field"`` (the field's units), ``"field**2"`` or ``"1"`` (:func:`metric_units`).
+        definition: what results files record as ``<name>_definition``; None where another text
+            states it (spread's states spread_skill; the rank histogram's is its variable's long_name).
+        provides: the statistics ``statistics`` returns; metrics that share one (rmse and
+            spread_skill: ``mse``) have it computed once (:func:`compute_statistics`).
+        needs_climatology: ``statistics`` uses the climatology at the valid times (ACC's anomalies).
+        needs_members: only for ensemble forecasts (the rank histogram).
+        statistic_dims: dims a statistic has after the forecast's (the rank histogram's ``rank``).
+
+    Arrays of ``statistics``: forecast ``(time, lead, [member], [level], lat, lon)`` with the member
+    axis ``member_axis`` (None: deterministic, a one-member ensemble for the ensemble metrics), truth
+    and climatology ``(time, lead, [level], lat, lon)``, weights ``(region, lat, lon)`` each summing to 1
+    (:func:`spatial_mean`); statistics ``(region, time, lead, [level], *statistic_dims)``. Any leading
+    dims work in place of ``(time, lead, [level])``, and a negative ``member_axis`` counts from the end.
+    """
+
+    name: ClassVar[str]
+    units: ClassVar[str] = "field"
+    definition: ClassVar[str | None] = None
+    provides: ClassVar[tuple[str, ...]]
+    needs_climatology: ClassVar[bool] = False
+    needs_members: ClassVar[bool] = False
+    statistic_dims: ClassVar[tuple[str, ...]] = ()
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False) -> dict:
+        raise NotImplementedError
+
+    def finalize(self, means: Mapping):
+        """The score from the means over init times of the statistics (numpy arrays or DataArrays)."""
+        return means[self.name]
+
+    def compute(
+        self,
+        forecast: Data,
+        truth: Data,
+        climatology: Data | None = None,
+        skipna: bool = False,
+        weights: xr.DataArray | None = None,
+    ) -> Data:
+        """This metric of a whole forecast, in xarray (what :func:`rmse`, :func:`acc`, ... are).
+
+        Args:
+            forecast: dims ``(time, prediction_timedelta, [member], [level], latitude, longitude)``.
+            truth: dims ``(time, [level], latitude, longitude)``, time = valid time.
+            climatology: dims ``(dayofyear, hour, [level], latitude, longitude)``, for metrics that
+                need one (ACC); looked up at the valid times (:func:`climatology_at_valid_times`).
+            skipna: skip NaN values in the spatial means (see :func:`spatial_mean`).
+            weights: spatial weights over latitude and/or longitude (default WB2's latitude weights;
+                a region's are the latitude weights times its mask, ``evaluation.regions``), aligned by
+                coordinate value.
+
+        Returns:
+            dims ``(prediction_timedelta, [level], *statistic_dims)`` plus coordinate ``n_init_times``.
+        """
+        forecast, observed, available = _prepare(forecast, truth)
+        clim = None
+        if self.needs_climatology:
+            if climatology is None:
+                raise UserError(f"metric {self.name!r} needs a climatology")
+            clim = align_like(climatology, forecast, "climatology")
+            clim = climatology_at_valid_times(clim, valid_times(forecast)).drop_vars("valid_time", errors="ignore")
+            clim = clim.copy()
+            clim.attrs = {}  # keep the climatology's provenance attrs out of the scores
+
+        def one(f: xr.DataArray, o: xr.DataArray, c: xr.DataArray | None) -> xr.DataArray:
+            per_init = _per_init_statistics(self, f, o, c, _grid_weights(weights, f), skipna)
+            return Statistics.of_chunk(per_init, available).finalize(self)
+
+        if isinstance(forecast, xr.Dataset):
+            return xr.Dataset(
+                {v: one(forecast[v], observed[v], None if clim is None else clim[v]) for v in forecast.data_vars}
+            )
+        return one(forecast, observed, clim).rename(forecast.name)
+
+
+class MSE(Metric):
+    """Mean squared error ``mean_t mean_w((f_t(tau) - o_{t+tau})^2)``; an ensemble's mean is scored."""
+
+    name = "mse"
+    units = "field**2"
+    definition = "mean over init times of the latitude-weighted mean of (forecast - truth)**2"
+    provides = ("mse",)
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        return {"mse": spatial_mean((_ensemble_mean(forecast, member_axis) - truth) ** 2, weights, skipna)}
+
+
+class RMSE(MSE):
+    """WB2's headline RMSE ``sqrt(mean_t MSE_t(tau))``: the mean over init times first, then the root
+    (not WeatherBench1's ``mean_t sqrt(MSE_t)``, which is :class:`RMSESqrtBeforeMean`)."""
+
+    name = "rmse"
+    units = "field"
+    definition = "sqrt(mean over init times of the latitude-weighted MSE) (WeatherBench2)"
+
+    def finalize(self, means):
+        return np.sqrt(means["mse"])
+
+
+class RMSESqrtBeforeMean(Metric):
+    """WeatherBench1 / climate-learn RMSE ``mean_t sqrt(MSE_t(tau))``, a different number from :class:`RMSE`."""
+
+    name = "rmse_sqrt_before_mean"
+    definition = "mean over init times of the per-init-time RMSE (WeatherBench1, climate-learn; not WeatherBench2's)"
+    provides = ("rmse_sqrt_before_mean",)
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        mse = spatial_mean((_ensemble_mean(forecast, member_axis) - truth) ** 2, weights, skipna)
+        return {"rmse_sqrt_before_mean": np.sqrt(mse)}
+
+
+class Bias(Metric):
+    """Mean error ``mean_t mean_w(f_t(tau) - o_{t+tau})`` (positive: forecast too high)."""
+
+    name = "bias"
+    definition = "mean over init times of the latitude-weighted mean of forecast - truth"
+    provides = ("bias",)
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        return {"bias": spatial_mean(_ensemble_mean(forecast, member_axis) - truth, weights, skipna)}
+
+
+class ACC(Metric):
+    """Uncentered anomaly correlation per init time, averaged over init times (WB2).
+
+    ``c`` = the climatology at the valid time ``t + tau``; ``f' = f - c``, ``o' = o - c``;
+    ``ACC_t = mean_w(f' o') / sqrt(mean_w(f'^2) mean_w(o'^2))``; ``ACC = mean_t ACC_t``. No spatial
+    mean of the anomalies is removed. A forecast equal to the climatology has ``f' = 0`` and an
+    undefined (NaN) ACC.
+    """
+
+    name = "acc"
+    units = "1"
+    definition = (
+        "uncentered anomaly correlation per init time w.r.t. the climatology at the valid time, averaged over "
+        "init times (WeatherBench2); undefined (NaN) for the climatology source"
+    )
+    provides = ("acc",)
+    needs_climatology = True
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        f = _ensemble_mean(forecast, member_axis) - climatology
+        o = truth - climatology
+        covariance = spatial_mean(f * o, weights, skipna)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {
+                "acc": covariance / np.sqrt(spatial_mean(f**2, weights, skipna) * spatial_mean(o**2, weights, skipna))
+            }
+
+
+class EnsembleMeanRMSE(RMSE):
+    """RMSE of the ensemble mean (WB2 ``EnsembleMeanMSE``, then sqrt after the time mean)."""
+
+    name = "ensemble_mean_rmse"
+    definition = None  # the results' ensemble_metrics attribute: = rmse for the one-member baselines
+
+
+class Spread(Metric):
+    """sqrt(mean over init times of the area-weighted unbiased ensemble variance) (WB2 ``EnsembleVariance``);
+    0 for a deterministic forecast."""
+
+    name = "spread"
+    definition = (
+        "sqrt(mean over init times of the area-weighted unbiased ensemble variance); "
+        "spread_skill = spread / ensemble_mean_rmse (WeatherBench2)"
+    )
+    provides = ("ensemble_variance",)
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        if member_axis is None:
+            return {"ensemble_variance": spatial_mean(0.0 * forecast, weights, skipna)}  # 0, NaN where the forecast is
+        return {"ensemble_variance": spatial_mean(forecast.var(axis=member_axis, ddof=1), weights, skipna)}
+
+    def finalize(self, means):
+        return np.sqrt(means["ensemble_variance"])
+
+
+class SpreadSkill(Metric):
+    """Spread / ensemble-mean RMSE (WB2's spread-skill ratio; 1 for a reliable ensemble)."""
+
+    name = "spread_skill"
+    units = "1"
+    definition = None  # stated in spread's
+    provides = ("ensemble_variance", "mse")
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        return {
+            **Spread().statistics(forecast, truth, weights, member_axis, skipna=skipna),
+            **MSE().statistics(forecast, truth, weights, member_axis, skipna=skipna),
+        }
+
+    def finalize(self, means):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sqrt(means["ensemble_variance"]) / np.sqrt(means["mse"])
+
+
+class CRPS(Metric):
+    """Fair (unbiased) CRPS, WB2's definition: ``mean_m |X_m - Y| - 1/(2M(M-1)) sum_{i,j} |X_i - X_j|``.
+
+    The pair sum uses the sorted members, ``sum_{i,j}|X_i - X_j| = 2 sum_k (2k - M - 1) X_(k)``
+    (k = 1..M), O(M log M) instead of O(M^2). A deterministic forecast has no pair term (WB2's
+    ``_pointwise_crps_spread`` of one member is 0): its CRPS is its mean absolute error.
+    """
+
+    name = "crps"
+    definition = (
+        "fair CRPS mean_m |X_m - Y| - sum_ij |X_i - X_j| / (2 M (M - 1)), area-weighted, averaged over init times "
+        "(WeatherBench2)"
+    )
+    provides = ("crps",)
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        if member_axis is None:
+            return {"crps": spatial_mean(np.abs(forecast - truth), weights, skipna)}
+        m = forecast.shape[member_axis]
+        skill = np.abs(forecast - np.expand_dims(truth, member_axis)).mean(axis=member_axis)
+        ranked = np.sort(forecast, axis=member_axis)
+        shape = [1] * forecast.ndim
+        shape[member_axis] = m
+        k = np.arange(1, m + 1, dtype=np.float64).reshape(shape)
+        pair_sum = 2.0 * ((2.0 * k - m - 1.0) * ranked).sum(axis=member_axis)
+        return {"crps": spatial_mean(skill - pair_sum / (2.0 * m * (m - 1)), weights, skipna)}
+
+
+class RankHistogram(Metric):
+    """Area-weighted frequency of the truth's rank among the members (WB2 ``RankHistogram``).
+
+    The rank is the number of members below the truth; a truth equal to ``e`` members is shared
+    equally among ranks ``below .. below + e`` (WB2 breaks such ties at random); a point where the
+    truth or a member is NaN has no rank (NaN, as every other metric there). Statistic shape
+    ``(region, time, lead, [level], rank)`` with ``rank`` = 0..M. Ensemble forecasts only.
+    """
+
+    name = "rank_histogram"
+    units = "1"
+    provides = ("rank_histogram",)
+    needs_members = True
+    statistic_dims = ("rank",)
+
+    def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False):
+        m = forecast.shape[member_axis]
+        o = np.expand_dims(truth, member_axis)
+        below = (forecast < o).sum(axis=member_axis)
+        equal = (forecast == o).sum(axis=member_axis)
+        ranks = np.arange(m + 1).reshape((m + 1,) + (1,) * truth.ndim)
+        one_hot = ((ranks >= below) & (ranks <= below + equal)) / (equal + 1.0)  # (rank, ..., lat, lon)
+        missing = np.isnan(truth) | np.isnan(forecast).any(axis=member_axis)  # comparisons with NaN are False
+        one_hot = np.where(missing, np.nan, one_hot)
+        return {"rank_histogram": np.moveaxis(spatial_mean(one_hot, weights, skipna), 1, -1)}
+
+
+METRICS: dict[str, Metric] = {
+    metric.name: metric
+    for metric in (
+        RMSE(), ACC(), Bias(), EnsembleMeanRMSE(), CRPS(), Spread(), SpreadSkill(), RankHistogram(), MSE(),
+        RMSESqrtBeforeMean(),
+    )
+}  # fmt: skip
+
+
+def get_metric(name: str) -> Metric:
+    """The registered metric ``name``; ValueError naming the known ones otherwise."""
+    if name not in METRICS:
+        raise UserError(f"unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+def metric_units(name: str, field_units: str) -> str:
+    """Units of metric ``name`` of a field in ``field_units`` (``"1"`` for ratios and frequencies)."""
+    units = get_metric(name).units
+    if units == "field**2":
+        return f"({field_units})**2" if field_units else ""
+    return field_units if units == "field" else units
+
+
+def compute_statistics(
+    metrics: Iterable[Metric], forecast, truth, weights, member_axis=None, climatology=None, skipna=False
+) -> dict[str, np.ndarray]:
+    """Every statistic the ``metrics`` need, each computed once (array conventions: :class:`Metric`)."""
+    stats = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for metric in metrics:
+            if not all(key in stats for key in metric.provides):
+                stats.update(metric.statistics(forecast, truth, weights, member_axis, climatology, skipna))
+    return stats
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """Metric statistics summed over the init times whose valid time is in the truth, and those init times
+    counted per lead: what a chunk of init times contributes (:meth:`of_chunk`).
+
+    Chunks combine by addition (:meth:`combine`, ``+``; in any order and grouping, e.g. across workers),
+    and :meth:`finalize` makes a metric of the means: a metric of two chunks combined is that of one pass
+    over both.
+
+    Attributes:
+        sums: statistic name -> DataArray with the per-init statistic's dims less ``time``
+            (e.g. ``(region, prediction_timedelta, [level])``).
+        counts: ``(prediction_timedelta,)`` init times summed per lead.
+    """
+
+    sums: Mapping[str, xr.DataArray]
+    counts: xr.DataArray
+
+    @classmethod
+    def of_chunk(cls, per_init: Mapping[str, xr.DataArray], available: xr.DataArray) -> "Statistics":
+        """Sum per-init-time statistics (dims ``time``, ``prediction_timedelta``, ...) over the init times
+        where ``available`` ``(time, prediction_timedelta)`` says the truth has the valid time."""
+        sums = {name: stat.where(available, 0.0).sum(INIT_DIM, skipna=False) for name, stat in per_init.items()}
+        return cls(sums, available.sum(INIT_DIM))
+
+    def combine(self, other: "Statistics") -> "Statistics":
+        """The statistics of both chunks (their init times together)."""
+        if set(self.sums) != set(other.sums):
+            raise UserError(f"cannot combine statistics {sorted(self.sums)} with {sorted(other.sums)}")
+        return Statistics(
+            {name: total + other.sums[name] for name, total in self.sums.items()}, self.counts + other.counts
+        )
+
+    __add__ = combine
+
+    def means(self) -> dict[str, xr.DataArray]:
+        """Mean over the summed init times of each statistic; NaN for a lead without any."""
+        count = self.counts.where(self.counts > 0)
+        return {name: total / count for name, total in self.sums.items()}
+
+    def finalize(self, metric: Metric | str) -> xr.DataArray:
+        """The metric from the means, with the init times per lead as coordinate ``n_init_times``."""
+        metric = get_metric(metric) if isinstance(metric, str) else metric
+        with np.errstate(invalid="ignore", divide="ignore"):
+            value = metric.finalize(self.means())
+        return value.assign_coords(n_init_times=self.counts)
+
+
+def _grid_weights(weights: xr.DataArray | None, x: xr.DataArray) -> np.ndarray:
+    """(1, lat, lon) weights on ``x``'s grid, summing to 1: ``weights`` (default :func:`latitude_weights`)
+    aligned to ``x`` by coordinate value and broadcast over the spatial dim they lack."""
+    if weights is None:
+        weights = latitude_weights(x["latitude"])
+    weights = _align_weights(weights, x)
+    extra = [d for d in weights.dims if d not in SPATIAL_DIMS]
+    if extra:
+        raise UserError(f"metric weights are over latitude and/or longitude; these have dims {extra} too")
+    shape = [x.sizes[d] if d in weights.dims else 1 for d in SPATIAL_DIMS]
+    own = weights.transpose(*[d for d in SPATIAL_DIMS if d in weights.dims]).values.reshape(shape)
+    grid = np.broadcast_to(own.astype(np.float64), tuple(x.sizes[d] for d in SPATIAL_DIMS))
+    return (grid / grid.sum())[None]
+
+
+def _per_init_statistics(metric: Metric, forecast, truth, climatology, weights, skipna) -> dict[str, xr.DataArray]:
+    """A metric's statistics per init time (dims of ``truth`` less latitude and longitude, plus the
+    metric's ``statistic_dims``), lazily for dask inputs."""
+    member = member_dim(forecast.dims)
+    if member is None and metric.needs_members:
+        raise UserError(f"metric {metric.name!r} needs an ensemble forecast (a member dim, one of {MEMBER_DIMS})")
+    arrays = [forecast, truth] + ([] if climatology is None else [climatology])
+    spatial = list(SPATIAL_DIMS)
+    core = [[member, *spatial] if member else spatial] + [spatial] * (len(arrays) - 1)
+
+    def per_init(f, o, c=None):
+        as_float = [None if a is None else np.asarray(a, dtype=np.float64) for a in (f, o, c)]
+        stats = compute_statistics([metric], *as_float[:2], weights, -3 if member else None, as_float[2], skipna)
+        out = tuple(stats[name][0] for name in metric.provides)  # the one region
+        return out if len(out) > 1 else out[0]
+
+    n = len(metric.provides)
+    sizes = {"rank": forecast.sizes[member] + 1} if "rank" in metric.statistic_dims else {}  # ranks 0..M
+    out = xr.apply_ufunc(
+        per_init,
+        *arrays,
+        input_core_dims=core,
+        output_core_dims=[list(metric.statistic_dims)] * n,
+        dask="parallelized",
+        output_dtypes=[np.float64] * n,
+        dask_gufunc_kwargs={"allow_rechunk": True, "output_sizes": sizes},
+    )
+    return dict(zip(metric.provides, out if n > 1 else (out,), strict=True))
+
+
+# --- the metrics as xarray functions -------------------------------------------------------------
 
 
 def mse(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
-    """Mean squared error ``mean_t mean_w((f_t(tau) - o_{t+tau})^2)``.
+    """Mean squared error ``mean_t mean_w((f_t(tau) - o_{t+tau})^2)`` (:class:`MSE`).
 
     Args:
         forecast: dims ``(time, prediction_timedelta, [level], latitude, longitude)``.
         truth: dims ``(time, [level], latitude, longitude)``, time = valid time.
-        skipna: skip NaN values in the spatial mean (see :func:`weighted_mean`).
+        skipna: skip NaN values in the spatial mean (see :func:`spatial_mean`).
         weights: spatial weights (default WB2's latitude weights); a region's are the latitude
             weights times its mask (``evaluation.regions``).
 
     Returns:
         dims ``(prediction_timedelta, [level])`` plus coordinate ``n_init_times``.
     """
-    forecast, observed, available = _prepare(forecast, truth)
-    per_init = weighted_mean((forecast - observed) ** 2, weights, skipna=skipna)
-    return _mean_over_init_times(per_init, available)
+    return METRICS["mse"].compute(forecast, truth, skipna=skipna, weights=weights)
 
 
 def rmse(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
-    """WB2 headline RMSE: ``sqrt(mean_t MSE_t(tau))`` (mean over init times, then sqrt).
+    """WB2 headline RMSE: ``sqrt(mean_t MSE_t(tau))`` (mean over init times, then sqrt; :class:`RMSE`).
 
     Same arguments and output dims as :func:`mse`. Not the WeatherBench1 ``mean_t sqrt(MSE_t)``,
     which is :func:`rmse_sqrt_before_mean`.
     """
-    return np.sqrt(mse(forecast, truth, skipna=skipna, weights=weights))
+    return METRICS["rmse"].compute(forecast, truth, skipna=skipna, weights=weights)
 
 
 def rmse_sqrt_before_mean(
@@ -343,30 +776,21 @@ def rmse_sqrt_before_mean(
 
     Only for comparison with WeatherBench1 numbers; same arguments and output as :func:`mse`.
     """
-    forecast, observed, available = _prepare(forecast, truth)
-    per_init = np.sqrt(weighted_mean((forecast - observed) ** 2, weights, skipna=skipna))
-    return _mean_over_init_times(per_init, available)
+    return METRICS["rmse_sqrt_before_mean"].compute(forecast, truth, skipna=skipna, weights=weights)
 
 
 def bias(forecast: Data, truth: Data, skipna: bool = False, weights: xr.DataArray | None = None) -> Data:
-    """Mean error ``mean_t mean_w(f_t(tau) - o_{t+tau})`` (positive: forecast too high).
+    """Mean error ``mean_t mean_w(f_t(tau) - o_{t+tau})`` (positive: forecast too high; :class:`Bias`).
 
     Same arguments and output dims as :func:`mse`.
     """
-    forecast, observed, available = _prepare(forecast, truth)
-    per_init = weighted_mean(forecast - observed, weights, skipna=skipna)
-    return _mean_over_init_times(per_init, available)
+    return METRICS["bias"].compute(forecast, truth, skipna=skipna, weights=weights)
 
 
 def acc(
     forecast: Data, truth: Data, climatology: Data, skipna: bool = False, weights: xr.DataArray | None = None
 ) -> Data:
-    """Uncentered anomaly correlation coefficient, per init time, then averaged over init times.
-
-    ``c = climatology at the valid time t + tau``; ``f' = f - c``, ``o' = o - c``;
-    ``ACC_t = mean_w(f' o') / sqrt(mean_w(f'^2) mean_w(o'^2))``; ``ACC = mean_t ACC_t``.
-    No spatial mean of the anomalies is removed. A forecast equal to the climatology has
-    ``f' = 0`` and an undefined (NaN) ACC.
+    """Uncentered anomaly correlation coefficient per init time, averaged over init times (:class:`ACC`).
 
     Args:
         forecast: dims ``(time, prediction_timedelta, [level], latitude, longitude)``.
@@ -378,18 +802,7 @@ def acc(
     Returns:
         dims ``(prediction_timedelta, [level])`` plus coordinate ``n_init_times``.
     """
-    forecast, observed, available = _prepare(forecast, truth)
-    clim = _align_like(climatology, forecast, "climatology")
-    clim = climatology_at_valid_times(clim, valid_times(forecast)).drop_vars("valid_time", errors="ignore")
-    clim = clim.copy()
-    clim.attrs = {}  # keep the climatology's provenance attrs out of the scores
-    f_anom = forecast - clim
-    o_anom = observed - clim
-    covariance = weighted_mean(f_anom * o_anom, weights, skipna=skipna)
-    f_var = weighted_mean(f_anom**2, weights, skipna=skipna)
-    o_var = weighted_mean(o_anom**2, weights, skipna=skipna)
-    per_init = covariance / np.sqrt(f_var * o_var)
-    return _mean_over_init_times(per_init, available)
+    return METRICS["acc"].compute(forecast, truth, climatology, skipna=skipna, weights=weights)
 
 
 # --- climatology lookup and baselines ----------------------------------------------------
@@ -516,7 +929,7 @@ def climatology_forecast(climatology: Data, init_times, leads, like: Data | None
     init = _as_time_array(init_times, INIT_DIM, "init_times", "datetime")
     lead = _as_time_array(leads, LEAD_DIM, "leads", "timedelta")
     if like is not None:
-        climatology = _align_like(climatology, like, "climatology")
+        climatology = align_like(climatology, like, "climatology")
     valid = xr.DataArray(init.values[:, None] + lead.values[None, :], dims=(INIT_DIM, LEAD_DIM))
     valid = valid.assign_coords({INIT_DIM: init.values, LEAD_DIM: lead.values})
     return climatology_at_valid_times(climatology, valid)

@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 COASTLINES = Path(__file__).with_name("coastlines_110m.npz")
-MODEL_STYLES = {
+SOURCE_STYLES = {
     "forecast": {"color": "tab:blue", "marker": "o", "label": "forecast"},
     "persistence": {"color": "tab:orange", "marker": "s", "label": "persistence"},
     "climatology": {"color": "tab:gray", "marker": None, "linestyle": "--", "label": "climatology"},
@@ -85,19 +85,19 @@ def _save(figure, path: Path) -> Path:
 def plot_scores(
     scores: xr.DataArray, path: str | Path, title: str, units: str = "", n_init_times: np.ndarray | None = None
 ) -> Path:
-    """RMSE and ACC versus lead time (hours), one line per model; ``n_init_times`` (per lead)
+    """RMSE and ACC versus lead time (hours), one line per source; ``n_init_times`` (per lead)
     labels the top axis, so leads averaged over fewer init times show.
 
     Args:
-        scores: dims ``(metric, model, prediction_timedelta)`` with metric including ``rmse``
-            and ``acc`` and a ``lead_hours (prediction_timedelta)`` coordinate (one field of
-            the metrics Dataset of :func:`s2forecast.evaluation.evaluate.evaluate`).
+        scores: dims ``(metric, source, lead_time)`` with a ``lead_hours (lead_time)`` coordinate:
+            one field and region of the results (``evaluation.scoring`` layout); a panel whose
+            metric (``rmse``, ``acc``) the results lack stays empty.
         path: PNG to write.
         title: e.g. ``Z500``.
         units: the field's units, for the RMSE axis.
 
     Returns:
-        ``path``. Models whose scores are all NaN (e.g. the climatology's ACC) are left out.
+        ``path``. Sources whose scores are all NaN (e.g. the climatology's ACC) are left out.
     """
     hours = scores["lead_hours"].values
     from matplotlib.ticker import FormatStrFormatter
@@ -109,11 +109,11 @@ def plot_scores(
         (axes[0], "rmse", f"RMSE [{units}]" if units else "RMSE"),
         (axes[1], "acc", "ACC"),
     ):
-        for model in scores["model"].values.tolist():
-            values = scores.sel(metric=metric, model=model).values
+        for source in scores["source"].values.tolist() if metric in scores["metric"].values.tolist() else []:
+            values = scores.sel(metric=metric, source=source).values
             if np.all(np.isnan(values)):
                 continue
-            ax.plot(hours, values, **MODEL_STYLES.get(model, {"label": model}))
+            ax.plot(hours, values, **SOURCE_STYLES.get(source, {"label": source}))
         ax.set_xlabel("lead time [h]")
         if 1 < hours.size <= 10:
             ax.set_xticks(hours)

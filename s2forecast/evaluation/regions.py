@@ -59,6 +59,22 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
     return lat0, lat1, lon0, lon1
 
 
+def check_region_names(names) -> tuple[str, ...]:
+    """``names`` as a tuple once each is a standard or land region or a box (:func:`parse_box`).
+
+    Raises:
+        ValueError: a name that is neither (naming the standard regions and the box syntax), or one given twice.
+    """
+    names = (names,) if isinstance(names, str) else tuple(names)
+    for name in names:
+        if name not in STANDARD_REGIONS and name not in LAND_REGIONS:
+            parse_box(name)
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise UserError(f"region(s) {duplicates} given twice; give each once")
+    return names
+
+
 def _in_ranges(values: np.ndarray, ranges) -> np.ndarray:
     inside = np.zeros(values.shape, dtype=bool)
     for low, high in ranges:

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.evaluation.inputs import _hours, _select_levels, land_sea_mask
-from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarning, truth_at_valid_times
-from s2forecast.evaluation.scoring import LEAD_TIME, member_dim
+from s2forecast.evaluation.inputs import land_sea_mask, lead_hours
+from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarning, member_dim, truth_at_valid_times
+from s2forecast.evaluation.scoring import LEAD_TIME
 
 COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units"]
 LABELLED_DIMS = ("metric", "source", "region", "spectrum_source")  # string dims, written as CF label variables
@@ -94,16 +94,20 @@ def _format_value(value: float) -> str:
 
 
 def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
-    """A compact text table: per field, forecast RMSE, persistence RMSE and forecast ACC per lead.
+    """A compact text table: per field, forecast RMSE, persistence RMSE and forecast ACC per lead
+    (those of them the results hold), and an ensemble's CRPS and spread/skill.
 
     Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
     """
     leads = _table_leads(metrics.sizes[LEAD_TIME], max_leads)
-    headers = [f"{_hours(metrics[LEAD_TIME].values[k])}h" for k in leads]
+    headers = [f"{lead_hours(metrics[LEAD_TIME].values[k])}h" for k in leads]
     region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
-    quantities = [("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast")]
-    if "crps" in metrics["metric"].values.tolist():
-        quantities += [("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]
+    quantities = [("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast"),
+                  ("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]  # fmt: skip
+    have = (metrics["metric"].values.tolist(), metrics["source"].values.tolist())
+    quantities = [
+        (label, metric, source) for label, metric, source in quantities if metric in have[0] and source in have[1]
+    ]
     rows = []
     for label, v, level in table_fields(metrics):
         data = metrics[v].sel(level=level) if level is not None else metrics[v]
@@ -137,7 +141,11 @@ def _file_stem(variable: str, level) -> str:
     return variable if level is None else f"{variable}_{int(level)}hPa"
 
 
-def _make_plots(
+def _select_levels(data: xr.DataArray, levels) -> xr.DataArray:
+    return data.sel(level=levels) if levels is not None and "level" in data.dims else data
+
+
+def write_plots(
     metrics: xr.Dataset,
     forecast: xr.Dataset,
     truth: xr.Dataset,
@@ -145,6 +153,19 @@ def _make_plots(
     map_leads: np.ndarray,
     plot_dir: Path,
 ) -> list[Path]:
+    """The PNGs of an evaluation in ``plot_dir`` (made if absent): per plotted field (:func:`_plot_levels`)
+    its scores versus lead (global region, or the first), spectra (when the results hold them) and the
+    maps of the first init time at ``map_leads``; a scorecard against each baseline the results hold.
+
+    Args:
+        metrics: the results (``evaluation.scoring`` layout).
+        forecast, truth: the evaluation's inputs (the maps' fields).
+        variables: the scored variables.
+        map_leads: (n,) timedelta64 leads of the maps.
+
+    Returns:
+        The files written.
+    """
     from s2forecast.evaluation import plots
 
     plot_dir.mkdir(exist_ok=True)
@@ -170,9 +191,8 @@ def _make_plots(
         for level in _plot_levels(v, levels):
             label = field_label(v, level)
             scores = metrics[v].sel(level=level) if level is not None else metrics[v]
-            # plots.plot_scores reads (metric, model, prediction_timedelta): the global scores, renamed
             region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
-            scores = scores.sel(region=region).rename(source="model", lead_time="prediction_timedelta")
+            scores = scores.sel(region=region)
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
             counts = metrics["n_init_times"].values
             files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts))
@@ -187,7 +207,8 @@ def _make_plots(
             path = plot_dir / f"{_file_stem(v, level)}_maps.png"
             title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
             files.append(plots.plot_maps(fl, ol, path, title=title, units=units, land_sea_mask=coast))
-    for baseline in ("persistence", "climatology"):
+    baselines = [s for s in metrics["source"].values.tolist() if s != "forecast"]
+    for baseline in baselines if "rmse" in metrics["metric"].values.tolist() else []:
         cells, rows, hours = scorecard(metrics, baseline)
         path = plot_dir / f"scorecard_{baseline}.png"
         title = f"forecast RMSE vs {baseline} RMSE (%; blue: forecast better)"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from s2forecast.evaluation.metrics import METRICS, check_members, get_metric, member_dim, metric_units
 from s2forecast.evaluation.regions import STANDARD_REGIONS, parse_box, region_masks, region_weights
-from s2forecast.evaluation.scoring import METRICS, check_members, get_metric, member_dim, metric_units
 
 SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 
