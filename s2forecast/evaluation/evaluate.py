@@ -59,7 +59,7 @@ import xarray as xr
 
 from s2forecast.evaluation import report, scoring
 from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
-from s2forecast.evaluation.inputs import EvaluationInputs, count_init_times_with_truth, open_forecast, open_truth
+from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
 from s2forecast.evaluation.metrics import INIT_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
@@ -68,7 +68,6 @@ from s2forecast.user_errors import UserError
 __all__ = ["EvaluationConfig", "EvaluationInputs", "evaluate", "format_table", "metrics_table", "open_forecast",
            "open_truth"]  # fmt: skip
 
-_missing_truth = count_init_times_with_truth  # the name tests/commands/test_cli_messages.py imports
 
 # what the results' attributes say besides the metrics' own definitions (``Metric.definition``)
 NOTES = {

@@ -398,13 +398,13 @@ def test_radians_are_not_called_a_regional_grid(lat, lon, which):
     ],
 )
 def test_missing_truth_warning_lists_only_leads_it_has(leads, expected, absent):
-    from s2forecast.evaluation.evaluate import _missing_truth
+    from s2forecast.evaluation.inputs import count_init_times_with_truth
     from s2forecast.evaluation.metrics import MissingTruthWarning
 
     hour = np.timedelta64(1, "h")
     start = np.datetime64("2000-01-01T00", "ns")
     init_times, truth_times = start + np.array([0, 1]) * hour, start + np.array([0, 1, 2]) * hour
     with pytest.warns(MissingTruthWarning) as warned:
-        _missing_truth(init_times, np.array(leads) * hour, truth_times, "truth.zarr")
+        count_init_times_with_truth(init_times, np.array(leads) * hour, truth_times, "truth.zarr")
     message = str(warned[0].message)
     assert expected in message and absent not in message and "[]" not in message

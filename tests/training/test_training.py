@@ -210,7 +210,11 @@ def test_wandb_logger_offline(swe_store, tmp_path, monkeypatch):
 
 
 def test_ddp_two_cpu_processes_end_with_the_same_weights(swe_store, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "PROBE_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO)]),
+        "PROBE_DIR": str(tmp_path),
+    }
     args = tiny_args(swe_store, tmp_path, "--trainer.strategy", "ddp", "--trainer.devices", "2",
                      "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1",
                      "--trainer.callbacks+=weight_probe.WeightProbe")  # fmt: skip
