@@ -167,14 +167,22 @@ def _attend_rows(q_rows, k_rows, v_rows, neighborhood: SphericalNeighborhood, lo
 
 
 def neighborhood_attention_blocked(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: LongitudeBlocks | BlockedState, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    blocks: LongitudeBlocks | BlockedState,
+    scale: float,
+    workspace: dict | None = None,
 ) -> torch.Tensor:
     """Pure-PyTorch eq. (27) over longitude blocks on validated inputs; see the module docstring.
-    ``blocks``: a prepared ``BlockedState``, or a bare layout whose masks are formed per call."""
+
+    ``blocks``: a prepared ``BlockedState``, or a bare layout whose masks are formed per call.
+    ``workspace``: a dict in which the gathers keep their scratch tensors from call to call (see
+    ``_gather``; one per thread); default: fresh scratch per forward and backward pass."""
     if isinstance(blocks, LongitudeBlocks):
         log_w = log_row_weights(blocks.neighborhood.grid, q.device, bias_dtype(q.dtype))
         blocks = BlockedState(blocks, log_w, (None,) * len(blocks.groups))
-    return _BlockedNeighborhoodAttention.apply(q, k, v, blocks, scale)
+    return _BlockedNeighborhoodAttention.apply(q, k, v, blocks, scale, workspace)
 
 
 class _BlockedNeighborhoodAttention(torch.autograd.Function):
@@ -182,14 +190,14 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
     attention, so memory stays one chunk's working set above the inputs and gradients."""
 
     @staticmethod
-    def forward(ctx, q, k, v, state: BlockedState, scale: float):
+    def forward(ctx, q, k, v, state: BlockedState, scale: float, workspace: dict | None):
         ctx.save_for_backward(q, k, v)
-        ctx.state, ctx.scale = state, scale
+        ctx.state, ctx.scale, ctx.workspace = state, scale, workspace
         batch, heads, npoints, head_dim_v = v.shape
         outputs, queries, firsts, offset = [], [], [], 0
         # in the inputs' dtype, as the backward's recomputation (which runs outside autocast)
         with torch.autocast(q.device.type, enabled=False):
-            for chunk in _chunks(q, k, v, state, {}):
+            for chunk in _chunks(q, k, v, state, {} if workspace is None else workspace):
                 attended = F.scaled_dot_product_attention(*chunk.qkv(q.shape[-1]), attn_mask=chunk.bias, scale=scale)
                 outputs.append(attended.view(batch * heads, -1, head_dim_v))
                 first = chunk.first if chunk.first is not None else torch.arange(chunk.query_blocks.numel())
@@ -212,7 +220,7 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
         # outputs were dropped, so that they add nothing to dk and dv
         grad_points = torch.cat([grad_out.reshape(bh, npoints, -1), grad_out.new_zeros(bh, 1, grad_out.shape[-1])], 1)
         dq, dk, dv = (t.new_zeros(bh, npoints, t.shape[-1]) for t in (q, k, v))
-        workspace = {}
+        workspace = {} if ctx.workspace is None else ctx.workspace
         for chunk in _chunks(q, k, v, ctx.state, workspace):
             # k and v as separate leaves: a gradient for the whole gathered kv would be
             # assembled from two zero-filled slices
@@ -227,7 +235,7 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
             _index_add(dq, chunk.query_blocks, dq_blocks, chunk.nblocks)
             _index_add(dk, chunk.key_index, dk_gathered, chunk.nblocks)
             _index_add(dv, chunk.key_index, dv_gathered, chunk.nblocks)
-        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None
+        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None, None
 
 
 class _Chunk(NamedTuple):
@@ -291,10 +299,10 @@ def _chunks(q, k, v, state: BlockedState, workspace: dict):
 
 def _gather(points: torch.Tensor, index: torch.Tensor, workspace: dict, slot: str) -> torch.Tensor:
     """``points.index_select(1, index)`` for (bh, N, c) ``points``, written into a scratch tensor
-    that ``workspace`` (one per forward or backward pass) keeps per slot and reuses from chunk to
-    chunk: a fresh multi-MiB tensor per chunk makes the forward 1.3-1.5x slower on CPU (page
-    faults, and the functional index_select's slower copy). The result is valid until the next
-    gather into ``slot``."""
+    that ``workspace`` keeps per slot and reuses from chunk to chunk (and, when the caller keeps
+    the workspace, from call to call): a fresh multi-MiB tensor per chunk makes the forward
+    1.3-1.5x slower on CPU (page faults, and the functional index_select's slower copy), fresh
+    ones per call about 1.5x at 64x128. The result is valid until the next gather into ``slot``."""
     shape = (points.shape[0], index.numel(), points.shape[2])
     numel = math.prod(shape)
     buffer = workspace.get(slot)
