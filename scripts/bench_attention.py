@@ -83,19 +83,20 @@ def build_layer(case):
         case.get("position_embedding", "none"), grid=grid, channels=channels, num_heads=heads,
         head_dim=channels // heads,
     )  # fmt: skip
+    # our layers choose their backend by name: the blocked path (s2forecast) on any device
+    backend = {"s2forecast-fused": "fused", "s2forecast-reference": "reference"}.get(case["impl"], "blocked")
     if case["op"] == "global":
         ours = S2Attention(channels, heads, grid, position_embedding=pe)
     elif case["op"] == "ball":
         ours = S2BallSparseAttention(
             channels, heads, grid, position_embedding=pe, compression_window=case.get("compression_window"),
-            backend="fused" if case["impl"] == "s2forecast-fused" else "reference",
+            backend="fused" if backend == "fused" else "reference",
         )  # fmt: skip
     else:
-        backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
         ours = S2NeighborhoodAttention(
             channels, heads, grid, theta=case["theta"], backend=backend, position_embedding=pe
         )
-    if case["impl"] == "s2forecast-fused" or (case["impl"] == "s2forecast" and case["op"] != "neighborhood"):
+    if case["impl"].startswith("s2forecast"):
         return ours
     if case["impl"] == "torch-harmonics":
         with warnings.catch_warnings():
@@ -115,7 +116,7 @@ def build_layer(case):
         def __init__(self):
             super().__init__()
             self.layer = ours
-            self.op = attention_op(case, torch.device(case["device"]))
+            self.op = attention_op(case, torch.device(case["device"]), getattr(torch, case["dtype"]))
 
         def forward(self, x):
             q, k, v = self.layer._project(x, None, None, grid, grid)
@@ -124,10 +125,11 @@ def build_layer(case):
     return ProjectedOp()
 
 
-def attention_op(case, device):
-    """The attention op of ``case`` as a function of (batch, heads, N, head_dim) q, k, v."""
+def attention_op(case, device, dtype=torch.float32):
+    """The attention op of ``case`` as a function of (batch, heads, N, head_dim) q, k, v; our
+    backends' state is prepared once here, as a layer does, not per call."""
     from s2forecast.geometry import Grid
-    from s2forecast.ops import global_attention, neighborhood_attention
+    from s2forecast.ops.backends import choose
 
     grid = Grid(case["nlat"], case["nlon"], case["grid"])
     if case["impl"] == "flex-attention":
@@ -143,22 +145,20 @@ def attention_op(case, device):
         mask = torch.where(inside, log_w[None, :], float("-inf"))
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
     if case["op"] == "global":
-        return lambda q, k, v: global_attention(q, k, v, grid)
-    if case["op"] == "neighborhood" and case["impl"] == "s2forecast":  # the blocked path on any device
-        from s2forecast.ops.neighborhood import spherical_neighborhood
-        from s2forecast.ops.neighborhood_attention import neighborhood_attention_blocked
-        from s2forecast.ops.neighborhood_blocks import longitude_blocks
-
-        blocks = longitude_blocks(spherical_neighborhood(grid, case["theta"]))
-        return lambda q, k, v: neighborhood_attention_blocked(q, k, v, blocks, q.shape[-1] ** -0.5)
+        backend = choose("global", "sdpa", device, dtype)
+        state = backend.prepare(grid, device, dtype)
+        return lambda q, k, v: backend(q, k, v, state, grid_q=grid, grid_kv=grid)
+    fused = case["impl"] == "s2forecast-fused"
     if case["op"] == "ball":
-        from s2forecast.ops import ball_sparse_attention
-
         window = case.get("compression_window")  # None: the paper's defaults
-        backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
-        return lambda q, k, v: ball_sparse_attention(q, k, v, grid, compression_window=window, backend=backend)
-    backend = "fused" if case["impl"] == "s2forecast-fused" else "reference"
-    return lambda q, k, v: neighborhood_attention(q, k, v, grid, case["theta"], backend=backend)
+        backend = choose("ball", "fused" if fused else "reference", device, dtype)
+        state = backend.prepare(grid, 256, 8, window, device, dtype)
+        return lambda q, k, v: backend(q, k, v, state)
+    # s2forecast: the blocked path on any device
+    name = "fused" if fused else "blocked" if case["impl"] == "s2forecast" else "reference"
+    backend = choose("neighborhood", name, device, dtype)
+    state = backend.prepare(grid, case["theta"], device, dtype)
+    return lambda q, k, v: backend(q, k, v, state)
 
 
 def flex_block_mask_tables(grid, theta, block_size=128):
@@ -294,7 +294,7 @@ def run_case(case, repeats):
 
 def time_op(case, repeats, device, dtype):
     """attn_fwd_ms, attn_fwd_bwd_ms of the op alone and, on CUDA, its memory floor."""
-    op = attention_op(case, device)
+    op = attention_op(case, device, dtype)
     npoints = case["nlat"] * case["nlon"]
     shape = (case["batch"], case["heads"], npoints, case["channels"] // case["heads"])
     q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))

@@ -6,8 +6,10 @@ import torch
 from torch import nn
 
 from s2forecast.geometry import Grid
-from s2forecast.ops import default_radius, global_attention, neighborhood_attention
-from s2forecast.ops.validation import check_backend, check_grid, check_radius
+from s2forecast.ops import default_radius
+from s2forecast.ops.backends import AttentionBackend, check_backend, choose
+from s2forecast.ops.prepared import flatten, unflatten
+from s2forecast.ops.validation import check_grid, check_radius
 from s2forecast.user_errors import UserError
 
 
@@ -24,10 +26,18 @@ class QKPositionEmbedding(Protocol):
 
 
 class _SphericalAttention(nn.Module):
-    """Shared projections, heads, qk-norm and dropout of the spherical attention layers."""
+    """Shared projections, heads, qk-norm and dropout of the spherical attention layers, and
+    their attention backend (``s2forecast.ops.backends``).
+
+    The backend is chosen, and its state prepared, when the layer is built and again when
+    ``.to()``/``.cuda()``/``.double()``... move it to another device or dtype (``_apply``),
+    never per forward. The state's tensors are non-persistent buffers: they follow the module
+    and stay out of its state_dict (checkpoints hold the weights only).
+    """
 
     kind = "attention"  # named in errors, e.g. "neighborhood attention"
     takes_score_bias = False  # whether the op accepts an additive logit bias (RPE, ALiBi)
+    op = ""  # the op's key in s2forecast.ops.backends.BACKENDS
 
     def __init__(
         self,
@@ -71,6 +81,63 @@ class _SphericalAttention(nn.Module):
                 f"{type(position_embedding).__name__} biases the scores, which {self.kind} does not "
                 "take; use it with S2Attention, or use SpRePE / RoPE"
             )
+
+    # --- backend -----------------------------------------------------------------------------
+    def _init_backend(self, name: str) -> None:
+        """Choose the backend ``name`` and prepare its state; the subclass's last init step."""
+        self._backend_name = check_backend(self.op, name)
+        self._attention_backend: AttentionBackend | None = None
+        self._prepared_for = None
+        self._state_names: tuple[str, ...] = ()
+        self._state_skeleton = None
+        self._choose_and_prepare()
+
+    def _prepare(self, backend: AttentionBackend, device: torch.device, dtype: torch.dtype):
+        """The state of ``backend`` for this layer's grid(s) on ``device`` for ``dtype`` inputs."""
+        raise NotImplementedError
+
+    def _choose_and_prepare(self) -> None:
+        weight = self.q_proj.weight
+        key = (weight.device, weight.dtype)
+        backend = choose(self.op, self._backend_name, *key)
+        # backends with one prepare (fused and reference ball sparse attention) share a state
+        old = self._attention_backend
+        reuse = old is not None and type(old).prepare is type(backend).prepare and self._prepared_for == key
+        self._attention_backend = backend
+        if reuse:
+            return
+        tensors, skeleton = flatten(self._prepare(backend, *key))
+        for name in self._state_names:
+            delattr(self, name)
+        self._state_names = tuple(f"_state{i}" for i in range(len(tensors)))
+        for name, tensor in zip(self._state_names, tensors, strict=True):
+            self.register_buffer(name, tensor, persistent=False)
+        self._state_skeleton, self._prepared_for = skeleton, key
+
+    def _apply(self, fn, recurse=True):
+        module = super()._apply(fn, recurse)
+        if getattr(self, "_attention_backend", None) is not None:  # not while __init__ runs
+            self._choose_and_prepare()
+        return module
+
+    def _state(self):
+        """The backend's prepared state, rebuilt from the buffers (which ``_apply`` moved)."""
+        return unflatten(self._state_skeleton, [self._buffers[name] for name in self._state_names])
+
+    @property
+    def backend(self) -> str:
+        """The backend name asked for ("auto" or a backend's name); setting it chooses again."""
+        return self._backend_name
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        self._backend_name = check_backend(self.op, name)
+        self._choose_and_prepare()
+
+    @property
+    def attention_backend(self) -> AttentionBackend:
+        """The backend that runs, e.g. ``blocked`` for "auto" on CPU."""
+        return self._attention_backend
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, N, heads*d) -> (batch, heads, N, d)"""
@@ -122,6 +189,7 @@ class S2Attention(_SphericalAttention):
     """
 
     takes_score_bias = True
+    op = "global"
 
     def __init__(
         self,
@@ -141,12 +209,16 @@ class S2Attention(_SphericalAttention):
         )
         self.grid_in = check_grid(grid_in, "grid_in")
         self.grid_out = grid_in if grid_out is None else check_grid(grid_out, "grid_out")
+        self._init_backend("auto")
+
+    def _prepare(self, backend, device, dtype):
+        return backend.prepare(self.grid_in, device, dtype)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query on ``grid_out``; key and value (default: query) on ``grid_in``."""
         q, k, v = self._project(query, key, value, self.grid_out, self.grid_in)
         bias = self.position_embedding() if self.position_acts_on == "scores" else None
-        out = global_attention(q, k, v, self.grid_out, self.grid_in, bias=bias)
+        out = self._attention_backend(q, k, v, self._state(), grid_q=self.grid_out, grid_kv=self.grid_in, bias=bias)
         return self._merge(out, self.grid_out)
 
     def extra_repr(self) -> str:
@@ -165,10 +237,12 @@ class S2NeighborhoodAttention(_SphericalAttention):
         theta: disk radius in radians; defaults to the attention paper's
             (7/sqrt(pi)) * latitude spacing (``s2forecast.ops.default_radius``).
         backend: "auto" (fused Triton kernel on CUDA, the longitude-blocked PyTorch path
-            elsewhere), "fused" or "reference"; see ``s2forecast.ops.neighborhood_attention``.
+            elsewhere), "fused", "blocked" or "reference"; see ``s2forecast.ops.backends``.
+            Chosen again when the layer moves to another device or dtype.
     """
 
     kind = "neighborhood attention"
+    op = "neighborhood"
 
     def __init__(
         self,
@@ -189,13 +263,19 @@ class S2NeighborhoodAttention(_SphericalAttention):
         )
         self.grid = check_grid(grid, "grid")
         self.theta = default_radius(grid) if theta is None else check_radius(theta)
-        self.backend = check_backend(backend)
+        self._init_backend(backend)
+
+    def _prepare(self, backend, device, dtype):
+        return backend.prepare(self.grid, self.theta, device, dtype)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query, key and value (defaults: query) all on ``grid``."""
         q, k, v = self._project(query, key, value, self.grid, self.grid)
-        out = neighborhood_attention(q, k, v, self.grid, self.theta, backend=self.backend)
+        out = self._attention_backend(q, k, v, self._state())
         return self._merge(out, self.grid)
 
     def extra_repr(self) -> str:
-        return f"grid={self.grid}, theta={self.theta:.6g}, num_heads={self.num_heads}"
+        return (
+            f"grid={self.grid}, theta={self.theta:.6g}, num_heads={self.num_heads}, "
+            f"backend={self._attention_backend.name}"
+        )

@@ -5,13 +5,8 @@ from torch import nn
 
 from s2forecast.geometry import Grid
 from s2forecast.nn.attention import _SphericalAttention
-from s2forecast.ops.ball_sparse_attention import (
-    BRANCHES,
-    ball_sparse_attention,
-    check_ball_sparse_sizes,
-    check_branches,
-)
-from s2forecast.ops.validation import check_backend, check_grid
+from s2forecast.ops.ball_sparse_attention import BRANCHES, check_ball_sparse_sizes, check_branches
+from s2forecast.ops.validation import check_grid
 
 
 class S2BallSparseAttention(_SphericalAttention):
@@ -36,10 +31,13 @@ class S2BallSparseAttention(_SphericalAttention):
             paper; cost N^2 / block_size). An int: multi-level coarse tokens with this many per
             level and ball, O(N log N) (``s2forecast.ops.compression_hierarchy``); for grids
             where the paper's compression is too costly, e.g. 256 at 0.25 degree.
-        backend: "auto" (fused Triton kernels on CUDA, PyTorch elsewhere), "fused" or "reference".
+        backend: "auto" (fused Triton kernels on CUDA, PyTorch elsewhere), "fused" or "reference";
+            chosen again when the layer moves to another device or dtype. The ball-tree ordering
+            and the coarse-token tables are prepared once, as non-persistent buffers.
     """
 
     kind = "ball sparse attention"
+    op = "ball"
 
     def __init__(
         self,
@@ -75,8 +73,11 @@ class S2BallSparseAttention(_SphericalAttention):
         self.top_k = top_k
         self.group_size = group_size
         self.compression_window = compression_window
-        self.backend = check_backend(backend)
         self.gate_proj = nn.Linear(in_channels, len(self.branches) * num_heads, bias=True)
+        self._init_backend(backend)
+
+    def _prepare(self, backend, device, dtype):
+        return backend.prepare(self.grid, self.ball_size, self.block_size, self.compression_window, device, dtype)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query, key and value (defaults: query) all on ``grid``; the gates come from ``query``."""
@@ -86,26 +87,16 @@ class S2BallSparseAttention(_SphericalAttention):
         gate = torch.sigmoid(gate_logits).view(batch, n, len(self.branches), self.num_heads)
         gate = gate.permute(2, 0, 3, 1).unsqueeze(-1)  # (branches, batch, heads, N, 1)
         gates = tuple(gate[self.branches.index(b)] if b in self.branches else None for b in BRANCHES)
-        out = ball_sparse_attention(
-            q,
-            k,
-            v,
-            self.grid,
-            ball_size=self.ball_size,
-            block_size=self.block_size,
-            select_block=self.select_block,
-            top_k=self.top_k,
-            group_size=self.group_size,
-            gates=gates,
-            branches=self.branches,
-            compression_window=self.compression_window,
-            backend=self.backend,
-        )
+        out = self._attention_backend(
+            q, k, v, self._state(), select_block=self.select_block, top_k=self.top_k, group_size=self.group_size,
+            gates=gates, branches=self.branches,
+        )  # fmt: skip
         return self._merge(out, self.grid)
 
     def extra_repr(self) -> str:
         return (
             f"grid={self.grid}, num_heads={self.num_heads}, branches={self.branches}, ball_size={self.ball_size}, "
             f"block_size={self.block_size}, select_block={self.select_block}, top_k={self.top_k}, "
-            f"group_size={self.group_size}, compression_window={self.compression_window}"
+            f"group_size={self.group_size}, compression_window={self.compression_window}, "
+            f"backend={self._attention_backend.name}"
         )

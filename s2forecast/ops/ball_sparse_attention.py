@@ -66,7 +66,8 @@ No N x N tensor is built.
 
 import math
 import numbers
-from functools import lru_cache
+from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -74,8 +75,9 @@ import torch.nn.functional as F
 from s2forecast.geometry import Grid
 from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
 from s2forecast.ops.compression_hierarchy import CompressionHierarchy, check_compression_window, compression_hierarchy
+from s2forecast.ops.prepared import to_device
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
-from s2forecast.ops.validation import check_attention_inputs, check_grid, use_fused
+from s2forecast.ops.validation import check_attention_inputs, check_grid
 from s2forecast.user_errors import UserError
 
 BRANCHES = ("ball", "compression", "selection")
@@ -108,7 +110,7 @@ def ball_sparse_attention(
         k: (batch, heads, nlat*nlon, head_dim) keys on the same grid.
         v: (batch, heads, nlat*nlon, head_dim_v) values on the same grid.
         grid: the grid of queries, keys and values.
-        ball_size: tokens per ball (the ball-tree ordering is cached per (grid, ball_size)).
+        ball_size: tokens per ball (the ball-tree ordering is built per call; the layer keeps it).
         block_size: tokens pooled into one coarse token; must divide ``ball_size``.
         select_block: tokens per selection block, a multiple of ``block_size`` dividing
             ``ball_size``; defaults to ``block_size``.
@@ -130,30 +132,94 @@ def ball_sparse_attention(
             of ``s2forecast.ops.cuda.fused_indexed_attention`` (CUDA tensors, or CPU under
             TRITON_INTERPRET=1) instead of materializing copies of K and V; "reference" gathers
             and calls SDPA; "auto": fused for CUDA tensors other than float64. The ball branch
-            and the single-level compression need no gather and run on SDPA either way.
+            and the single-level compression need no gather and run on SDPA either way. The
+            ordering and tables are prepared per call (``S2BallSparseAttention`` keeps them).
 
     Returns:
         (batch, heads, nlat*nlon, head_dim_v) in grid order, same dtype as ``q``.
     """
+    from s2forecast.ops.backends import choose  # backends imports this module
+
+    # a q that is no tensor gets its error from the backend's input checks
+    device, dtype = (q.device, q.dtype) if isinstance(q, torch.Tensor) else ("cpu", torch.float32)
+    chosen = choose("ball", backend, device, dtype)
     check_grid(grid, "grid")
-    check_attention_inputs(q, k, v, grid, grid)
     branches = check_branches(branches)
     select_block = check_ball_sparse_sizes(
         grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches, compression_window
     )
+    state = chosen.prepare(grid, ball_size, block_size, compression_window, device, dtype)
+    return chosen(
+        q, k, v, state, scale, select_block=select_block, top_k=top_k, group_size=group_size, gates=gates,
+        branches=branches,
+    )  # fmt: skip
+
+
+class BallSparseState(NamedTuple):
+    """What ball sparse attention precomputes for a grid and its sizes, on one device.
+
+    Attributes:
+        ordering: the ball-tree ordering (its tensors on the device).
+        index: (M,) int64 grid point of every slot (padding: point 0), M = padded N.
+        log_w: (M,) log quadrature weight of every slot, -inf at padding, in bias_dtype(inputs).
+        hierarchy: the coarse-token levels (tables on the device; none with a single level,
+            where every ball attends to every token).
+    """
+
+    ordering: BallOrdering
+    index: torch.Tensor
+    log_w: torch.Tensor
+    hierarchy: CompressionHierarchy
+
+
+def prepare_ball_sparse(
+    grid: Grid, ball_size: int, block_size: int, compression_window: int | None, device="cpu", dtype=torch.float32
+) -> BallSparseState:
+    """The state of ``ball_sparse_attention`` on ``device`` for inputs of ``dtype`` (sizes as
+    there; ``check_ball_sparse_sizes`` validates them)."""
+    ordering = to_device(ball_ordering(grid, ball_size), device)
+    index = ordering.gather_index
+    log_w = log_quadrature_weights(grid, device, bias_dtype(dtype)).index_select(0, index)
+    log_w = log_w.masked_fill(ordering.is_padding, float("-inf"))
+    hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window)
+    if hierarchy.num_levels == 1:  # the single level reads no table: keep none on the device
+        hierarchy = replace(hierarchy, table=hierarchy.table[:, :0], valid=hierarchy.valid[:, :0])
+    return BallSparseState(ordering, index, log_w, to_device(hierarchy, device))
+
+
+def attend_ball_sparse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: BallSparseState,
+    scale: float | None = None,
+    select_block: int | None = None,
+    top_k: int = 4,
+    group_size: int = 8,
+    gates=None,
+    branches: tuple[str, ...] = BRANCHES,
+    fused: bool = False,
+) -> torch.Tensor:
+    """``ball_sparse_attention`` on a prepared ``state``: validates q, k, v, the sizes against
+    the state's grid and the gates, then attends (Triton kernels for the gathers when ``fused``).
+    Shapes as for ``ball_sparse_attention``."""
+    ordering, index, log_w, hierarchy = state
+    grid, ball_size, block_size = ordering.grid, ordering.ball_size, hierarchy.block_size
+    check_attention_inputs(q, k, v, grid, grid)
+    branches = check_branches(branches)
+    select_block = check_ball_sparse_sizes(
+        grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches, hierarchy.window
+        if hierarchy.num_levels > 1 else None,
+    )  # fmt: skip
     gates = _check_gates(gates, q)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    fused = use_fused(backend, q)
-
-    ordering = ball_ordering(grid, ball_size)
-    index, log_w = _slot_tensors(ordering, q.device, bias_dtype(q.dtype))
+    log_w = log_w.to(q.device, bias_dtype(q.dtype))
     qs, ks, vs = (t.index_select(2, index) for t in (q, k, v))  # (batch, heads, padded N, d)
 
     outputs = {}
     if "ball" in branches:
         outputs["ball"] = _ball_branch(qs, ks, vs, log_w, ball_size, scale)
     if "compression" in branches or "selection" in branches:
-        hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window).to(q.device)
         levels = coarse_levels(ks, vs, log_w, block_size, hierarchy)
         if "compression" in branches:
             outputs["compression"] = _compression_branch(qs, levels, hierarchy, ball_size, scale, fused)
@@ -173,7 +239,7 @@ def ball_sparse_attention(
             continue
         term = outputs[name] if gate is None else outputs[name] * gate.index_select(2, index)
         out = term if out is None else out + term
-    return out.index_select(2, ordering.inverse.to(q.device)).to(q.dtype)
+    return out.index_select(2, ordering.inverse).to(q.dtype)
 
 
 # --- configuration checks -------------------------------------------------------------------
@@ -254,18 +320,11 @@ def _check_gates(gates, q: torch.Tensor):
 
 
 # --- sequence layout ------------------------------------------------------------------------
-@lru_cache(maxsize=64)
-def _slot_tensors(ordering: BallOrdering, device: torch.device, dtype: torch.dtype):
-    """Gather index (padded N,) and log quadrature weight per slot (-inf at padding), on ``device``."""
-    index = ordering.gather_index.to(device)
-    log_w = log_quadrature_weights(ordering.grid, device, dtype).index_select(0, index)
-    log_w = log_w.masked_fill(ordering.is_padding.to(device), float("-inf"))
-    return index, log_w
-
-
 def slot_log_weights(grid: Grid, ball_size: int, device="cpu", dtype=torch.float32) -> torch.Tensor:
     """(padded N,) log quadrature weight of every slot of the ball ordering, -inf at padding."""
-    return _slot_tensors(ball_ordering(grid, ball_size), torch.device(device), dtype)[1]
+    ordering = ball_ordering(grid, ball_size)
+    log_w = log_quadrature_weights(grid, device, dtype).index_select(0, ordering.gather_index.to(device))
+    return log_w.masked_fill(ordering.is_padding.to(device), float("-inf"))
 
 
 # --- branches -------------------------------------------------------------------------------

@@ -22,14 +22,14 @@ each ball (never a whole ball of padding; each ball holds ``N / num_balls`` poin
 rounding). A padding slot has ``permutation == -1``; the attention op gives it zero quadrature
 weight (log-weight ``-inf``), so it is never attended to, and discards its output.
 
-The ordering is deterministic (no randomness; ties broken by grid index) and cached per
-``(grid, ball_size)``. It is NOT invariant under longitude rolls of the grid: rolling moves
-points across the median planes, so the balls of a rolled field are not the rolled balls.
+The ordering is deterministic (no randomness; ties broken by grid index) and not cached: the
+layers keep what they derive from it as buffers (``s2forecast.ops.backends``). It is NOT
+invariant under longitude rolls of the grid: rolling moves points across the median planes, so
+the balls of a rolled field are not the rolled balls.
 """
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -52,8 +52,6 @@ class BallOrdering:
         centers: (num_balls, 3) float64 unit vectors, the normalized mean of each ball's points.
         radii: (num_balls,) float64, the largest geodesic distance (radians) from a ball's
             centre to its points.
-
-    Cached and shared: treat the tensors as read-only.
     """
 
     grid: Grid
@@ -92,7 +90,7 @@ class BallOrdering:
 
 
 def ball_ordering(grid: Grid, ball_size: int) -> BallOrdering:
-    """The ball-tree ordering of ``grid`` with balls of ``ball_size`` slots (cached per argument pair).
+    """The ball-tree ordering of ``grid`` with balls of ``ball_size`` slots (CPU tensors).
 
     Args:
         grid: an ``s2forecast.geometry.Grid``.
@@ -108,7 +106,6 @@ def ball_ordering(grid: Grid, ball_size: int) -> BallOrdering:
     return _ball_ordering(grid, int(ball_size))
 
 
-@lru_cache(maxsize=32)
 def _ball_ordering(grid: Grid, ball_size: int) -> BallOrdering:
     xyz = grid.unit_vectors.reshape(-1, 3).numpy()
     permutation = ball_tree_permutation(xyz, ball_size)

@@ -29,7 +29,6 @@ log-weight -inf and are never attended to.
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import torch
 
@@ -65,20 +64,16 @@ class CompressionHierarchy:
         return len(self.level_sizes)
 
     def to(self, device) -> "CompressionHierarchy":
-        """This hierarchy with its tables on ``device`` (cached: one copy per device)."""
-        return _on_device(self, torch.device(device))
+        """This hierarchy with its tables on ``device`` (itself when they are there already)."""
+        device = torch.device(device)
+        if self.table.device == device:
+            return self
+        return replace(self, table=self.table.to(device), valid=self.valid.to(device))
 
     def level_table(self, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(num_balls, columns) token indices local to ``level`` (0-based) and their validity."""
         cols = self.columns[level]
         return self.table[:, cols] - self.offsets[level], self.valid[:, cols]
-
-
-@lru_cache(maxsize=64)
-def _on_device(hierarchy: CompressionHierarchy, device: torch.device) -> CompressionHierarchy:
-    if hierarchy.table.device == device:
-        return hierarchy
-    return replace(hierarchy, table=hierarchy.table.to(device), valid=hierarchy.valid.to(device))
 
 
 def check_compression_window(window, ball_size: int, block_size: int) -> int | None:
@@ -99,7 +94,8 @@ def check_compression_window(window, ball_size: int, block_size: int) -> int | N
 
 
 def compression_hierarchy(num_balls: int, ball_size: int, block_size: int, window: int | None) -> CompressionHierarchy:
-    """The coarse-token hierarchy of a ball-tree sequence of ``num_balls * ball_size`` slots (cached).
+    """The coarse-token hierarchy of a ball-tree sequence of ``num_balls * ball_size`` slots (CPU
+    tensors, not cached).
 
     Args:
         num_balls: balls in the sequence.
@@ -112,7 +108,6 @@ def compression_hierarchy(num_balls: int, ball_size: int, block_size: int, windo
     return _compression_hierarchy(num_balls, ball_size, block_size, window)
 
 
-@lru_cache(maxsize=32)
 def _compression_hierarchy(num_balls: int, ball_size: int, block_size: int, window: int | None):
     sizes = [num_balls * ball_size // block_size]
     if window is None:

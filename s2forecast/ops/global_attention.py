@@ -32,6 +32,7 @@ def global_attention(
     grid_kv: Grid | None = None,
     scale: float | None = None,
     bias: torch.Tensor | None = None,
+    log_w: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Quadrature-weighted softmax attention over all keys.
 
@@ -45,6 +46,8 @@ def global_attention(
         scale: logit scale; defaults to 1/sqrt(head_dim).
         bias: optional additive logit bias broadcastable to (batch, heads, N_q, N_kv), e.g. a
             relative position bias; it makes the mask a full N_q x N_kv tensor.
+        log_w: (N_kv,) prepared log quadrature weights of ``grid_kv`` (``prepare_global``);
+            computed when not given.
 
     Returns:
         (batch, heads, nlat_q*nlon_q, head_dim_v), same dtype as ``q``.
@@ -53,7 +56,12 @@ def global_attention(
     grid_kv = grid_q if grid_kv is None else check_grid(grid_kv, "grid_kv")
     check_attention_inputs(q, k, v, grid_q, grid_kv)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    log_w = log_quadrature_weights(grid_kv, q.device, bias_dtype(q.dtype))
+    if log_w is None:
+        log_w = log_quadrature_weights(grid_kv, q.device, bias_dtype(q.dtype))
+    elif log_w.shape != (grid_kv.npoints,):
+        raise UserError(f"log_w must have shape (N_kv,) = ({grid_kv.npoints},), got {tuple(log_w.shape)}")
+    else:
+        log_w = log_w.to(q.device, bias_dtype(q.dtype))
     mask = log_w.view(1, 1, 1, -1)
     if bias is not None:
         if bias.shape[-2:] != (q.shape[2], k.shape[2]):
@@ -62,6 +70,11 @@ def global_attention(
     elif q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return attention_with_folded_key_bias(q, k, v, log_w, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=scale)
+
+
+def prepare_global(grid_kv: Grid, device="cpu", dtype=torch.float32) -> torch.Tensor:
+    """(N_kv,) log quadrature weights of ``grid_kv`` on ``device`` for inputs of ``dtype``."""
+    return log_quadrature_weights(grid_kv, device, bias_dtype(dtype))
 
 
 def attention_with_folded_key_bias(

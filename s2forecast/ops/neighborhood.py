@@ -10,7 +10,6 @@ longitude steps. Memory is O(nlat * band_rows), independent of the number of nei
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
@@ -46,7 +45,7 @@ class SphericalNeighborhood:
     @property
     def key_rows(self) -> torch.Tensor:
         """(nlat, band_rows) int64 key-row index of each band slot."""
-        return self.row_start[:, None] + torch.arange(self.band_rows)
+        return self.row_start[:, None] + torch.arange(self.band_rows, device=self.row_start.device)
 
     @property
     def arc_offset(self) -> torch.Tensor:
@@ -95,32 +94,35 @@ def neighborhood_mask_from_distances(grid: Grid, theta: float) -> torch.Tensor:
     return within_radius(hav, theta)
 
 
-@lru_cache(maxsize=64)
 def spherical_neighborhood(grid: Grid, theta: float) -> SphericalNeighborhood:
-    """Precompute (once per grid and radius, cached) the neighborhood structure."""
+    """Precompute the neighborhood structure (CPU tensors; O(nlat * band_rows * nlon) work).
+
+    Not cached: layers keep the structures they derive from it as buffers
+    (``s2forecast.ops.backends``), the functional ops recompute it per call."""
     check_grid(grid, "grid")
     theta = check_radius(theta)
     nlat, nlon = grid.shape
     colats = grid.colats
-    # Longitude offsets 0..nlon//2 suffice: the arc is symmetric about the query longitude.
-    dlon = torch.arange(nlon // 2 + 1, dtype=torch.float64) * (2.0 * math.pi / nlon)
-    hav = haversine(colats[:, None, None], torch.zeros(()), colats[None, :, None], dlon[None, None, :])
-    inside = within_radius(hav, theta)  # (query row, key row, offset)
-    # The distance grows with the longitude offset, so the members form a prefix 0..m.
-    count = inside.sum(dim=-1)
-    half_width = count - 1  # -1: no key in that row
-    half_width = torch.where(count == nlon // 2 + 1, torch.full_like(count, nlon), half_width)
-
-    reachable = count > 0
+    # hav(d) = hav(dcolat) + (a non-negative longitude term), so a key row is reachable exactly
+    # when its point on the query's meridian is inside; only the band's rows need the offsets.
+    reachable = within_radius(haversine(colats[:, None], torch.zeros(()), colats[None, :], torch.zeros(())), theta)
     first = reachable.to(torch.int64).argmax(dim=1)
     last = nlat - 1 - reachable.flip(1).to(torch.int64).argmax(dim=1)
     band_rows = int((last - first + 1).max())
     row_start = first.clamp(max=nlat - band_rows)
     slots = row_start[:, None] + torch.arange(band_rows)
+    # Longitude offsets 0..nlon//2 suffice: the arc is symmetric about the query longitude.
+    dlon = torch.arange(nlon // 2 + 1, dtype=torch.float64) * (2.0 * math.pi / nlon)
+    hav = haversine(colats[:, None, None], torch.zeros(()), colats[slots][:, :, None], dlon[None, None, :])
+    inside = within_radius(hav, theta)  # (query row, band slot, offset)
+    # The distance grows with the longitude offset, so the members form a prefix 0..m.
+    count = inside.sum(dim=-1)
+    half_width = count - 1  # -1: no key in that row
+    half_width = torch.where(count == nlon // 2 + 1, torch.full_like(count, nlon), half_width)
     return SphericalNeighborhood(
         grid=grid,
         theta=theta,
         row_start=row_start,
         band_rows=band_rows,
-        half_width=torch.gather(half_width, 1, slots),
+        half_width=half_width,
     )

@@ -1,10 +1,11 @@
 """Geodesic neighborhood attention, eq. (27) of "Attention on the Sphere": eq. (26) with the
 sums restricted to keys within a geodesic radius theta of the query.
 
-Three paths on (batch, heads, nlat*nlon, head_dim) tensors:
+Three paths on (batch, heads, nlat*nlon, head_dim) tensors, each a backend of
+``s2forecast.ops.backends`` with its ``prepare_*`` state (precomputed once per layer):
 
 - fused: the Triton kernels of ``s2forecast.ops.cuda`` (the default on CUDA).
-- blocked (pure PyTorch, the default elsewhere): each query row is split into longitude
+- blocked (``backend="blocked"``, pure PyTorch, the default elsewhere): each query row is split into longitude
   blocks, and a block attends only to its span of each key row of its disks (the layout of
   ``s2forecast.ops.neighborhood_blocks``, the structure of the fused kernel). The spans are
   gathered points-first and the blocks of a group of rows go through one SDPA call with one
@@ -18,7 +19,6 @@ Three paths on (batch, heads, nlat*nlon, head_dim) tensors:
 """
 
 import math
-import threading
 from typing import NamedTuple
 
 import torch
@@ -28,9 +28,10 @@ from torch.utils.checkpoint import checkpoint
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.neighborhood import SphericalNeighborhood, spherical_neighborhood
-from s2forecast.ops.neighborhood_blocks import LongitudeBlocks, longitude_blocks
+from s2forecast.ops.neighborhood_blocks import PREPARED_BIAS_ELEMENTS, LongitudeBlocks, longitude_blocks
+from s2forecast.ops.prepared import to_device
 from s2forecast.ops.quadrature_bias import bias_dtype, log_row_weights
-from s2forecast.ops.validation import check_attention_inputs, check_grid, check_radius, use_fused
+from s2forecast.ops.validation import check_grid, check_radius
 
 # Working-set budget of one chunk of query rows (gathered keys/values and their gradients, or
 # the reference's band and mask).
@@ -38,6 +39,43 @@ CHUNK_BYTES = 256 * 2**20
 # The blocked path's gathered keys and values per SDPA call: not much below, as every call
 # synchronises the threads.
 BLOCK_CHUNK_BYTES = 16 * 2**20
+
+
+class ReferenceState(NamedTuple):
+    """What the reference path precomputes: the disks and the log weights of the rows."""
+
+    neighborhood: SphericalNeighborhood
+    log_w: torch.Tensor  # (nlat,) in bias_dtype(inputs' dtype)
+
+
+class BlockedState(NamedTuple):
+    """What the blocked path precomputes: the block layout, the log weights of the rows and,
+    per group, its (rows, block, keys) mask of log w inside and -inf outside (None when larger
+    than PREPARED_BIAS_ELEMENTS: recomputed per call)."""
+
+    blocks: LongitudeBlocks
+    log_w: torch.Tensor  # (nlat,) in bias_dtype(inputs' dtype)
+    biases: tuple[torch.Tensor | None, ...]
+
+
+def prepare_reference(grid: Grid, theta: float, device="cpu", dtype=torch.float32) -> ReferenceState:
+    """The reference path's state on ``device`` for inputs of ``dtype``."""
+    neighborhood = to_device(spherical_neighborhood(grid, theta), device)
+    return ReferenceState(neighborhood, log_row_weights(grid, device, bias_dtype(dtype)))
+
+
+def prepare_blocked(
+    grid: Grid, theta: float, device="cpu", dtype=torch.float32, block: int | None = None
+) -> BlockedState:
+    """The blocked path's state on ``device`` for inputs of ``dtype``; ``block`` as for
+    ``longitude_blocks``."""
+    blocks = to_device(longitude_blocks(spherical_neighborhood(grid, theta), block), device)
+    log_w = log_row_weights(grid, device, bias_dtype(dtype))
+    biases = tuple(
+        group.bias(log_w) if group.rows.numel() * group.block * group.keys <= PREPARED_BIAS_ELEMENTS else None
+        for group in blocks.groups
+    )
+    return BlockedState(blocks, log_w, biases)
 
 
 def neighborhood_attention(
@@ -51,39 +89,44 @@ def neighborhood_attention(
 ) -> torch.Tensor:
     """Quadrature-weighted softmax attention over the keys within geodesic radius ``theta``.
 
+    Prepares the backend's state (neighborhood structure, tables, log weights) on every call;
+    ``s2forecast.nn.S2NeighborhoodAttention`` prepares it once and keeps it as buffers.
+
     Args:
         q: (batch, heads, nlat*nlon, head_dim) queries, flattened row-major over (lat, lon).
         k: (batch, heads, nlat*nlon, head_dim) keys on the same grid.
         v: (batch, heads, nlat*nlon, head_dim_v) values on the same grid.
         grid: the grid of queries, keys and values.
-        theta: neighborhood radius in radians, 0 < theta <= pi. The neighborhood structure
-            is precomputed once per (grid, theta) and cached.
+        theta: neighborhood radius in radians, 0 < theta <= pi.
         scale: logit scale; defaults to 1/sqrt(head_dim).
         backend: "fused" (Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1),
-            "reference" (pure PyTorch, whole key rows; the oracle) or "auto": fused on CUDA,
-            the longitude-blocked pure-PyTorch path elsewhere (and for float64).
+            "blocked" (pure PyTorch over longitude blocks), "reference" (pure PyTorch, whole key
+            rows; the oracle) or "auto": fused on CUDA, blocked elsewhere (and for float64);
+            see ``s2forecast.ops.backends``.
 
     Returns:
         (batch, heads, nlat*nlon, head_dim_v), same dtype as ``q``.
     """
+    from s2forecast.ops.backends import choose  # backends imports this module
+
+    # a q that is no tensor gets its error from the backend's input checks
+    device, dtype = (q.device, q.dtype) if isinstance(q, torch.Tensor) else ("cpu", torch.float32)
+    chosen = choose("neighborhood", backend, device, dtype)
     check_grid(grid, "grid")
     theta = check_radius(theta)
-    check_attention_inputs(q, k, v, grid, grid)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if use_fused(backend, q):
-        from s2forecast.ops.cuda.fused_neighborhood_attention import fused_neighborhood_attention
-
-        return fused_neighborhood_attention(q, k, v, grid, theta, scale)
-    neighborhood = spherical_neighborhood(grid, theta)
-    if backend == "reference":
-        return neighborhood_attention_reference(q, k, v, neighborhood, scale)
-    return neighborhood_attention_blocked(q, k, v, longitude_blocks(neighborhood), scale)
+    return chosen(q, k, v, chosen.prepare(grid, theta, device, dtype), scale)
 
 
 def neighborhood_attention_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, neighborhood: SphericalNeighborhood, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    neighborhood: SphericalNeighborhood,
+    scale: float,
+    log_w: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Pure-PyTorch eq. (27) on validated inputs; see the module docstring."""
+    """Pure-PyTorch eq. (27) on validated inputs; see the module docstring. log_w: (nlat,) log
+    weights of the rows (``ReferenceState``), computed when not given."""
     grid = neighborhood.grid
     nlat, nlon = grid.shape
     batch, heads, _, head_dim = q.shape
@@ -92,7 +135,7 @@ def neighborhood_attention_reference(
     q_rows = q.reshape(bh, nlat, nlon, head_dim)
     k_rows = k.reshape(bh, nlat, nlon, head_dim)
     v_rows = v.reshape(bh, nlat, nlon, head_dim_v)
-    log_w = log_row_weights(grid, q.device, bias_dtype(q.dtype))
+    log_w = log_row_weights(grid, q.device, bias_dtype(q.dtype)) if log_w is None else log_w.to(q.device)
 
     keys_per_row = neighborhood.band_rows * nlon
     row_bytes = q.element_size() * nlon * keys_per_row * (1 + bh) + 4 * bh * keys_per_row * (head_dim + head_dim_v)
@@ -124,10 +167,22 @@ def _attend_rows(q_rows, k_rows, v_rows, neighborhood: SphericalNeighborhood, lo
 
 
 def neighborhood_attention_blocked(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: LongitudeBlocks, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    blocks: LongitudeBlocks | BlockedState,
+    scale: float,
+    workspace: dict | None = None,
 ) -> torch.Tensor:
-    """Pure-PyTorch eq. (27) over longitude blocks on validated inputs; see the module docstring."""
-    return _BlockedNeighborhoodAttention.apply(q, k, v, blocks, scale)
+    """Pure-PyTorch eq. (27) over longitude blocks on validated inputs; see the module docstring.
+
+    ``blocks``: a prepared ``BlockedState``, or a bare layout whose masks are formed per call.
+    ``workspace``: a dict in which the gathers keep their scratch tensors from call to call (see
+    ``_gather``; one per thread); default: fresh scratch per forward and backward pass."""
+    if isinstance(blocks, LongitudeBlocks):
+        log_w = log_row_weights(blocks.neighborhood.grid, q.device, bias_dtype(q.dtype))
+        blocks = BlockedState(blocks, log_w, (None,) * len(blocks.groups))
+    return _BlockedNeighborhoodAttention.apply(q, k, v, blocks, scale, workspace)
 
 
 class _BlockedNeighborhoodAttention(torch.autograd.Function):
@@ -135,14 +190,14 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
     attention, so memory stays one chunk's working set above the inputs and gradients."""
 
     @staticmethod
-    def forward(ctx, q, k, v, blocks: LongitudeBlocks, scale: float):
+    def forward(ctx, q, k, v, state: BlockedState, scale: float, workspace: dict | None):
         ctx.save_for_backward(q, k, v)
-        ctx.blocks, ctx.scale = blocks, scale
+        ctx.state, ctx.scale, ctx.workspace = state, scale, workspace
         batch, heads, npoints, head_dim_v = v.shape
         outputs, queries, firsts, offset = [], [], [], 0
         # in the inputs' dtype, as the backward's recomputation (which runs outside autocast)
         with torch.autocast(q.device.type, enabled=False):
-            for chunk in _chunks(q, k, v, blocks):
+            for chunk in _chunks(q, k, v, state, {} if workspace is None else workspace):
                 attended = F.scaled_dot_product_attention(*chunk.qkv(q.shape[-1]), attn_mask=chunk.bias, scale=scale)
                 outputs.append(attended.view(batch * heads, -1, head_dim_v))
                 first = chunk.first if chunk.first is not None else torch.arange(chunk.query_blocks.numel())
@@ -165,7 +220,8 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
         # outputs were dropped, so that they add nothing to dk and dv
         grad_points = torch.cat([grad_out.reshape(bh, npoints, -1), grad_out.new_zeros(bh, 1, grad_out.shape[-1])], 1)
         dq, dk, dv = (t.new_zeros(bh, npoints, t.shape[-1]) for t in (q, k, v))
-        for chunk in _chunks(q, k, v, ctx.blocks):
+        workspace = {} if ctx.workspace is None else ctx.workspace
+        for chunk in _chunks(q, k, v, ctx.state, workspace):
             # k and v as separate leaves: a gradient for the whole gathered kv would be
             # assembled from two zero-filled slices
             leaves = tuple(t.detach().requires_grad_() for t in chunk.qkv(head_dim))
@@ -174,12 +230,12 @@ class _BlockedNeighborhoodAttention(torch.autograd.Function):
             grad_index = chunk.query_blocks
             if chunk.first is not None:
                 grad_index = torch.full_like(grad_index, npoints).index_copy_(0, chunk.first, chunk.query_index)
-            grad = _gather(grad_points, grad_index, "grad").view(attended.shape)
+            grad = _gather(grad_points, grad_index, workspace, "grad").view(attended.shape)
             dq_blocks, dk_gathered, dv_gathered = torch.autograd.grad(attended, leaves, grad)
             _index_add(dq, chunk.query_blocks, dq_blocks, chunk.nblocks)
             _index_add(dk, chunk.key_index, dk_gathered, chunk.nblocks)
             _index_add(dv, chunk.key_index, dv_gathered, chunk.nblocks)
-        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None
+        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None, None
 
 
 class _Chunk(NamedTuple):
@@ -200,19 +256,21 @@ class _Chunk(NamedTuple):
         return self.q_blocks, self.kv_gathered[..., :head_dim], self.kv_gathered[..., head_dim:]
 
 
-def _chunks(q, k, v, blocks: LongitudeBlocks):
-    """The SDPA calls of ``blocks``: each group's rows, split so that one call's gathered keys
-    and values stay within BLOCK_CHUNK_BYTES. Gathers run along the points of (bh, N, c)
+def _chunks(q, k, v, state: BlockedState, workspace: dict):
+    """The SDPA calls of ``state``'s layout: each group's rows, split so that one call's gathered
+    keys and values stay within BLOCK_CHUNK_BYTES. Gathers run along the points of (bh, N, c)
     tensors in the order (block, row, slot), so that SDPA's batch dims (bh*nblocks, rows) are
-    plain views and the mask, which depends on the row only, broadcasts."""
-    grid = blocks.neighborhood.grid
+    plain views and the mask, which depends on the row only, broadcasts. ``workspace`` holds the
+    scratch tensors of the gathers (see ``_gather``)."""
     batch, heads, npoints, head_dim = q.shape
     bh = batch * heads
     device = q.device
     q_points = q.reshape(bh, npoints, head_dim)
     kv_points = torch.cat([k, v], dim=-1).view(bh, npoints, -1)
-    log_w = log_row_weights(grid, device, bias_dtype(q.dtype))
-    for group in blocks.groups:
+    log_w = state.log_w.to(device, bias_dtype(q.dtype))
+    for group, prepared_bias in zip(state.blocks.groups, state.biases, strict=True):
+        usable = prepared_bias is not None and prepared_bias.dtype == log_w.dtype and prepared_bias.device == device
+        group_bias = (prepared_bias if usable else group.bias(log_w)).to(q.dtype)
         bytes_per_row = group.nblocks * group.keys * bh * kv_points.shape[-1] * kv_points.element_size()
         step = max(1, BLOCK_CHUNK_BYTES // bytes_per_row)
         for start in range(0, group.rows.numel(), step):
@@ -223,7 +281,9 @@ def _chunks(q, k, v, blocks: LongitudeBlocks):
             query_blocks, first = query_blocks.flatten(), first.flatten()
             wraps = not bool(first.all())
             first = first.nonzero().squeeze(1) if wraps else None
-            bias = group.bias(log_w, q.dtype)[start:stop]
+            bias = group_bias[start:stop]
+            q_blocks = _gather(q_points, query_blocks, workspace, "q")
+            kv_gathered = _gather(kv_points, key_index, workspace, "kv")
             yield _Chunk(
                 rows=rows,
                 nblocks=group.nblocks,
@@ -231,27 +291,23 @@ def _chunks(q, k, v, blocks: LongitudeBlocks):
                 query_index=query_blocks[first] if wraps else query_blocks,
                 first=first,
                 key_index=key_index,
-                q_blocks=_gather(q_points, query_blocks, "q").view(bh * group.nblocks, rows, group.block, head_dim),
-                kv_gathered=_gather(kv_points, key_index, "kv").view(bh * group.nblocks, rows, group.keys, -1),
+                q_blocks=q_blocks.view(bh * group.nblocks, rows, group.block, head_dim),
+                kv_gathered=kv_gathered.view(bh * group.nblocks, rows, group.keys, -1),
                 bias=bias[None],
             )
 
 
-_scratch = threading.local()
-
-
-def _gather(points: torch.Tensor, index: torch.Tensor, slot: str) -> torch.Tensor:
+def _gather(points: torch.Tensor, index: torch.Tensor, workspace: dict, slot: str) -> torch.Tensor:
     """``points.index_select(1, index)`` for (bh, N, c) ``points``, written into a scratch tensor
-    that this thread keeps per (slot, device, dtype) and reuses: a fresh multi-MiB tensor per
-    chunk makes the forward 1.3-1.5x slower on CPU (page faults, and the functional
-    index_select's slower copy). The result is valid until the next gather into ``slot``."""
+    that ``workspace`` keeps per slot and reuses from chunk to chunk (and, when the caller keeps
+    the workspace, from call to call): a fresh multi-MiB tensor per chunk makes the forward
+    1.3-1.5x slower on CPU (page faults, and the functional index_select's slower copy), fresh
+    ones per call about 1.5x at 64x128. The result is valid until the next gather into ``slot``."""
     shape = (points.shape[0], index.numel(), points.shape[2])
     numel = math.prod(shape)
-    buffers = _scratch.__dict__.setdefault("buffers", {})
-    key = (slot, points.device, points.dtype)
-    buffer = buffers.get(key)
-    if buffer is None or buffer.numel() < numel:
-        buffer = buffers[key] = points.new_empty(numel)
+    buffer = workspace.get(slot)
+    if buffer is None or buffer.numel() < numel or buffer.dtype != points.dtype or buffer.device != points.device:
+        buffer = workspace[slot] = points.new_empty(numel)
     return torch.index_select(points, 1, index, out=buffer[:numel].view(shape))
 
 

@@ -15,8 +15,7 @@ group's largest K with masked keys.
 """
 
 import math
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 
 import torch
 
@@ -32,9 +31,9 @@ TILE_COST = 1500.0
 # A group accepts a row when its K is at least this fraction of the group's largest K: fewer,
 # larger SDPA calls, as each costs a thread synchronisation (dear on a busy machine).
 GROUP_FILL = 0.75
-# Largest mask (elements) a group keeps between calls; whole-row groups of large grids
-# recompute theirs.
-BIAS_CACHE_ELEMENTS = 2**22
+# Largest mask (elements) of a group that a prepared layout keeps (``prepare_blocked`` in
+# ``neighborhood_attention``); whole-row groups of large grids recompute theirs per call.
+PREPARED_BIAS_ELEMENTS = 2**22
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +61,6 @@ class BlockGroup:
     key_offset: torch.Tensor
     half_width: torch.Tensor
     nlon: int
-    _bias: dict = field(default_factory=dict, repr=False)
 
     @property
     def keys(self) -> int:
@@ -81,17 +79,11 @@ class BlockGroup:
         rows = self.rows[start:stop].to(device)[:, None]
         return rows * self.nlon + cols % self.nlon, (cols < self.nlon).expand(-1, stop - start, -1)
 
-    def bias(self, log_w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """(g, block, K) log w of the slot's key row where inside, -inf elsewhere; cached per
-        (device, dtype) when small (it is the same on every call)."""
-        key = (log_w.device, log_w.dtype, dtype)
-        if key in self._bias:
-            return self._bias[key]
+    def bias(self, log_w: torch.Tensor) -> torch.Tensor:
+        """(g, block, K) log w of the slot's key row where inside, -inf elsewhere, in log_w's
+        dtype and on its device; log_w: (nlat,)."""
         inside = self.inside(0, self.rows.numel(), log_w.device)
-        bias = torch.where(inside, log_w[self.key_row.to(log_w.device)][:, None, :], float("-inf")).to(dtype)
-        if bias.numel() <= BIAS_CACHE_ELEMENTS:
-            self._bias[key] = bias
-        return bias
+        return torch.where(inside, log_w[self.key_row.to(log_w.device)][:, None, :], float("-inf"))
 
     def inside(self, start: int, stop: int, device=None) -> torch.Tensor:
         """(stop-start, block, K) bool: whether slot j is a neighbor of the block's query i
@@ -150,10 +142,9 @@ def block_sizes(nlon: int) -> list[int]:
     return [2**p for p in range(2, nlon.bit_length()) if 2**p < nlon] + [nlon]
 
 
-@lru_cache(maxsize=64)
 def longitude_blocks(neighborhood: SphericalNeighborhood, block: int | None = None) -> LongitudeBlocks:
-    """Precompute (once per neighborhood, cached) the block layout; ``block`` forces one block
-    size for every row (tests), default: the cheapest per row."""
+    """Precompute the block layout (CPU tensors, not cached); ``block`` forces one block size
+    for every row (tests), default: the cheapest per row."""
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
         raise UserError(f"block must be a positive number of longitudes, got {block!r}")
     nlat, nlon = neighborhood.grid.shape

@@ -7,20 +7,6 @@ import torch
 from s2forecast.geometry import Grid
 from s2forecast.user_errors import UserError
 
-BACKENDS = ("auto", "fused", "reference")
-
-
-def check_backend(backend) -> str:
-    if backend not in BACKENDS:
-        raise UserError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return backend
-
-
-def use_fused(backend: str, q: torch.Tensor) -> bool:
-    """Whether ``backend`` picks the fused Triton path for ``q``: "fused", or "auto" on CUDA
-    (float64 stays on the reference, which the kernels do not take)."""
-    return check_backend(backend) == "fused" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64)
-
 
 def check_grid(grid, name: str) -> Grid:
     if not isinstance(grid, Grid):

@@ -62,9 +62,12 @@ def test_polar_rows_are_whole_rows():
     assert one.neighbors_per_row[16] == 5  # itself, 2 along the row, 2 along the meridian
 
 
-def test_structure_is_cached():
+def test_structure_is_rebuilt_not_cached():
+    """ops hold no cache: each call builds the same structure afresh (layers keep theirs)."""
     grid = Grid(16, 32)
-    assert spherical_neighborhood(grid, 0.3) is spherical_neighborhood(Grid(16, 32), 0.3)
+    first, again = spherical_neighborhood(grid, 0.3), spherical_neighborhood(Grid(16, 32), 0.3)
+    assert first is not again and first.band_rows == again.band_rows
+    assert torch.equal(first.row_start, again.row_start) and torch.equal(first.half_width, again.half_width)
 
 
 # --- ops vs dense masked SDPA ------------------------------------------------------------

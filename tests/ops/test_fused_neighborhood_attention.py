@@ -132,7 +132,7 @@ def test_fused_backend_errors():
 
 
 def test_partner_tables_are_transposes():
-    from s2forecast.ops.cuda.fused_neighborhood_attention import partner_tables
+    from s2forecast.ops.cuda.tables import partner_tables
 
     grid = Grid(121, 240)
     forward, backward = partner_tables(grid, default_radius(grid), torch.device("cpu"))

@@ -95,10 +95,13 @@ def test_block_size_follows_the_disk():
     assert scored < 0.4 * 7 * 128
 
 
-def test_layout_is_cached_per_neighborhood():
+def test_layout_is_rebuilt_not_cached():
     grid = Grid(16, 32)
-    neighborhood = spherical_neighborhood(grid, 0.4)
-    assert longitude_blocks(neighborhood) is longitude_blocks(spherical_neighborhood(Grid(16, 32), 0.4))
+    first = longitude_blocks(spherical_neighborhood(grid, 0.4))
+    again = longitude_blocks(spherical_neighborhood(Grid(16, 32), 0.4))
+    assert first is not again and len(first.groups) == len(again.groups)
+    for a, b in zip(first.groups, again.groups, strict=True):
+        assert a.block == b.block and torch.equal(a.rows, b.rows) and torch.equal(a.key_offset, b.key_offset)
 
 
 @pytest.mark.parametrize("block", [0, -4, 2.5, "8", True])
