@@ -25,7 +25,7 @@ class QKPositionEmbedding(Protocol):
     def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-class _SphericalAttention(nn.Module):
+class SphericalAttentionLayer(nn.Module):
     """Shared projections, heads, qk-norm and dropout of the spherical attention layers, and
     their attention backend (``s2forecast.ops.backends``).
 
@@ -169,7 +169,7 @@ class _SphericalAttention(nn.Module):
         return out.transpose(1, 2).reshape(batch, self.out_channels, *grid.shape)
 
 
-class S2Attention(_SphericalAttention):
+class S2Attention(SphericalAttentionLayer):
     """Global quadrature-weighted attention (eq. 26), optionally between two grids.
 
     Queries live on ``grid_out``; keys and values on ``grid_in`` (down/upsampling when they
@@ -225,7 +225,7 @@ class S2Attention(_SphericalAttention):
         return f"grid_in={self.grid_in}, grid_out={self.grid_out}, num_heads={self.num_heads}"
 
 
-class S2NeighborhoodAttention(_SphericalAttention):
+class S2NeighborhoodAttention(SphericalAttentionLayer):
     """Neighborhood attention (eq. 27): each point attends to the keys within a geodesic disk.
 
     Input and output (batch, channels, nlat, nlon) on ``grid``.

@@ -4,12 +4,12 @@ import torch
 from torch import nn
 
 from s2forecast.geometry import Grid
-from s2forecast.nn.attention import _SphericalAttention
+from s2forecast.nn.attention import SphericalAttentionLayer
 from s2forecast.ops.ball_sparse_attention import BRANCHES, check_ball_sparse_sizes, check_branches
 from s2forecast.ops.validation import check_grid
 
 
-class S2BallSparseAttention(_SphericalAttention):
+class S2BallSparseAttention(SphericalAttentionLayer):
     """Ball sparse attention (BSA): gated sum of ball, compression and selection attention.
 
     Every branch is quadrature-weighted softmax attention over a ball-tree ordering of the grid;

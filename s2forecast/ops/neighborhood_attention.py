@@ -31,7 +31,6 @@ from s2forecast.ops.neighborhood import SphericalNeighborhood, spherical_neighbo
 from s2forecast.ops.neighborhood_blocks import PREPARED_BIAS_ELEMENTS, LongitudeBlocks, longitude_blocks
 from s2forecast.ops.prepared import to_device
 from s2forecast.ops.quadrature_bias import bias_dtype, log_row_weights
-from s2forecast.ops.validation import check_grid, check_radius
 
 # Working-set budget of one chunk of query rows (gathered keys/values and their gradients, or
 # the reference's band and mask).
@@ -76,45 +75,6 @@ def prepare_blocked(
         for group in blocks.groups
     )
     return BlockedState(blocks, log_w, biases)
-
-
-def neighborhood_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    grid: Grid,
-    theta: float,
-    scale: float | None = None,
-    backend: str = "auto",
-) -> torch.Tensor:
-    """Quadrature-weighted softmax attention over the keys within geodesic radius ``theta``.
-
-    Prepares the backend's state (neighborhood structure, tables, log weights) on every call;
-    ``s2forecast.nn.S2NeighborhoodAttention`` prepares it once and keeps it as buffers.
-
-    Args:
-        q: (batch, heads, nlat*nlon, head_dim) queries, flattened row-major over (lat, lon).
-        k: (batch, heads, nlat*nlon, head_dim) keys on the same grid.
-        v: (batch, heads, nlat*nlon, head_dim_v) values on the same grid.
-        grid: the grid of queries, keys and values.
-        theta: neighborhood radius in radians, 0 < theta <= pi.
-        scale: logit scale; defaults to 1/sqrt(head_dim).
-        backend: "fused" (Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1),
-            "blocked" (pure PyTorch over longitude blocks), "reference" (pure PyTorch, whole key
-            rows; the oracle) or "auto": fused on CUDA, blocked elsewhere (and for float64);
-            see ``s2forecast.ops.backends``.
-
-    Returns:
-        (batch, heads, nlat*nlon, head_dim_v), same dtype as ``q``.
-    """
-    from s2forecast.ops.backends import choose  # backends imports this module
-
-    # a q that is no tensor gets its error from the backend's input checks
-    device, dtype = (q.device, q.dtype) if isinstance(q, torch.Tensor) else ("cpu", torch.float32)
-    chosen = choose("neighborhood", backend, device, dtype)
-    check_grid(grid, "grid")
-    theta = check_radius(theta)
-    return chosen(q, k, v, chosen.prepare(grid, theta, device, dtype), scale)
 
 
 def neighborhood_attention_reference(

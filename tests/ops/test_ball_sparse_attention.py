@@ -10,8 +10,8 @@ from s2forecast.geometry import Grid
 from s2forecast.nn.attention import S2Attention
 from s2forecast.nn.ball_attention import S2BallSparseAttention
 from s2forecast.nn.position_embedding import real_spherical_harmonics
-from s2forecast.ops import global_attention
-from s2forecast.ops.ball_sparse_attention import BRANCHES, ball_sparse_attention
+from s2forecast.ops import ball_sparse_attention, global_attention
+from s2forecast.ops.ball_sparse_attention import BRANCHES
 from s2forecast.ops.ball_tree import ball_ordering, ball_tree_permutation, blocks_centers_and_radii
 
 KINDS = ["equiangular", "equiangular-midpoint", "legendre-gauss"]

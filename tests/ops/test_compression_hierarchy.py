@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from s2forecast.geometry import Grid
 from s2forecast.nn.ball_attention import S2BallSparseAttention
-from s2forecast.ops.ball_sparse_attention import ball_sparse_attention, coarse_levels, descend_select_blocks
+from s2forecast.ops import ball_sparse_attention
+from s2forecast.ops.ball_sparse_attention import coarse_levels, descend_select_blocks
 from s2forecast.ops.ball_tree import ball_ordering
 from s2forecast.ops.compression_hierarchy import compression_hierarchy
 

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from s2forecast.geometry import Grid
 from s2forecast.nn.ball_attention import S2BallSparseAttention
-from s2forecast.ops.ball_sparse_attention import BRANCHES, ball_sparse_attention
+from s2forecast.ops import ball_sparse_attention
+from s2forecast.ops.ball_sparse_attention import BRANCHES
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

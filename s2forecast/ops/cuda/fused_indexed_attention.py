@@ -11,10 +11,10 @@ import triton
 from torch.autograd.function import once_differentiable
 
 from s2forecast.ops.cuda.fused_neighborhood_attention import (
-    _dense,
-    _shared_meta,
     check_fused_inputs,
+    dense_layout,
     interpreting,
+    kernel_meta,
 )
 from s2forecast.ops.cuda.indexed_attention_kernels import indexed_backward_kernel, indexed_forward_kernel
 from s2forecast.user_errors import UserError
@@ -63,7 +63,7 @@ class _IndexedAttention(torch.autograd.Function):
         _forward[_grid(num_tiles, rows_per_tile, batch * heads)](
             q, k, v, out, lse, key_index, log2_w,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_index_strides(key_index),
-            heads, num_queries, rows_per_tile, list_len, **_shared_meta(q, v, scale),
+            heads, num_queries, rows_per_tile, list_len, **kernel_meta(q, v, scale),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, key_index, log2_w)
         ctx.scale = scale
@@ -78,14 +78,14 @@ class _IndexedAttention(torch.autograd.Function):
         num_tiles, list_len = key_index.shape[1:]
         rows_per_tile = num_queries // num_tiles
         delta = (grad_out.float() * out.float()).sum(dim=-1).reshape(batch * heads, num_queries)
-        q = _dense(q)
+        q = dense_layout(q)
         dq = torch.empty_like(q)
         dk = torch.zeros(batch * heads, num_keys, k.shape[-1], dtype=torch.float32, device=q.device)
         dv = torch.zeros(batch * heads, num_keys, v.shape[-1], dtype=torch.float32, device=q.device)
         _backward[_grid(num_tiles, rows_per_tile, batch * heads)](
             q, k, v, grad_out, dq, dk, dv, lse, delta, key_index, log2_w,
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_index_strides(key_index),
-            heads, num_queries, num_keys, rows_per_tile, list_len, **_shared_meta(q, v, ctx.scale), scale=ctx.scale,
+            heads, num_queries, num_keys, rows_per_tile, list_len, **kernel_meta(q, v, ctx.scale), scale=ctx.scale,
         )  # fmt: skip
         dk = dk.view(k.shape).to(k.dtype)
         dv = dv.view(v.shape).to(v.dtype)

@@ -57,7 +57,8 @@ def _block_dim(dim: int) -> int:
     return max(16, triton.next_power_of_2(dim))
 
 
-def _shared_meta(q, v, scale):
+def kernel_meta(q, v, scale):
+    """The constexpr arguments every neighborhood kernel launch shares (scale in log2 units, head dims)."""
     return {
         "scale_log2": scale / math.log(2.0),
         "HEAD_DIM": q.shape[-1],
@@ -84,7 +85,7 @@ def fused_forward(q, k, v, state: FusedNeighborhoodState, scale: float):
         *_table_args(forward_table), state.log2_w,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         heads, nlon, npoints, forward_table.max_partners,
-        **_shared_meta(q, v, scale),
+        **kernel_meta(q, v, scale),
     )  # fmt: skip
     return out, lse
 
@@ -97,11 +98,11 @@ def fused_backward(grad_out, q, k, v, out, lse, state: FusedNeighborhoodState, s
     delta = (grad_out.float() * out.float()).sum(dim=-1).reshape(batch * heads, npoints)
     # each gradient is written with its input's strides; empty_like keeps them for dense inputs,
     # and an input it cannot mirror (overlapping or gapped) is made contiguous
-    q, k, v = (_dense(t) for t in (q, k, v))
+    q, k, v = (dense_layout(t) for t in (q, k, v))
     dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
     log2_w = state.log2_w
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
-    meta = {**_shared_meta(q, v, scale), "scale": scale}
+    meta = {**kernel_meta(q, v, scale), "scale": scale}
     _backward_query[lambda m: (nlat * triton.cdiv(nlon, m["BLOCK_M"]), batch * heads)](
         q, k, v, grad_out, dq, lse, delta,
         *_table_args(forward_table), log2_w, *strides,
@@ -115,7 +116,7 @@ def fused_backward(grad_out, q, k, v, out, lse, state: FusedNeighborhoodState, s
     return dq, dk, dv
 
 
-def _dense(t: torch.Tensor) -> torch.Tensor:
+def dense_layout(t: torch.Tensor) -> torch.Tensor:
     """``t``, or a contiguous copy when ``torch.empty_like`` would not reproduce its strides."""
     dense_strides = sorted(zip(t.stride(), t.shape, strict=True))
     expected = 1
