@@ -195,7 +195,10 @@ CASES = {
     ),
     "fit bad class_path": (
         ["fit", "--config", "{bad_class_yaml}"],
-        ["'s2forecast.training.datamodule.SWEDatamodule'", "did you mean 's2forecast.training.datamodule.SWEDataModule'"],
+        [
+            "'s2forecast.training.datamodule.SWEDatamodule'",
+            "did you mean 's2forecast.training.datamodule.SWEDataModule'",
+        ],
     ),
     "fit unknown module": (
         ["fit", "--config", "{no_module_yaml}"],
@@ -334,9 +337,7 @@ class _BadSample(torch.utils.data.Dataset):
 
 def test_error_from_a_dataloader_worker_is_its_own_message():
     """torch re-raises a worker's error with the worker's traceback in the message: show its last line."""
-    from s2forecast.user_errors import user_error_message
-
-    from s2forecast.user_errors import UserError
+    from s2forecast.user_errors import UserError, user_error_message
 
     with pytest.raises(UserError) as error:  # torch re-raises the worker's exception type
         next(iter(torch.utils.data.DataLoader(_BadSample(), num_workers=1)))
@@ -359,6 +360,7 @@ def cli_subprocess(*args: str, cwd: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # subprocesses of the CLI
 def test_real_stderr_is_one_line(files):
     result = cli_subprocess("stats", files["not_a_store"], cwd=files["root"])
     assert result.returncode == 2 and result.stdout == ""
