@@ -58,7 +58,12 @@ def assert_fused_matches_reference(inputs, grid, atol, reference_dtype=torch.flo
             marks=pytest.mark.slow,
         ),
         # 180 points in 12 balls of 16: padding slots, partial coarse tokens; selection blocks of 2 blocks
-        ("equiangular-midpoint", (12, 15), dict(ball_size=16, block_size=2, select_block=4, top_k=5, group_size=4)),
+        pytest.param(
+            "equiangular-midpoint",
+            (12, 15),
+            dict(ball_size=16, block_size=2, select_block=4, top_k=5, group_size=4),
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_fused_matches_reference(kind, shape, sizes):

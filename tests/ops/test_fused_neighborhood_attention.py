@@ -69,7 +69,8 @@ def assert_close_to_reference(inputs, grid, theta, atol=1e-4, **kwargs):
         pytest.param((16, 32), "legendre-gauss", "polar", 16, (32, 16), marks=pytest.mark.slow),
         # pole rows, whole polar rows
         pytest.param((33, 64), "equiangular", "default", 64, (32, 32), marks=pytest.mark.slow),
-        ((12, 15), "equiangular", "polar", 16, (16, 16)),  # odd nlon, partial tiles
+        # odd nlon, partial tiles
+        pytest.param((12, 15), "equiangular", "polar", 16, (16, 16), marks=pytest.mark.slow),
     ],
 )
 def test_fused_equals_reference(tiles, shape, kind, radius, head_dim, block):
