@@ -8,7 +8,7 @@ ifneq ($(INSTALLED_HERE),True)
 $(shell rm -f $(STAMP))
 endif
 
-.PHONY: install test demo bench lint
+.PHONY: install test test-fast demo bench lint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install -e ".[dev]"
@@ -18,8 +18,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# pytest-xdist workers, one per core (at most 8); JOBS=0 runs the tests in this process (pdb, -s).
+# The shared tiny stores and checkpoints are built once per run (tests/session_fixtures.py).
+JOBS ?= logical
+PYTEST := $(PYTHON) -m pytest -q -n $(JOBS) --maxprocesses 8
+
+# Every test. PYTEST_ARGS adds options, e.g. make test PYTEST_ARGS="-x tests/data".
 test: $(STAMP)
-	$(PYTHON) -m pytest -q
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The edit loop: every layer (tests/geometry ... tests/commands) without the cases marked slow
+# (DDP, kill -9 resumes, pipelines in subprocesses, gradchecks and kernel checks on bigger grids).
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 # The main job on built-in data: shallow-water store, training, rollout, scoring (scripts/demo.py).
 demo: $(STAMP)

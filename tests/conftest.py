@@ -3,6 +3,16 @@ import os
 import pytest
 import torch
 
+# the shared stores and trained checkpoints, built once per session (tests/session_fixtures.py)
+from session_fixtures import crps_run, mse_run_1_epoch, mse_run_2_epochs, swe_store  # noqa: F401
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    # pytest-xdist (make test): the workers share the cores, so each gets its share of threads
+    # (torch's default is one per core in every worker: oversubscribed); subprocesses inherit it.
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 if not torch.cuda.is_available():
     # Run the Triton kernels of s2forecast.ops.cuda through the interpreter on CPU. Must be set
     # before the kernels are first imported (triton.jit reads it when it decorates).
@@ -25,17 +35,6 @@ def pytest_configure(config):
             f"triton {triton.__version__}'s interpreter (the CPU kernel tests) needs numpy < 2.4, found "
             f"{np.__version__}: pip install 'numpy<2.4', or triton >= 3.8"
         )
-
-
-@pytest.fixture(scope="module")
-def swe_store(tmp_path_factory):
-    """A tiny shallow-water store with statistics (8x16, 3 trajectories of 6 steps), per module."""
-    from s2forecast.data import compute_stats, generate_swe
-
-    path = tmp_path_factory.mktemp("swe") / "swe.zarr"
-    generate_swe(path, 8, 16, trajectories=3, steps=6, progress=False)
-    compute_stats(path)
-    return path
 
 
 @pytest.fixture(autouse=True)

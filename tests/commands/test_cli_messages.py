@@ -360,6 +360,7 @@ def cli_subprocess(*args: str, cwd: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # subprocesses of the CLI
 def test_real_stderr_is_one_line(files):
     result = cli_subprocess("stats", files["not_a_store"], cwd=files["root"])
     assert result.returncode == 2 and result.stdout == ""

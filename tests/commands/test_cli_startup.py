@@ -82,6 +82,7 @@ def test_help_of_every_argparse_command_imports_nothing_heavy():
             assert "--" in answer["help"].split("options:")[1]
 
 
+@pytest.mark.slow  # subprocesses of the CLI
 def test_lightning_help_is_cached_and_then_imports_nothing_heavy(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "100"}
     first = probe_help(["fit"], env)  # renders with LightningCLI (slow) and caches

@@ -188,6 +188,7 @@ def test_foreign_path_is_never_replaced(inputs, tmp_path, capsys, command, kind,
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow  # the PNG plots
 def test_evaluate_replaces_its_csv_and_plots_only(inputs, tmp_path, capsys):
     """The CSV beside the metrics is ours only while our metrics file records its hash; the plots
     directory only while it holds nothing but the files its marker lists."""

@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).parents[2]
 
 
+@pytest.mark.slow  # the probe script, end to end
 def test_probe_runs_and_judges_cases(tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "probe_inputs.py"), "--workdir", str(tmp_path), "--only", "control",

@@ -22,7 +22,7 @@ def test_progress_on_stderr_unless_turned_off(swe_store, tmp_path, capsys, monke
 
 
 def test_loss_line_shows_training_progress_without_a_bar(swe_store, tmp_path, capsys):
-    from test_training import tiny_args
+    from session_fixtures import tiny_args
 
     loss_line = ["--trainer.callbacks+=s2forecast.training.callbacks.LossLine", "--trainer.callbacks.every_n_steps"]
     cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1", *loss_line, "2")])

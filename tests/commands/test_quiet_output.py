@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_global.yaml"
 # warnings that name a setting the user can change: allowed in a run
@@ -44,6 +46,7 @@ PIPELINE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a whole pipeline in a subprocess
 def test_tiny_pipeline_prints_no_warning_the_user_cannot_act_on(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}  # a user's defaults
     env["PYTHONPATH"] = str(REPO)

@@ -109,6 +109,7 @@ def test_writer_is_atomic_and_resumable(tmp_path):
 
 
 # --- shallow water -----------------------------------------------------------------------------
+@pytest.mark.slow  # five 16x32 stores
 def test_generate_swe_is_deterministic_and_resumable(tmp_path, monkeypatch):
     a = generate_swe(tmp_path / "a.zarr", 16, 32, trajectories=2, steps=3, dt_hours=1.0, seed=5, progress=False)
     b = generate_swe(tmp_path / "b.zarr", 16, 32, trajectories=2, steps=3, dt_hours=1.0, seed=5, progress=False)

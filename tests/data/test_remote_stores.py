@@ -156,6 +156,7 @@ def guarded(tmp_path_factory):
     server.shutdown()
 
 
+@pytest.mark.slow  # stats, fit, rollout, evaluate, climatology over HTTP
 def test_storage_options_reach_every_reader(guarded, tmp_path, capsys):
     """--storage-options (here: the header a private HTTP store needs) on stats, fit, rollout,
     evaluate and climatology; without it each command ends in one line and writes nothing."""

@@ -56,6 +56,7 @@ def test_initial_condition_depends_on_the_seed_only():
     assert torch.equal(torch.rand(3), before)  # the caller's random stream is untouched
 
 
+@pytest.mark.slow  # three 16x32 stores and a fourth
 def test_store_does_not_depend_on_the_batch(tmp_path):
     """Batches of 1, 2 (uneven: 2 + 1) and 3: the same trajectories within float32 rounding, and
     trajectory 0 the same as in a store of one trajectory."""

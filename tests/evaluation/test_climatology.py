@@ -155,6 +155,7 @@ def test_start_and_end_select_the_period():
         compute_climatology(series(times, values), start="2010", end="2011")
 
 
+@pytest.mark.slow  # about 10 s
 def test_dask_input_stays_lazy_and_matches_numpy():
     times = pd.date_range("2003-01-01", "2003-12-31T12", freq="12h")
     rng = np.random.default_rng(0)

@@ -174,6 +174,7 @@ def test_missing_valid_times_are_reported(tmp_path, truth_path, truth_ds):
     assert "n/a" in format_table(metrics)
 
 
+@pytest.mark.slow  # about 8 s
 def test_swe_store_with_trajectories(tmp_path):
     """SWE stores: hourly, no headline fields, a ``trajectory`` coordinate and ``written`` variable (ignored)."""
     rng = np.random.default_rng(3)
@@ -211,6 +212,7 @@ def test_swe_store_with_trajectories(tmp_path):
 # --- outputs -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the PNG plots: about 30 s
 def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     out = tmp_path / "run" / "metrics.nc"
     metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)

@@ -183,6 +183,7 @@ def test_cli_regions_option_and_one_line_errors(tmp_path, truth, capsys, monkeyp
     assert "--regions=-10,10,350,10" in results.attrs["command"]
 
 
+@pytest.mark.slow  # about 9 s
 def test_spectra_and_scorecard_in_the_results(tmp_path, truth):
     """The results file carries the spectra of forecast (the first member) and truth at the map
     leads, equal to evaluation.spectra on the same fields; the scorecard cells are the relative

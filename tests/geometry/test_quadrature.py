@@ -46,9 +46,10 @@ def real_spherical_harmonics(grid: Grid, lmax: int) -> torch.Tensor:
 @pytest.mark.parametrize(
     "kind, nlat, exact_degree",
     [
-        ("equiangular", 33, 32),  # Clenshaw-Curtis: exact for degree nlat - 1 in cos(colat)
+        # Clenshaw-Curtis: exact for degree nlat - 1 in cos(colat)
+        pytest.param("equiangular", 33, 32, marks=pytest.mark.slow),
         ("equiangular-midpoint", 32, 31),  # Fejer's first rule: the same
-        ("legendre-gauss", 24, 47),  # Gauss: 2 nlat - 1
+        pytest.param("legendre-gauss", 24, 47, marks=pytest.mark.slow),  # Gauss: 2 nlat - 1
     ],
 )
 def test_spherical_harmonics_orthonormal_to_the_grid_degree(kind, nlat, exact_degree):

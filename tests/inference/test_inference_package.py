@@ -11,7 +11,8 @@ from s2forecast.training import ForecastModule, data_info
 
 
 @pytest.mark.parametrize("package", ["s2forecast.inference.rollout", "s2forecast.evaluation",
-                                     "s2forecast.evaluation.evaluate", "s2forecast.models.forecaster"])  # fmt: skip
+                                     pytest.param("s2forecast.evaluation.evaluate", marks=pytest.mark.slow),
+                                     pytest.param("s2forecast.models.forecaster", marks=pytest.mark.slow)])  # fmt: skip
 def test_imports_no_training_and_no_lightning(package):
     code = (f"import sys, {package}; "
             "print(sorted(m for m in sys.modules if m.startswith(('pytorch_lightning', 'lightning', "

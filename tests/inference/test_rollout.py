@@ -257,6 +257,7 @@ def test_rotation_and_resolution_errors(trained, tmp_path):
     assert result["grid"] == "16x32" and np.isfinite(result["rmse"]) and result["persistence_rmse"] > 0
 
 
+@pytest.mark.slow  # 16x32 stores
 def test_rollout_on_another_grid(trained, tmp_path):
     """The neural-operator property: the same weights roll out on a finer store when asked."""
     store, checkpoint = trained
@@ -271,6 +272,7 @@ def test_rollout_on_another_grid(trained, tmp_path):
     assert forecast.sizes["latitude"] == 16 and np.isfinite(forecast["vorticity"].values).all()
 
 
+@pytest.mark.slow  # a script in a subprocess
 def test_robustness_script(trained, tmp_path):
     import json
     import subprocess

@@ -49,7 +49,10 @@ LAYERS = {
 }
 
 
-@pytest.mark.parametrize("name", LAYERS)
+SLOW = {"neighborhood"}  # ~10 s on CPU
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in LAYERS])
 def test_rotation_equivariance_beats_planar_and_converges(name):
     spherical = [layer_rotation_error(LAYERS[name], shape, planar=False) for shape in RESOLUTIONS]
     planar = [layer_rotation_error(LAYERS[name], shape, planar=True) for shape in RESOLUTIONS]

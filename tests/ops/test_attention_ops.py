@@ -44,7 +44,7 @@ def assert_same_outputs_and_gradients(op, reference, inputs, atol=1e-5):
 
 # --- neighborhood structure ------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shape", [(8, 16), (16, 32), (33, 64), (12, 15)])
+@pytest.mark.parametrize("shape", [(8, 16), (16, 32), pytest.param((33, 64), marks=pytest.mark.slow), (12, 15)])
 def test_arcs_equal_pairwise_distance_mask(kind, shape):
     grid = Grid(*shape, kind)
     for theta in [grid.lat_spacing, default_radius(grid), 0.9, 2.5, math.pi]:
@@ -138,7 +138,7 @@ def test_bfloat16_fold_keeps_flash_attention_eligible(head_dim):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shape", [(8, 16), (16, 32), (33, 64)])
+@pytest.mark.parametrize("shape", [(8, 16), (16, 32), pytest.param((33, 64), marks=pytest.mark.slow)])
 def test_neighborhood_attention_equals_dense_sdpa(kind, shape):
     grid = Grid(*shape, kind)
     for theta in [default_radius(grid), 0.6]:

@@ -178,6 +178,7 @@ def test_descent_picks_distinct_blocks_outside_the_own_ball(kind, shape, ball_si
     assert real_blocks[blocks].all()
 
 
+@pytest.mark.slow  # gradcheck through the kernels: about 90 s on CPU
 def test_hierarchical_layer_gradcheck():
     grid = Grid(8, 16)
     inputs = [t.detach()[:1, :1, :, :4].requires_grad_() for t in qkv(grid)]

@@ -52,9 +52,19 @@ def assert_fused_matches_reference(inputs, grid, atol, reference_dtype=torch.flo
         # paper compression; group selection; the flat compression is one tile of all queries
         ("equiangular", (8, 16), dict(ball_size=32, block_size=8, top_k=4, group_size=8)),
         # multi-level compression (3 levels), selection by descent, groups of 2 (tiles below BLOCK_M)
-        ("legendre-gauss", (12, 24), dict(ball_size=32, block_size=4, top_k=3, group_size=2, compression_window=8)),
+        pytest.param(
+            "legendre-gauss",
+            (12, 24),
+            dict(ball_size=32, block_size=4, top_k=3, group_size=2, compression_window=8),
+            marks=pytest.mark.slow,
+        ),
         # 180 points in 12 balls of 16: padding slots, partial coarse tokens; selection blocks of 2 blocks
-        ("equiangular-midpoint", (12, 15), dict(ball_size=16, block_size=2, select_block=4, top_k=5, group_size=4)),
+        pytest.param(
+            "equiangular-midpoint",
+            (12, 15),
+            dict(ball_size=16, block_size=2, select_block=4, top_k=5, group_size=4),
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_fused_matches_reference(kind, shape, sizes):

@@ -63,10 +63,14 @@ def assert_close_to_reference(inputs, grid, theta, atol=1e-4, **kwargs):
     [
         ((8, 16), "equiangular", "default", 16, (16, 16)),  # tile == row
         ((8, 16), "legendre-gauss", "spacing", 32, (16, 16)),  # one grid spacing: 5 neighbors
-        ((16, 32), "equiangular-midpoint", "default", 32, (16, 16)),  # two tiles per row, wrapped spans
-        ((16, 32), "legendre-gauss", "polar", 16, (32, 16)),  # polar caps: whole key rows
-        ((33, 64), "equiangular", "default", 64, (32, 32)),  # pole rows, whole polar rows
-        ((12, 15), "equiangular", "polar", 16, (16, 16)),  # odd nlon, partial tiles
+        # two tiles per row, wrapped spans
+        pytest.param((16, 32), "equiangular-midpoint", "default", 32, (16, 16), marks=pytest.mark.slow),
+        # polar caps: whole key rows
+        pytest.param((16, 32), "legendre-gauss", "polar", 16, (32, 16), marks=pytest.mark.slow),
+        # pole rows, whole polar rows
+        pytest.param((33, 64), "equiangular", "default", 64, (32, 32), marks=pytest.mark.slow),
+        # odd nlon, partial tiles
+        pytest.param((12, 15), "equiangular", "polar", 16, (16, 16), marks=pytest.mark.slow),
     ],
 )
 def test_fused_equals_reference(tiles, shape, kind, radius, head_dim, block):

@@ -139,6 +139,7 @@ def test_float64_matches_reference_to_rounding(shape, kind):
         assert_matches_reference(grid, theta, inputs(grid, dtype=torch.float64), atol=1e-12)
 
 
+@pytest.mark.slow  # gradcheck: about 9 s on CPU
 def test_gradcheck_float64():
     grid = Grid(5, 7)
     blocks = longitude_blocks(spherical_neighborhood(grid, 0.9), 3)  # a wrapped last block

@@ -15,6 +15,7 @@ KEYS = {"op", "impl", "nlat", "nlon", "batch", "channels", "heads", "theta", "dt
 KEYS |= {"fwd_ms", "fwd_bwd_ms", "peak_mem_mb"}
 
 
+@pytest.mark.slow  # the benchmark script in a subprocess
 def test_bench_attention_prints_json_lines():
     command = [sys.executable, str(SCRIPT), "--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2"]
     command += ["--device", "cpu", "--repeats", "1", "--op", "neighborhood"]
@@ -95,6 +96,7 @@ def test_config_cases():
     assert b["theta"] == pytest.approx(math.pi / 179)
 
 
+@pytest.mark.slow  # the benchmark script in a subprocess
 def test_bench_attention_rounds_interleave_and_report_threads_and_load():
     command = [sys.executable, str(SCRIPT), "--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2"]
     command += ["--device", "cpu", "--repeats", "1", "--op", "neighborhood", "--rounds", "2", "--threads", "1"]
@@ -106,6 +108,7 @@ def test_bench_attention_rounds_interleave_and_report_threads_and_load():
     assert all(row["threads"] == 1 and row["load_1min"] >= 0 for row in rows)
 
 
+@pytest.mark.slow  # the benchmark script in subprocesses
 @pytest.mark.parametrize("option", [["--rounds", "0"], ["--threads", "0"]])
 def test_bench_attention_refuses_bad_counts(option):
     result = subprocess.run([sys.executable, str(SCRIPT), *option], capture_output=True, text=True, timeout=120)

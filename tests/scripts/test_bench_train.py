@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_train.py"
 KEYS = {"impl", "nlat", "nlon", "channels", "batch", "embed_dim", "num_layers", "attention", "dtype", "device"}
 KEYS |= {"params", "steps", "samples_per_s", "step_ms", "peak_mem_mb"}
@@ -21,6 +23,7 @@ def load_script():
     return module
 
 
+@pytest.mark.slow  # the training benchmark in a subprocess
 def test_bench_train_prints_json_lines():
     # one thread: on a shared 2-core machine OpenMP oversubscription can slow a step 100x
     command = [sys.executable, str(SCRIPT), "--nlat", "16", "--nlon", "32", "--batch", "1", "--steps", "1"]

@@ -23,6 +23,7 @@ def neighborhood_row(config, impl, fwd_bwd_ms, dtype="float32", **extra):
             "fwd_bwd_ms": fwd_bwd_ms, **extra}  # fmt: skip
 
 
+@pytest.mark.slow  # a benchmark in a subprocess
 def test_run_writes_report_of_a_tiny_benchmark(gpu_check, tmp_path, monkeypatch):
     tiny = ["--op", "global", "--impl", "sdpa-dense", "--nlat", "8", "--nlon", "16", "--channels", "16",
             "--heads", "2", "--device", "cpu"]  # fmt: skip

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
-from test_training import tiny_args
+from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.data import open_store
@@ -245,6 +245,7 @@ def newest_last(experiment: Path) -> Path:
     return max(experiment.rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
 
 
+@pytest.mark.slow  # kill -9 of a training subprocess, 3 runs
 def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
     """2 epochs of 5 steps, shuffled, with EMA weights. One run is killed (SIGKILL) after step 7,
     its last checkpoint being step 6 (epoch 1, batch 1); `--ckpt_path last` resumes it while
@@ -256,7 +257,10 @@ def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
               "--trainer.callbacks+=test_checkpoints_resume.Probe", "--data.init_args.num_workers", "2"]  # fmt: skip
     straight = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "straight")
     split = tiny_args(swe_store, tmp_path, *common, "--trainer.logger.init_args.name", "split")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training"), str(REPO / "tests")]),
+    }
     log = tmp_path / "crash.log"
     with log.open("w") as output:
         kill = "--trainer.callbacks+=test_checkpoints_resume.KillAfterStep"
@@ -289,6 +293,7 @@ def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
         assert_identical(a[key], b[key], key)
 
 
+@pytest.mark.slow  # 3 runs of 2 DDP processes
 def test_resume_after_kill_mid_epoch_is_bit_identical_under_ddp(swe_store, tmp_path):
     """The same with 2 DDP processes (gloo on CPU), each serving its own shard of the shuffled
     epoch: both ranks are killed mid-epoch, the resumed run ends bit-identical to one that never
@@ -296,7 +301,10 @@ def test_resume_after_kill_mid_epoch_is_bit_identical_under_ddp(swe_store, tmp_p
     every_step = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=1",
                   "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true"]  # fmt: skip
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training"), str(REPO / "tests")]),
+    }
 
     def fit(name, *extra):
         args = tiny_args(swe_store, tmp_path, *every_step, *ddp, "--trainer.logger.init_args.name", name)

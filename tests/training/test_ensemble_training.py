@@ -6,20 +6,15 @@ import numpy as np
 import pytest
 import torch
 import xarray as xr
-from test_training import tiny_args
+from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.evaluation.report import open_results
 
-ENSEMBLE = ["--model.loss", "crps", "--model.members", "2", "--model.network.noise_channels", "2",
-            "--trainer.max_epochs", "1"]  # fmt: skip
-
 
 @pytest.fixture(scope="module")
-def ensemble_checkpoint(swe_store, tmp_path_factory):
-    root = tmp_path_factory.mktemp("ens")
-    cli(["fit", *tiny_args(swe_store, root, *ENSEMBLE)])
-    checkpoint = next((root / "runs").rglob("last.ckpt"))
+def ensemble_checkpoint(crps_run):
+    checkpoint = crps_run.checkpoint  # `fit` of tiny_args with the CRPS options, once per session
     state = torch.load(checkpoint, weights_only=True)
     assert state["global_step"] > 0 and state["hyper_parameters"]["loss"] == "crps"
     assert any(".modulation." in key for key in state["state_dict"])
@@ -59,7 +54,7 @@ def refused(argv, capsys) -> str:
     return lines[0]
 
 
-def test_ensemble_options_bad_values(swe_store, tmp_path, capsys):
+def test_ensemble_options_bad_values(swe_store, mse_run_1_epoch, tmp_path, capsys):
     base = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
     assert "needs a stochastic network: set model.network.noise_channels" in refused(
         ["fit", *base, "--model.loss", "crps", "--model.members", "2"], capsys)  # fmt: skip
@@ -67,8 +62,7 @@ def test_ensemble_options_bad_values(swe_store, tmp_path, capsys):
         ["fit", *base, "--model.loss", "crps", "--model.network.noise_channels", "2"], capsys)  # fmt: skip
     assert "loss must be one of ('mse', 'crps'), got 'mae'" in refused(["fit", *base, "--model.loss", "mae"], capsys)
     assert not (tmp_path / "runs").exists()
-    cli(["fit", *base])  # a deterministic model
-    deterministic = next((tmp_path / "runs").rglob("last.ckpt"))
+    deterministic = mse_run_1_epoch.checkpoint  # a deterministic model: `fit` of tiny_args, once per session
     message = refused(["rollout", "--ckpt", deterministic, "--store", swe_store, "--steps", "1", "--init-times",
                        "2000-01-01T00", "--out", tmp_path / "f.nc", "--members", "2"], capsys)  # fmt: skip
     assert "the checkpoint's model is deterministic (no network.noise_channels)" in message

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_training import tiny_args
+from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.data import compute_stats, generate_swe
@@ -19,10 +19,8 @@ FINETUNE = REPO / "configs" / "swe" / "s2_neighborhood_finetune.yaml"
 
 
 @pytest.fixture(scope="module")
-def trained(swe_store, tmp_path_factory):
-    root = tmp_path_factory.mktemp("finetune")
-    cli(["fit", *tiny_args(swe_store, root, "--trainer.max_epochs", "1")])
-    return next((root / "runs").rglob("last.ckpt"))
+def trained(mse_run_1_epoch):
+    return mse_run_1_epoch.checkpoint  # `fit` of tiny_args for one epoch, once per session
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.geometry import Grid
@@ -19,30 +21,6 @@ from s2forecast.training.datamodule import SWEDataModule
 
 REPO = Path(__file__).parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_neighborhood.yaml"
-
-
-def tiny_args(store, tmp_path, *extra):
-    """fit arguments for a 2-epoch run of a width-16 model on the tiny store, logs in tmp_path."""
-    return [
-        "--config", str(CONFIG),
-        "--data.init_args.store", str(store),
-        "--data.init_args.train_trajectories", "[0, 2]",
-        "--data.init_args.val_trajectories", "[2, 3]",
-        "--data.init_args.test_trajectories", "[2, 3]",
-        "--data.init_args.num_workers", "0",
-        "--data.init_args.batch_size", "2",
-        "--data.init_args.rollout_steps", "2",
-        "--model.network.embed_dim", "16",
-        "--model.network.num_layers", "2",
-        "--model.warmup_steps", "2",
-        "--model.rollout_max", "2",
-        "--model.rollout_every_epochs", "1",
-        "--trainer.max_epochs", "2",
-        "--trainer.enable_progress_bar", "false",
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
-        "--trainer.default_root_dir", str(tmp_path),
-        *extra,
-    ]  # fmt: skip
 
 
 # --- networks ------------------------------------------------------------------------------------
@@ -141,8 +119,8 @@ def last_checkpoint(tmp_path) -> Path:
     return found[-1]
 
 
-def test_fit_checkpoints_and_safe_loading(swe_store, tmp_path):
-    cli(["fit", *tiny_args(swe_store, tmp_path)])
+def test_fit_checkpoints_and_safe_loading(mse_run_2_epochs):
+    tmp_path = mse_run_2_epochs.root  # `fit` of tiny_args, once per session
     checkpoint = torch.load(last_checkpoint(tmp_path), weights_only=True)  # safe loading works
     assert checkpoint["global_step"] == 10 and checkpoint["rollout"] == 2  # 5 batches x 2 epochs
     assert any(p.name.startswith("best-") for p in (tmp_path / "runs").rglob("*.ckpt"))
@@ -152,13 +130,12 @@ def test_fit_checkpoints_and_safe_loading(swe_store, tmp_path):
     assert model.channels == ["geopotential_height", "vorticity", "divergence"]
 
 
-def test_resume_is_exact(swe_store, tmp_path):
+def test_resume_is_exact(swe_store, mse_run_2_epochs, tmp_path):
     """A run that crashes after epoch 1 and is resumed with `--ckpt_path last` ends exactly where
     an uninterrupted run does (weights, optimizer, scheduler, rollout schedule, step counter)."""
     from weight_probe import Crash
 
-    straight, split = tmp_path / "straight", tmp_path / "split"
-    cli(["fit", *tiny_args(swe_store, straight)])
+    straight, split = mse_run_2_epochs.root, tmp_path / "split"  # straight: `fit` of tiny_args, once per session
     with pytest.raises(SystemExit) as exit_:  # a bug, for the command: its traceback, a report request, status 1
         cli(["fit", *tiny_args(swe_store, split, "--trainer.callbacks+=weight_probe.CrashAtEpoch")])
     assert exit_.value.code == 1 and isinstance(exit_.value.__context__, Crash)
@@ -209,6 +186,7 @@ def test_wandb_logger_offline(swe_store, tmp_path, monkeypatch):
     assert runs, list((tmp_path / "runs").rglob("*"))[:20]
 
 
+@pytest.mark.slow  # two DDP processes in a subprocess
 def test_ddp_two_cpu_processes_end_with_the_same_weights(swe_store, tmp_path):
     env = {
         **os.environ,
@@ -240,8 +218,8 @@ def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path, window):
     assert any("gate_proj" in key for key in checkpoint["state_dict"])
 
 
-def test_ckpt_path_last_resumes_the_newest_run(swe_store, tmp_path):
-    cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")])
+def test_ckpt_path_last_resumes_the_newest_run(swe_store, mse_run_1_epoch, tmp_path):
+    shutil.copytree(mse_run_1_epoch.root / "runs", tmp_path / "runs")  # a 1-epoch run of tiny_args, copied
     cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])  # a new logger version
     assert torch.load(last_checkpoint(tmp_path), weights_only=True)["global_step"] == 10
     newest = max((tmp_path / "runs").rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
