@@ -376,7 +376,7 @@ def test_climatology_refuses_repeated_times_infinities_and_bad_periods(tmp_path,
     path = store(tmp_path / "store.zarr")
     if corrupt is not None:
         corrupt(zarr.open_group(path, mode="r+", zarr_format=3))
-    out = tmp_path / "clim.zarr"  # replacing an earlier one safely: tests/test_output_policy.py
+    out = tmp_path / "clim.zarr"  # replacing an earlier one safely: tests/commands/test_output_policy.py
     before = digest(path)
     err = refused(["climatology", str(path), "--out", str(out), *args], capsys)
     assert re.search(message, err), err
