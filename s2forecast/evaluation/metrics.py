@@ -71,11 +71,11 @@ def member_dim(dims) -> str | None:
     return found[0] if found else None
 
 
-def check_members(n_members: int, dim: str) -> None:
+def check_members(members: int, dim: str) -> None:
     """ValueError for an "ensemble" of fewer than two members (the fair CRPS and spread need two)."""
-    if n_members < 2:
+    if members < 2:
         raise UserError(
-            f"the forecast's member dim {dim!r} has {n_members} member; CRPS and spread need at least 2: "
+            f"the forecast's member dim {dim!r} has {members} member; CRPS and spread need at least 2: "
             f"drop the dim (forecast.isel({dim}=0)) to score it as a deterministic forecast"
         )
 

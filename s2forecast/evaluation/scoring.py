@@ -215,6 +215,6 @@ def _results_dataset(forecast, truth, variables, totals, metrics, sources, regio
         attrs={"long_name": "init times whose valid time is in the truth (the scores average over them)", "units": "1"},
     )
     if member:
-        results.attrs["ensemble_size"] = int(forecast.sizes[member])
+        results.attrs["members"] = int(forecast.sizes[member])
         results.attrs["ensemble_dim"] = member
     return results

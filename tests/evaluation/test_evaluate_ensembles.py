@@ -82,7 +82,7 @@ def test_ensemble_scores_match_numpy(tmp_path, truth, name):
     share = [((r >= below) & (r <= below + tied)) / (tied + 1.0) for r in range(m + 1)]
     expected = np.array([np.sum(w * share[r]) for r in range(m + 1)]) / w.sum()
     np.testing.assert_allclose(hist, expected, rtol=1e-10)
-    assert results.attrs["ensemble_size"] == m and results.attrs["ensemble_dim"] == name
+    assert results.attrs["members"] == m and results.attrs["ensemble_dim"] == name
     assert "CRPS" in format_table(results)
 
 
