@@ -20,7 +20,8 @@ Time: the store's ``time`` is the valid time. If a file has both ``time`` (initi
 have a single step 0, so valid time = time). Level: ``pressure_level`` / ``isobaricInhPa`` /
 ``level`` become ``level``, integer hPa.
 
-Variables: ECMWF short names map to WeatherBench2 names (``ERA5_NAMES``); a ``z`` without a level
+Variables: ECMWF short names map to WeatherBench2 names (``ERA5_NAMES``; files in those names, e.g.
+WeatherBench2's own, are read as they are); a ``z`` without a level
 dimension is the surface geopotential (``geopotential_at_surface``). Static fields
 (``land_sea_mask``, ``geopotential_at_surface``) are taken at the earliest time found and stored as
 ``(latitude, longitude)``. Units are checked with ``normalize_units`` against ``store.VARIABLES``, and
@@ -77,6 +78,7 @@ ERA5_NAMES: dict[str, str] = {
     "lsm": "land_sea_mask",
 }
 SURFACE_GEOPOTENTIAL = "geopotential_at_surface"
+WB2_NAMES = frozenset({*ERA5_NAMES.values(), SURFACE_GEOPOTENTIAL})  # also read as they are (WB2's own files)
 PRESSURE_LEVEL_VARIABLES = frozenset(ERA5_NAMES[short] for short in ("z", "t", "u", "v", "q", "w"))
 SOURCE = "ERA5 via the Copernicus Climate Data Store"
 ACKNOWLEDGEMENT = "Contains modified Copernicus Climate Change Service information"
@@ -310,7 +312,7 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
     for short, var in ds.data_vars.items():
         if "latitude" not in var.dims or "longitude" not in var.dims:
             continue  # bookkeeping variables (bounds, flags), not fields
-        if short not in ERA5_NAMES:
+        if short not in ERA5_NAMES and short not in WB2_NAMES:
             if selection is None:
                 raise UserError(
                     f"{path}: unknown variable {short!r} with dims {var.dims}; known ECMWF short names are "
@@ -318,7 +320,7 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
                 )
             warnings.warn(f"{path}: skipping unknown variable {short!r} (not among --variables)", stacklevel=3)
             continue
-        name = ERA5_NAMES[short]
+        name = ERA5_NAMES.get(short, short)  # a WeatherBench2 name is its own
         if short == "z" and "level" not in var.dims:
             name = SURFACE_GEOPOTENTIAL
         if selection is not None and name not in selection:

@@ -4,7 +4,8 @@ A sample is ``history`` input states ending at the initialization time t0 and ``
 target states at t0 + step, ..., t0 + rollout * step, for every channel (a single-level
 variable, or one level of a pressure-level variable), plus static fields and analytic
 forcings at every one of those times. Only the chunks of those time steps are read: the store
-is opened with xarray's lazy indexing (no dask graph per sample), once per worker process.
+is opened with xarray's lazy indexing (no dask graph per sample), once per worker process, in the
+model's dim order and latitude direction whatever the store's (``store.open_store``).
 """
 
 import os
@@ -26,6 +27,8 @@ from s2forecast.times import format_time, format_times
 from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "skip")
+# the dims of a variable a model reads, in the order ``open_store`` puts them (any order in the store)
+MODEL_DIMS = (("time", "level", "latitude", "longitude"), ("time", "latitude", "longitude"))
 
 
 @dataclass
@@ -151,6 +154,12 @@ class FieldDataset(torch.utils.data.Dataset):
             raise UserError(f"variables {missing} are not in {path}; it has {list(info.variables)}")
         for name in spec.variables:
             check_units(name, ds[name].attrs.get("units"), path)
+            if ds[name].dims not in MODEL_DIMS:  # open_store ordered them: other dims remain
+                expected = " or ".join(map(str, MODEL_DIMS))
+                raise UserError(
+                    f"variable {name} of {path} has dims {ds[name].dims}; a model reads {expected}: select or drop "
+                    "the other dims in a store of its own"
+                )
         self.levels = self._check_levels(ds, spec)
         self.channels = tuple(
             c for v in spec.variables for c in channel_names(v, self.levels if "level" in ds[v].dims else None)

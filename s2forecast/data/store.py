@@ -19,8 +19,9 @@ Layout (zarr v3, WeatherBench2-compatible):
     ``stats`` group (see ``s2forecast.data.stats``).
 
 Writers produce latitude north -> south (ERA5's order and the model's). Readers accept either
-order: ``to_model_order`` is the one place where the store's order and the model's
-convention (torch-harmonics: colatitude from the north pole) meet.
+latitude order and any order of the dims (WeatherBench2's public ERA5 stores are ``(time, level,
+longitude, latitude)``): ``to_model_order`` is the one place where the store's layout and the
+model's convention (torch-harmonics: colatitude from the north pole) meet.
 
 Readers also take stores s2forecast did not write, as they are: zarr v2 or v3, local or at an
 fsspec URL (``gs://``, ``s3://``, ``https://``, ``file://``), in WeatherBench2's names and
@@ -104,13 +105,44 @@ def cf_attributes(name: str) -> dict[str, str]:
     return attrs
 
 
-def to_model_order(ds: xr.Dataset) -> xr.Dataset:
-    """The dataset with latitude north -> south, the order of ``Grid`` and of every model.
+# the trailing dims of every field in the model's order; any others (time, lead, member) come first
+TRAILING_DIMS = ("level", "latitude", "longitude")
 
-    This is the only place that reconciles a store's latitude order with the model's. Lazy:
-    reversing an index does not read data.
+
+def to_model_order(ds: xr.Dataset, leading: tuple[str, ...] = ("time",)) -> xr.Dataset:
+    """The dataset in the model's layout, whatever the store's dim order and latitude direction.
+
+    Every variable becomes ``(*leading, <other dims>, [level], [latitude], [longitude])`` (dims it
+    lacks are left out; other dims keep their relative order), e.g. ``(time, level, latitude,
+    longitude)`` from WeatherBench2's ``(time, level, longitude, latitude)``; latitude runs north ->
+    south, the order of ``Grid`` and of every model (torch-harmonics: colatitude from the north
+    pole). This is the one place where a store's layout and the model's meet: every reader goes
+    through it (``open_store``, evaluation's forecast, truth and climatology).
+
+    Lazy: reversing an index reads no data; a variable read from a file that must be transposed
+    becomes a dask array in the file's own chunks (``preferred_chunks``; else one chunk per
+    ``leading`` step), so reading one time step still reads only that step's chunks (a transposed
+    backend array would be read by vectorized indexing instead, with index arrays as large as the
+    field). A variable already in order, or in memory, stays as it is (numpy transposes a view).
+
+    Args:
+        ds: a dataset; latitudes in degrees (without a ``latitude`` coordinate none is reversed).
+        leading: dims that go first, in this order, where a variable has them.
     """
-    lat = ds["latitude"].values
+    fields = {}
+    for name, var in ds.data_vars.items():
+        first = [d for d in leading if d in var.dims]
+        last = [d for d in TRAILING_DIMS if d in var.dims]
+        order = (*first, *(d for d in var.dims if d not in first and d not in last), *last)
+        if order == var.dims:
+            continue
+        if var.chunks is None and var.encoding:  # read from a file, lazily: dask in its chunks, then transpose
+            preferred = var.encoding.get("preferred_chunks") or {}
+            var = var.chunk({d: preferred.get(d, 1 if d in leading else -1) for d in var.dims})
+        fields[name] = var.transpose(*order)
+    if fields:
+        ds = ds.assign(fields)
+    lat = ds["latitude"].values if "latitude" in ds.coords else np.empty(0)
     if lat.size > 1 and lat[0] < lat[-1]:
         ds = ds.isel(latitude=slice(None, None, -1))
     return ds
@@ -160,7 +192,8 @@ def _check_protocol(url: str) -> None:
 def open_store(
     path: str | Path, require_complete: bool = True, chunks: dict | None = None, storage_options: dict | None = None
 ) -> xr.Dataset:
-    """Open a store lazily, in model latitude order: the one way every reader opens a store.
+    """Open a store lazily, in the model's dim order and latitude direction (``to_model_order``):
+    the one way every reader opens a store.
 
     Args:
         path: the store: a local path or an fsspec URL (zarr v2 or v3).
