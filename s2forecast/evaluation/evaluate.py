@@ -23,10 +23,12 @@ Inputs:
         prediction_timedelta, [member], [level], latitude, longitude)``, ``time`` the init time
         (datetime64), ``prediction_timedelta`` the lead (timedelta64, or numbers with a ``units``
         attribute such as ``hours``), the member dim named ``realization`` (WB2), ``number``
-        (ECMWF/cfgrib) or ``member``, at least 2 members; latitude in either order; a
-        ``valid_time`` coordinate is ignored. Variable names and units as in the truth store.
+        (ECMWF/cfgrib) or ``member``, at least 2 members; the dims in any order (WeatherBench2's
+        ``(..., longitude, latitude)`` too) and latitude in either direction (both are put in
+        the model's layout when opened: ``store.to_model_order``); a ``valid_time`` coordinate
+        is ignored. Variable names and units as in the truth store.
     truth: a store opened with :func:`~s2forecast.data.store.open_store`, dims ``(time,
-        [level], latitude, longitude)``, ``time`` the valid time; a ``land_sea_mask`` (or ``lsm``)
+        [level], latitude, longitude)`` in any order, ``time`` the valid time; a ``land_sea_mask`` (or ``lsm``)
         variable adds WB2's land regions.
     climatology: WB2 layout ``(dayofyear, hour, [level], latitude, longitude)``; by default
         computed from the truth store (the method is recorded in the output's attributes).
@@ -38,6 +40,8 @@ Outputs (``out`` = ``METRICS.nc``):
     METRICS_plots/: PNGs per plotted field: RMSE and ACC versus lead time with the init times per
         lead (global), spectra of forecast and truth, forecast/truth/error maps; and scorecards of
         the forecast against persistence and climatology (RMSE change per field, region, lead).
+        Plots that cannot be drawn are a :class:`PlotWarning`: the results file and CSV are
+        written without them (computed scores are never lost to a plot).
     Spectra (:mod:`s2forecast.evaluation.spectra`) of forecast and truth at the map leads go into
     the results file as ``<field>_sh_power`` and ``<field>_zonal_power``.
 
@@ -49,6 +53,7 @@ truth and finalized once (WB2: RMSE = sqrt of the MSE averaged over init times).
 import contextlib
 import datetime
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -63,7 +68,7 @@ from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_t
 from s2forecast.evaluation.metrics import INIT_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
-from s2forecast.user_errors import UserError
+from s2forecast.user_errors import UserError, one_line
 
 __all__ = ["EvaluationConfig", "EvaluationInputs", "evaluate", "format_table", "metrics_table", "open_forecast",
            "open_truth"]  # fmt: skip
@@ -183,17 +188,26 @@ def evaluate(
         for output in outputs:
             stack.enter_context(output)
         command = command or f"evaluate({inputs.forecast_name!r}, ...) (Python)"
-        metrics = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress, command=command)
-        for output in outputs:
+        metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
+                                            command=command)  # fmt: skip
+        for output in written:
             output.commit()
     return metrics
 
 
+class PlotWarning(UserWarning):
+    """The plots of an evaluation could not be drawn; its scores were written without them."""
+
+
 def _score_and_write(
     inputs: EvaluationInputs, config: EvaluationConfig, outputs: list[Output], *, progress: bool, command: str
-) -> xr.Dataset:
+) -> tuple[xr.Dataset, list[Output]]:
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
-    write every output at its temporary path, and check that no input was rewritten meanwhile."""
+    write every output at its temporary path, and check that no input was rewritten meanwhile.
+
+    Returns the metrics and the outputs to commit: all of them, or, when drawing the plots failed
+    (a :class:`PlotWarning`), all but the plots directory: computed scores are never lost to a plot.
+    """
     plots_output, csv_output, metrics_output = outputs if len(outputs) == 3 else (None, *outputs)
     out = metrics_output.path
     expected = inputs.init_times_with_truth()
@@ -243,16 +257,28 @@ def _score_and_write(
     metrics_table(metrics).to_csv(csv_output.tmp, index=False)
     metrics.attrs.update({**metrics_output.attrs, "csv_sha256": file_sha256(csv_output.tmp)})
     report.write_results(metrics, metrics_output.tmp)
-    files = []
+    files, committed = [], list(outputs)
     if plots_output is not None:
-        written = report.write_plots(
-            metrics, inputs.forecast, inputs.truth, inputs.variables, inputs.map_leads, plots_output.tmp
-        )
-        files = [plot_dir / path.name for path in written]
+        try:
+            written = report.write_plots(
+                metrics, inputs.forecast, inputs.truth, inputs.variables, inputs.map_leads, plots_output.tmp
+            )
+            files = [plot_dir / path.name for path in written]
+        except Exception as error:  # the scores are computed and written: keep them, without plots
+            warnings.warn(
+                f"the plots could not be drawn ({type(error).__name__}: {one_line(str(error))}); the scores are "
+                f"written to {out} without them",
+                PlotWarning,
+                stacklevel=3,
+            )
+            plots_output.discard()
+            committed.remove(plots_output)
+            del metrics.attrs["plots_dir"]
+            report.write_results(metrics, metrics_output.tmp)  # without the plots_dir it does not have
     for path, (what, generation) in inputs.generations.items():
         check_unchanged(path, generation, what)
     metrics.attrs["plot_files"] = [str(path) for path in files]
-    return metrics
+    return metrics, committed
 
 
 def _score(inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool) -> xr.Dataset:

@@ -17,7 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
-from s2forecast.data.store import normalize_units
+from s2forecast.data.store import normalize_units, to_model_order
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.config import EvaluationConfig
 from s2forecast.evaluation.metrics import (
@@ -91,7 +91,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
         source: path of a ``.nc`` file or a zarr store, or an opened Dataset.
 
     Returns:
-        Dataset with dims ``(time, prediction_timedelta, [level], latitude, longitude)``,
+        Dataset with dims ``(time, prediction_timedelta, [member], [level], latitude, longitude)``
+        in this order whatever the file's (``store.to_model_order``), latitude north -> south,
         ``prediction_timedelta`` as timedelta64, without a ``valid_time`` variable.
 
     Raises:
@@ -126,7 +127,7 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     member = member_dim(forecast.dims)  # realization (WB2), number (ECMWF/cfgrib) or member
     if member is not None:
         check_members(forecast.sizes[member], member)
-    return forecast
+    return to_model_order(forecast, leading=(INIT_DIM, LEAD_DIM))
 
 
 def _open_forecast_file(path: Path) -> xr.Dataset:
@@ -145,8 +146,8 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     ``storage_options``: fsspec options when ``source`` is a URL.
 
     Returns:
-        Dataset with dims ``(time, [level], latitude, longitude)`` (latitude north -> south when
-        opened from a path).
+        Dataset with dims ``(time, [level], latitude, longitude)`` in this order whatever the
+        store's, latitude north -> south (``store.to_model_order``).
     """
     if isinstance(source, xr.Dataset):
         truth = source
@@ -164,6 +165,8 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     if not truth.indexes[INIT_DIM].is_unique:
         raise UserError("truth 'time' has duplicate values")
     truth = truth.drop_vars("written", errors="ignore")
+    if all(dim in truth.coords for dim in SPATIAL_DIMS):  # else _check_grid names the missing one
+        truth = to_model_order(truth)
     along_time = [name for name, coord in truth.coords.items() if INIT_DIM in coord.dims and name != INIT_DIM]
     return truth.drop_vars(along_time)
 
@@ -379,6 +382,8 @@ def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tup
         path = _require_path(source, "climatology")
         _check_readable(path, "climatology")
         clim, where = _opened(open_climatology, path, "climatology"), str(path.resolve())
+    if all(dim in clim.coords for dim in SPATIAL_DIMS):  # else _check_grid names the missing one
+        clim = to_model_order(clim, leading=("dayofyear", "hour"))
     _check_variables(forecast, clim, variables, "climatology", where)
     _check_grid(forecast, clim, "climatology", where)
     _check_units(forecast, clim, variables, "climatology", where)

@@ -146,8 +146,9 @@ def plot_maps(
     coastline) when given, else Natural Earth's 1:110m (module docstring).
 
     Args:
-        forecast: dims ``(prediction_timedelta, latitude, longitude)``, latitude in any order.
-        truth: the same dims and coordinates (the truth at the valid times; NaN where missing).
+        forecast: dims ``(prediction_timedelta, latitude, longitude)`` in any order, latitude in
+            either direction.
+        truth: the same dims (any order) and coordinates (the truth at the valid times; NaN where missing).
         path: PNG to write.
         title: e.g. ``Z500, init 2020-01-01``.
         units: the field's units, for the colour bars.
@@ -157,12 +158,12 @@ def plot_maps(
     Returns:
         ``path``.
     """
-    forecast = forecast.sortby("latitude").sortby("longitude")
-    truth = truth.sortby("latitude").sortby("longitude")
+    # pcolormesh takes (latitude, longitude) arrays: put every field in that order, ascending
+    forecast, truth = (_map_order(data) for data in (forecast, truth))
     error = forecast - truth
     coast = None
     if land_sea_mask is not None:
-        coast = land_sea_mask.sortby("latitude").sortby("longitude").interp_like(forecast.isel(
+        coast = _map_order(land_sea_mask).interp_like(forecast.isel(
             {d: 0 for d in forecast.dims if d not in ("latitude", "longitude")}), method="nearest").values  # fmt: skip
     lat, lon = forecast["latitude"].values, forecast["longitude"].values
     leads = forecast["prediction_timedelta"].values
@@ -197,6 +198,11 @@ def plot_maps(
             figure.colorbar(mesh, ax=ax, label=units, shrink=0.8)  # as tall as the 2:1 map
     figure.suptitle(title)
     return _save(figure, path)
+
+
+def _map_order(data: xr.DataArray) -> xr.DataArray:
+    """``data`` as (..., latitude, longitude), both ascending, whatever its dim order and directions."""
+    return data.sortby("latitude").sortby("longitude").transpose(..., "latitude", "longitude")
 
 
 def plot_spectra(

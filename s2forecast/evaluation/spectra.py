@@ -187,6 +187,9 @@ def spectra(
 ) -> xr.Dataset:
     """Spectra of a forecast and of its truth, averaged over initialization times.
 
+    Both fields may hold their dims in any order (WeatherBench2 stores (..., longitude, latitude)):
+    they are put in the spectra's order ``(..., latitude, longitude)`` first.
+
     Args:
         forecast: (time, lead_time, [level,] latitude, longitude) forecast field (an ensemble:
             one member, or the caller's choice).
@@ -198,6 +201,9 @@ def spectra(
         (source, lead_time, [level,] frequency), source = ["forecast", "truth"]; coordinates
         ``degree_wavelength`` and ``zonal_wavelength`` (m).
     """
+    if {"latitude", "longitude"} <= set(forecast.dims) and set(forecast.dims) == set(truth.dims):
+        forecast = forecast.transpose(..., "latitude", "longitude")
+        truth = truth.transpose(*forecast.dims)
     if forecast.dims != truth.dims or forecast.shape != truth.shape:
         raise UserError(f"forecast {dict(forecast.sizes)} and truth {dict(truth.sizes)} must be aligned")
     sources = []
