@@ -130,3 +130,16 @@ def test_shards_that_do_not_divide_the_time_chunk(monthly, tmp_path):  # noqa: F
         "not resume safely; use --time-chunk 6 or a --shards that divides 4"
     )
     assert not out.exists() and list(tmp_path.glob("era5*")) == []
+
+
+def test_unaligned_shards_on_the_command_line_write_nothing(monthly, tmp_path, capsys):  # noqa: F811
+    from s2forecast.cli import main
+
+    out = tmp_path / "era5.zarr"
+    with pytest.raises(SystemExit) as exit:
+        main(["convert-era5", *map(str, monthly), "--out", str(out), "--shards", "8", "--no-progress"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("s2forecast convert-era5: error: --shards 8 does not divide --time-chunk 4"), lines
+    assert "use --time-chunk 8" in lines[0]
+    assert not out.exists() and list(tmp_path.glob("era5*")) == []
