@@ -44,6 +44,13 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"time steps written per slab, in parallel (default {CONVERT_TIME_CHUNK})",
     )
+    parser.add_argument(
+        "--shards",
+        type=positive_int,
+        metavar="N",
+        help="write zarr v3 shards of N time steps (one file per N steps and variable, instead of one per step); "
+        "N must divide --time-chunk",
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -60,6 +67,7 @@ def run(args: argparse.Namespace) -> None:
             overwrite=args.overwrite,
             progress=args.progress,
             time_chunk=args.time_chunk,
+            shards=args.shards or 0,
         )
     except FileNotFoundError as error:
         raise UserError(str(error)) from error

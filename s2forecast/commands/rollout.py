@@ -35,6 +35,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="FORECAST.nc, or a .zarr directory with --format zarr")
     parser.add_argument("--format", choices=["netcdf", "zarr"], default="netcdf")
+    parser.add_argument(
+        "--shards", type=positive_int, metavar="N",
+        help="with --format zarr: write zarr v3 shards of N initialization times (one file per N times and lead, "
+        "instead of one per time, lead and member); N must divide --batch-size",
+    )  # fmt: skip
     parser.add_argument("--batch-size", type=positive_int, default=4, help="initialization times per batch")
     parser.add_argument("--device", type=device, default="auto", help="auto (cuda if there is one), cpu, cuda:1, ...")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
@@ -60,12 +65,12 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from s2forecast.inference.rollout import RolloutOptions, init_times_from, rollout, source_times
 
-    available = source_times(args.store, args.storage_options)
-    times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     options = RolloutOptions(
         fmt=args.format, batch_size=args.batch_size, device=resolve_device(args.device), bf16=args.bf16,
         nan_policy=args.nan, other_grid=args.other_grid, store_stats=args.store_stats, members=args.members,
-        seed=args.seed, overwrite=args.overwrite, storage_options=args.storage_options,
+        seed=args.seed, overwrite=args.overwrite, storage_options=args.storage_options, shards=args.shards or 0,
     )  # fmt: skip
+    available = source_times(args.store, args.storage_options)  # after the options: bad ones fail before any read
+    times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, progress=not args.no_progress)
     print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

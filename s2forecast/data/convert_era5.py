@@ -34,7 +34,9 @@ must cover the same times.
 
 Writing goes through ``StoreWriter``: the skeleton first, then slabs of ``time_chunk`` time steps
 (each computed in parallel by dask's threaded scheduler), then the completeness flag. A rerun of
-the same command after an interruption skips the time steps already written.
+the same command after an interruption skips the time steps already written. With ``shards`` N,
+the store is zarr v3 sharded (one file per N time steps and variable); N must divide
+``time_chunk``, so that every slab writes whole shards and resumption stays safe (``StoreWriter``).
 """
 
 import warnings
@@ -533,6 +535,18 @@ def _slabs(written: np.ndarray, time_chunk: int) -> list[tuple[int, int]]:
     return slabs
 
 
+def check_shards(shards: int, time_chunk: int) -> None:
+    """Refuse shards that a slab of ``time_chunk`` steps would split (a rerun could not resume safely)."""
+    if shards < 0:
+        raise UserError(f"--shards must be >= 1 time steps per shard, got {shards}")
+    if shards and time_chunk % shards:
+        fit = -(-time_chunk // shards) * shards
+        raise UserError(
+            f"--shards {shards} does not divide --time-chunk {time_chunk}: a slab would write part of a shard and an "
+            f"interrupted run could not resume safely; use --time-chunk {fit} or a --shards that divides {time_chunk}"
+        )
+
+
 def _is_complete(path: Path) -> bool:
     try:
         return zarr.open_group(path, mode="r", zarr_format=3).attrs.get(COMPLETE_ATTR) == "true"
@@ -549,6 +563,7 @@ def convert_era5(
     overwrite: bool = False,
     progress: bool = True,
     time_chunk: int = CONVERT_TIME_CHUNK,
+    shards: int = 0,
 ) -> Path:
     """Convert CDS ERA5 files into a store at ``out``; returns ``out``.
 
@@ -563,6 +578,8 @@ def convert_era5(
         overwrite: replace an existing store instead of resuming it (only a store s2forecast wrote).
         progress: show a progress bar.
         time_chunk: time steps per written slab (the unit of work and of resumption).
+        shards: time steps per zarr v3 shard (one file holds that many steps of a variable); 0:
+            one file per time step. Must divide ``time_chunk``.
 
     Raises:
         FileNotFoundError: an input does not exist.
@@ -571,6 +588,7 @@ def convert_era5(
     """
     if time_chunk < 1:
         raise UserError(f"time_chunk must be >= 1, got {time_chunk}")
+    check_shards(shards, time_chunk)
     out = Path(out)
     paths = resolve_inputs(inputs)
     check_target(out, paths)  # before reading anything; the rest of the policy in StoreWriter.create
@@ -615,7 +633,7 @@ def convert_era5(
         statics = {name: _static(by_name[name]) for name in static}
         template = _template(data, statics, grid, times, store_levels, paths, out)
         signature = _signature(paths, dynamic + static, store_levels, member)
-        writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths)
+        writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths, shards=shards)
         return _write(writer, template, data, progress, time_chunk, by_name)
     finally:
         for item in opened:

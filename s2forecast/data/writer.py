@@ -16,6 +16,12 @@ renamed over it by ``finish``, so until then readers see the old store, and a fa
 interrupted overwrite leaves it intact (the next ``--overwrite`` run starts afresh). Use the
 writer as a context manager: on an error it removes such a half-built replacement and reports
 a full disk in one line.
+
+With ``shards`` N, the time-dependent variables are written as zarr v3 shards (the sharding
+codec: one file holds N one-time-step chunks), N times fewer files. Resumption stays safe because
+every slab writes whole shards (``write`` checks it): a shard is never read back and rewritten, so
+a crash mid-slab can only damage shards whose times are not yet marked written, which the rerun
+writes again whole.
 """
 
 import errno
@@ -63,15 +69,30 @@ class StoreWriter:
         overwrite: replace an existing store (complete or not) instead of resuming; only a
             store s2forecast wrote is ever replaced.
         inputs: the files the store is made from (the store may not be, hold or lie in one).
+        shards: time steps per zarr v3 shard of the time-dependent variables (0: one file per
+            chunk); part of the signature, and each slab must cover whole shards.
     """
 
-    def __init__(self, path: str | Path, signature: dict, overwrite: bool = False, inputs: Iterable[str | Path] = ()):
+    def __init__(
+        self,
+        path: str | Path,
+        signature: dict,
+        overwrite: bool = False,
+        inputs: Iterable[str | Path] = (),
+        shards: int = 0,
+    ):
+        if shards < 0:
+            raise ValueError(f"shards must be >= 0, got {shards}")
         self.path = Path(path)
-        self.signature = json.dumps(signature, sort_keys=True, default=str)
+        self.shards = shards
+        # only sharded stores carry it, so unsharded stores written before shards existed still resume
+        self.signature = json.dumps({**signature, "shards": shards} if shards else signature, sort_keys=True,
+                                    default=str)  # fmt: skip
         self.overwrite = overwrite
         self.inputs = tuple(inputs)
         self.target = self.path  # where slabs go: the store, or the replacement being built beside it
         self._replacement: Output | None = None
+        self._n_times = 0  # the store's time steps, known at ``create``
         self._created = False  # whether this run created the store at ``path`` (it holds only this run's data)
 
     def create(self, template: xr.Dataset) -> np.ndarray:
@@ -81,6 +102,7 @@ class StoreWriter:
         Returns:
             (time,) bool array of the time steps already written (all false for a new store).
         """
+        self._n_times = template.sizes["time"]
         if os.path.lexists(self.path) and not self.overwrite:
             return self._resume()
         output = Output(self.path, "store", directory=True, inputs=self.inputs, overwrite=self.overwrite)
@@ -130,6 +152,7 @@ class StoreWriter:
 
     def _write_skeleton(self, template: xr.Dataset, output: Output) -> None:
         ds = template.copy()
+        shards = min(self.shards, ds.sizes["time"])  # a shard longer than the store would only be padding
         for name in list(ds.data_vars):
             if "time" not in ds[name].dims:  # static fields are written now: compute=False would defer them
                 ds[name] = ds[name].compute()
@@ -138,6 +161,10 @@ class StoreWriter:
                 var.attrs = {**var.attrs, **cf_attributes(name)}
             if "time" in var.dims:
                 var.encoding["chunks"] = tuple(1 if d == "time" else ds.sizes[d] for d in var.dims)
+                if shards:  # xarray wants the (never computed) placeholder chunked as the shards
+                    var.encoding["shards"] = tuple(shards if d == "time" else ds.sizes[d] for d in var.dims)
+                    ds[name] = var.chunk({"time": shards})
+                    ds[name].encoding = var.encoding
         ds["written"] = ("time", np.zeros(ds.sizes["time"], dtype=bool))
         ds["written"].encoding["chunks"] = (ds.sizes["time"],)
         ds.attrs.update(
@@ -155,6 +182,8 @@ class StoreWriter:
         """Write the time-dependent variables of ``slab`` at time indices start..start+len-1
         (computing dask arrays in parallel), then mark those times written."""
         stop = start + slab.sizes["time"]
+        if self.shards and (start % self.shards or (stop % self.shards and stop != self._n_times)):
+            raise ValueError(f"time steps {start}..{stop} split a shard of {self.shards}: a rerun could not resume")
         data = slab[[name for name, v in slab.data_vars.items() if "time" in v.dims]].copy(deep=False)
         data = data.drop_vars([c for c in data.coords if c != "time"])
         data.attrs = {}

@@ -5,6 +5,12 @@ as WeatherBench2 names them], [``level``], ``latitude``
 (north -> south), ``longitude``; a ``valid_time`` coordinate; the store's variable names and
 units; CF-1.8 attributes. A ``ForecastFile`` writes at the temporary path of an
 ``s2forecast.output.Output``, which renames it into place when complete.
+
+Zarr chunks hold one initialization time at one lead (one member). With ``shards`` N, zarr v3's
+sharding codec packs the chunks of N initialization times (and every member) at one lead into
+one file: N x members times fewer files. Each ``write`` must then cover whole shards (its
+``start`` a multiple of N, its batch N long or reaching the last time), so a shard is written
+once, never read back and rewritten.
 """
 
 from dataclasses import dataclass
@@ -39,10 +45,14 @@ class ChannelLayout:
 
 class ForecastFile:
     """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
-    an ``s2forecast.output.Output``)."""
+    an ``s2forecast.output.Output``); ``shards``: initialization times per zarr shard (0: unsharded)."""
 
-    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs, members: int = 0):
+    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs, members: int = 0, shards: int = 0):
+        if shards and fmt != "zarr":
+            raise ValueError(f"shards are a zarr v3 feature, not one of {fmt}")
         self.tmp, self.fmt, self.layout = Path(path), fmt, layout
+        self.n_times = len(init_times)
+        self.shards = min(shards, self.n_times)  # a shard longer than the file would only be padding
         self.shape = (len(lat), len(lon))
         self.n_levels = len(layout.levels) if layout.levels else 0
         self.members = members  # 0: a deterministic forecast, no realization dimension
@@ -102,7 +112,12 @@ class ForecastFile:
                          *((self.n_levels,) if pressure else ()), *self.shape)  # fmt: skip
                 vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
                 chunks = (1, 1, *((1,) if members else ()), *shape[2 + bool(members) :])
-                data[name] = xr.Variable(vdims, da.full(shape, np.nan, dtype=np.float32, chunks=chunks), units[name])
+                encoding = {}
+                if self.shards:  # the never-computed placeholder is chunked as the shards, as xarray requires
+                    encoding = {"chunks": chunks, "shards": (self.shards, 1, *shape[2:])}
+                    chunks = encoding["shards"]
+                placeholder = da.full(shape, np.nan, dtype=np.float32, chunks=chunks)
+                data[name] = xr.Variable(vdims, placeholder, units[name], encoding=encoding)
             coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
                       "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
             if self.n_levels:
@@ -115,6 +130,8 @@ class ForecastFile:
     def write(self, start: int, lead_index: int, fields: np.ndarray) -> None:
         """fields: (batch, [members,] channels, nlat, nlon) physical values of init times start.. at one lead."""
         stop = start + len(fields)
+        if self.shards and (start % self.shards or (stop % self.shards and stop != self.n_times)):
+            raise ValueError(f"times {start}..{stop} split a shard of {self.shards} initialization times")
         c = 0
         blocks = {}
         axis = 2 if self.members else 1  # the channel axis

@@ -60,6 +60,9 @@ class RolloutOptions:
             batch size).
         overwrite: replace an existing output that s2forecast wrote (never anything else).
         storage_options: fsspec options when the store is a URL (e.g. ``{"token": "anon"}``).
+        shards: with fmt "zarr", initialization times per zarr v3 shard (one file holds that many
+            initialization times, every member, at one lead); 0: one file per chunk. It must
+            divide ``batch_size``, so that each batch writes whole shards.
     """
 
     fmt: str = "netcdf"
@@ -73,6 +76,7 @@ class RolloutOptions:
     seed: int = 0
     overwrite: bool = False
     storage_options: dict | None = None
+    shards: int = 0
 
     def __post_init__(self):
         if self.fmt not in ("netcdf", "zarr"):
@@ -83,6 +87,17 @@ class RolloutOptions:
             raise UserError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.members < 0:
             raise UserError(f"members must be >= 0, got {self.members}")
+        if self.shards < 0:
+            raise UserError(f"--shards must be >= 1 initialization times per shard, got {self.shards}")
+        if self.shards and self.fmt != "zarr":
+            raise UserError(f"--shards {self.shards} needs --format zarr (sharding is a zarr v3 feature); add "
+                            "--format zarr or leave --shards out")  # fmt: skip
+        if self.shards and self.batch_size % self.shards:
+            fit = -(-self.batch_size // self.shards) * self.shards
+            raise UserError(
+                f"--shards {self.shards} does not divide --batch-size {self.batch_size}, so batches would split "
+                f"shards; use --batch-size {fit} or a --shards that divides {self.batch_size}"
+            )
 
 
 def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> Forecaster:
@@ -216,4 +231,4 @@ def open_forecast_file(
     if options.members:
         attrs["ensemble"] = f"{options.members} members along realization (seed {options.seed})"
     return ForecastFile(output.tmp, options.fmt, layout, init_times, leads, dataset.lat_deg, dataset.lon_deg, units,
-                        attrs, members=options.members)  # fmt: skip
+                        attrs, members=options.members, shards=options.shards)  # fmt: skip
