@@ -8,19 +8,20 @@ variable's canonical units and plausible ranges (``data.plausibility``). Then ru
 (``xr.open_zarr(store).mean()``, dask's threads) in the same run, and prints per command:
 
     {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s",
-     "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "grid", "channels", "steps", "load"}
+     "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load"}
 
 ``mb_per_s`` is store bytes on disk over the wall time; ``ratio`` = mb_per_s / raw_mb_per_s (1:
 as fast as reading the store). Wall time and peak RSS come from ``/usr/bin/time -f "%e %M"``.
 ``startup`` (python, importing s2forecast.cli and data.stats, torch included) is printed too:
-the fixed cost inside every case's wall time.
+the fixed cost inside every case's wall time; ``ratio_net`` is the ratio with each side's import
+time (s2forecast's, and xarray's for the baseline) taken off.
 
 Adding a command: a function (store, workdir) -> argv after ``s2forecast`` in ``CASES``.
 
 Examples:
     python scripts/bench_scale.py                                  # 64x32, 16 steps, stats
     python scripts/bench_scale.py --grid 121x240 --steps 32,64,128  # one store per length
-    python scripts/bench_scale.py --grid 721x1440 --steps 32 --keep /tmp/wb2_025.zarr
+    python scripts/bench_scale.py --grid 721x1440 --steps 32,64 --workdir /tmp/bench_scale --keep
 """
 
 import argparse
@@ -71,6 +72,7 @@ CASES = {
 }
 
 RAW = "import sys, xarray as xr; xr.open_zarr(sys.argv[1]).mean().compute()"
+RAW_STARTUP = "import xarray, dask.array, zarr"
 STARTUP = "import s2forecast.cli, s2forecast.data.stats"  # what a case imports before its work
 
 
@@ -178,6 +180,7 @@ def main(argv=None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     try:
         startup, startup_rss, _ = measure([sys.executable, "-c", STARTUP])
+        raw_startup, _, _ = measure([sys.executable, "-c", RAW_STARTUP])
         print(json.dumps({"case": "startup", "wall_s": round(startup, 2), "peak_rss_mb": round(startup_rss)}))
         for steps in [int(x) for x in args.steps.split(",")]:
             store = root / f"wb2_{nlat}x{nlon}_{steps}.zarr"
@@ -202,6 +205,8 @@ def main(argv=None) -> None:
                     "raw_peak_rss_mb": round(raw_rss),
                     "raw_mb_per_s": round(raw_rate, 1),
                     "ratio": round(size / 1e6 / wall / raw_rate, 3),
+                    # the same without the imports (s2forecast's torch, the baseline's xarray): the reading
+                    "ratio_net": round((raw_wall - raw_startup) / max(wall - startup, 1e-3), 3),
                     "grid": f"{nlat}x{nlon}",
                     "channels": len(variables) * len(levels) + len(surface),
                     "steps": steps,

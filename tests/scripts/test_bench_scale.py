@@ -12,7 +12,7 @@ import xarray as xr
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "scripts" / "bench_scale.py"
 KEYS = {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s", "raw_peak_rss_mb"}
-KEYS |= {"raw_mb_per_s", "ratio", "grid", "channels", "steps", "load"}
+KEYS |= {"raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load"}
 
 
 @pytest.mark.slow  # two stores, three subprocesses each
