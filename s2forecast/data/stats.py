@@ -5,7 +5,13 @@ static field: the area-weighted mean and standard deviation over a time range, a
 for its one-step tendency x(t + step) - x(t) (models that predict increments normalize them
 with it). Weights are WeatherBench2's cell areas (``Grid.area_weights``). The result is the
 ``stats`` group of the store, read back by ``load_stats``; DataModules refuse a store without
-it. Computed lazily with dask, so the store is streamed, not loaded.
+it.
+
+Streamed: each variable is read once, in blocks of a few time steps (``time_chunk``), each
+block reduced to per-channel ``Moments`` (count, weight, mean, M2 in float64) that combine with
+Chan et al.'s update. A block's tendencies pair its times with earlier ones in the block or
+carried over from the blocks before (the times within one tendency step of its start), so
+memory is a few blocks whatever the record length. The next block is read while one is reduced.
 
 The group is written beside the old one and renamed into place (``s2forecast.output.Output``),
 replacing only a ``stats`` group s2forecast wrote; the store must not have been rewritten
@@ -17,16 +23,17 @@ nothing is ever written into such a store.
 
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import dask
 import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
+from s2forecast.data.moments import Moments
 from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.times import format_time
@@ -34,10 +41,10 @@ from s2forecast.user_errors import UserError
 
 STATS_GROUP = "stats"
 STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
-# float64 bytes of one variable's time chunk in the reductions: stores are written one time step
-# per chunk, and as many dask tasks (tens of thousands for a small store) cost far more than the
-# arithmetic (the demo's 32x64 store: 28 s against 4 s with one chunk)
-CHUNK_BYTES = 64 * 2**20
+# float64 bytes of one variable's block of time steps in the reductions: large enough that a
+# block's numpy calls cost more than their overhead, small enough that a few blocks (the one
+# read ahead, the float64 copy, its squares, its tendencies) stay well under a GB at 0.25 deg
+CHUNK_BYTES = 16 * 2**20
 
 
 def channel_names(variable: str, levels) -> list[str]:
@@ -46,8 +53,8 @@ def channel_names(variable: str, levels) -> list[str]:
 
 
 def time_chunk(ds: xr.Dataset) -> int:
-    """Time steps per chunk so that the largest time-dependent variable's chunk holds about
-    ``CHUNK_BYTES`` of float64."""
+    """Time steps per block so that the largest time-dependent variable's block holds about
+    ``CHUNK_BYTES`` of float64 (at least one step)."""
     per_time = max((ds[name].size // ds.sizes["time"] for name in ds.data_vars if "time" in ds[name].dims), default=1)
     return max(1, CHUNK_BYTES // (8 * max(per_time, 1)))
 
@@ -94,8 +101,7 @@ def compute_stats(
         ValueError: bad arguments, unordered or repeated times, infinite values or a channel
             without a finite value in the range (naming the variable, level and first bad time).
     """
-    ds = open_store(path, chunks={}, storage_options=storage_options)  # dask: streamed reductions
-    ds = ds.chunk({"time": time_chunk(ds)})
+    ds = open_store(path, chunks=None, storage_options=storage_options)  # lazy: blocks read on demand
     info = describe(ds, str(path))
     if out is None:
         if is_url(path) or not _in_s2forecast_layout(path):
@@ -124,35 +130,32 @@ def compute_stats(
     if info.variables and pairs.size == 0:
         raise UserError(_no_pairs(path, step, time_step(times), selected))
 
-    # Grid rows run north -> south; label them so xarray aligns them with either store order
+    # Grid rows run north -> south; label them so the weights follow either store order
     north_to_south = np.sort(ds["latitude"].values)[::-1]
     weights = xr.DataArray(info.grid.area_weights.numpy(), dims="latitude", coords={"latitude": north_to_south})
+    weights = weights.sel(latitude=ds["latitude"].values).values  # (lat,) in the order blocks are read
+    first = int(np.searchsorted(times, selected[0]))
+    selection = slice(first, first + selected.size)  # selected times are consecutive in the store
+    block = time_chunk(ds)
     names, rows, time_dependent = [], [], []
     # a bar on a terminal only (disable=None): logs and pipes get the result lines alone
     for name in tqdm(info.variables + info.static, desc="stats", unit="variable", disable=None if progress else True):
-        var = ds[name].astype(np.float64)
-        dims = [d for d in ("time", "latitude", "longitude") if d in var.dims]
-        fields = var.sel(time=selected) if "time" in var.dims else var
-        mean, std = _weighted_moments(fields, weights, dims)
-        if "time" in var.dims:
-            later = var.sel(time=pairs + step).drop_vars("time")
-            earlier = var.sel(time=pairs).drop_vars("time")
-            t_mean, t_std = _weighted_moments(later - earlier, weights, dims)
-        else:
-            t_mean = t_std = xr.full_like(mean, np.nan)
-        # one pass over the data: the moments and what _check_finite needs (inf - inf warns: it is refused next)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            moments, infinite, has_value = dask.compute(
-                xr.concat([mean, std, t_mean, t_std], dim="stat"),
-                np.isinf(fields).any(["latitude", "longitude"]),
-                fields.notnull().any(dims),
-            )
-        _check_finite(path, name, infinite, has_value, selected)
+        var = ds[name]
         levels = var["level"].values if "level" in var.dims else None
+        if "time" in var.dims:
+            fields, tendencies, infinite = _weighted_moments(
+                var.isel(time=selection), selected, pairs, step, weights, block
+            )
+        else:
+            x = _block(var)
+            fields, tendencies = Moments.of(x, weights), None
+            infinite = np.isinf(x).any((-2, -1))[0]  # (channel,)
+        mean, std = fields.finalize()
+        t_mean, t_std = tendencies.finalize() if tendencies is not None else (np.full_like(mean, np.nan),) * 2
+        _check_finite(path, name, _per_level(infinite, var, selected), _per_level(fields.count > 0, var), selected)
         names += channel_names(name, levels)
         time_dependent += [name in info.variables] * len(channel_names(name, levels))
-        rows.append(moments.values.reshape(4, -1))
+        rows.append(np.stack([mean, std, t_mean, t_std]))
     values = np.concatenate(rows, axis=1)
     _check_stats(path, names, values, np.array(time_dependent))
     stats = xr.Dataset(
@@ -329,11 +332,81 @@ def write_stats(path: str | Path, stats: xr.Dataset) -> None:
         zarr.consolidate_metadata(path, zarr_format=3)
 
 
-def _weighted_moments(x: xr.DataArray, weights: xr.DataArray, dims) -> tuple[xr.DataArray, xr.DataArray]:
-    """Weighted mean and standard deviation over ``dims`` (two passes: no cancellation)."""
-    mean = x.weighted(weights).mean(dims)
-    std = np.sqrt(((x - mean) ** 2).weighted(weights).mean(dims))
-    return mean, std
+def _block(var: xr.DataArray) -> np.ndarray:
+    """(time, channel, latitude, longitude) float64, C order, of a variable (or its block):
+    channel is the level, or one channel for a single-level field; a static field gets time 1."""
+    order = [var.dims.index(d) for d in ("time", "level", "latitude", "longitude") if d in var.dims]
+    # read in the store's order (xarray's lazy transposition reads far slower), then one pass to
+    # C order and float64
+    x = np.ascontiguousarray(var.values.transpose(order), dtype=np.float64)
+    if "level" not in var.dims:
+        x = x[:, None] if "time" in var.dims else x[None, None]
+    return x
+
+
+def _weighted_moments(
+    var: xr.DataArray, times: np.ndarray, pairs: np.ndarray, step: np.timedelta64, weights: np.ndarray, block: int
+) -> tuple[Moments, Moments, np.ndarray]:
+    """Moments of the fields and of their tendencies, and where values are infinite, in one pass.
+
+    Args:
+        var: (time, [level], latitude, longitude) in any order of dims, over ``times``.
+        pairs: times t (ascending) whose tendency x(t + step) - x(t) counts.
+        block: time steps read at once.
+
+    Returns:
+        (fields, tendencies, infinite): infinite is (time, channel) bool, any infinite value.
+    """
+    later_times = pairs + step
+    channels = var.sizes.get("level", 1)
+    fields, tendencies = Moments.empty(channels), Moments.empty(channels)
+    infinite = np.zeros((times.size, channels), dtype=bool)
+    carry_times, carry = times[:0], None  # earlier times of tendencies whose later time comes in a next block
+    starts = range(0, times.size, block)
+    with ThreadPoolExecutor(1) as reader:  # the next block is read (decompressed) while this one is reduced
+        pending = reader.submit(_block, var.isel(time=slice(0, block)))
+        for start in starts:
+            x = pending.result()
+            if start + block < times.size:
+                pending = reader.submit(_block, var.isel(time=slice(start + block, start + 2 * block)))
+            block_times = times[start : start + x.shape[0]]
+            moments = Moments.of(x, weights)
+            if not (np.isfinite(moments.mean).all() and np.isfinite(moments.m2).all()):
+                infinite[start : start + x.shape[0]] = np.isinf(x).any((-2, -1))  # only then: it costs a pass
+            fields = fields.combine(moments)
+            later = np.flatnonzero(np.isin(block_times, later_times))
+            if later.size:
+                tendency = x[later]
+                earlier = block_times[later] - step
+                here = np.searchsorted(block_times, earlier)
+                inside = (here < block_times.size) & (block_times[np.minimum(here, block_times.size - 1)] == earlier)
+                tendency[inside] -= x[here[inside]]
+                if (~inside).any():
+                    tendency[~inside] -= carry[np.searchsorted(carry_times, earlier[~inside])]
+                tendencies = tendencies.combine(Moments.of(tendency, weights))
+                del tendency
+            # keep the earlier times a later block pairs with: within one step of this block's end
+            known_times = np.concatenate([carry_times, block_times])
+            keep = np.isin(known_times, pairs) & (known_times + step > block_times[-1])
+            n = carry_times.size
+            carry = np.concatenate([carry[keep[:n]], x[keep[n:]]]) if n else x[keep]  # copies: x is freed
+            carry_times = known_times[keep]
+            del x
+    return fields, tendencies, infinite
+
+
+def _per_level(values: np.ndarray, var: xr.DataArray, times: np.ndarray | None = None) -> xr.DataArray:
+    """(time, channel) or (channel,) per-channel values as the DataArray ``_check_finite`` reads:
+    ``level`` for a pressure-level variable, ``time`` where values has it."""
+    dims, coords = [], {}
+    if values.ndim == 2:
+        dims, coords = ["time"], {"time": times}
+    if "level" in var.dims:
+        dims.append("level")
+        coords["level"] = var["level"].values
+    else:
+        values = values[..., 0]
+    return xr.DataArray(values, dims=dims, coords=coords)
 
 
 @dataclass(frozen=True)
