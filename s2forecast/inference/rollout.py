@@ -10,6 +10,10 @@ may not be the checkpoint or the store (nor lie in or hold them), an existing on
 only with ``overwrite`` and only if s2forecast wrote it, and it is written under a temporary
 name beside the target and renamed when complete, after checking that the store was not
 rewritten meanwhile: a crash never leaves a file that looks finished.
+
+Under torchrun or srun, every process runs the same command and forecasts its own whole
+batches of initialization times into one zarr store that rank 0 creates and commits
+(``s2forecast.inference.ranks``); the file equals a one-process rollout's.
 """
 
 import json
