@@ -63,6 +63,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from s2forecast.inference.ranks import Ranks
     from s2forecast.inference.rollout import RolloutOptions, init_times_from, rollout, source_times
 
     options = RolloutOptions(
@@ -72,5 +73,7 @@ def run(args: argparse.Namespace) -> None:
     )  # fmt: skip
     available = source_times(args.store, args.storage_options)  # after the options: bad ones fail before any read
     times = init_times_from(args.init_times, args.start, args.end, args.every, available)
-    out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, progress=not args.no_progress)
-    print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
+    ranks = Ranks.from_environment()  # torchrun / srun: every process runs this command, rank 0 reports
+    out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, not args.no_progress, ranks)
+    if ranks.rank == 0:
+        print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")

@@ -45,11 +45,18 @@ class ChannelLayout:
 
 class ForecastFile:
     """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
-    an ``s2forecast.output.Output``); ``shards``: initialization times per zarr shard (0: unsharded)."""
+    an ``s2forecast.output.Output``); ``shards``: initialization times per zarr shard (0: unsharded).
 
-    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs, members: int = 0, shards: int = 0):
+    ``create`` False opens a zarr store that another process of the rollout created with the same
+    arguments, to write its own initialization times into (``units`` and ``attrs`` unused); that
+    process alone adds attributes and closes it."""
+
+    def __init__(self, path, fmt, layout, init_times, leads, lat, lon, units, attrs, members: int = 0, shards: int = 0,
+                 create: bool = True):  # fmt: skip
         if shards and fmt != "zarr":
             raise ValueError(f"shards are a zarr v3 feature, not one of {fmt}")
+        if not create and fmt != "zarr":
+            raise ValueError(f"only a zarr store takes writes from several processes, not {fmt}")
         self.tmp, self.fmt, self.layout = Path(path), fmt, layout
         self.n_times = len(init_times)
         self.shards = min(shards, self.n_times)  # a shard longer than the file would only be padding
@@ -58,7 +65,9 @@ class ForecastFile:
         self.members = members  # 0: a deterministic forecast, no realization dimension
         member_dims = (MEMBER_DIM,) if members else ()
         dims = ("time", "prediction_timedelta")
-        if fmt == "netcdf":
+        if not create:  # another process created the store: this one only writes its regions
+            self.ds = None
+        elif fmt == "netcdf":
             import netCDF4
 
             ds = netCDF4.Dataset(self.tmp, "w", format="NETCDF4")

@@ -10,10 +10,15 @@ may not be the checkpoint or the store (nor lie in or hold them), an existing on
 only with ``overwrite`` and only if s2forecast wrote it, and it is written under a temporary
 name beside the target and renamed when complete, after checking that the store was not
 rewritten meanwhile: a crash never leaves a file that looks finished.
+
+Under torchrun or srun, every process runs the same command and forecasts its own whole
+batches of initialization times into one zarr store that rank 0 creates and commits
+(``s2forecast.inference.ranks``); the file equals a one-process rollout's.
 """
 
 import json
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +35,7 @@ from s2forecast.inference.initial_conditions import (
     read_initial_conditions,
     source_times,
 )
+from s2forecast.inference.ranks import Ranks, collectively
 from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, file_sha256
@@ -144,60 +150,123 @@ def rollout(
     out: str | Path,
     options: RolloutOptions = RolloutOptions(),
     progress: bool = True,
+    ranks: Ranks | None = None,
 ) -> Path:
     """Forecast ``steps`` steps from each of ``init_times`` of ``source`` (a store, its URL, or
     ERA5 NetCDF/GRIB files: ``InitialConditions``) and write them to ``out``.
+
+    Under torchrun or srun (``ranks``, default ``Ranks.from_environment()``) every process runs
+    this with the same arguments: rank 0 claims ``out`` and creates the zarr store at its
+    temporary path, each rank forecasts and writes its own whole batches of ``init_times``
+    (``Ranks.slab``), and rank 0 commits the store once every rank has succeeded; the file equals
+    a one-process rollout's. A failure on any rank fails every rank and leaves ``out`` untouched.
 
     Raises:
         ValueError: the checkpoint and store disagree (channels, grid, normalization), an
             initialization time lacks inputs, a non-finite forecast appears (``nan_policy``
             "fail"; "write" writes it and lists it in the ``nonfinite_forecasts`` attribute),
             ``out`` collides with an input or with a path s2forecast may not replace, its
-            directory is missing, or the store was rewritten during the rollout.
+            directory is missing, the store was rewritten during the rollout, or NetCDF is
+            asked of several processes.
         FileExistsError: ``out`` exists and ``overwrite`` is not set.
         OSError: ``out`` cannot be written (permissions, full disk): nothing at ``out`` changed.
     """
-    from tqdm import tqdm
-
     if steps < 1:
         raise UserError(f"steps must be >= 1, got {steps}")
     if len(init_times) == 0:
         raise UserError("no initialization times selected")
-    fmt, members = options.fmt, options.members
-    output = Output(out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, source), overwrite=options.overwrite)
-    with output:  # on any error the temporary output goes and nothing at ``out`` changes
-        model = load_forecaster(checkpoint, options.device)
-        if members and not model.stochastic:
-            raise UserError(
-                f"--members {members}: the checkpoint's model is deterministic (no network.noise_channels), so every "
-                "member would be the same forecast; train an ensemble model (model.loss: crps) or leave --members out"
-            )
-        opened = InitialConditions.open(source, model, options.other_grid, options.store_stats, options.storage_options)
+    ranks = Ranks.from_environment() if ranks is None else ranks
+    if ranks.many and options.fmt != "zarr":
+        raise UserError(
+            f"--format {options.fmt} cannot be written by {ranks.world} processes (WORLD_SIZE {ranks.world}): a NetCDF "
+            "file has one writer; add --format zarr (and an --out such as forecast.zarr), or run one process"
+        )
+    options = replace(options, device=ranks.device(options.device))
+    with ranks.group():
+        return _rollout(checkpoint, source, steps, np.asarray(init_times), out, options, progress, ranks)
+
+
+def _rollout(checkpoint, source, steps, init_times, out, options, progress, ranks: Ranks) -> Path:
+    """``rollout`` on this rank: every step that can fail is followed by every rank's verdict
+    (``collectively``), so that no rank waits for one that gave up."""
+    from tqdm import tqdm
+
+    fmt, members, first = options.fmt, options.members, ranks.rank == 0
+
+    def claim() -> Output | None:
+        if not first:
+            return None
+        return Output(
+            out, "forecast", directory=fmt == "zarr", inputs=(checkpoint, source), overwrite=options.overwrite
+        )
+
+    output = collectively(ranks, claim)
+    tmp = ranks.broadcast(None if output is None else output.tmp)  # where every rank writes
+    with output if first else nullcontext():  # on any error the temporary output goes and nothing at ``out`` changes
+
+        def load() -> tuple[Forecaster, InitialConditions]:
+            model = load_forecaster(checkpoint, options.device)
+            if members and not model.stochastic:
+                raise UserError(
+                    f"--members {members}: the checkpoint's model is deterministic (no network.noise_channels), so "
+                    "every member would be the same forecast; train an ensemble model (model.loss: crps) or leave "
+                    "--members out"
+                )
+            opened = InitialConditions.open(source, model, options.other_grid, options.store_stats,
+                                            options.storage_options)  # fmt: skip
+            return model, opened
+
+        model, opened = collectively(ranks, load)
         with opened as initial:
-            if initial.dataset.grid != model.grid:
-                model = model.on_grid(initial.dataset.grid)
-            initial.check(init_times)  # every initialization time has its inputs: fail before writing anything
-            leads = (np.arange(1, steps + 1) * initial.dataset.step).astype("timedelta64[ns]")
-            writer = open_forecast_file(output, model, initial, checkpoint, np.asarray(init_times), leads, options)
+
+            def create() -> tuple[Forecaster, np.ndarray, ForecastFile]:
+                on_grid = model if initial.dataset.grid == model.grid else model.on_grid(initial.dataset.grid)
+                initial.check(init_times)  # every initialization time has its inputs: fail before writing anything
+                leads = (np.arange(1, steps + 1) * initial.dataset.step).astype("timedelta64[ns]")
+                if first:
+                    writer = open_forecast_file(output, on_grid, initial, checkpoint, init_times, leads, options)
+                else:
+                    writer = ForecastFile(tmp, fmt, ChannelLayout.from_channels(on_grid.data.channels), init_times,
+                                          leads, initial.dataset.lat_deg, initial.dataset.lon_deg, {}, {},
+                                          members=members, shards=options.shards, create=False)  # fmt: skip
+                return on_grid, leads, writer
+
+            model, leads, writer = collectively(ranks, create)  # rank 0 made the store before any rank writes
             runner = Runner(model, options.device, options.bf16, options.nan_policy)
-            try:
-                batches = range(0, len(init_times), options.batch_size)
-                for start in tqdm(batches, desc="rollout", unit="batch", disable=not progress):
-                    times = np.asarray(init_times[start : start + options.batch_size])
-                    states = read_initial_conditions(initial.dataset, times, steps)
-                    # the noise of a stochastic model: reproducible per batch, the caller's random state untouched
-                    generator = torch.Generator(options.device).manual_seed(options.seed * 1_000_003 + start)
-                    forecasts = runner.forecast(states, times, leads, members, generator)
-                    for k, fields in enumerate(forecasts):
-                        writer.write(start, k, fields)
-                if runner.nonfinite:
-                    writer.add_attributes({"nonfinite_forecasts": "; ".join(runner.nonfinite[:100])})
-                writer.close()
-            except BaseException:
-                writer.abort()
-                raise
-            initial.check_unchanged()
-            return output.commit()
+
+            def forecast() -> list[str]:
+                try:
+                    slab = ranks.slab(len(init_times), options.batch_size)
+                    batches = range(slab.start, slab.stop, options.batch_size)
+                    for start in tqdm(batches, desc="rollout", unit="batch", disable=not (progress and first)):
+                        times = init_times[start : min(start + options.batch_size, slab.stop)]
+                        states = read_initial_conditions(initial.dataset, times, steps)
+                        # the noise of a stochastic model: reproducible per batch, the caller's random state untouched
+                        generator = torch.Generator(options.device).manual_seed(options.seed * 1_000_003 + start)
+                        forecasts = runner.forecast(states, times, leads, members, generator)
+                        for k, fields in enumerate(forecasts):
+                            writer.write(start, k, fields)
+                except BaseException:
+                    writer.abort()
+                    raise
+                return runner.nonfinite
+
+            nonfinite = [where for found in ranks.gather(collectively(ranks, forecast)) for where in found]
+
+            def finish() -> Path | None:
+                if not first:
+                    return None
+                try:
+                    if nonfinite:
+                        writer.add_attributes({"nonfinite_forecasts": "; ".join(nonfinite[:100])})
+                    writer.close()
+                except BaseException:
+                    writer.abort()
+                    raise
+                initial.check_unchanged()
+                return output.commit()
+
+            return ranks.broadcast(collectively(ranks, finish))
 
 
 def open_forecast_file(

@@ -1,0 +1,220 @@
+"""`rollout` across processes (torchrun / srun): the init times split over ranks, one zarr store, the
+one-process file; a killed rank leaves nothing readers take for a forecast, and a rerun completes it."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from s2forecast.cli import main as cli
+from s2forecast.data import open_store
+from s2forecast.evaluation.inputs import open_forecast
+from s2forecast.inference.ranks import Ranks, collectively
+from s2forecast.user_errors import UserError
+
+REPO = Path(__file__).parents[2]
+OWN = ("s2forecast_generation", "history")  # global attributes that name the file itself
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+# every rank records the first initialization time of each batch it writes
+RECORDER = """
+import os
+from pathlib import Path
+from s2forecast.inference import forecast_file
+from s2forecast.cli import main
+
+write = forecast_file.ForecastFile.write
+
+def write_and_record(self, start, lead_index, fields):
+    write(self, start, lead_index, fields)
+    with open(Path(os.environ["RECORD"]) / f"rank{os.environ['RANK']}", "a") as f:
+        f.write(f"{start}\\n")
+
+forecast_file.ForecastFile.write = write_and_record
+main()
+"""
+
+# rank 1 dies (SIGKILL, no cleanup) right after it wrote its first lead; rank 0 is then mid-way or waiting
+KILLER = """
+import os, signal
+from s2forecast.inference import forecast_file
+from s2forecast.cli import main
+
+write = forecast_file.ForecastFile.write
+
+def write_then_die(self, start, lead_index, fields):
+    write(self, start, lead_index, fields)
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+forecast_file.ForecastFile.write = write_then_die
+main()
+"""
+
+
+def environment() -> dict:
+    """This worktree's s2forecast, outside any process group of the test run itself."""
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES and not k.startswith("SLURM_")}
+    return {**env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(*argv, script=None, **env) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone --nproc-per-node 2`` of ``s2forecast.cli`` (or ``script``)."""
+    target = [str(script)] if script else ["-m", "s2forecast.cli"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *target, *argv]
+    return subprocess.run(command, env={**environment(), **env}, capture_output=True, text=True, timeout=300)
+
+
+def rollout_args(checkpoint, store, out, *extra) -> list[str]:
+    times = open_store(store)["time"].values[:5]  # batches of 2: rank 0 gets times 0-1, rank 1 times 2-4
+    inits = ",".join(str(t)[:19] for t in times)
+    return ["rollout", "--ckpt", str(checkpoint), "--store", str(store), "--steps", "3", "--init-times", inits,
+            "--batch-size", "2", "--format", "zarr", "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+def assert_same_forecast(a: Path, b: Path) -> None:
+    """Identical data variables, coordinates and attributes, but for those that name each file."""
+    a, b = xr.open_zarr(a).load(), xr.open_zarr(b).load()
+    assert {k: v for k, v in a.attrs.items() if k not in OWN} == {k: v for k, v in b.attrs.items() if k not in OWN}
+    xr.testing.assert_identical(a.drop_attrs(deep=False), b.drop_attrs(deep=False))
+
+
+def siblings(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".{out.name}.s2forecast-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run, extra", [("mse_run_1_epoch", ()), ("crps_run", ("--members", "2", "--shards", "2"))])
+def test_two_processes_write_the_one_process_file(run, extra, request, swe_store, tmp_path):
+    checkpoint = request.getfixturevalue(run).checkpoint
+    cli(rollout_args(checkpoint, swe_store, tmp_path / "one.zarr", *extra))
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    done = torchrun(*rollout_args(checkpoint, swe_store, tmp_path / "two.zarr", *extra), script=script,
+                    RECORD=str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    starts = [sorted(set((tmp_path / f"rank{rank}").read_text().split())) for rank in (0, 1)]
+    assert starts == [["0"], ["2", "4"]]  # each rank its own whole batches
+    assert done.stdout.count("wrote ") == 1  # rank 0 reports
+    assert_same_forecast(tmp_path / "one.zarr", tmp_path / "two.zarr")
+    assert siblings(tmp_path / "two.zarr") == []
+
+
+@pytest.mark.slow
+def test_a_killed_rank_leaves_nothing_readers_take_and_a_rerun_completes_it(
+    mse_run_1_epoch, swe_store, tmp_path, capsys
+):
+    checkpoint, out = mse_run_1_epoch.checkpoint, tmp_path / "f.zarr"
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    killed = torchrun(*rollout_args(checkpoint, swe_store, out), script=script)
+    assert killed.returncode != 0
+    assert "wrote " not in killed.stdout
+    assert not os.path.lexists(out)  # the store, written in part, never took the final name
+    with pytest.raises(FileNotFoundError):
+        open_forecast(out)
+    with pytest.raises(SystemExit) as exit_status:
+        cli(["evaluate", "--forecast", str(out), "--truth", str(swe_store), "--out", str(tmp_path / "m.nc"),
+             "--no-plots", "--no-progress"])  # fmt: skip
+    assert exit_status.value.code == 2
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert not (tmp_path / "m.nc").exists()
+
+    rerun = torchrun(*rollout_args(checkpoint, swe_store, out))  # the same command, no --overwrite needed
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert siblings(out) == []  # the killed run's temporary store was removed
+    cli(rollout_args(checkpoint, swe_store, tmp_path / "one.zarr"))
+    assert_same_forecast(tmp_path / "one.zarr", out)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_without_a_launcher_the_survivor_of_a_killed_rank_fails_in_one_line(mse_run_1_epoch, swe_store, tmp_path):
+    """As under srun, which leaves the other tasks running: rank 0 notices, removes its temporary store, exits 2."""
+    out, script = tmp_path / "f.zarr", tmp_path / "killer.py"
+    script.write_text(KILLER)
+    argv = [sys.executable, str(script), *rollout_args(mse_run_1_epoch.checkpoint, swe_store, out)]
+    meeting = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    ranks = [
+        subprocess.Popen(argv, env={**environment(), **meeting, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    (_, err0), _ = (rank.communicate(timeout=300) for rank in ranks)
+    assert [rank.returncode for rank in ranks] == [2, -signal.SIGKILL]
+    assert [line for line in err0.splitlines() if line.strip()] == [
+        "s2forecast rollout: error: rank 0 of 2 lost contact with the other processes of this rollout (one of them "
+        "stopped: see its log); nothing was written at --out, rerun the command"
+    ]
+    assert not os.path.lexists(out) and siblings(out) == []
+
+
+def test_netcdf_from_two_processes_is_one_line(mse_run_1_epoch, swe_store, tmp_path, monkeypatch, capsys):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    argv = rollout_args(mse_run_1_epoch.checkpoint, swe_store, tmp_path / "f.nc")
+    argv[argv.index("zarr")] = "netcdf"
+    with pytest.raises(SystemExit) as exit_status:
+        cli(argv)  # refused before any process group is joined: this one process would wait forever
+    assert exit_status.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        "s2forecast rollout: error: --format netcdf cannot be written by 2 processes (WORLD_SIZE 2): a NetCDF file "
+        "has one writer; add --format zarr (and an --out such as forecast.zarr), or run one process"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, Ranks(0, 1, 0)),
+        ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}, Ranks(3, 4, 1)),
+        ({"SLURM_PROCID": "2", "SLURM_STEP_NUM_TASKS": "3", "SLURM_LOCALID": "0"}, Ranks(2, 3, 0)),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, Ranks(0, 1, 0)),  # a batch script, not an srun step
+        ({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}, Ranks(1, 2, 0)),
+    ],
+)
+def test_ranks_from_the_environment(env, expected):
+    assert Ranks.from_environment(env) == expected
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "environment variable RANK='x' must be an integer (set by torchrun or "
+         "srun)"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 is not below WORLD_SIZE=2; start the processes with torchrun or "
+         "srun, which set both"),
+    ],
+)  # fmt: skip
+def test_bad_rank_environment_is_one_line(env, message):
+    with pytest.raises(UserError) as error:
+        Ranks.from_environment(env)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("n_times, batch_size, world", [(5, 2, 2), (7, 3, 3), (2, 4, 3), (10, 1, 4)])
+def test_slabs_are_whole_batches_that_cover_every_time_once(n_times, batch_size, world):
+    slabs = [Ranks(rank, world).slab(n_times, batch_size) for rank in range(world)]
+    assert [i for slab in slabs for i in slab] == list(range(n_times))
+    assert all(slab.start % batch_size == 0 for slab in slabs if len(slab))
+    assert all(slab.stop % batch_size == 0 or slab.stop == n_times for slab in slabs)
+
+
+def test_one_process_errors_and_values_pass_through():
+    one = Ranks()
+    assert collectively(one, lambda: 3) == 3
+    with pytest.raises(KeyError):
+        collectively(one, lambda: {}["missing"])
+    assert one.device("cuda") == "cuda" and Ranks(1, 2, 1).device("cpu") == "cpu"
