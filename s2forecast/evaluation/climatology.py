@@ -420,6 +420,7 @@ def _stream_climatology(
     Scratch disk: 8 bytes x slots x points of the largest variable, removed when done.
     """
     import shutil
+    from concurrent.futures import ThreadPoolExecutor
 
     import zarr
     from tqdm.auto import tqdm
@@ -437,9 +438,14 @@ def _stream_climatology(
         scratch.mkdir()
         for name, variable in data.data_vars.items():
             sums = _Accumulator(scratch / str(name), n_slots, variable)
-            for start, stop in blocks[name]:
-                sums.add(variable, start, stop, primary, extra)
-                bar.update()
+            with ThreadPoolExecutor(1) as pool:  # the next block is read while this one is added
+                ranges = blocks[name]
+                pending = pool.submit(_read_block, variable, *ranges[0]) if ranges else None
+                for i, (start, stop) in enumerate(ranges):
+                    block = pending.result()
+                    pending = pool.submit(_read_block, variable, *ranges[i + 1]) if i + 1 < len(ranges) else None
+                    sums.add(variable, start, stop, primary, extra, block)
+                    bar.update()
             _write_variable(group[name], sums, variable, method, hours, window_days)
             sums.close()
     finally:
@@ -521,6 +527,14 @@ def _read_blocks(variable: xr.DataArray, positions: np.ndarray) -> list[tuple[in
     return [(a, b) for a, b in blocks if selected[b] > selected[a]]
 
 
+def _read_block(variable: xr.DataArray, start: int, stop: int) -> np.ndarray:
+    """(stop - start, points) values of the store's times ``start:stop``, dims ``(time, channel..., spatial...)``
+    flattened: the one read of these chunks."""
+    channel, spatial = _order(variable)
+    block = variable.isel(time=slice(start, stop)).transpose("time", *channel, *spatial).values
+    return block.reshape(stop - start, -1)
+
+
 class _Accumulator:
     """Per-slot float64 sums of one variable in a scratch file, rows ``(slot, channel..., spatial...)``;
     counts of times per slot; counts of NaN per slot and point, in a second file made at the first NaN."""
@@ -535,11 +549,8 @@ class _Accumulator:
         self.sums = _RowFile(path.with_suffix(".sums"), n_slots, self.size, np.float64)
         self.nans = None
 
-    def add(self, variable: xr.DataArray, start: int, stop: int, primary, extra) -> None:
-        """Add the store's times ``start:stop`` that lie in the period (each chunk read here, once)."""
-        channel, spatial = _order(variable)
-        block = variable.isel(time=slice(start, stop)).transpose("time", *channel, *spatial).values
-        block = block.reshape(stop - start, self.size)
+    def add(self, variable: xr.DataArray, start: int, stop: int, primary, extra, block: np.ndarray) -> None:
+        """Add ``block``, the store's times ``start:stop`` (:func:`_read_block`), those in the period."""
         times = variable["time"].values
         for offset in range(stop - start):
             slots = [s for s in (primary[start + offset], extra[start + offset]) if s >= 0]
@@ -557,7 +568,7 @@ class _Accumulator:
                 for slot in slots:
                     self.nans.add(slot, missing)
             for slot in slots:
-                self.sums.add(slot, values)
+                self.sums.add(slot, values, fresh=self.counts[slot] == 0)
                 self.counts[slot] += 1
 
     def means(self, slot: int, channel: int) -> np.ndarray:
@@ -600,11 +611,11 @@ class _RowFile:
             done += n
         return out
 
-    def add(self, row: int, values: np.ndarray) -> None:
+    def add(self, row: int, values: np.ndarray, fresh: bool = False) -> None:
+        """Add ``values`` to ``row``; ``fresh``: the row holds zeros yet (nothing to read)."""
         import os
 
-        total = self.read(row)
-        total += values
+        total = values.astype(self.dtype) if fresh else self.read(row) + values
         view, offset, done = memoryview(total).cast("B"), row * self.size * self.dtype.itemsize, 0
         while done < view.nbytes:
             done += os.pwrite(self.fd, view[done:], offset + done)
