@@ -628,7 +628,22 @@ class _RowFile:
 
 def _write_variable(array, sums: _Accumulator, variable: xr.DataArray, method, hours, window_days) -> None:
     """Means, gap filling and smoothing of each (channel, hour) of one variable, written to the zarr ``array``
-    (dims ``(dayofyear, hour, *variable dims but time)``) one output chunk of days at a time."""
+    (dims ``(dayofyear, hour, *variable dims but time)``) one output chunk of days at a time, each chunk
+    compressed and written in a thread while the next is computed (at most two chunks in flight)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = []
+        for index, block in _output_chunks(array, sums, variable, method, hours, window_days):
+            pending.append(pool.submit(array.__setitem__, index, block))
+            if len(pending) > 1:
+                pending.pop(0).result()  # raises a failed write (e.g. a full disk) here
+        for write in pending:
+            write.result()
+
+
+def _output_chunks(array, sums: _Accumulator, variable: xr.DataArray, method, hours, window_days):
+    """Yield (zarr index, values) of each output chunk of :func:`_write_variable`, in order."""
     channel_dims, spatial = _order(variable)
     dims = ["dayofyear", "hour", *[d for d in variable.dims if d != "time"]]
     shape = [variable.sizes[d] for d in spatial]
@@ -642,14 +657,13 @@ def _write_variable(array, sums: _Accumulator, variable: xr.DataArray, method, h
             else:
                 mean = sums.means(h if method == "hour" else 0, channel)
                 days = (mean for _ in DAYS_OF_YEAR)
-            buffer = np.empty((days_per_chunk, sums.points), dtype=array.dtype)
             for day, field in enumerate(days):
+                if day % days_per_chunk == 0:  # a new buffer per chunk: the last one may still be being written
+                    buffer = np.empty((min(days_per_chunk, DAYS_OF_YEAR.size - day), sums.points), dtype=array.dtype)
                 buffer[day % days_per_chunk] = field
-                if (day + 1) % days_per_chunk == 0 or day + 1 == DAYS_OF_YEAR.size:
-                    first = day - day % days_per_chunk
-                    region = {"dayofyear": slice(first, day + 1), "hour": h, **at}
-                    block = buffer[: day + 1 - first].reshape(-1, *shape)
-                    array[tuple(region.get(d, slice(None)) for d in dims)] = block
+                if day % days_per_chunk == buffer.shape[0] - 1:
+                    region = {"dayofyear": slice(day + 1 - buffer.shape[0], day + 1), "hour": h, **at}
+                    yield tuple(region.get(d, slice(None)) for d in dims), buffer.reshape(-1, *shape)
 
 
 def _filled_mean(sums: _Accumulator, day: int, h: int, n_hours: int, channel: int) -> np.ndarray:
