@@ -193,12 +193,21 @@ def compute_climatology(
     end=None,
     window_days: int = 61,
     method: str = "auto",
+    *,
+    out=None,
+    progress: bool = False,
 ) -> Data:
     """Climatology of ``truth`` in WB2 layout (see the module docstring for the conventions).
 
-    Works lazily on dask-backed data: nothing is loaded, the result is a dask graph made
-    of per-(dayofyear, hour) groupby means and a periodic smoothing along dayofyear;
-    write it with ``.to_zarr`` or call ``.compute()``.
+    Without ``out``: works lazily on dask-backed data: nothing is loaded, the result is a dask
+    graph made of per-(dayofyear, hour) groupby means and a periodic smoothing along dayofyear;
+    write it with ``.to_zarr`` or call ``.compute()``. Its memory grows with the grid and the
+    record: for small data.
+
+    With ``out`` (a local zarr path): streams over ``truth`` once, one block of store chunks
+    at a time, and writes the climatology to ``out`` (zarr v3) channel by channel; memory stays
+    bounded by the grid, not the record (see :func:`_stream_climatology`). Returns it opened
+    lazily (a Dataset). The same values as without ``out`` (to float32 round-off).
 
     Args:
         truth: dims ``(time, [level], latitude, longitude)``; variables without a ``time``
@@ -207,6 +216,8 @@ def compute_climatology(
             accepts, e.g. ``"1990"`` and ``"2019"``), inclusive.
         window_days: odd length of the triangular smoothing window (61 as in WB2).
         method: ``"auto"`` (choose by coverage), ``"dayofyear_hour"``, ``"hour"`` or ``"mean"``.
+        out: where to stream the climatology to (see above); it is replaced.
+        progress: with ``out``, a progress bar on stderr (on a terminal only).
 
     Returns:
         dims ``(dayofyear 1..366, hour, [level], latitude, longitude)``; attrs
@@ -221,7 +232,7 @@ def compute_climatology(
     """
     if method not in CLIMATOLOGY_METHODS:
         raise UserError(f"unknown climatology method {method!r}; use one of {CLIMATOLOGY_METHODS}")
-    weights = window_weights(window_days)  # validates early
+    window_weights(window_days)  # validates early
     if "time" not in truth.dims:
         raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)})")
     if isinstance(truth, xr.Dataset):
@@ -230,19 +241,23 @@ def compute_climatology(
         if not truth.data_vars:
             raise UserError("the truth has no variable with a 'time' dim")
     _check_unique_times(truth)
+    if out is not None:
+        # the period by position in the store's own order, so that each chunk is read once
+        times = xr.Dataset(coords={"time": truth["time"].values}).sortby("time")
+        period = _select_period(times, start, end)["time"].values
+        positions = np.flatnonzero(np.isin(truth["time"].values, period))
+        stamps = pd.DatetimeIndex(period) if np.issubdtype(period.dtype, np.datetime64) else None
+        method, reason = _resolve_method(method, stamps)
+        attrs = _climatology_attrs(truth.attrs, method, reason, window_days, period)
+        data = truth.to_dataset(name=truth.name or "data") if isinstance(truth, xr.DataArray) else truth
+        return _stream_climatology(data, positions, stamps, method, window_days, attrs, out, progress)
     if not truth.indexes["time"].is_monotonic_increasing:  # a mean does not depend on the order: sort
         truth = truth.sortby("time")
     truth = _select_period(truth, start, end)
 
     is_datetime = np.issubdtype(truth["time"].dtype, np.datetime64)
     stamps = pd.DatetimeIndex(truth["time"].values) if is_datetime else None
-    auto_method, reason = _choose_method(stamps)
-    if method == "auto":
-        method = auto_method
-    else:
-        if stamps is None and method != "mean":
-            raise UserError(f"method {method!r} needs a datetime64 time axis; use method='mean'")
-        reason = f"requested method={method!r} ({reason})"
+    method, reason = _resolve_method(method, stamps)
 
     data = _drop_time_coords(_refuse_infinite(truth))
     if method == "dayofyear_hour":
@@ -257,18 +272,32 @@ def compute_climatology(
     clim = clim.transpose("dayofyear", "hour", ...)
     clim = clim.assign_coords(dayofyear=DAYS_OF_YEAR, hour=clim["hour"].values.astype(np.int64))
 
-    first, last = truth["time"].values[0], truth["time"].values[-1]
-    attrs = dict(truth.attrs)
+    return clim.assign_attrs(_climatology_attrs(truth.attrs, method, reason, window_days, truth["time"].values))
+
+
+def _resolve_method(method: str, stamps: pd.DatetimeIndex | None) -> tuple[str, str]:
+    """The method used and why: ``method`` itself unless ``"auto"``."""
+    auto_method, reason = _choose_method(stamps)
+    if method == "auto":
+        return auto_method, reason
+    if stamps is None and method != "mean":
+        raise UserError(f"method {method!r} needs a datetime64 time axis; use method='mean'")
+    return method, f"requested method={method!r} ({reason})"
+
+
+def _climatology_attrs(truth_attrs: dict, method: str, reason: str, window_days: int, times: np.ndarray) -> dict:
+    """The truth's attrs and what describes the climatology; ``times``: the period's times, sorted."""
+    attrs = dict(truth_attrs)
     attrs.update(
         climatology_method=method,
         climatology_method_reason=reason,
-        climatology_window_days=int(window_days) if method == "dayofyear_hour" and weights.size > 1 else 0,
+        climatology_window_days=int(window_days) if method == "dayofyear_hour" and window_days > 1 else 0,
         dayofyear_convention=DAYOFYEAR_CONVENTION,
-        climatology_start=str(first),
-        climatology_end=str(last),
-        climatology_n_times=int(truth.sizes["time"]),
+        climatology_start=str(times[0]),
+        climatology_end=str(times[-1]),
+        climatology_n_times=int(times.size),
     )
-    return clim.assign_attrs(attrs)
+    return attrs
 
 
 # --- checks of the truth: each time once, finite values, a period inside the record ---------------
@@ -326,11 +355,7 @@ def _infinite_checked(array: xr.DataArray) -> xr.DataArray:
         infinite = np.isinf(block)
         if infinite.any():
             per_time = infinite.any(axis=tuple(i for i in range(block.ndim) if i != axis))
-            when = format_time(times[offset + int(np.flatnonzero(per_time)[0])])
-            raise UserError(
-                f"{name} has infinite values at {when}; replace them (NaN marks missing values) or leave that time "
-                "out of the climatology period"
-            )
+            raise _infinite_error(name, times[offset + int(np.flatnonzero(per_time)[0])])
 
     if array.chunks is None:
         check(np.asarray(array.values), 0)
@@ -341,6 +366,13 @@ def _infinite_checked(array: xr.DataArray) -> xr.DataArray:
         return block
 
     return array.copy(data=array.data.map_blocks(checked, dtype=array.dtype))
+
+
+def _infinite_error(name: str, time) -> UserError:
+    return UserError(
+        f"{name} has infinite values at {format_time(time)}; replace them (NaN marks missing values) or leave that "
+        "time out of the climatology period"
+    )
 
 
 def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
@@ -364,6 +396,332 @@ def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
         means = means.reindex(dayofyear=DAYS_OF_YEAR)
         per_hour.append(_fill_gaps_periodic(means, np.isin(DAYS_OF_YEAR, keys)))
     return xr.concat(per_hour, dim=xr.DataArray(hours, dims="hour", name="hour"), coords="minimal")
+
+
+# --- streaming: one pass over a store, bounded memory ------------------------------------------------
+
+READ_BLOCK_BYTES = 128 * 2**20  # times read at once per variable: whole store chunks, about this many bytes
+OUTPUT_CHUNK_BYTES = 16 * 2**20  # output chunk: (days, 1 hour, 1 level, latitude, longitude), about this size
+SPATIAL_DIMS = ("latitude", "longitude")
+
+
+def _stream_climatology(
+    data: xr.Dataset, positions: np.ndarray, stamps, method: str, window_days: int, attrs: dict, out, progress: bool
+) -> xr.Dataset:
+    """Write the climatology of ``data`` at ``positions`` (storage order) to the zarr ``out``.
+
+    Per variable: the sums per slot ((dayofyear, hour), hour, or one slot for the mean) are
+    accumulated in float64 in a scratch file inside ``out`` (the accumulator of a 0.25° variable
+    is larger than memory), one block of store chunks at a time, so each chunk is read once.
+    Then per channel (one index of the dims other than latitude/longitude) and hour, the means
+    are smoothed along the periodic day of year with running sums (the triangular window is
+    two boxes convolved) and written in output chunks. Memory: one read block, plus
+    ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°), independent of the record length.
+    Scratch disk: 8 bytes x slots x points of the largest variable, removed when done.
+    """
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    import zarr
+    from tqdm.auto import tqdm
+
+    hours = np.unique(np.asarray(stamps.hour)) if stamps is not None else np.array([0])
+    primary, extra, n_slots = _slots(stamps, positions, method, hours, data.sizes["time"])
+    template = _output_template(data, hours, attrs)
+    template.to_zarr(out, mode="w", zarr_format=3, consolidated=True, compute=False)
+    group = zarr.open_group(str(out), mode="r+")
+    scratch = Path(out) / ".climatology-scratch"
+    blocks = {name: _read_blocks(data[name], positions) for name in data.data_vars}
+    bar = tqdm(total=sum(len(b) for b in blocks.values()), desc="climatology", unit="block",
+               disable=None if progress else True)  # fmt: skip
+    try:
+        scratch.mkdir()
+        for name, variable in data.data_vars.items():
+            sums = _Accumulator(scratch / str(name), n_slots, variable)
+            with ThreadPoolExecutor(1) as pool:  # the next block is read while this one is added
+                ranges = blocks[name]
+                pending = pool.submit(_read_block, variable, *ranges[0]) if ranges else None
+                for i, (start, stop) in enumerate(ranges):
+                    block = pending.result()
+                    pending = pool.submit(_read_block, variable, *ranges[i + 1]) if i + 1 < len(ranges) else None
+                    sums.add(variable, start, stop, primary, extra, block)
+                    bar.update()
+            _write_variable(group[name], sums, variable, method, hours, window_days)
+            sums.close()
+    finally:
+        bar.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return xr.open_zarr(out)
+
+
+def _slots(stamps, positions: np.ndarray, method: str, hours: np.ndarray, n_times: int):
+    """Accumulator slot of each time (by store position; -1 outside the period), a second slot
+    (Dec 31 of non-leap years also counts in day 366; else -1), and the number of slots.
+
+    Slots: ``dayofyear_hour``: ``(dayofyear - 1) * len(hours) + hour index`` (366 x hours);
+    ``hour``: the hour index; ``mean``: 0.
+    """
+    primary = np.full(n_times, -1, dtype=np.int64)
+    extra = np.full(n_times, -1, dtype=np.int64)
+    if method == "mean":
+        primary[positions] = 0
+        return primary, extra, 1
+    hour = np.searchsorted(hours, np.asarray(stamps.hour))
+    if method == "hour":
+        primary[positions] = hour
+        return primary, extra, hours.size
+    doy = np.asarray(stamps.day_of_year)
+    primary[positions] = (doy - 1) * hours.size + hour
+    dec31 = (doy == 365) & ~np.asarray(stamps.is_leap_year)
+    extra[positions[dec31]] = 365 * hours.size + hour[dec31]
+    return primary, extra, DAYS_OF_YEAR.size * hours.size
+
+
+def _order(variable: xr.DataArray) -> tuple[list[str], list[str]]:
+    """The dims of a channel index (all but time, latitude, longitude) and the spatial dims, in the variable's order."""
+    others = [d for d in variable.dims if d != "time"]
+    return [d for d in others if d not in SPATIAL_DIMS], [d for d in others if d in SPATIAL_DIMS]
+
+
+def _output_template(data: xr.Dataset, hours: np.ndarray, attrs: dict) -> xr.Dataset:
+    """The climatology's layout, lazy (nothing computed): dims ``(dayofyear, hour, *other dims)``,
+    chunks ``(days, 1, 1.., latitude, longitude)``."""
+    import dask.array as da
+
+    variables, encoding = {}, {}
+    for name, variable in data.data_vars.items():
+        dims = ("dayofyear", "hour", *[d for d in variable.dims if d != "time"])
+        shape = (DAYS_OF_YEAR.size, hours.size, *[variable.sizes[d] for d in dims[2:]])
+        dtype = np.result_type(variable.dtype, np.float32)
+        channel, spatial = _order(variable)
+        points = int(np.prod([variable.sizes[d] for d in spatial]))
+        days = int(np.clip(OUTPUT_CHUNK_BYTES // max(points * dtype.itemsize, 1), 1, DAYS_OF_YEAR.size))
+        chunks = (days, 1, *[1 if d in channel else variable.sizes[d] for d in dims[2:]])
+        variables[name] = xr.DataArray(da.zeros(shape, dtype=dtype, chunks=chunks), dims=dims, attrs=variable.attrs)
+        encoding[name] = {"chunks": chunks}
+    coords = {name: coord for name, coord in data.coords.items() if "time" not in coord.dims}
+    coords.update(dayofyear=DAYS_OF_YEAR, hour=hours.astype(np.int64))
+    template = xr.Dataset(variables, coords=coords, attrs=attrs)
+    for name, chunk_encoding in encoding.items():
+        template[name].encoding = chunk_encoding
+    return template
+
+
+def _read_blocks(variable: xr.DataArray, positions: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges of store positions read at once: whole store chunks (dask chunks along
+    time), about ``READ_BLOCK_BYTES`` each, only those holding a time of the period."""
+    axis = variable.get_axis_num("time")
+    per_time = variable.dtype.itemsize * int(np.prod([n for d, n in variable.sizes.items() if d != "time"]))
+    if variable.chunks is not None:
+        bounds = np.cumsum((0, *variable.chunks[axis]))
+    else:
+        bounds = np.arange(0, variable.sizes["time"] + 1)
+    blocks, start = [], 0
+    for i in range(1, bounds.size):  # close the block when the next chunk would take it past the budget
+        if i + 1 == bounds.size or (bounds[i + 1] - start) * per_time > READ_BLOCK_BYTES:
+            blocks.append((int(start), int(bounds[i])))
+            start = bounds[i]
+    selected = np.zeros(variable.sizes["time"] + 1, dtype=np.int64)
+    selected[positions + 1] = 1
+    selected = np.cumsum(selected)
+    return [(a, b) for a, b in blocks if selected[b] > selected[a]]
+
+
+def _read_block(variable: xr.DataArray, start: int, stop: int) -> np.ndarray:
+    """(stop - start, points) values of the store's times ``start:stop``, dims ``(time, channel..., spatial...)``
+    flattened: the one read of these chunks."""
+    channel, spatial = _order(variable)
+    block = variable.isel(time=slice(start, stop)).transpose("time", *channel, *spatial).values
+    return block.reshape(stop - start, -1)
+
+
+class _Accumulator:
+    """Per-slot float64 sums of one variable in a scratch file, rows ``(slot, channel..., spatial...)``;
+    counts of times per slot; counts of NaN per slot and point, in a second file made at the first NaN."""
+
+    def __init__(self, path: Path, n_slots: int, variable: xr.DataArray):
+        channel, spatial = _order(variable)
+        self.name = variable.name
+        self.points = int(np.prod([variable.sizes[d] for d in spatial]))
+        self.size = self.points * int(np.prod([variable.sizes[d] for d in channel]))
+        self.path, self.n_slots = path, n_slots
+        self.counts = np.zeros(n_slots, dtype=np.int64)
+        self.sums = _RowFile(path.with_suffix(".sums"), n_slots, self.size, np.float64)
+        self.nans = None
+
+    def add(self, variable: xr.DataArray, start: int, stop: int, primary, extra, block: np.ndarray) -> None:
+        """Add ``block``, the store's times ``start:stop`` (:func:`_read_block`), those in the period."""
+        times = variable["time"].values
+        for offset in range(stop - start):
+            slots = [s for s in (primary[start + offset], extra[start + offset]) if s >= 0]
+            if not slots:
+                continue
+            values = block[offset]
+            if np.isinf(values).any():
+                name = f"variable {self.name}" if self.name is not None else "the truth"
+                raise _infinite_error(name, times[start + offset])
+            missing = np.isnan(values)
+            if missing.any():
+                values = np.where(missing, 0.0, values)
+                if self.nans is None:
+                    self.nans = _RowFile(self.path.with_suffix(".nans"), self.n_slots, self.size, np.int32)
+                for slot in slots:
+                    self.nans.add(slot, missing)
+            for slot in slots:
+                self.sums.add(slot, values, fresh=self.counts[slot] == 0)
+                self.counts[slot] += 1
+
+    def means(self, slot: int, channel: int) -> np.ndarray:
+        """(points,) float64 mean of ``channel`` over the times in ``slot`` (NaN where none is finite)."""
+        part = slice(channel * self.points, (channel + 1) * self.points)
+        sums = self.sums.read(slot, part)
+        count = self.counts[slot] - (self.nans.read(slot, part) if self.nans is not None else 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sums / count
+
+    def close(self) -> None:
+        for rows in (self.sums, self.nans):
+            if rows is not None:
+                rows.close()
+
+
+class _RowFile:
+    """A (rows, size) array in a file, read and written one (part of a) row at a time with
+    pread/pwrite: the file's pages stay in the page cache, not in this process's memory (as a
+    memory map's would)."""
+
+    def __init__(self, path: Path, rows: int, size: int, dtype):
+        import os
+
+        self.dtype, self.size = np.dtype(dtype), size
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.ftruncate(self.fd, rows * size * self.dtype.itemsize)  # sparse zeros
+
+    def read(self, row: int, part: slice = slice(None)) -> np.ndarray:
+        import os
+
+        start, stop, _ = part.indices(self.size)
+        out = np.empty(stop - start, dtype=self.dtype)
+        view, offset = memoryview(out).cast("B"), (row * self.size + start) * self.dtype.itemsize
+        done = 0
+        while done < view.nbytes:
+            n = os.preadv(self.fd, [view[done:]], offset + done)
+            if n <= 0:
+                raise OSError(f"short read of {self.size} values at row {row}")
+            done += n
+        return out
+
+    def add(self, row: int, values: np.ndarray, fresh: bool = False) -> None:
+        """Add ``values`` to ``row``; ``fresh``: the row holds zeros yet (nothing to read)."""
+        import os
+
+        total = values.astype(self.dtype) if fresh else self.read(row) + values
+        view, offset, done = memoryview(total).cast("B"), row * self.size * self.dtype.itemsize, 0
+        while done < view.nbytes:
+            done += os.pwrite(self.fd, view[done:], offset + done)
+
+    def close(self) -> None:
+        import os
+
+        os.close(self.fd)
+
+
+def _write_variable(array, sums: _Accumulator, variable: xr.DataArray, method, hours, window_days) -> None:
+    """Means, gap filling and smoothing of each (channel, hour) of one variable, written to the zarr ``array``
+    (dims ``(dayofyear, hour, *variable dims but time)``) one output chunk of days at a time, each chunk
+    compressed and written in a thread while the next is computed (at most two chunks in flight)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = []
+        for index, block in _output_chunks(array, sums, variable, method, hours, window_days):
+            pending.append(pool.submit(array.__setitem__, index, block))
+            if len(pending) > 1:
+                pending.pop(0).result()  # raises a failed write (e.g. a full disk) here
+        for write in pending:
+            write.result()
+
+
+def _output_chunks(array, sums: _Accumulator, variable: xr.DataArray, method, hours, window_days):
+    """Yield (zarr index, values) of each output chunk of :func:`_write_variable`, in order."""
+    channel_dims, spatial = _order(variable)
+    dims = ["dayofyear", "hour", *[d for d in variable.dims if d != "time"]]
+    shape = [variable.sizes[d] for d in spatial]
+    days_per_chunk = array.chunks[0]
+    for channel, index in enumerate(np.ndindex(*[variable.sizes[d] for d in channel_dims])):
+        at = dict(zip(channel_dims, index, strict=True))
+        for h in range(hours.size):
+            if method == "dayofyear_hour":
+                days = _smoothed_days(lambda d, h=h, c=channel: _filled_mean(sums, d, h, hours.size, c), window_days,
+                                      sums.nans is not None)  # fmt: skip
+            else:
+                mean = sums.means(h if method == "hour" else 0, channel)
+                days = (mean for _ in DAYS_OF_YEAR)
+            for day, field in enumerate(days):
+                if day % days_per_chunk == 0:  # a new buffer per chunk: the last one may still be being written
+                    buffer = np.empty((min(days_per_chunk, DAYS_OF_YEAR.size - day), sums.points), dtype=array.dtype)
+                buffer[day % days_per_chunk] = field
+                if day % days_per_chunk == buffer.shape[0] - 1:
+                    region = {"dayofyear": slice(day + 1 - buffer.shape[0], day + 1), "hour": h, **at}
+                    yield tuple(region.get(d, slice(None)) for d in dims), buffer.reshape(-1, *shape)
+
+
+def _filled_mean(sums: _Accumulator, day: int, h: int, n_hours: int, channel: int) -> np.ndarray:
+    """Mean of slot (day 0..365, hour index h); an empty slot from its nearest filled neighbours (periodic),
+    as :func:`_fill_gaps_periodic`."""
+    present = sums.counts.reshape(DAYS_OF_YEAR.size, n_hours)[:, h] > 0
+    if present[day]:
+        return sums.means(day * n_hours + h, channel)
+    filled = np.flatnonzero(present)
+    if filled.size == 0:
+        raise UserError("no dayofyear slot has data")
+    n = present.size
+    after = filled[np.searchsorted(filled, day) % filled.size]
+    before = filled[(np.searchsorted(filled, day, side="right") - 1) % filled.size]
+    dist_before, dist_after = (day - before) % n, (after - day) % n
+    w_before = dist_after / (dist_before + dist_after)
+    lower, upper = sums.means(before * n_hours + h, channel), sums.means(after * n_hours + h, channel)
+    return lower * w_before + upper * (1.0 - w_before)
+
+
+def _smoothed_days(field, window_days: int, has_nan: bool):
+    """Yield the 366 smoothed days ``0..365`` of ``field(day)`` ((points,) float64, day taken mod 366).
+
+    The WB2 triangle with ``half = window_days // 2`` has nonzero weights ``(half - |j|) / half**2``
+    (normalized) at offsets ``|j| < half``: two boxes of ``half`` days convolved, so
+    ``S(d) = sum_{b<half} B(d - b) / half**2`` with ``B(e) = sum_{a<half} x(e + a)``, both kept as
+    running sums (float64): 2 * half fields in memory. With ``has_nan``, NaN are carried as counts
+    the same way, so that they reach only the days whose window covers them (as a weighted sum).
+    """
+    half, n = window_days // 2, DAYS_OF_YEAR.size
+    if half <= 1:  # window 1 or 3: only the centre tap is nonzero
+        for day in range(n):
+            yield field(day)
+        return
+    cache: dict[int, np.ndarray] = {}  # x(e) by unreduced e: read once, dropped once behind
+
+    def x(e: int) -> np.ndarray:
+        if e not in cache:
+            values = field(e % n)
+            cache[e] = np.stack([np.nan_to_num(values, nan=0.0), np.isnan(values)]) if has_nan else values[None]
+        return cache[e]
+
+    first = 1 - half  # B(first..0) make S(0)
+    box = sum(x(first + a) for a in range(half))
+    boxes = [box]
+    for e in range(first + 1, 1):
+        box = box + x(e + half - 1) - x(e - 1)
+        boxes.append(box)
+    total = sum(boxes)
+    for day in range(n):
+        if day > 0:
+            box = box + x(day + half - 1) - x(day - 1)
+            boxes.append(box)
+            total = total + box - boxes.pop(0)
+            for stale in [e for e in cache if e < day]:
+                del cache[stale]
+        smoothed = total[0] / half**2
+        yield np.where(total[1] > 0.5, np.nan, smoothed) if has_nan else smoothed
 
 
 def validate_climatology(climatology: Data) -> Data:
@@ -445,11 +803,12 @@ def write_climatology(
     progress: bool = False,
     storage_options: dict | None = None,
 ):
-    """``s2forecast climatology``: the climatology of a store, streamed with dask, written to the
-    zarr ``out`` following ``s2forecast.output`` (never over the store, only over a climatology
-    s2forecast wrote and only with ``overwrite``; under a temporary name, renamed when complete
-    and only if the store was not rewritten meanwhile). ``storage_options``: fsspec options when
-    ``store`` is a URL.
+    """``s2forecast climatology``: the climatology of a store, streamed over the store once with
+    bounded memory (see :func:`compute_climatology` with ``out``), written to the zarr ``out``
+    following ``s2forecast.output`` (never over the store, only over a climatology s2forecast
+    wrote and only with ``overwrite``; under a temporary name, renamed when complete and only if
+    the store was not rewritten meanwhile). ``storage_options``: fsspec options when ``store``
+    is a URL.
 
     Raises:
         FileNotFoundError, ValueError: no store, not a store, an incomplete store, or an
@@ -465,25 +824,12 @@ def write_climatology(
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
         truth = open_store(store, chunks={}, storage_options=storage_options)  # complete stores only; dask: streamed
-        truth = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
-        climatology = compute_climatology(truth, start=start, end=end, window_days=window_days)
-        # keep what describes the climatology, not the store's writer flags, marker and generation
-        attrs = {k: v for k, v in climatology.attrs.items() if not k.startswith("s2forecast_")}
-        climatology.attrs = {**attrs, **output.attrs}
-        # the source store's encodings (e.g. a zarr v2 store's Blosc compressor) do not apply to
-        # the zarr v3 written here
-        climatology = climatology.drop_encoding()
-        with _progress_bar(progress):  # the one pass over the store happens here
-            climatology.to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=True)
+        source = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
+        # keep what describes the climatology, not the store's writer flags, marker and generation; the
+        # source store's encodings (e.g. a zarr v2 store's Blosc compressor) do not apply to the zarr v3 written here
+        attrs = {k: v for k, v in source.attrs.items() if not k.startswith("s2forecast_")}
+        source = source.drop_encoding()
+        source.attrs = {**attrs, **output.attrs}
+        compute_climatology(source, start=start, end=end, window_days=window_days, out=output.tmp, progress=progress)
         check_store_unchanged(store, truth)
         return output.commit()
-
-
-def _progress_bar(enabled: bool):
-    """dask's progress bar of a computation, on stderr (stdout is for results), on a terminal only."""
-    import contextlib
-    import sys
-
-    from dask.diagnostics import ProgressBar
-
-    return ProgressBar(out=sys.stderr) if enabled and sys.stderr.isatty() else contextlib.nullcontext()

@@ -269,3 +269,76 @@ def test_perfect_forecast_against_computed_climatology():
     clim = compute_climatology(truth)
     forecast = persistence_forecast(truth, times[:4], pd.to_timedelta([0], "h"))
     np.testing.assert_allclose(acc(forecast, truth, clim)["2m_temperature"].values, 1.0)
+
+
+# --- streamed over a store (s2forecast climatology) --------------------------------------------
+
+
+def direct_climatology(values, times, window_days=61):
+    """The definition, computed directly in float64: per hour of day and slot 1..366 the NaN-skipping mean
+    (slot 366 also holds non-leap Dec 31s), smoothed with the periodic window. values: (time, ...)."""
+    doy, hour, leap = times.day_of_year.to_numpy(), times.hour.to_numpy(), times.is_leap_year
+    weights = window_weights(window_days) / window_weights(window_days).sum()
+    half = window_days // 2
+    out = []
+    for h in np.unique(hour):
+        raw = np.stack(
+            [
+                np.nanmean(values[(hour == h) & ((doy == d) | ((d == 366) & (doy == 365) & ~leap))], axis=0)
+                for d in range(1, 367)
+            ]
+        ).astype(np.float64)
+        out.append(sum(w * np.roll(raw, half - k, axis=0) for k, w in enumerate(weights)))
+    return np.stack(out, axis=1)  # (dayofyear, hour, ...)
+
+
+def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monkeypatch):
+    """A WB2-layout store ((time, level, longitude, latitude), north to south, zarr v2) whose times span many
+    chunks and a year boundary, read in several blocks and written in several chunks of days."""
+    from s2forecast.evaluation import climatology as module
+    from s2forecast.evaluation.climatology import write_climatology
+
+    times = pd.date_range("2003-07-01", "2005-06-30T12", freq="12h")  # two years across 2004 (leap)
+    lat, lon = np.array([60.0, 0.0, -60.0]), np.array([0.0, 90.0, 180.0, 270.0])
+    rng = np.random.default_rng(3)
+    seasonal = 10.0 * np.cos(2 * np.pi * times.day_of_year.to_numpy() / 366)
+    temperature = 280.0 + seasonal[:, None, None, None] + rng.normal(size=(times.size, 2, lon.size, lat.size))
+    temperature = temperature.astype(np.float32)
+    temperature[40, 1, 2, 0] = np.nan  # a missing value: skipped by the mean of its slot
+    surface = 1.0e5 + 50.0 * seasonal[:, None, None] + rng.normal(size=(times.size, lon.size, lat.size))
+    store = tmp_path / "wb2.zarr"
+    xr.Dataset(
+        {
+            "temperature": (("time", "level", "longitude", "latitude"), temperature, {"units": "K"}),
+            "surface_pressure": (("time", "longitude", "latitude"), surface),
+        },
+        coords={"time": times, "level": [500, 850], "longitude": lon, "latitude": lat},
+    ).chunk(time=16).to_zarr(store, zarr_format=2)
+
+    monkeypatch.setattr(module, "READ_BLOCK_BYTES", 3 * 16 * 2 * lon.size * lat.size * 4)  # 3 chunks a block
+    monkeypatch.setattr(module, "OUTPUT_CHUNK_BYTES", 50 * lon.size * lat.size * 4)  # 50 days a chunk
+    blocks = []
+    real_add = module._Accumulator.add
+
+    def add(self, variable, start, stop, *args):
+        blocks.append((variable.name, start, stop))
+        return real_add(self, variable, start, stop, *args)
+
+    monkeypatch.setattr(module._Accumulator, "add", add)
+    write_climatology(store, tmp_path / "clim.zarr")
+
+    clim = open_climatology(tmp_path / "clim.zarr")
+    assert clim.attrs["climatology_method"] == "dayofyear_hour"
+    assert clim["temperature"].dims == ("dayofyear", "hour", "level", "longitude", "latitude")
+    assert clim["temperature"].dtype == np.float32 and clim["temperature"].attrs == {"units": "K"}
+    np.testing.assert_array_equal(clim.latitude.values, lat)  # north to south, as stored
+    assert clim["temperature"].encoding["chunks"] == (50, 1, 1, lon.size, lat.size)
+    starts = [start for name, start, _ in blocks if name == "temperature"]
+    assert starts == list(range(0, times.size, 48))  # each chunk read once, in blocks of 3 chunks
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clim.zarr", "wb2.zarr"]
+    assert not (tmp_path / "clim.zarr" / ".climatology-scratch").exists()
+
+    for name, values in (("temperature", temperature), ("surface_pressure", surface)):
+        expected = direct_climatology(values.astype(np.float64), times)
+        assert np.isfinite(expected).all()
+        np.testing.assert_allclose(clim[name].values, expected, rtol=1e-6, err_msg=name)
