@@ -329,16 +329,17 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
 
     clim = open_climatology(tmp_path / "clim.zarr")
     assert clim.attrs["climatology_method"] == "dayofyear_hour"
-    assert clim["temperature"].dims == ("dayofyear", "hour", "level", "longitude", "latitude")
+    # the readers put a store into the model's layout (data/store.py to_model_order): WB2's climatology layout
+    assert clim["temperature"].dims == ("dayofyear", "hour", "level", "latitude", "longitude")
     assert clim["temperature"].dtype == np.float32 and clim["temperature"].attrs == {"units": "K"}
-    np.testing.assert_array_equal(clim.latitude.values, lat)  # north to south, as stored
-    assert clim["temperature"].encoding["chunks"] == (50, 1, 1, lon.size, lat.size)
+    np.testing.assert_array_equal(clim.latitude.values, lat)  # north to south, as stored and as the model's
+    assert clim["temperature"].encoding["chunks"] == (50, 1, 1, lat.size, lon.size)
     starts = [start for name, start, _ in blocks if name == "temperature"]
     assert starts == list(range(0, times.size, 48))  # each chunk read once, in blocks of 3 chunks
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clim.zarr", "wb2.zarr"]
     assert not (tmp_path / "clim.zarr" / ".climatology-scratch").exists()
 
     for name, values in (("temperature", temperature), ("surface_pressure", surface)):
-        expected = direct_climatology(values.astype(np.float64), times)
+        expected = direct_climatology(values.astype(np.float64), times).swapaxes(-1, -2)  # (..., lat, lon)
         assert np.isfinite(expected).all()
         np.testing.assert_allclose(clim[name].values, expected, rtol=1e-6, err_msg=name)
