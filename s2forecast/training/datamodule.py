@@ -20,7 +20,7 @@ from s2forecast.user_errors import UserError
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
 # chunks of a sample read at once by default (measured with scripts/bench_data.py; README)
-READ_THREADS = 8
+READ_THREADS = 16
 
 
 class EpochShuffleSampler(torch.utils.data.DistributedSampler):
