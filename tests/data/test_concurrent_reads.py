@@ -68,10 +68,12 @@ class DelayedHandler(QuietHandler):
             cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
         try:
             time.sleep(cls.delay)
-            serve()
         finally:
+            # counted while waiting only: once it answers, a sequential reader's next request may
+            # arrive before this thread could count this one done
             with cls.lock:
                 cls.in_flight -= 1
+        serve()
 
     def do_GET(self):
         self._delayed(super().do_GET)
