@@ -1,20 +1,28 @@
 #!/usr/bin/env python
 """Throughput of ERA5DataModule against raw zarr reads of the same chunks; prints JSON lines.
 
-Builds (once) a synthetic store in the s2forecast layout at 121x240 with 69 channels (5
-pressure-level variables on 13 levels + 4 surface variables, 6-hourly), computes its stats,
+Builds (once) a synthetic store in the s2forecast layout, by default at 121x240 with 69 channels
+(5 pressure-level variables on 13 levels + 4 surface variables, 6-hourly), computes its stats,
 then times, with the same DataLoader settings (workers, batch size, no shuffle):
   datamodule  ERA5DataModule.train_dataloader(): xarray lazy reads, normalization, forcings,
-              Batch collation;
-  raw-zarr    a Dataset that reads the same time steps of every array with zarr directly
-              and stacks them (no normalization, no forcings, default collate).
+              Batch collation; once per --read-threads value (chunks of a sample read at once);
+  raw-zarr    a Dataset that reads the same time steps of every array with zarr directly,
+              one chunk after another, and stacks them (no normalization, no forcings, default
+              collate).
+With --http-delay-ms the store is served instead from a local HTTP server on 127.0.0.1 that
+answers every request that many ms late (a remote store's latency), and only the DataModule is
+timed, once per --read-threads value (1: sequential chunk fetches).
 
-Example:
-    python scripts/bench_data.py --workers 2 --samples 64
+Examples:
+    python scripts/bench_data.py --workers 2 --samples 64 --read-threads 1,8
+    python scripts/bench_data.py --workers 2 --samples 24 --read-threads 1,8,16 --http-delay-ms 20
 """
 
 import argparse
+import functools
+import http.server
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -30,18 +38,18 @@ from s2forecast.geometry import Grid
 from s2forecast.training.datamodule import ERA5_PRESSURE, ERA5_SURFACE, ERA5DataModule
 
 
-def make_store(path: Path, times: int, nlat: int = 121, nlon: int = 240) -> None:
+def make_store(path: Path, times: int, nlat: int = 121, nlon: int = 240, levels: int = 13) -> None:
     grid = Grid(nlat, nlon, "equiangular")
     rng = np.random.default_rng(0)
     coords = {
         "time": pd.date_range("2020-01-01", periods=times, freq="6h").values,
-        "level": np.array(WB2_LEVELS),
+        "level": np.array(WB2_LEVELS[:levels]),
         "latitude": grid.lats_deg.numpy(),
         "longitude": grid.lons_deg.numpy(),
     }
     data = {}
     for name in ERA5_PRESSURE:
-        values = rng.standard_normal((times, len(WB2_LEVELS), nlat, nlon), dtype=np.float32)
+        values = rng.standard_normal((times, levels, nlat, nlon), dtype=np.float32)
         data[name] = xr.Variable(("time", "level", "latitude", "longitude"), values, attrs=cf_attributes(name))
     for name in ERA5_SURFACE:
         values = rng.standard_normal((times, nlat, nlon), dtype=np.float32)
@@ -84,34 +92,91 @@ def throughput(loader, samples: int) -> float:
     return seen / (time.perf_counter() - start)
 
 
+class DelayedHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files from a directory, each answer ``delay`` seconds late (a remote store's latency)."""
+
+    delay = 0.02
+    protocol_version = "HTTP/1.1"  # keep-alive, as cloud object stores
+
+    def do_GET(self):
+        time.sleep(self.delay)
+        super().do_GET()
+
+    def do_HEAD(self):
+        time.sleep(self.delay)
+        super().do_HEAD()
+
+    def log_message(self, *args):
+        pass
+
+
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # the default backlog (5) drops connections that concurrent readers open at once
+
+
+def serve(root: Path, delay_ms: float) -> http.server.ThreadingHTTPServer:
+    """A server on 127.0.0.1 (loopback only, a free port) for ``root``, until ``shutdown()``."""
+    handler = type("Delayed", (DelayedHandler,), {"delay": delay_ms / 1000})
+    server = Server(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--store", default="/tmp/s2forecast_bench_data.zarr")
+    parser.add_argument("--store", default=None, help="default: /tmp/s2forecast_bench_data[_NLATxNLON_LEVELS].zarr")
     parser.add_argument("--times", type=int, default=80, help="6-hourly times in the synthetic store")
+    parser.add_argument("--grid", default="121x240", help="NLATxNLON of the synthetic store")
+    parser.add_argument("--levels", type=int, default=13, help="pressure levels (channels: 5 x levels + 4)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--read-threads", default="1", help="comma-separated values of the DataModule's read_threads")
+    parser.add_argument("--http-delay-ms", type=float, default=None, help="serve over HTTP, each request this late")
     args = parser.parse_args()
 
-    store = Path(args.store)
+    nlat, nlon = (int(n) for n in args.grid.split("x"))
+    default = "/tmp/s2forecast_bench_data.zarr"
+    if (nlat, nlon, args.levels) != (121, 240, 13):
+        default = f"/tmp/s2forecast_bench_data_{nlat}x{nlon}_{args.levels}.zarr"
+    store = Path(args.store or default)
     if not store.exists():
-        make_store(store, args.times)
-    module = ERA5DataModule(
-        str(store), train_period=("2020-01-01", "2100-01-01"), val_period=None, test_period=None,
-        batch_size=args.batch_size, num_workers=args.workers, forcings=(),
-    )  # fmt: skip
-    dataset = module.dataset("train")
-    raw = RawZarr(store, dataset.samples, list(module.spec.variables))
-    raw_loader = torch.utils.data.DataLoader(
-        raw, batch_size=args.batch_size, shuffle=False, num_workers=args.workers, persistent_workers=args.workers > 0
-    )
-    common = {"nlat": 121, "nlon": 240, "channels": len(dataset.channels), "workers": args.workers}
-    common |= {"batch_size": args.batch_size, "samples": args.samples}
-    for _ in range(args.repeats):
-        for name, loader in (("datamodule", module._loader("train", shuffle=False)), ("raw-zarr", raw_loader)):
-            rate = throughput(loader, args.samples)
-            print(json.dumps({"impl": name, **common, "samples_per_s": round(rate, 2)}), flush=True)
+        make_store(store, args.times, nlat, nlon, args.levels)
+    server = None
+    source = str(store)
+    if args.http_delay_ms is not None:
+        server = serve(store.parent, args.http_delay_ms)
+        source = f"http://127.0.0.1:{server.server_address[1]}/{store.name}"
+    threads = [int(n) for n in args.read_threads.split(",")]
+
+    def module(read_threads: int) -> ERA5DataModule:
+        return ERA5DataModule(
+            source, train_period=("2020-01-01", "2100-01-01"), val_period=None, test_period=None,
+            batch_size=args.batch_size, num_workers=args.workers, forcings=(), read_threads=read_threads,
+        )  # fmt: skip
+
+    modules = {n: module(n) for n in threads}
+    dataset = modules[threads[0]].dataset("train")
+    loaders = [("datamodule", n, m._loader("train", shuffle=False)) for n, m in modules.items()]
+    if server is None:
+        raw = RawZarr(store, dataset.samples, list(dataset.spec.variables))
+        raw_loader = torch.utils.data.DataLoader(
+            raw, batch_size=args.batch_size, shuffle=False, num_workers=args.workers,
+            persistent_workers=args.workers > 0,
+        )  # fmt: skip
+        loaders.append(("raw-zarr", 1, raw_loader))
+    common = {"nlat": nlat, "nlon": nlon, "channels": len(dataset.channels), "workers": args.workers}
+    common |= {"batch_size": args.batch_size, "samples": args.samples, "http_delay_ms": args.http_delay_ms}
+    try:
+        for _ in range(args.repeats):
+            for name, read_threads, loader in loaders:
+                rate = throughput(loader, args.samples)
+                line = {"impl": name, "read_threads": read_threads, **common, "samples_per_s": round(rate, 2)}
+                print(json.dumps(line), flush=True)
+    finally:
+        if server is not None:
+            server.shutdown()
 
 
 if __name__ == "__main__":

@@ -5,11 +5,15 @@ target states at t0 + step, ..., t0 + rollout * step, for every channel (a singl
 variable, or one level of a pressure-level variable), plus static fields and analytic
 forcings at every one of those times. Only the chunks of those time steps are read: the store
 is opened with xarray's lazy indexing (no dask graph per sample), once per worker process, in the
-model's dim order and latitude direction whatever the store's (``store.open_store``).
+model's dim order and latitude direction whatever the store's (``store.open_store``). A sample's
+chunks (every variable at every one of its times) are read by ``read_threads`` threads at once, so
+the latency of a remote store (one HTTP request per chunk) does not add up over them; zarr 3 does
+its I/O and decompression outside the GIL.
 """
 
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +31,17 @@ from s2forecast.times import format_time, format_times
 from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "skip")
+
+
+def check_read_threads(read_threads) -> int:
+    """``read_threads`` as an int >= 1, or a one-line UserError naming the value."""
+    if isinstance(read_threads, bool) or not isinstance(read_threads, int) or read_threads < 1:
+        raise UserError(
+            f"read_threads must be an integer >= 1 (1: read a sample's chunks one after another), got {read_threads!r}"
+        )
+    return read_threads
+
+
 # the dims of a variable a model reads, in the order ``open_store`` puts them (any order in the store)
 MODEL_DIMS = (("time", "level", "latitude", "longitude"), ("time", "latitude", "longitude"))
 
@@ -117,6 +132,8 @@ class FieldDataset(torch.utils.data.Dataset):
         given_static: static fields in physical units, name -> (nlat, nlon) on this store's grid,
             used instead of the store's (e.g. the ones a checkpoint was trained with, for initial
             conditions that have none); names of ``spec.static`` not given come from the store.
+        read_threads: chunks of a sample read at once (threads per process); 1: one after another.
+            The values are the same whatever the number.
 
     Raises:
         ValueError: missing statistics, variables or levels; a step that is not a multiple of
@@ -136,7 +153,9 @@ class FieldDataset(torch.utils.data.Dataset):
         stats_path: str | Path | None = None,
         storage_options: dict | None = None,
         given_static: dict[str, np.ndarray] | None = None,
+        read_threads: int = 1,
     ):
+        self.read_threads = check_read_threads(read_threads)
         if nan_policy not in NAN_POLICIES:
             raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if spec.history < 1 or spec.rollout < 0:
@@ -164,6 +183,9 @@ class FieldDataset(torch.utils.data.Dataset):
         self.channels = tuple(
             c for v in spec.variables for c in channel_names(v, self.levels if "level" in ds[v].dims else None)
         )
+        # where each variable's channels start in a state: threads write their own slices of it
+        widths = [len(self.levels) if "level" in ds[v].dims else 1 for v in spec.variables]
+        self._first_channel = dict(zip(spec.variables, np.cumsum([0, *widths[:-1]]).tolist(), strict=True))
         self.given_static = {}
         if spec.static == "auto":
             self.static_names = tuple(s for s in STATIC_VARIABLES if s in info.static)
@@ -189,6 +211,8 @@ class FieldDataset(torch.utils.data.Dataset):
         self.samples = self._sample_indices(start, end, trajectory, trajectories)
         self._store: xr.Dataset | None = None
         self._pid = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = None
         self._static_cache: np.ndarray | None = None
 
     # --- construction checks -------------------------------------------------------------
@@ -283,29 +307,52 @@ class FieldDataset(torch.utils.data.Dataset):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_store"] = None  # workers reopen
+        state["_pool"] = None  # threads do not survive pickling or fork: each process starts its own
         return state
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def read_states(self, time_indices: np.ndarray) -> np.ndarray:
-        """(len(time_indices), channels, nlat, nlon) float32 physical values."""
+        """(len(time_indices), channels, nlat, nlon) float32 physical values.
+
+        One read per (time, variable): a chunk of the store (a field, or all levels of one), each
+        written into its own slice of the result, so the order of the reads does not matter.
+        """
         ds = self.store
         out = np.empty((len(time_indices), len(self.channels), *self.grid.shape), dtype=np.float32)
-        for t, time_index in enumerate(time_indices):
-            c = 0
-            for name in self.spec.variables:
-                # an integer index is a basic selection: zarr reads that one chunk, no fancy indexing
-                values = ds[name].variable[int(time_index)].values
-                if values.ndim == 3:  # (level, lat, lon)
-                    values = values[self._level_index]
-                else:
-                    values = values[None]
-                out[t, c : c + len(values)] = values
-                c += len(values)
+        variables = {name: ds[name].variable for name in self.spec.variables}
+
+        def read(t: int, name: str) -> None:
+            # an integer index is a basic selection: zarr reads that one chunk, no fancy indexing
+            values = variables[name][int(time_indices[t])].values
+            if values.ndim == 3:  # (level, lat, lon)
+                values = values[self._level_index]
+            else:
+                values = values[None]
+            c = self._first_channel[name]
+            out[t, c : c + len(values)] = values
+
+        jobs = [(t, name) for t in range(len(time_indices)) for name in self.spec.variables]
+        if self.read_threads == 1 or len(jobs) == 1:
+            for job in jobs:
+                read(*job)
+        else:
+            futures = [self.thread_pool.submit(read, *job) for job in jobs]
+            wait(futures)  # all of them, even after an error: the pool is reused by the next sample
+            for future in futures:
+                future.result()  # raises the first error, in reading order
         if not np.isfinite(out).all():
             self._raise_non_finite(out, time_indices)
         return out
+
+    @property
+    def thread_pool(self) -> ThreadPoolExecutor:
+        """The reading threads of this process (DataLoader workers start their own)."""
+        if self._pool is None or self._pool_pid != os.getpid():
+            self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="s2forecast-read")
+            self._pool_pid = os.getpid()
+        return self._pool
 
     def _raise_non_finite(self, states: np.ndarray, time_indices: np.ndarray) -> None:
         t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]

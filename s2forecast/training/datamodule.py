@@ -13,12 +13,14 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec
+from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, check_read_threads
 from s2forecast.data.swe import SWE_VARIABLES
 from s2forecast.user_errors import UserError
 
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
+# chunks of a sample read at once by default (measured with scripts/bench_data.py; README)
+READ_THREADS = 16
 
 
 class EpochShuffleSampler(torch.utils.data.DistributedSampler):
@@ -89,6 +91,8 @@ class FieldDataModule(pl.LightningDataModule):
             store s2forecast did not write); default: the store's own ``stats`` group.
         storage_options: fsspec options when ``store`` is a URL (e.g. {"token": "anon"} for
             public Google Cloud Storage).
+        read_threads: chunks of a sample (its variables x time steps) each process reads at once;
+            1: one after another. Over a URL every chunk is a request, so their latencies overlap.
     """
 
     def __init__(
@@ -103,8 +107,10 @@ class FieldDataModule(pl.LightningDataModule):
         seed: int = 0,
         stats: str | None = None,
         storage_options: dict | None = None,
+        read_threads: int = READ_THREADS,
     ):
         super().__init__()
+        self.read_threads = check_read_threads(read_threads)
         if nan_policy not in NAN_POLICIES:
             raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if not (isinstance(batch_size, int) and batch_size >= 1):
@@ -127,7 +133,7 @@ class FieldDataModule(pl.LightningDataModule):
             if name not in self.datasets:
                 self.datasets[name] = FieldDataset(
                     self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
-                    storage_options=self.storage_options, **options,
+                    storage_options=self.storage_options, read_threads=self.read_threads, **options,
                 )  # fmt: skip
 
     def dataset(self, split: str) -> FieldDataset:
@@ -229,8 +235,8 @@ class ERA5DataModule(FieldDataModule):
         forcings: analytic forcings (``s2forecast.data.forcings.FORCINGS``).
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options: see
-            ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads:
+            see ``FieldDataModule``.
     """
 
     def __init__(
@@ -253,6 +259,7 @@ class ERA5DataModule(FieldDataModule):
         seed: int = 0,
         stats: str | None = None,
         storage_options: dict | None = None,
+        read_threads: int = READ_THREADS,
     ):
         spec = SampleSpec(
             tuple(variables),
@@ -266,8 +273,9 @@ class ERA5DataModule(FieldDataModule):
         periods = {"train": train_period, "val": val_period, "test": test_period}
         splits = {name: {"start": p[0], "end": p[1]} for name, p in periods.items() if p is not None}
         super().__init__(
-            store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options
-        )
+            store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
+            read_threads=read_threads,
+        )  # fmt: skip
         self.save_hyperparameters()
 
 
@@ -280,8 +288,8 @@ class SWEDataModule(FieldDataModule):
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_trajectories, val_trajectories, test_trajectories: [first, stop) trajectory
             indices; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options: see
-            ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads:
+            see ``FieldDataModule``.
     """
 
     def __init__(
@@ -301,11 +309,13 @@ class SWEDataModule(FieldDataModule):
         seed: int = 0,
         stats: str | None = None,
         storage_options: dict | None = None,
+        read_threads: int = READ_THREADS,
     ):
         spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
         ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
         splits = {name: {"trajectories": tuple(r)} for name, r in ranges.items() if r is not None}
         super().__init__(
-            store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options
-        )
+            store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
+            read_threads=read_threads,
+        )  # fmt: skip
         self.save_hyperparameters()
