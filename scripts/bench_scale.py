@@ -69,6 +69,7 @@ def level_values(name: str, level: int) -> tuple[float, float, float]:
 # case name -> argv after `s2forecast`, given the store and a scratch directory
 CASES = {
     "stats": lambda store, work: ["stats", str(store), "--out", str(work / "stats.zarr"), "--no-progress"],
+    "climatology": lambda store, work: ["climatology", str(store), "--out", str(work / "clim.zarr"), "--no-progress"],
 }
 
 RAW = "import sys, xarray as xr; xr.open_zarr(sys.argv[1]).mean().compute()"
