@@ -67,11 +67,12 @@ class Moments:
     def combine(self, other: "Moments") -> "Moments":
         """The moments of both sets of values (Chan et al.'s update)."""
         weight = self.weight + other.weight
-        with np.errstate(invalid="ignore", divide="ignore"):
+        # infinite values make non-finite moments on purpose (the caller names the time): no warning
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             share = np.where(weight > 0, other.weight / weight, 0.0)  # other's share of the weight
-        delta = other.mean - self.mean
-        mean = self.mean + delta * share
-        m2 = self.m2 + other.m2 + delta * delta * self.weight * share
+            delta = other.mean - self.mean
+            mean = self.mean + delta * share
+            m2 = self.m2 + other.m2 + delta * delta * self.weight * share
         return Moments(self.count + other.count, weight, mean, m2)
 
     def finalize(self) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,8 @@
 """Streamed statistics (issue 27): Moments combine exactly, and compute_stats read block by block
 equals the two-pass definition (xarray's weighted mean and std) on a WeatherBench2-layout store."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -143,3 +145,17 @@ def test_streamed_stats_name_the_first_infinite_time(tmp_path):
     z[7, 1, 0, 0] = -np.inf
     with pytest.raises(ValueError, match=r"geopotential at 850 hPa has infinite values at 2020-01-02T12 \(the first "):
         stats_module.compute_stats(tmp_path / "wb2.zarr", out=tmp_path / "stats.zarr")
+
+
+@pytest.mark.parametrize("time", [0, 6])
+def test_an_infinite_value_is_the_message_alone(tmp_path, time):
+    """One +inf makes an infinite block mean; merging it must not print numpy's RuntimeWarning
+    before the one-line error (scripts/probe_inputs.py counts such warnings)."""
+    import zarr
+
+    wb2_store(tmp_path / "wb2.zarr")
+    zarr.open_array(tmp_path / "wb2.zarr" / "geopotential", mode="r+")[time, 0, 3, 2] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"geopotential at 500 hPa has infinite values"):
+            stats_module.compute_stats(tmp_path / "wb2.zarr", out=tmp_path / "stats.zarr")
