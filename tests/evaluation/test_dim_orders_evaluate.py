@@ -19,10 +19,13 @@ LAYOUTS = [
     pytest.param(("time", "level", "longitude", "latitude"),
                  ("time", "prediction_timedelta", "level", "longitude", "latitude"), "north", id="wb2-0.25deg"),
     pytest.param(("time", "level", "longitude", "latitude"),
-                 ("time", "prediction_timedelta", "level", "longitude", "latitude"), "south", id="wb2-coarse"),
-    pytest.param(CANONICAL, ("time", "prediction_timedelta", *CANONICAL[1:]), "south", id="ascending"),
+                 ("time", "prediction_timedelta", "level", "longitude", "latitude"), "south", id="wb2-coarse",
+                 marks=pytest.mark.slow),  # make test-fast keeps the WB2 0.25 layout
+    pytest.param(CANONICAL, ("time", "prediction_timedelta", *CANONICAL[1:]), "south", id="ascending",
+                 marks=pytest.mark.slow),  # make test-fast keeps the WB2 0.25 layout
     pytest.param(("longitude", "level", "time", "latitude"),
-                 ("longitude", "level", "prediction_timedelta", "time", "latitude"), "south", id="permuted"),
+                 ("longitude", "level", "prediction_timedelta", "time", "latitude"), "south", id="permuted",
+                 marks=pytest.mark.slow),  # make test-fast keeps the WB2 0.25 layout
 ]  # fmt: skip
 LEADS = np.array([6, 12], dtype="timedelta64[h]").astype("timedelta64[ns]")
 

@@ -27,7 +27,7 @@ def assert_same_forecast(a: Path, b: Path) -> None:
     xr.testing.assert_identical(a.drop_attrs(deep=False), b.drop_attrs(deep=False))
 
 
-@pytest.mark.parametrize("members", [0, 2])
+@pytest.mark.parametrize("members", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_sharded_forecast_reads_back_identically_in_fewer_files(members, request, swe_store, tmp_path):
     checkpoint = request.getfixturevalue("crps_run" if members else "mse_run_1_epoch").checkpoint
     inits = open_store(swe_store)["time"].values[:5]  # batches of 2: shards 0-1, 2-3 and a last one of 4 alone

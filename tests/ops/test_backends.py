@@ -190,7 +190,11 @@ def test_prepared_log_weights_follow_the_inputs_precision(op, name):
         assert expected in floats and not floats & {torch.bfloat16, torch.float16}
 
 
-@pytest.mark.parametrize("op, name", ALL)
+# the fused kernels run through Triton's interpreter here: seconds each, so make test-fast leaves them out
+ALL_FUSED_SLOW = [pytest.param(op, name, marks=pytest.mark.slow) if name == "fused" else (op, name) for op, name in ALL]
+
+
+@pytest.mark.parametrize("op, name", ALL_FUSED_SLOW)
 def test_backend_objects_equal_the_functional_ops(op, name):
     """A backend called on its prepared state gives the functional op's output and gradients."""
     grid = Grid(8, 16)
