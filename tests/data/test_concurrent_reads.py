@@ -102,6 +102,7 @@ def delayed_store(tmp_path_factory):
     server.shutdown()
 
 
+@pytest.mark.slow  # a delayed HTTP server; the local-store equality stays in test-fast
 def test_threads_over_http_read_the_same_batches_with_requests_in_flight_at_once(delayed_store):
     url, stats = delayed_store
     common = dict(

@@ -81,6 +81,7 @@ def test_each_fused_branch_matches_reference(branch):
     assert_fused_matches_reference(inputs, grid, atol=1e-4, branches=(branch,), scale=0.3, **sizes)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds; the per-branch checks stay in test-fast
 def test_fused_half_precision():
     grid = Grid(8, 16)
     inputs = random_qkv(grid, dtype=torch.float16)
@@ -88,6 +89,7 @@ def test_fused_half_precision():
     assert_fused_matches_reference(inputs, grid, atol=2e-2, reference_dtype=torch.float16, **sizes)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds; the per-branch checks stay in test-fast
 def test_fused_gradients_on_strided_inputs():
     """q, k, v as views of one projection (the layer's layout) give the same values and gradients
     on both backends (the op copies them into slot order first; the kernel's own stride handling

@@ -82,6 +82,7 @@ def test_fused_equals_reference(tiles, shape, kind, radius, head_dim, block):
     assert_close_to_reference(random_qkv(grid, batch=1, heads=2, head_dim=head_dim), grid, theta)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast
 def test_fused_equals_dense_masked_sdpa(tiles):
     grid = Grid(8, 16, "legendre-gauss")
     theta = 0.7
@@ -99,6 +100,7 @@ def test_fused_equals_dense_masked_sdpa(tiles):
         assert (a - b).abs().max() <= 1e-5
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast
 def test_whole_sphere_and_value_dim_and_scale(tiles):
     """theta = pi (every row whole), head_dim 24 (not a power of 2), head_dim_v 8, custom scale."""
     grid = Grid(6, 12)
@@ -107,6 +109,7 @@ def test_whole_sphere_and_value_dim_and_scale(tiles):
     assert_close_to_reference(inputs, grid, math.pi, scale=0.3)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast
 def test_strided_inputs(tiles):
     """q, k, v as the (batch, heads, N, head_dim) views of a (batch, N, heads*head_dim) projection."""
     grid = Grid(8, 16)
@@ -117,6 +120,7 @@ def test_strided_inputs(tiles):
     assert_close_to_reference([q, k, v], grid, 0.5)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast
 def test_fused_float16(tiles):
     grid = Grid(8, 16)
     tiles(16, 16)
