@@ -67,6 +67,7 @@ def served(tmp_path_factory):
     server.shutdown()
 
 
+@pytest.mark.slow  # a whole pipeline over HTTP
 def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_path):
     root, url = served
     before = digest(root)

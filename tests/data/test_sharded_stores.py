@@ -82,6 +82,7 @@ def _crash_on_second_slab(monkeypatch) -> list[int]:
     return starts
 
 
+@pytest.mark.slow  # two conversions
 def test_interrupted_sharded_conversion_resumes_to_the_same_store(monthly, tmp_path, monkeypatch):  # noqa: F811
     reference = open_store(convert(monthly, tmp_path / "reference.zarr", time_chunk=2, shards=2))
     out = tmp_path / "era5.zarr"

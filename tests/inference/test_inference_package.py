@@ -10,7 +10,7 @@ from s2forecast.models.forecaster import Forecaster
 from s2forecast.training import ForecastModule, data_info
 
 
-@pytest.mark.parametrize("package", ["s2forecast.inference.rollout",
+@pytest.mark.parametrize("package", [pytest.param("s2forecast.inference.rollout", marks=pytest.mark.slow),
                                      pytest.param("s2forecast.evaluation", marks=pytest.mark.slow),
                                      pytest.param("s2forecast.evaluation.evaluate", marks=pytest.mark.slow),
                                      pytest.param("s2forecast.models.forecaster", marks=pytest.mark.slow)])  # fmt: skip

@@ -215,6 +215,7 @@ def test_backend_objects_equal_the_functional_ops(op, name):
         assert torch.allclose(a, b, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # the fused backend through the Triton interpreter
 def test_neighborhood_backends_agree_on_one_state_each():
     """blocked, fused (interpreted) and reference from their own states give one answer."""
     grid = Grid(9, 20, "legendre-gauss")

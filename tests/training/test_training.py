@@ -175,6 +175,7 @@ def test_shipped_configs_parse(config, capsys):
     assert printed["data"]["class_path"].startswith("s2forecast.training.datamodule.")
 
 
+@pytest.mark.slow  # wandb's offline run: seconds of start-up
 def test_wandb_logger_offline(swe_store, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
