@@ -216,7 +216,8 @@ def compute_climatology(
             accepts, e.g. ``"1990"`` and ``"2019"``), inclusive.
         window_days: odd length of the triangular smoothing window (61 as in WB2).
         method: ``"auto"`` (choose by coverage), ``"dayofyear_hour"``, ``"hour"`` or ``"mean"``.
-        out: where to stream the climatology to (see above); it is replaced.
+        out: where to stream the climatology to (see above): a new path or an empty directory
+            (an existing one is refused: ``write_climatology`` replaces only what s2forecast wrote).
         progress: with ``out``, a progress bar on stderr (on a terminal only).
 
     Returns:
@@ -241,6 +242,11 @@ def compute_climatology(
         if not truth.data_vars:
             raise UserError("the truth has no variable with a 'time' dim")
     _check_unique_times(truth)
+    if out is not None and Path(out).exists() and (not Path(out).is_dir() or any(Path(out).iterdir())):
+        raise UserError(
+            f"{out} exists: compute_climatology streams only to a new path or an empty directory; use "
+            "write_climatology (s2forecast climatology --overwrite) to replace a climatology s2forecast wrote"
+        )
     if out is not None:
         # the period by position in the store's own order, so that each chunk is read once
         times = xr.Dataset(coords={"time": truth["time"].values}).sortby("time")

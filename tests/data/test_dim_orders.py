@@ -151,8 +151,8 @@ def test_training_and_rollout_match_the_canonical_store(stores, canonical_model,
                                                         dims, latitude):  # fmt: skip
     root, canonical, stats, data = stores
     path = write_store(data, tmp_path / "store.zarr", dims, latitude)
-    trained = torch.load(train(path, stats, tmp_path / "model.ckpt"), map_location="cpu", weights_only=False)
-    reference = torch.load(canonical_model, map_location="cpu", weights_only=False)
+    trained = torch.load(train(path, stats, tmp_path / "model.ckpt"), map_location="cpu", weights_only=True)
+    reference = torch.load(canonical_model, map_location="cpu", weights_only=True)
     assert trained["state_dict"].keys() == reference["state_dict"].keys()
     for name, weights in reference["state_dict"].items():
         torch.testing.assert_close(trained["state_dict"][name], weights, rtol=0, atol=0, msg=name)

@@ -343,3 +343,18 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
         expected = direct_climatology(values.astype(np.float64), times).swapaxes(-1, -2)  # (..., lat, lon)
         assert np.isfinite(expected).all()
         np.testing.assert_allclose(clim[name].values, expected, rtol=1e-6, err_msg=name)
+
+
+def test_streaming_to_an_existing_path_is_refused_and_leaves_it(tmp_path):
+    """compute_climatology(out=...) never replaces what is there (the command goes through the output policy)."""
+    times = pd.date_range("2020-01-01", periods=8, freq="6h")
+    truth = xr.Dataset(
+        {"t": (("time", "latitude", "longitude"), np.ones((8, 3, 4), np.float32))},
+        coords={"time": times, "latitude": [60.0, 0.0, -60.0], "longitude": [0.0, 90.0, 180.0, 270.0]},
+    )
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "keep.txt").write_text("user data")
+    with pytest.raises(ValueError, match="exists: compute_climatology streams only to a new path"):
+        compute_climatology(truth, out=target)
+    assert (target / "keep.txt").read_text() == "user data" and len(list(target.iterdir())) == 1
