@@ -246,7 +246,7 @@ def _score_and_write(
         metrics.attrs["spectra"] = (
             f"<field>_sh_power: spherical-harmonic power per degree l (sum over l = area mean of the field squared); "
             f"<field>_zonal_power: WeatherBench2's zonal energy spectrum averaged over |latitude| 30-60 deg; forecast "
-            f"(an ensemble's first member) and truth at the map leads, averaged over "
+            f"(an ensemble: its members' mean power) and truth at the map leads, averaged over "
             f"{spectra.attrs['spectra_init_times']} init times (s2forecast.evaluation.spectra)"
         )
     if plots_output is not None:

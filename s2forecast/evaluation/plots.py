@@ -1,5 +1,5 @@
 """PNG figures of forecast skill: scores versus lead time, spectra, forecast/truth/error maps
-and scorecards.
+and scorecards; for ensembles also CRPS and spread-skill versus lead time and rank histograms.
 
 Matplotlib is imported lazily and used through ``Figure`` with the Agg canvas, so no
 pyplot state or global backend is touched (safe inside notebooks and servers).
@@ -122,15 +122,100 @@ def plot_scores(
         if ax.lines:
             ax.legend()
         if n_init_times is not None:
-            top = ax.twiny()
-            top.set_xlim(ax.get_xlim())
-            shown = np.unique(np.round(np.linspace(0, hours.size - 1, min(hours.size, 8))).astype(int))
-            top.set_xticks(hours[shown], [str(int(n)) for n in np.asarray(n_init_times)[shown]], fontsize=8)
-            top.set_xlabel("init times averaged", fontsize=8)
+            _init_times_axis(ax, hours, n_init_times)
     axes[0].set_ylim(bottom=0)
     axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
     figure.suptitle(f"{title}: skill versus lead time")
     return _save(figure, path)
+
+
+def plot_ensemble_scores(
+    scores: xr.DataArray, path: str | Path, title: str, units: str = "", n_init_times: np.ndarray | None = None
+) -> Path:
+    """An ensemble's scores versus lead time: CRPS per source (the baselines are one-member
+    ensembles: their CRPS is their mean absolute error), the forecast's spread beside the RMSE
+    of its ensemble mean, and their ratio, spread-skill (1: spread as large as the error).
+
+    Args:
+        scores: dims ``(metric, source, lead_time)`` with a ``lead_hours (lead_time)`` coordinate
+            and the metrics ``crps``, ``spread``, ``ensemble_mean_rmse``, ``spread_skill``.
+        path: PNG to write.
+        title: e.g. ``Z500``.
+        units: the field's units (CRPS, spread and RMSE axes).
+        n_init_times: init times per lead, labelling the top axes.
+    """
+    hours = scores["lead_hours"].values
+    label = f" [{units}]" if units else ""
+    figure = _figure(14, 4.3)
+    top = 0.78 if n_init_times is not None else 0.88
+    axes = figure.subplots(1, 3, gridspec_kw={"left": 0.06, "right": 0.98, "bottom": 0.12, "top": top, "wspace": 0.25})
+    for source in scores["source"].values.tolist():
+        values = scores.sel(metric="crps", source=source).values
+        if not np.all(np.isnan(values)):
+            axes[0].plot(hours, values, **SOURCE_STYLES.get(source, {"label": source}))
+    forecast = scores.sel(source="forecast")
+    axes[1].plot(hours, forecast.sel(metric="ensemble_mean_rmse").values, color="tab:blue", marker="o",
+                 label="RMSE of the ensemble mean")  # fmt: skip
+    axes[1].plot(hours, forecast.sel(metric="spread").values, color="tab:green", marker="^", label="spread")
+    axes[2].plot(hours, forecast.sel(metric="spread_skill").values, color="tab:green", marker="^", label="forecast")
+    axes[2].axhline(1.0, color="k", linestyle=":", linewidth=1, label="calibrated (1)")
+    for ax, ylabel in zip(axes, (f"CRPS{label}", f"spread, RMSE{label}", "spread / RMSE"), strict=True):
+        ax.set_xlabel("lead time [h]")
+        if 1 < hours.size <= 10:
+            ax.set_xticks(hours)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        if n_init_times is not None:
+            _init_times_axis(ax, hours, n_init_times)
+    from matplotlib.ticker import FormatStrFormatter
+
+    for ax in axes[:2]:
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
+    axes[0].set_title("CRPS", fontsize=10)
+    axes[1].set_title("spread and error", fontsize=10)
+    axes[2].set_title("spread-skill ratio", fontsize=10)
+    figure.suptitle(f"{title}: ensemble scores versus lead time")
+    return _save(figure, path)
+
+
+def plot_rank_histograms(histogram: xr.DataArray, path: str | Path, title: str, max_leads: int = 4) -> Path:
+    """Rank histograms of the truth among the members, one panel per lead (at most
+    ``max_leads``, evenly chosen), with the flat histogram of a calibrated ensemble.
+
+    Args:
+        histogram: dims ``(lead_time, rank)``, a ``lead_hours (lead_time)`` coordinate, frequencies
+            of ranks 0..M summing to 1 per lead (``<field>_rank_histogram`` of one region and level).
+        path: PNG to write.
+        title: e.g. ``Z500``.
+    """
+    hours = histogram["lead_hours"].values
+    shown = np.unique(np.round(np.linspace(0, hours.size - 1, min(hours.size, max_leads))).astype(int))
+    ranks = histogram["rank"].values
+    figure = _figure(3.2 * len(shown) + 0.6, 3.6)
+    axes = figure.subplots(1, len(shown), squeeze=False, sharey=True,
+                           gridspec_kw={"left": 0.1 if len(shown) > 1 else 0.2, "right": 0.97, "bottom": 0.15,
+                                        "top": 0.8, "wspace": 0.1}).ravel()  # fmt: skip
+    for ax, k in zip(axes, shown, strict=True):
+        ax.bar(ranks, histogram.isel(lead_time=k).values, color="tab:blue", width=0.8)
+        ax.axhline(1.0 / ranks.size, color="k", linestyle=":", linewidth=1, label="calibrated")
+        ax.set_title(f"lead {hours[k]:g} h", fontsize=10)
+        ax.set_xlabel("members below the truth")
+        ax.set_xticks(ranks if ranks.size <= 11 else ranks[:: int(np.ceil(ranks.size / 11))])
+    axes[0].set_ylabel("frequency (area-weighted)")
+    axes[0].legend(fontsize=8)
+    figure.suptitle(f"{title}: rank histograms ({ranks.size - 1} members)")
+    return _save(figure, path)
+
+
+def _init_times_axis(ax, hours: np.ndarray, n_init_times: np.ndarray) -> None:
+    """The number of init times per lead on a top axis."""
+    top = ax.twiny()
+    top.set_xlim(ax.get_xlim())
+    shown = np.unique(np.round(np.linspace(0, hours.size - 1, min(hours.size, 8))).astype(int))
+    top.set_xticks(hours[shown], [str(int(n)) for n in np.asarray(n_init_times)[shown]], fontsize=8)
+    top.set_xlabel("init times averaged", fontsize=8)
 
 
 def plot_maps(
@@ -140,6 +225,7 @@ def plot_maps(
     title: str,
     units: str = "",
     land_sea_mask: xr.DataArray | None = None,
+    forecast_label: str = "forecast",
 ) -> Path:
     """Forecast, truth and error (forecast - truth) maps, one row per lead, with coastlines: the
     0.5 contour of ``land_sea_mask`` (latitude, longitude land fraction; the data's own
@@ -154,6 +240,7 @@ def plot_maps(
         units: the field's units, for the colour bars.
         land_sea_mask: (latitude, longitude) land fraction in [0, 1] on any grid (taken at the
             nearest points of the forecast's), or None.
+        forecast_label: what the forecast panels show, e.g. ``ensemble mean``.
 
     Returns:
         ``path``.
@@ -181,9 +268,9 @@ def plot_maps(
     for row, lead in enumerate(leads):
         hours = float(lead / np.timedelta64(1, "h"))
         panels = (
-            ("forecast", forecast.isel(prediction_timedelta=row).values, "viridis", vmin, vmax),
+            (forecast_label, forecast.isel(prediction_timedelta=row).values, "viridis", vmin, vmax),
             ("truth", truth.isel(prediction_timedelta=row).values, "viridis", vmin, vmax),
-            ("forecast - truth", error.isel(prediction_timedelta=row).values, "RdBu_r", -emax, emax),
+            (f"{forecast_label} - truth", error.isel(prediction_timedelta=row).values, "RdBu_r", -emax, emax),
         )
         for ax, (name, values, cmap, low, high) in zip(axes[row], panels, strict=True):
             mesh = ax.pcolormesh(lon, lat, values, cmap=cmap, vmin=low, vmax=high, shading="nearest")
@@ -206,7 +293,12 @@ def _map_order(data: xr.DataArray) -> xr.DataArray:
 
 
 def plot_spectra(
-    sh_power: xr.DataArray, zonal_power: xr.DataArray, path: str | Path, title: str, units: str = ""
+    sh_power: xr.DataArray,
+    zonal_power: xr.DataArray,
+    path: str | Path,
+    title: str,
+    units: str = "",
+    forecast_label: str = "forecast",
 ) -> Path:
     """Power spectra of forecast (solid) and truth (dashed) per lead, log-log.
 
@@ -218,6 +310,8 @@ def plot_spectra(
         path: PNG to write.
         title: e.g. ``Z500``.
         units: the field's units.
+        forecast_label: the forecast's name in the legend, e.g. ``members`` (an ensemble's
+            spectra are its members' mean power).
     """
     figure = _figure(11, 4.2)
     axes = figure.subplots(1, 2, gridspec_kw={"left": 0.08, "right": 0.98, "bottom": 0.13, "top": 0.86, "wspace": 0.25})
@@ -227,11 +321,11 @@ def plot_spectra(
     wavelength_km = zonal_power["zonal_wavelength"].values / 1000.0
     for k, lead in enumerate(leads):
         hours = float(lead / np.timedelta64(1, "h"))
-        for source, style in (("forecast", "-"), ("truth", "--")):
+        for source, name, style in (("forecast", forecast_label, "-"), ("truth", "truth", "--")):
             sh = sh_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
-            axes[0].loglog(degree[1:], sh[1:], style, color=colors[k], label=f"{source}, {hours:g} h")
+            axes[0].loglog(degree[1:], sh[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
             zonal = zonal_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
-            axes[1].loglog(wavelength_km[1:], zonal[1:], style, color=colors[k], label=f"{source}, {hours:g} h")
+            axes[1].loglog(wavelength_km[1:], zonal[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
     squared = f"({units})²" if units else "units²"
     axes[0].set_xlabel("total wavenumber l")
     axes[0].set_ylabel(f"power per degree [{squared}]")
@@ -247,7 +341,7 @@ def plot_spectra(
         positive = values[np.isfinite(values) & (values > 0)]
         if positive.size:  # down to the smallest power, not below a band-limited field's round-off floor
             ax.set_ylim(bottom=max(0.5 * positive.min(), 1e-12 * positive.max()))
-    figure.suptitle(f"{title}: spectra of forecast and truth")
+    figure.suptitle(f"{title}: spectra of {forecast_label} and truth")
     return _save(figure, path)
 
 

@@ -18,7 +18,8 @@ from s2forecast.evaluation.inputs import land_sea_mask, lead_hours
 from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarning, member_dim, truth_at_valid_times
 from s2forecast.evaluation.scoring import LEAD_TIME
 
-COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units"]
+# rank: the rank histogram's (members below the truth, on its rows, metric "rank_histogram"); empty on the scores'
+COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units", "rank"]
 LABELLED_DIMS = ("metric", "source", "region", "spectrum_source")  # string dims, written as CF label variables
 TIMEDELTA_COORDS = (LEAD_TIME, "spectrum_lead_time")  # written in hours, read back as timedelta64
 SPECTRA_INITS = 8  # init times averaged in the spectra: evenly spaced over those with truth at every lead
@@ -36,23 +37,27 @@ HEADLINE_LEVELS = {
 }
 MAX_PLOT_LEVELS = 3  # plot every level of a variable with at most this many, else its headline levels
 MAX_TABLE_LEADS = 8
+ENSEMBLE_PLOTTED = ("crps", "spread", "ensemble_mean_rmse", "spread_skill")  # plot_ensemble_scores' metrics
 
 
 def metrics_table(metrics: xr.Dataset) -> pd.DataFrame:
-    """Long format: columns ``variable, level, region, lead_hours, source, metric, value, units``
-    (level empty for surface fields)."""
+    """Long format: columns ``variable, level, region, lead_hours, source, metric, value, units,
+    rank`` (level empty for surface fields); an ensemble's rank histogram as rows of metric
+    ``rank_histogram``, source ``forecast``, one per rank (rank empty on the other rows)."""
     frames = []
     for v in _score_variables(metrics):
         data = metrics[v].drop_vars("lead_hours").assign_coords(lead_time=metrics["lead_hours"].values)
-        data = data.rename(lead_time="lead_hours")
-        frame = data.to_dataframe(name="value").reset_index()
-        if "level" not in frame:
-            frame["level"] = None
+        frame = data.rename(lead_time="lead_hours").to_dataframe(name="value").reset_index()
         units = dict(part.split(": ", 1) for part in data.attrs["metric_units"].split("; "))
         frame["units"] = frame["metric"].map(units)
-        frame.insert(0, "variable", v)
-        frames.append(frame[COLUMNS])
-    table = pd.concat(frames, ignore_index=True)
+        frames.append(frame.assign(variable=v))
+        if f"{v}_rank_histogram" in metrics:
+            hist = metrics[f"{v}_rank_histogram"].drop_vars("lead_hours")
+            hist = hist.assign_coords(lead_time=metrics["lead_hours"].values).rename(lead_time="lead_hours")
+            frame = hist.to_dataframe(name="value").reset_index()
+            frames.append(frame.assign(variable=v, source="forecast", metric="rank_histogram", units="1"))
+    table = pd.concat([frame.reindex(columns=COLUMNS) for frame in frames], ignore_index=True)
+    table["rank"] = table["rank"].astype("Int64")  # 3, not 3.0; empty on the scores
     levels = table["level"].dropna()
     if np.all(np.mod(levels.to_numpy(dtype=np.float64), 1) == 0):
         table["level"] = table["level"].astype("Int64")  # 500, not 500.0; empty for surface fields
@@ -155,7 +160,10 @@ def write_plots(
 ) -> list[Path]:
     """The PNGs of an evaluation in ``plot_dir`` (made if absent): per plotted field (:func:`_plot_levels`)
     its scores versus lead (global region, or the first), spectra (when the results hold them) and the
-    maps of the first init time at ``map_leads``; a scorecard against each baseline the results hold.
+    maps of the first init time at ``map_leads``; for an ensemble also its CRPS and spread-skill
+    versus lead (``<field>_ensemble.png``, when the results hold them) and rank histograms
+    (``<field>_rank_histogram.png``), its maps and spectra those of the ensemble mean and of the
+    members; a scorecard against each baseline the results hold.
 
     Args:
         metrics: the results (``evaluation.scoring`` layout).
@@ -181,6 +189,7 @@ def write_plots(
         member = member_dim(f.dims)
         if member is not None:
             f = f.mean(member)  # maps of the ensemble mean
+        forecast_label = "forecast" if member is None else "ensemble mean"
         if levels is not None:
             f = f.sel(level=_plot_levels(v, levels))
         f = f.astype(np.float64).load()
@@ -196,17 +205,27 @@ def write_plots(
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
             counts = metrics["n_init_times"].values
             files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts))
+            if set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
+                path = plot_dir / f"{_file_stem(v, level)}_ensemble.png"
+                files.append(plots.plot_ensemble_scores(scores, path, title=label, units=units, n_init_times=counts))
+            if f"{v}_rank_histogram" in metrics:
+                hist = metrics[f"{v}_rank_histogram"].sel(region=region)
+                hist = hist.sel(level=level) if level is not None else hist
+                path = plot_dir / f"{_file_stem(v, level)}_rank_histogram.png"
+                files.append(plots.plot_rank_histograms(hist, path, title=f"{label} ({region})"))
             if f"{v}_sh_power" in metrics:
                 sh, zonal = metrics[f"{v}_sh_power"], metrics[f"{v}_zonal_power"]
                 if level is not None:
                     sh, zonal = sh.sel(level=level), zonal.sel(level=level)
                 path = plot_dir / f"{_file_stem(v, level)}_spectra.png"
-                files.append(plots.plot_spectra(sh, zonal, path, title=label, units=units))
+                name = "forecast" if member is None else "members (mean power)"
+                files.append(plots.plot_spectra(sh, zonal, path, title=label, units=units, forecast_label=name))
             fl = f.isel({INIT_DIM: 0}) if level is None else f.isel({INIT_DIM: 0}).sel(level=level)
             ol = o.isel({INIT_DIM: 0}) if level is None else o.isel({INIT_DIM: 0}).sel(level=level)
             path = plot_dir / f"{_file_stem(v, level)}_maps.png"
             title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
-            files.append(plots.plot_maps(fl, ol, path, title=title, units=units, land_sea_mask=coast))
+            files.append(plots.plot_maps(fl, ol, path, title=title, units=units, land_sea_mask=coast,
+                                         forecast_label=forecast_label))  # fmt: skip
     baselines = [s for s in metrics["source"].values.tolist() if s != "forecast"]
     for baseline in baselines if "rmse" in metrics["metric"].values.tolist() else []:
         cells, rows, hours = scorecard(metrics, baseline)
@@ -241,7 +260,8 @@ def scorecard(
 def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], leads: np.ndarray) -> xr.Dataset:
     """Spectra of forecast and truth at ``leads`` (``evaluation.spectra``), averaged over up to
     ``SPECTRA_INITS`` init times (evenly spaced over those whose valid times are all in the truth);
-    an ensemble's first member (a member keeps the small scales that the ensemble mean averages out).
+    of an ensemble, the mean power of its members (each member keeps the small scales that the
+    ensemble mean averages out).
 
     Returns:
         per field ``<field>_sh_power`` (spectrum_source, spectrum_lead_time, [level], degree) and
@@ -259,16 +279,16 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
     chosen = complete[np.unique(positions)]
     result = {}
     for v in variables:
-        f = forecast[v].sel({INIT_DIM: chosen, LEAD_DIM: leads})
+        f = forecast[v].sel({INIT_DIM: chosen, LEAD_DIM: leads}).astype(np.float64).load()
         member = member_dim(f.dims)
-        if member is not None:
-            f = f.isel({member: 0}, drop=True)
-        f = f.astype(np.float64).load()
         levels = f["level"].values if "level" in f.dims else None
         valid = np.unique((chosen[:, None] + leads[None, :]).ravel())
         o = _select_levels(truth[v], levels).sel({INIT_DIM: valid}).astype(np.float64).load()
-        o = truth_at_valid_times(o, f).drop_vars("valid_time").transpose(*f.dims)
-        pair = spectra.spectra(f, o).rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})
+        o = truth_at_valid_times(o, f.isel({member: 0}, drop=True) if member else f).drop_vars("valid_time")
+        o = o.transpose(*(d for d in f.dims if d != member))
+        pair = spectra.spectra(f, o, member_dim=member).rename(
+            source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"}
+        )
         pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
         result[f"{v}_sh_power"] = pair["sh_power"]
         result[f"{v}_zonal_power"] = pair["zonal_power"]

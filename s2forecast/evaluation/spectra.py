@@ -183,34 +183,43 @@ def _squared(units: str | None, times: str = "") -> str:
 
 
 def spectra(
-    forecast: xr.DataArray, truth: xr.DataArray, band_deg: tuple[float, float] = DEFAULT_BAND_DEG
+    forecast: xr.DataArray,
+    truth: xr.DataArray,
+    band_deg: tuple[float, float] = DEFAULT_BAND_DEG,
+    member_dim: str | None = None,
 ) -> xr.Dataset:
-    """Spectra of a forecast and of its truth, averaged over initialization times.
+    """Spectra of a forecast and of its truth, averaged over initialization times (and an
+    ensemble's members: the mean power of the members, not the power of their mean).
 
     Both fields may hold their dims in any order (WeatherBench2 stores (..., longitude, latitude)):
     they are put in the spectra's order ``(..., latitude, longitude)`` first.
 
     Args:
-        forecast: (time, lead_time, [level,] latitude, longitude) forecast field (an ensemble:
-            one member, or the caller's choice).
-        truth: the verifying truth aligned with ``forecast`` (same dims and coordinates).
+        forecast: (time, lead_time, [member_dim,] [level,] latitude, longitude) forecast field.
+        truth: the verifying truth aligned with ``forecast`` (its dims and coordinates, without
+            ``member_dim``).
         band_deg: |latitude| band of the zonal spectrum.
+        member_dim: the forecast's ensemble dim, averaged over; None for a deterministic forecast.
 
     Returns:
         Dataset with ``sh_power`` (source, lead_time, [level,] degree) and ``zonal_power``
         (source, lead_time, [level,] frequency), source = ["forecast", "truth"]; coordinates
         ``degree_wavelength`` and ``zonal_wavelength`` (m).
     """
-    if {"latitude", "longitude"} <= set(forecast.dims) and set(forecast.dims) == set(truth.dims):
+    dims = [d for d in forecast.dims if d != member_dim]
+    if {"latitude", "longitude"} <= set(dims) and set(dims) == set(truth.dims):
         forecast = forecast.transpose(..., "latitude", "longitude")
-        truth = truth.transpose(*forecast.dims)
-    if forecast.dims != truth.dims or forecast.shape != truth.shape:
+        dims = [d for d in forecast.dims if d != member_dim]
+        truth = truth.transpose(*dims)
+    sizes = {d: forecast.sizes[d] for d in dims}
+    if tuple(dims) != truth.dims or tuple(sizes.values()) != truth.shape:
         raise UserError(f"forecast {dict(forecast.sizes)} and truth {dict(truth.sizes)} must be aligned")
     sources = []
     for source in (forecast, truth):
+        averaged = [d for d in ("time", member_dim) if d in source.dims]
         # two wavelength coordinates in one dataset: named by the axis they belong to
-        sh = spherical_harmonic_power(source).mean("time").rename(wavelength="degree_wavelength")
-        zonal = zonal_spectrum_band(zonal_energy_spectrum(source), band_deg).mean("time")
+        sh = spherical_harmonic_power(source).mean(averaged).rename(wavelength="degree_wavelength")
+        zonal = zonal_spectrum_band(zonal_energy_spectrum(source), band_deg).mean(averaged)
         zonal = zonal.rename(wavelength="zonal_wavelength")
         sources.append(xr.Dataset({"sh_power": sh, "zonal_power": zonal}))
     result = xr.concat(sources, dim="source", coords="minimal", compat="override")

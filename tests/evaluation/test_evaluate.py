@@ -242,7 +242,9 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".tmp")]
 
     csv = pd.read_csv(out.with_suffix(".csv"))
-    assert csv.columns.tolist() == ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units"]
+    assert csv.columns.tolist() == ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units",
+                                    "rank"]  # fmt: skip
+    assert csv["rank"].isna().all()  # a deterministic forecast has no rank histogram
     assert len(csv) == (len(LEVELS) + 1) * LEADS.size * 3 * 3 * 13
     row = csv[(csv.variable == "geopotential") & (csv.level == 500) & (csv.lead_hours == 24) & (csv.region == "global")]
     row = row[(row.source == "persistence") & (row.metric == "rmse")]

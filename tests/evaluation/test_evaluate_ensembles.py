@@ -184,25 +184,26 @@ def test_cli_regions_option_and_one_line_errors(tmp_path, truth, capsys, monkeyp
 
 
 @pytest.mark.slow  # about 9 s
-def test_spectra_and_scorecard_in_the_results(tmp_path, truth):
-    """The results file carries the spectra of forecast (the first member) and truth at the map
+def test_spectra_and_scorecard_in_the_results(tmp_path, truth, monkeypatch):
+    """The results file carries the spectra of forecast (its members' mean power) and truth at the map
     leads, equal to evaluation.spectra on the same fields; the scorecard cells are the relative
-    RMSE differences of the results; every plot kind is written."""
-    from s2forecast.evaluation import spectra
+    RMSE differences of the results; every plot kind is written, an ensemble's included."""
+    from s2forecast.evaluation import plots, spectra
     from s2forecast.evaluation.report import scorecard
 
     path, data = truth
     forecast = ensemble(data, 3)
+    labels = []
+    draw_maps = plots.plot_maps
+    monkeypatch.setattr(plots, "plot_maps", lambda *a, **k: labels.append(k["forecast_label"]) or draw_maps(*a, **k))
     out = tmp_path / "m.nc"
     evaluate(forecast, path, out, progress=False, regions=["global", "europe"])
     results = open_results(out)
     sh = results["2m_temperature_sh_power"]
     assert sh.dims == ("spectrum_source", "spectrum_lead_time", "degree")
     np.testing.assert_array_equal(results["spectrum_lead_time"].values, LEADS.values)
-    member = forecast["2m_temperature"].isel(number=0)
-    np.testing.assert_allclose(
-        sh.sel(spectrum_source="forecast").values, spectra.spherical_harmonic_power(member).mean("time").values
-    )
+    members = spectra.spherical_harmonic_power(forecast["2m_temperature"]).mean(["time", "number"])
+    np.testing.assert_allclose(sh.sel(spectrum_source="forecast").values, members.values)
     valid = data["2m_temperature"].sel(time=data.time.values[0] + LEADS.values)
     np.testing.assert_allclose(sh.sel(spectrum_source="truth").values, spectra.spherical_harmonic_power(valid).values)
     zonal = results["2m_temperature_zonal_power"].sel(spectrum_source="truth")
@@ -214,8 +215,10 @@ def test_spectra_and_scorecard_in_the_results(tmp_path, truth):
     ours, theirs = rmse.sel(source="forecast").values, rmse.sel(source="persistence").values
     np.testing.assert_allclose(cells[1], 100 * (ours - theirs) / theirs)
     plots = sorted(p.name for p in (tmp_path / "m_plots").iterdir() if p.suffix == ".png")
-    assert plots == ["2m_temperature_maps.png", "2m_temperature_scores.png", "2m_temperature_spectra.png",
-                     "scorecard_climatology.png", "scorecard_persistence.png"]  # fmt: skip
+    assert plots == ["2m_temperature_ensemble.png", "2m_temperature_maps.png", "2m_temperature_rank_histogram.png",
+                     "2m_temperature_scores.png", "2m_temperature_spectra.png", "scorecard_climatology.png",
+                     "scorecard_persistence.png"]  # fmt: skip
+    assert labels == ["ensemble mean"]  # the maps say what they show
 
 
 def test_maps_draw_the_land_sea_mask_as_coastlines(tmp_path, truth):
@@ -227,3 +230,31 @@ def test_maps_draw_the_land_sea_mask_as_coastlines(tmp_path, truth):
     plain = plots.plot_maps(field, field, tmp_path / "plain.png", title="T2M")
     coast = plots.plot_maps(field, field, tmp_path / "coast.png", title="T2M", land_sea_mask=data["land_sea_mask"])
     assert plain.read_bytes() != coast.read_bytes()
+
+
+def test_ensemble_spectra_and_rank_histogram_in_the_csv(tmp_path, truth):
+    """An ensemble's spectra average its members' power; its rank histogram is in the CSV
+    (its plots: test_spectra_and_scorecard_in_the_results, tests/inference/test_ic_ensembles.py)."""
+    from s2forecast.evaluation.report import compute_spectra
+
+    path, data = truth
+    forecast = ensemble(data, 3)
+    anomaly = forecast - forecast.mean("number")
+    forecast = forecast + anomaly * xr.DataArray([0.0, 0.5, 1.0], dims="number")  # members of different power
+    out = tmp_path / "m.nc"
+    results = evaluate(forecast, path, out, plots=False, progress=False, regions=["global"])
+
+    csv = pd.read_csv(out.with_suffix(".csv"))
+    rows = csv[csv.metric == "rank_histogram"].sort_values(["lead_hours", "rank"])
+    hist = results["2m_temperature_rank_histogram"].sel(region="global")
+    np.testing.assert_allclose(rows.value, hist.values.ravel(), rtol=1e-12)
+    assert rows["rank"].tolist() == [0, 1, 2, 3] * LEADS.size and (rows.units == "1").all()
+
+    # the spectra are the mean of the members' spectra, not one member's
+    members = [compute_spectra(forecast.isel(number=[j]).squeeze("number", drop=True), data, ["2m_temperature"],
+                               LEADS.values)["2m_temperature_sh_power"] for j in range(3)]  # fmt: skip
+    got = results["2m_temperature_sh_power"].sel(spectrum_source="forecast").values
+    np.testing.assert_allclose(got, np.mean([m.sel(spectrum_source="forecast").values for m in members], axis=0),
+                               rtol=1e-10)  # fmt: skip
+    assert not np.allclose(got, members[0].sel(spectrum_source="forecast").values, rtol=1e-3)
+    assert "members' mean power" in results.attrs["spectra"]
