@@ -90,12 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Data-driven forecasting on the sphere. Commands in the order of the workflow:",
         epilog="A user error ends a command with one line; add --debug anywhere to see its traceback.",
         formatter_class=CommandListFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"s2forecast {__version__}")
     parser.add_argument(DEBUG, action="store_true", help="print the traceback of an error (any command)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
-        sub = subparsers.add_parser(command.name, help=command.help, add_help=not command.lightning)
+        # no abbreviations: `--member 1` would be taken as `--members 1`
+        sub = subparsers.add_parser(command.name, help=command.help, add_help=not command.lightning, allow_abbrev=False)
         if not command.lightning:
             command.arguments(sub)
     return parser

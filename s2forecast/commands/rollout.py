@@ -15,6 +15,8 @@ from s2forecast.commands.arguments import (
 )
 
 HELP = "forecasts from a checkpoint, written as NetCDF/zarr"
+PERTURBATIONS = ("gaussian", "spherical-noise")  # = inference.perturbations.PERTURBATIONS (no torch for --help)
+DEFAULT_SCALE = 0.05  # = inference.perturbations.DEFAULT_SCALE
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,10 +55,30 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         "variables works as initial conditions)",
     )  # fmt: skip
     parser.add_argument(
-        "--members", type=nonnegative_int, default=0,
-        help="ensemble members per initialization time (a model trained with loss: crps), written along realization",
+        "--members", type=nonnegative_int, default=0, metavar="K",
+        help="ensemble members per initialization time, written along realization: members differ by their "
+        "perturbed initial conditions (--perturbation), by the members of an ensemble file (--ic-members), and by "
+        "the noise of a model trained with loss: crps (default: the number of --ic-members, else none)",
     )  # fmt: skip
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the ensemble members' noise")
+    parser.add_argument(
+        "--perturbation", choices=PERTURBATIONS,
+        help="an initial-condition ensemble of any checkpoint: add to each member's initial state independent "
+        "Gaussian noise per grid point, or smooth isotropic noise of the grid's spherical harmonics (degrees up to "
+        "half the grid's); needs --members K >= 2",
+    )  # fmt: skip
+    parser.add_argument(
+        "--perturbation-scale", type=positive_float, metavar="S",
+        help=f"std of the perturbation in units of each channel's std (checkpoint statistics) (default: "
+        f"{DEFAULT_SCALE})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ic-members", metavar="all|0,3,5|2",
+        help="with an ERA5 file of ensemble members (a 'number' dimension) as --store: the members to start from, "
+        "as the ensemble (all, or a list), or one member (e.g. 2) as the initial condition",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seed", type=nonnegative_int, default=0, help="seed of the perturbations and of the members' model noise"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     storage_options(parser)
     parser.add_argument("--no-progress", action="store_true")
@@ -69,6 +91,7 @@ def run(args: argparse.Namespace) -> None:
     options = RolloutOptions(
         fmt=args.format, batch_size=args.batch_size, device=resolve_device(args.device), bf16=args.bf16,
         nan_policy=args.nan, other_grid=args.other_grid, store_stats=args.store_stats, members=args.members,
+        perturbation=args.perturbation, perturbation_scale=args.perturbation_scale, ic_members=args.ic_members,
         seed=args.seed, overwrite=args.overwrite, storage_options=args.storage_options, shards=args.shards or 0,
     )  # fmt: skip
     available = source_times(args.store, args.storage_options)  # after the options: bad ones fail before any read

@@ -191,6 +191,14 @@ def valid_times(path: str | Path) -> np.ndarray:
         return np.unique(_normalize_time(ds, path)["time"].values)
 
 
+def ensemble_members(path: str | Path) -> list[int]:
+    """The ensemble members (values of the ``number`` dimension) of an ERA5 NetCDF or GRIB
+    file, [] when it has no such dimension (a scalar ``number`` coordinate is no ensemble)."""
+    path = Path(path)
+    with _open(path) as ds:
+        return [int(x) for x in ds["number"].values] if "number" in ds.dims else []
+
+
 def _squeezed_to_dims(ds: xr.Dataset, names: Iterable[str]) -> xr.Dataset:
     """Promote scalar coordinates (length-1 dims cfgrib squeezed away) back to dimensions."""
     for name in names:

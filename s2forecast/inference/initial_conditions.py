@@ -5,19 +5,22 @@ Initial conditions may come from any store with the model's variables and levels
 they are normalized with the checkpoint's statistics (a store of new dates has other statistics
 than the training period's, and needs none of its own). ERA5 NetCDF or GRIB files as the CDS
 delivers them are converted into a temporary store first (``convert-era5``: the same names,
-units and value checks).
+units and value checks); an ensemble file (an ERA5 ``number`` dimension) gives one store per
+selected member, whose states are the initial conditions of an ensemble (``select_ic_members``,
+``inference.perturbations``).
 """
 
 import contextlib
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from s2forecast.data.convert_era5 import convert_era5, valid_times
+from s2forecast.data.convert_era5 import convert_era5, ensemble_members, valid_times
 from s2forecast.data.fields import FieldDataset, SampleSpec
 from s2forecast.data.forcings import forcing_names
 from s2forecast.data.stats import ChannelStats
@@ -34,7 +37,8 @@ class InitialStates:
     """What a rollout of a batch of initialization times starts from (normalized).
 
     Attributes:
-        inputs: (batch, history, channels, nlat, nlon) states up to each initialization time.
+        inputs: (batch, [members,] history, channels, nlat, nlon) states up to each
+            initialization time; a members axis holds the members of an ensemble file.
         static: (batch, static_channels, nlat, nlon).
         forcings: (batch, history + steps, forcing_channels, nlat, nlon) from the first input time on.
     """
@@ -151,16 +155,51 @@ def is_era5_file(source: str | Path) -> bool:
     return not is_url(source) and Path(source).is_file()
 
 
+def select_ic_members(value) -> str | tuple[int, ...] | None:
+    """``--ic-members`` checked: None, ``"all"``, or member numbers (the values of an ERA5 file's
+    ``number`` dimension) from "0,3,5", "2" or a sequence of integers.
+
+    Raises:
+        ValueError: not "all" nor integers >= 0, or a member given twice.
+    """
+    if value is None or value == "all":
+        return value
+    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+
+    def number(part) -> int | None:
+        if isinstance(part, str):
+            return int(part) if part.isdigit() else None
+        return int(part) if isinstance(part, Integral) and not isinstance(part, bool) and part >= 0 else None
+
+    numbers = tuple(number(part) for part in parts)
+    if not parts or None in numbers:
+        raise UserError(
+            f"--ic-members must be 'all' or member numbers >= 0 such as 0,3,5 (or one, e.g. 2), got {value!r}"
+        )
+    twice = sorted({n for n in numbers if numbers.count(n) > 1})
+    if twice:
+        raise UserError(f"--ic-members {value}: member(s) {twice} given twice; give each once")
+    return numbers
+
+
 class InitialConditions:
-    """The initial conditions a model forecasts from (``open``): its input reader, normalized.
+    """The initial conditions a model forecasts from (``open``): its input readers, normalized.
 
     Attributes:
         source: what the user gave (a store, its URL, or an ERA5 file).
-        dataset: the reader of the store (for an ERA5 file: of the store converted from it).
+        datasets: the readers of the store (for an ERA5 file: of the store converted from it),
+            one per selected member of an ensemble file.
+        members: the selected members of an ensemble file (values of its ``number`` dimension);
+            None for a store or a file without members.
     """
 
-    def __init__(self, source: str | Path, dataset: FieldDataset):
-        self.source, self.dataset = source, dataset
+    def __init__(self, source: str | Path, datasets: list[FieldDataset], members: tuple[int, ...] | None = None):
+        self.source, self.datasets, self.members = source, tuple(datasets), members
+
+    @property
+    def dataset(self) -> FieldDataset:
+        """The reader of the (first) initial conditions: grid, times, units."""
+        return self.datasets[0]
 
     @classmethod
     @contextlib.contextmanager
@@ -171,30 +210,86 @@ class InitialConditions:
         other_grid: bool = False,
         store_stats: bool = False,
         storage_options: dict | None = None,
+        ic_members: str | tuple[int, ...] | None = None,
     ) -> Iterator["InitialConditions"]:
         """The initial conditions at ``source`` for ``model`` (arguments as ``open_inputs``).
 
         For ERA5 NetCDF or GRIB files, a store converted from them in a temporary directory,
         removed on exit: only the model's variables and levels, and the static fields the
-        checkpoint does not carry.
+        checkpoint does not carry. ``ic_members`` (``select_ic_members``): the members of an
+        ensemble file to read, each into a store of its own; a file of one member needs none.
+
+        Raises:
+            ValueError: ``ic_members`` for a store or a file without members, members that are
+                not in the file, or an ensemble file of several members without ``ic_members``.
         """
+        ic_members = select_ic_members(ic_members)
         if not is_era5_file(source):
-            yield cls(source, open_inputs(model, source, other_grid, store_stats, storage_options=storage_options))
+            if ic_members is not None:
+                raise UserError(
+                    f"--ic-members applies to an ERA5 NetCDF/GRIB file with an ensemble 'number' dimension; {source} "
+                    "is a store, which holds one initial condition per time: leave --ic-members out"
+                )
+            yield cls(source, [open_inputs(model, source, other_grid, store_stats, storage_options=storage_options)])
             return
+        members = _file_members(Path(source), ic_members)
         layout = ChannelLayout.from_channels(model.data.channels)
         statics = [name for name in model.data.static_channels if name not in model.static_fields]
         variables = [*layout.variables, *statics]  # the checkpoint's own static fields are not needed
         with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:
-            store = convert_era5([Path(source)], Path(tmp) / "initial_conditions.zarr", variables, layout.levels,
-                                 progress=False)  # fmt: skip
-            yield cls(source, open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
+            datasets = []
+            for member in members or [None]:
+                name = "initial_conditions.zarr" if member is None else f"initial_conditions_member_{member}.zarr"
+                store = convert_era5([Path(source)], Path(tmp) / name, variables, layout.levels, member=member,
+                                     progress=False)  # fmt: skip
+                datasets.append(open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
+            yield cls(source, datasets, tuple(members) or None)
+
+    def read(self, init_times: np.ndarray, steps: int) -> InitialStates:
+        """The states ``steps`` steps from each of ``init_times`` start from, with a members axis
+        (batch, members, history, ...) when several members of an ensemble file are selected."""
+        states = [read_initial_conditions(dataset, init_times, steps) for dataset in self.datasets]
+        if len(states) == 1:
+            return states[0]
+        inputs = torch.stack([state.inputs for state in states], dim=1)
+        return InitialStates(inputs, states[0].static, states[0].forcings)  # the same for every member
 
     def check(self, init_times: np.ndarray) -> None:
         """Raises ValueError unless every initialization time has its inputs (before anything is written)."""
-        for t0 in init_times:
-            input_indices(self.dataset, t0)
+        for dataset in self.datasets:
+            for t0 in init_times:
+                input_indices(dataset, t0)
 
     def check_unchanged(self) -> None:
         """Raises ValueError if the store was rewritten since it was opened (a URL is not checked)."""
-        if not is_url(self.dataset.path):
-            check_unchanged(self.dataset.path, self.dataset.generation)
+        for dataset in self.datasets:
+            if not is_url(dataset.path):
+                check_unchanged(dataset.path, dataset.generation)
+
+
+def _file_members(path: Path, ic_members: str | tuple[int, ...] | None) -> list[int]:
+    """The members of the ERA5 file ``path`` to read ([]: a file without members)."""
+    found = ensemble_members(path)
+    chosen = ic_members if ic_members in (None, "all") else ",".join(map(str, ic_members))
+    if not found:
+        if ic_members is not None:
+            raise UserError(
+                f"--ic-members {chosen}: {path} has no ensemble members (no 'number' dimension), so it holds one "
+                "initial condition per time; leave --ic-members out (--members K --perturbation gaussian makes an "
+                "ensemble from it)"
+            )
+        return []
+    if ic_members is None:
+        if len(found) == 1:
+            return found
+        raise UserError(
+            f"{path} is an ensemble of {len(found)} members (dimension 'number': {found}); forecast them as the "
+            f"ensemble with --ic-members all (or a selection such as --ic-members {','.join(map(str, found[:2]))}), "
+            f"or one member with --ic-members {found[0]}"
+        )
+    if ic_members == "all":
+        return found
+    missing = [n for n in ic_members if n not in found]
+    if missing:
+        raise UserError(f"--ic-members {chosen}: member(s) {missing} not in {path}, whose members are {found}")
+    return list(ic_members)

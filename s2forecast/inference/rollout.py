@@ -33,8 +33,10 @@ from s2forecast.inference.initial_conditions import (
     checkpoint_stats,
     open_inputs,
     read_initial_conditions,
+    select_ic_members,
     source_times,
 )
+from s2forecast.inference.perturbations import Perturbation, member_states
 from s2forecast.inference.ranks import Ranks, collectively
 from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
@@ -59,11 +61,19 @@ class RolloutOptions:
         other_grid: run on a store whose grid differs from the training grid
             (``SphericalTransformer.on_grid``; refused for grid-bound models).
         store_stats: normalize with the store's own statistics (default: the checkpoint's).
-        members: ensemble members per initialization time from a stochastic model
-            (``network.noise_channels``), written along ``realization``; 0: a deterministic
-            forecast file.
-        seed: of the noise of a stochastic model: makes its forecasts reproducible (for one
-            batch size).
+        members: ensemble members per initialization time, written along ``realization``
+            (``ensemble_size``: from a stochastic model's noise (``network.noise_channels``),
+            perturbed initial conditions, or the members of an ensemble file); 0: as many as
+            ``ic_members`` selects, or a deterministic forecast file.
+        perturbation: ``gaussian`` or ``spherical-noise``: an initial-condition ensemble, each
+            member's initial state perturbed (``inference.perturbations``); None: unperturbed.
+        perturbation_scale: its std in units of each channel's std (default
+            ``perturbations.DEFAULT_SCALE``); only with ``perturbation``.
+        ic_members: the members of an ERA5 ensemble file to start from (``"all"``, "0,3,5", or
+            one, "2": ``initial_conditions.select_ic_members``); None for a store or a file
+            without members.
+        seed: of the noise of a stochastic model and of the perturbations: makes the forecasts
+            reproducible (for one batch size and device).
         overwrite: replace an existing output that s2forecast wrote (never anything else).
         storage_options: fsspec options when the store is a URL (e.g. ``{"token": "anon"}``).
         shards: with fmt "zarr", initialization times per zarr v3 shard (one file holds that many
@@ -79,6 +89,9 @@ class RolloutOptions:
     other_grid: bool = False
     store_stats: bool = False
     members: int = 0
+    perturbation: str | None = None
+    perturbation_scale: float | None = None
+    ic_members: str | tuple[int, ...] | None = None
     seed: int = 0
     overwrite: bool = False
     storage_options: dict | None = None
@@ -93,6 +106,11 @@ class RolloutOptions:
             raise UserError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.members < 0:
             raise UserError(f"members must be >= 0, got {self.members}")
+        if self.perturbation is None and self.perturbation_scale is not None:
+            raise UserError(f"--perturbation-scale {self.perturbation_scale} perturbs nothing without --perturbation "
+                            "gaussian or spherical-noise; add one, or leave --perturbation-scale out")  # fmt: skip
+        self.perturbation_spec  # noqa: B018 (builds the Perturbation, which checks kind and scale)
+        object.__setattr__(self, "ic_members", select_ic_members(self.ic_members))  # frozen: normalized once
         if self.shards < 0:
             raise UserError(f"--shards must be >= 1 initialization times per shard, got {self.shards}")
         if self.shards and self.fmt != "zarr":
@@ -104,6 +122,58 @@ class RolloutOptions:
                 f"--shards {self.shards} does not divide --batch-size {self.batch_size}, so batches would split "
                 f"shards; use --batch-size {fit} or a --shards that divides {self.batch_size}"
             )
+
+    @property
+    def perturbation_spec(self) -> Perturbation | None:
+        if self.perturbation is None:
+            return None
+        scale = self.perturbation_scale
+        return Perturbation(self.perturbation) if scale is None else Perturbation(self.perturbation, scale)
+
+
+def ensemble_size(options: RolloutOptions, initial_conditions: int, stochastic: bool) -> int:
+    """K, the members per initialization time (0: a deterministic forecast, no ``realization``).
+
+    Member j starts from initial condition j mod M (``perturbations.member_states``), perturbed
+    when ``options.perturbation`` is set, and runs once, drawing its own noise when the model is
+    ``stochastic``. K is ``options.members``, or M when that is 0 and M > 1.
+
+    Args:
+        initial_conditions: M, the initial conditions per time (the selected members of an
+            ensemble file; 1 for a store).
+
+    Raises:
+        ValueError: a perturbation of fewer than 2 members, K not a multiple of M, or members
+            that would repeat (a deterministic model, unperturbed, more members than initial
+            conditions, or a single one).
+    """
+    m = initial_conditions
+    size = options.members or (m if m > 1 else 0)
+    if options.perturbation and size < 2:
+        raise UserError(
+            f"--perturbation {options.perturbation} perturbs the initial conditions of the members of an ensemble: add "
+            "--members K with K >= 2 (e.g. --members 10)"
+        )
+    if size and size % m:
+        raise UserError(
+            f"--members {size} cannot share the {m} selected IC-file members equally: give a multiple of {m} (member j "
+            f"starts from IC member j mod {m}), or leave --members out for {m} members"
+        )
+    if size and not options.perturbation and not stochastic and (size > m or size < 2):
+        raise UserError(
+            f"--members {size}: the checkpoint's model is deterministic (no network.noise_channels) and the initial "
+            f"conditions are not perturbed, so members would repeat; add --perturbation gaussian or spherical-noise "
+            "(an initial-condition ensemble), start from an ensemble file (--ic-members), train an ensemble model "
+            "(model.loss: crps), or leave --members out"
+        )
+    return size
+
+
+def batch_generator(options: RolloutOptions, start: int) -> torch.Generator:
+    """The random numbers of the batch of initialization times from ``start`` on (perturbations,
+    then the noise of a stochastic model), on ``options.device``: a rerun draws the same, and the
+    caller's random state is untouched."""
+    return torch.Generator(options.device).manual_seed(options.seed * 1_000_003 + start)
 
 
 def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> Forecaster:
@@ -191,7 +261,7 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
     (``collectively``), so that no rank waits for one that gave up."""
     from tqdm import tqdm
 
-    fmt, members, first = options.fmt, options.members, ranks.rank == 0
+    fmt, first = options.fmt, ranks.rank == 0
 
     def claim() -> Output | None:
         if not first:
@@ -206,18 +276,16 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
 
         def load() -> tuple[Forecaster, InitialConditions]:
             model = load_forecaster(checkpoint, options.device)
-            if members and not model.stochastic:
-                raise UserError(
-                    f"--members {members}: the checkpoint's model is deterministic (no network.noise_channels), so "
-                    "every member would be the same forecast; train an ensemble model (model.loss: crps) or leave "
-                    "--members out"
-                )
+            if options.ic_members is None:  # a store's single initial condition: fail before converting anything
+                ensemble_size(options, 1, model.stochastic)
             opened = InitialConditions.open(source, model, options.other_grid, options.store_stats,
-                                            options.storage_options)  # fmt: skip
+                                            options.storage_options, options.ic_members)  # fmt: skip
             return model, opened
 
         model, opened = collectively(ranks, load)
         with opened as initial:
+            members = collectively(ranks, lambda: ensemble_size(options, len(initial.datasets), model.stochastic))
+            options = replace(options, members=members)
 
             def create() -> tuple[Forecaster, np.ndarray, ForecastFile]:
                 on_grid = model if initial.dataset.grid == model.grid else model.on_grid(initial.dataset.grid)
@@ -240,9 +308,12 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                     batches = range(slab.start, slab.stop, options.batch_size)
                     for start in tqdm(batches, desc="rollout", unit="batch", disable=not (progress and first)):
                         times = init_times[start : min(start + options.batch_size, slab.stop)]
-                        states = read_initial_conditions(initial.dataset, times, steps)
-                        # the noise of a stochastic model: reproducible per batch, the caller's random state untouched
-                        generator = torch.Generator(options.device).manual_seed(options.seed * 1_000_003 + start)
+                        states = initial.read(times, steps)
+                        generator = batch_generator(options, start)
+                        if members:  # each member's initial state: IC-file member j mod M, perturbed
+                            inputs = member_states(states.inputs.to(options.device), members, model.grid,
+                                                   options.perturbation_spec, generator)  # fmt: skip
+                            states = replace(states, inputs=inputs)
                         forecasts = runner.forecast(states, times, leads, members, generator)
                         for k, fields in enumerate(forecasts):
                             writer.write(start, k, fields)
@@ -298,6 +369,19 @@ def open_forecast_file(
         **output.attrs,
     }
     if options.members:
-        attrs["ensemble"] = f"{options.members} members along realization (seed {options.seed})"
+        attrs["ensemble"] = ensemble_description(options, initial.members, model.stochastic)
     return ForecastFile(output.tmp, options.fmt, layout, init_times, leads, dataset.lat_deg, dataset.lon_deg, units,
                         attrs, members=options.members, shards=options.shards)  # fmt: skip
+
+
+def ensemble_description(options: RolloutOptions, ic_members: tuple[int, ...] | None, stochastic: bool) -> str:
+    """The forecast file's ``ensemble`` attribute: what makes its members differ."""
+    parts = [f"{options.members} members along realization (seed {options.seed})"]
+    if ic_members:
+        parts.append(f"member j starts from member {list(ic_members)}[j mod {len(ic_members)}] of the initial "
+                     "conditions file (its 'number' dimension)")  # fmt: skip
+    if options.perturbation:
+        parts.append(f"initial conditions perturbed: {options.perturbation_spec.describe()}")
+    if stochastic:
+        parts.append("each member draws its own model noise")
+    return "; ".join(parts)

@@ -46,7 +46,9 @@ class Runner:
         """Physical float32 forecasts (batch, [members,] channels, nlat, nlon) at each of ``leads``.
 
         Args:
-            states: the initial states of ``init_times`` (batch = len(init_times)).
+            states: the initial states of ``init_times`` (batch = len(init_times)); inputs with a
+                members axis (batch, members, history, ...) give each member its own
+                (``perturbations.member_states``), else every member starts from the same.
             init_times: (batch,) datetime64, for the messages.
             leads: (steps,) timedelta64 lead times of the steps.
             members: ensemble members per initialization time (a members axis); 0: one forecast

@@ -8,7 +8,8 @@ default the network predicts the tendency in units of the tendency spread
 ``rollout`` is a generator over that step (as graphcast's rollout), yielding one lead at a
 time: training differentiates through it, inference writes each lead as it comes.
 ``ensemble_rollout`` rolls every sample out as ``members`` members of a stochastic network
-(each draws its own noise), for the CRPS in training and for ensemble forecasts alike.
+(each draws its own noise), for the CRPS in training and for ensemble forecasts alike; members
+may also start from initial states of their own (initial-condition ensembles of any model).
 
 Normalization statistics and the data layout come from a ``DataSpec`` (built by
 ``training.data_info`` from the training DataModule, stored in every checkpoint), so a
@@ -160,14 +161,23 @@ class Forecaster(nn.Module):
     ) -> Iterator[torch.Tensor]:
         """Normalized predictions (batch, members, channels, nlat, nlon) for leads 1..steps: every
         sample rolled out by ``members`` members, each drawing its own noise (members are a batch
-        dimension: memory grows with batch x members). Arguments as ``rollout``; the yielded
-        tensors are views of what the next step starts from, as there.
+        dimension: memory grows with batch x members). Arguments as ``rollout``, except ``states``:
+        (batch, history, channels, nlat, nlon), where every member starts from the sample's
+        states, or (batch, members, history, channels, nlat, nlon), each member its own
+        (initial-condition ensembles: ``inference.perturbations``). The yielded tensors are views
+        of what the next step starts from, as there.
         """
         if members < 1:
             raise UserError(f"members must be >= 1, got {members}")
         batch = len(states)
-        copies = (x.repeat_interleave(members, dim=0) for x in (states, static, forcings))
-        for prediction in self.rollout(*copies, steps, generator):
+        if states.dim() == 6:  # one initial state per member
+            if states.shape[1] != members:
+                raise UserError(f"states of {states.shape[1]} members for an ensemble of {members}")
+            states = states.flatten(0, 1)
+        else:
+            states = states.repeat_interleave(members, dim=0)
+        copies = (x.repeat_interleave(members, dim=0) for x in (static, forcings))
+        for prediction in self.rollout(states, *copies, steps, generator):
             yield prediction.unflatten(0, (batch, members))
 
     def normalize(self, physical: torch.Tensor) -> torch.Tensor:

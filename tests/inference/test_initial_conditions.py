@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import pytorch_lightning as pl
+import torch
 import xarray as xr
 
 from s2forecast.cli import main as cli
@@ -83,3 +84,57 @@ def test_initial_conditions_missing_a_variable_is_one_line(era5_model, tmp_path,
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
     assert len(err) == 1 and "2m_temperature" in err[0] and "not in the inputs" in err[0], err
     assert not (tmp_path / "f.nc").exists()
+
+
+def cds_members(path, times, members=(0, 1, 2)):
+    """An ERA5 ensemble file: the members' 2 m temperature along a 'number' dimension, as the CDS delivers them."""
+    fields = [xr.open_dataset(cds_t2m(path.with_name(f"m{n}.nc"), times, seed=10 + n)).load() for n in members]
+    xr.concat(fields, dim=pd.Index(list(members), name="number")).to_netcdf(path)
+    return path
+
+
+def test_ensemble_file_members_are_the_members_initial_states(era5_model, tmp_path):
+    from s2forecast.inference.initial_conditions import InitialConditions
+    from s2forecast.models.forecaster import Forecaster
+
+    root, store, ckpt = era5_model
+    source = cds_members(tmp_path / "ens.nc", pd.date_range("2031-07-01", periods=1).values)
+    model = Forecaster.from_checkpoint(ckpt)
+    with InitialConditions.open(source, model, ic_members="all") as initial:
+        inputs = initial.read(np.array(["2031-07-01T00"], dtype="datetime64[ns]"), 2).inputs
+    file = xr.open_dataset(source)["t2m"].values  # (number, time, lat, lon)
+    assert inputs.shape == (1, 3, 1, 1, 9, 16)  # (time, members, history, channels, lat, lon)
+    for j in range(
+        3
+    ):  # verbatim: each member's state is that member's field, normalized with the checkpoint's statistics
+        np.testing.assert_allclose(inputs[0, j, 0].numpy(), model.normalize(torch.from_numpy(file[j])).numpy(),
+                                   rtol=1e-6)  # fmt: skip
+    ensemble = run_rollout(ckpt, source, "2031-07-01T00", tmp_path / "e.nc", "--ic-members", "all")
+    assert ensemble.sizes["realization"] == 3 and "initial conditions file" in ensemble.attrs["ensemble"]
+    one = run_rollout(ckpt, source, "2031-07-01T00", tmp_path / "one.nc", "--ic-members", "2")
+    assert "realization" not in one.dims  # one member selected: a deterministic forecast from it
+    np.testing.assert_allclose(ensemble["2m_temperature"].isel(realization=2).values, one["2m_temperature"].values,
+                               rtol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("file", "extra", "message"),
+    [
+        ("ens", [], "is an ensemble of 3 members (dimension 'number': [0, 1, 2]); forecast them as the ensemble "
+                    "with --ic-members all"),
+        ("ens", ["--ic-members", "7"], "--ic-members 7: member(s) [7] not in"),
+        ("ens", ["--ic-members", "all", "--members", "4"], "--members 4 cannot share the 3 selected IC-file members"),
+        ("ens", ["--ic-members", "all", "--members", "6"], "deterministic (no network.noise_channels)"),
+        ("plain", ["--ic-members", "0"], "has no ensemble members (no 'number' dimension)"),
+    ],
+)  # fmt: skip
+def test_bad_ensemble_files(era5_model, tmp_path, capsys, file, extra, message):
+    root, store, ckpt = era5_model
+    times = pd.date_range("2031-07-01", periods=1).values
+    source = cds_members(tmp_path / "ens.nc", times) if file == "ens" else cds_t2m(tmp_path / "plain.nc", times)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    with pytest.raises(SystemExit):
+        run_rollout(ckpt, source, "2031-07-01T00", tmp_path / "f.nc", *extra)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert len(err) == 1 and message in err[0] and "--member," not in err[0] and "--member " not in err[0], err
+    assert not (tmp_path / "f.nc").exists() and hashlib.sha256(source.read_bytes()).hexdigest() == digest

@@ -1,0 +1,148 @@
+"""Initial-condition ensembles for any checkpoint: the initial states of the members.
+
+Member j of K starts from initial condition j mod M, where the M initial conditions are the
+store's (M = 1) or the members selected from an ERA5 ensemble file (``--ic-members``), plus,
+with a ``Perturbation``, its own random field. Each member is then rolled out once; a
+stochastic model (``network.noise_channels``) also draws its own noise in every member and
+step. So a deterministic model needs a perturbation or distinct IC-file members for its
+members to differ.
+
+A perturbation is drawn in normalized units with standard deviation ``scale``: in physical
+units, ``scale`` times each channel's standard deviation from the checkpoint's normalization
+statistics (``scale`` 0.05: 5 % of each channel's std). Every input time of a member (a model
+with ``history`` > 1) gets the same field, so its input tendencies stay those of the analysis.
+
+- ``gaussian``: independent N(0, scale²) at every grid point and channel (earth2studio's
+  ``Gaussian`` perturbation).
+- ``spherical-noise``: isotropic Gaussian random fields made of the grid's own spherical
+  harmonics (``spherical_noise``): smooth, large-scale fields whose area mean is unperturbed.
+"""
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+import torch
+
+from s2forecast.geometry import Grid
+from s2forecast.user_errors import UserError
+
+PERTURBATIONS = ("gaussian", "spherical-noise")
+DEFAULT_SCALE = 0.05  # earth2studio's default noise amplitude, here in units of each channel's std
+ALPHA, TAU = 2.0, 3.0  # spectral decay and inverse length scale of torch-harmonics' GaussianRandomFieldS2
+
+
+def max_degree(grid: Grid) -> int:
+    """L, the highest degree of ``spherical_noise`` on ``grid``: (min(nlat, nlon) - 1) // 2, half
+    the degrees the grid resolves, which every grid kind's quadrature integrates exactly (so
+    ``evaluate``'s spectra see all of it) and within the longitudes' Nyquist limit."""
+    return max(1, (min(grid.nlat, grid.nlon) - 1) // 2)
+
+
+def spherical_noise(grid: Grid, shape: tuple[int, ...], generator: torch.Generator | None = None,
+                    device="cpu") -> torch.Tensor:  # fmt: skip
+    """Isotropic Gaussian random fields on ``grid``, band-limited, unit variance per point.
+
+    f = sum over degrees 1 <= l <= L (``max_degree``) and orders |m| <= l of c_lm Y_lm, with
+    Y_lm the orthonormal spherical harmonics at the grid's own latitudes (torch-harmonics'
+    ``legpoly`` there, then an inverse real FFT: what its ``InverseRealSHT`` computes, on every
+    grid kind, WB2's cell-centred ones too) and c_lm ~ N(0, s_l²) with the spectrum of
+    torch-harmonics' ``GaussianRandomFieldS2``, s_l ∝ (l (l + 1) + τ²)^(-α/2), α = 2, τ = 3:
+    the variance per degree, (2l + 1) s_l², decays as l^-3. No l = 0 (area means stay) and no
+    power above L. Scaled so that the variance per point, averaged over the sphere, is 1.
+
+    Args:
+        grid: the model's grid.
+        shape: leading dims, e.g. (members, channels).
+        generator: on ``device``; the same generator state gives the same fields.
+
+    Returns:
+        (*shape, nlat, nlon) float32 on ``device``, rows north -> south as the grid's.
+    """
+    from torch_harmonics.legendre import legpoly
+
+    lmax = max_degree(grid)
+    degree = torch.arange(lmax + 1, dtype=torch.float64)
+    order = torch.arange(lmax + 1, dtype=torch.float64)
+    std = (degree * (degree + 1) + TAU**2) ** (-ALPHA / 2)
+    std = torch.where(order[None, :] <= degree[:, None], std[:, None], 0.0)  # (l, m): m <= l
+    std[0] = 0.0  # no l = 0: the area mean is not perturbed
+    # area mean of E f²: sum over l of (2l + 1) s_l² / (4 pi) (|m| <= l, each +-m pair once per sign)
+    std /= math.sqrt(float(((2 * degree + 1) * std[:, 0] ** 2).sum()) / (4 * math.pi))
+    # a real field from complex c_lm: m = 0 takes the real part (variance s²), m > 0 half in each part
+    std[:, 1:] *= 0.5**0.5
+    # (m, l, nlat): 2 pi int P_lm(x)² dx = 1, so Y_lm = P_lm(cos colat) exp(i m lon) is orthonormal
+    legendre = legpoly(lmax + 1, lmax + 1, torch.cos(grid.colats), norm="ortho", csphase=False)
+    xi = torch.randn((*shape, lmax + 1, lmax + 1, 2), generator=generator, device=device)
+    coefficients = torch.view_as_complex(xi) * std.float().to(device)  # (..., l, m)
+    fourier = torch.einsum("...lm,mlj->...jm", coefficients, legendre.to(device, torch.complex64))
+    # irfft "forward": f = F_0 + 2 Re sum_{m > 0} F_m exp(i m lon), the m < 0 half of a real field
+    return torch.fft.irfft(fourier, n=grid.nlon, dim=-1, norm="forward")
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """Noise added to the members' normalized initial states (module docstring).
+
+    Attributes:
+        kind: ``gaussian`` or ``spherical-noise``.
+        scale: standard deviation in units of each channel's std (> 0, finite).
+
+    Raises:
+        ValueError: an unknown kind, or a scale that is not a finite number > 0.
+    """
+
+    kind: str
+    scale: float = DEFAULT_SCALE
+
+    def __post_init__(self):
+        if self.kind not in PERTURBATIONS:
+            raise UserError(f"unknown perturbation {self.kind!r}; use one of {', '.join(PERTURBATIONS)}")
+        if not (isinstance(self.scale, Real) and math.isfinite(self.scale) and self.scale > 0):
+            raise UserError(
+                f"--perturbation-scale must be a finite number > 0 (in units of each channel's std, e.g. "
+                f"{DEFAULT_SCALE}), got {self.scale!r}"
+            )
+
+    def draw(self, shape: tuple[int, ...], grid: Grid, generator: torch.Generator | None = None,
+             device="cpu") -> torch.Tensor:  # fmt: skip
+        """(*shape, nlat, nlon) float32 noise of standard deviation ``scale`` (normalized units)."""
+        if self.kind == "gaussian":
+            return self.scale * torch.randn((*shape, *grid.shape), generator=generator, device=device)
+        return self.scale * spherical_noise(grid, shape, generator, device)
+
+    def describe(self) -> str:
+        return f"{self.kind}, scale {self.scale:g} x each channel's std (checkpoint statistics)"
+
+
+def member_states(
+    inputs: torch.Tensor,
+    members: int,
+    grid: Grid,
+    perturbation: Perturbation | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """The normalized initial states of ``members`` members of every initialization time.
+
+    Args:
+        inputs: (batch, history, channels, nlat, nlon) one initial condition per time, or
+            (batch, M, history, channels, nlat, nlon) M initial conditions per time (IC-file
+            members); ``members`` must then be a multiple of M.
+        members: K, the ensemble size.
+        grid: the fields' grid.
+        perturbation: added to every member (a draw each), the same at every input time.
+        generator: of the perturbation, on the device of ``inputs``.
+
+    Returns:
+        (batch, K, history, channels, nlat, nlon): member j is initial condition j mod M, perturbed.
+    """
+    if inputs.dim() == 5:
+        inputs = inputs[:, None]
+    batch, m = inputs.shape[:2]
+    if members < 1 or members % m:
+        raise UserError(f"{members} members cannot share {m} initial conditions equally; use a multiple of {m}")
+    states = inputs.repeat(1, members // m, *([1] * (inputs.dim() - 2)))  # member j: initial condition j mod M
+    if perturbation is not None:
+        noise = perturbation.draw((batch, members, states.shape[3]), grid, generator, states.device)
+        states = states + noise[:, :, None].to(states.dtype)
+    return states
