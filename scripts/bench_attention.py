@@ -410,7 +410,7 @@ def setup_name(setup):
     return next(name for name, config in CONFIGS.items() if config is setup)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nlat", type=int, help="with --nlon, run this grid size only")
     parser.add_argument("--nlon", type=int)
@@ -438,7 +438,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="run the whole set this many times, interleaved")
     parser.add_argument("--threads", type=int, help="torch (and OpenMP) threads of every case; default torch's")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one JSON case in this process
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if (args.nlat is None) != (args.nlon is None):
         parser.error("--nlat and --nlon go together")
     if args.config and args.nlat:

@@ -67,16 +67,17 @@ def assert_close_to_reference(inputs, grid, theta, atol=1e-4, **kwargs):
         pytest.param((16, 32), "equiangular-midpoint", "default", 32, (16, 16), marks=pytest.mark.slow),
         # polar caps: whole key rows
         pytest.param((16, 32), "legendre-gauss", "polar", 16, (32, 16), marks=pytest.mark.slow),
-        # pole rows, whole polar rows
-        pytest.param((33, 64), "equiangular", "default", 64, (32, 32), marks=pytest.mark.slow),
+        # pole rows, whole polar rows, two tiles per row (two grid spacings: 3 whole key rows for the pole)
+        pytest.param((17, 32), "equiangular", "two-spacings", 64, (16, 16), marks=pytest.mark.slow),
         # odd nlon, partial tiles
         pytest.param((12, 15), "equiangular", "polar", 16, (16, 16), marks=pytest.mark.slow),
     ],
 )
 def test_fused_equals_reference(tiles, shape, kind, radius, head_dim, block):
     grid = Grid(*shape, kind)
-    theta = {"default": default_radius(grid), "spacing": grid.lat_spacing, "polar": 0.9}[radius]
-    if radius == "polar":  # the disks of the polar rows cover several whole rows
+    theta = {"default": default_radius(grid), "spacing": grid.lat_spacing, "two-spacings": 2 * grid.lat_spacing,
+             "polar": 0.9}[radius]
+    if radius in ("polar", "two-spacings"):  # the disks of the polar rows cover several whole rows
         assert (spherical_neighborhood(grid, theta).arc_length[0] == grid.nlon).sum() >= 2
     tiles(*block)
     assert_close_to_reference(random_qkv(grid, batch=1, heads=2, head_dim=head_dim), grid, theta)

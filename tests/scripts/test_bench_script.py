@@ -3,7 +3,6 @@
 import argparse
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,20 +12,6 @@ import torch
 SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_attention.py"
 KEYS = {"op", "impl", "nlat", "nlon", "batch", "channels", "heads", "theta", "dtype", "device"}
 KEYS |= {"fwd_ms", "fwd_bwd_ms", "peak_mem_mb"}
-
-
-@pytest.mark.slow  # the benchmark script in a subprocess
-def test_bench_attention_prints_json_lines():
-    command = [sys.executable, str(SCRIPT), "--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2"]
-    command += ["--device", "cpu", "--repeats", "1", "--op", "neighborhood"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert {row["impl"] for row in rows} == {"s2forecast", "s2forecast-reference", "torch-harmonics", "sdpa-dense"}
-    for row in rows:
-        assert "error" not in row, row
-        assert KEYS <= row.keys()
-        assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
 
 
 def load_script():
@@ -39,6 +24,18 @@ def load_script():
     sys.modules.setdefault("bench_attention", module)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.mark.slow  # the benchmark's cases in subprocesses
+def test_bench_attention_prints_json_lines(capsys):
+    load_script().main(["--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2", "--device", "cpu",
+                        "--repeats", "1", "--op", "neighborhood"])  # fmt: skip
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {row["impl"] for row in rows} == {"s2forecast", "s2forecast-reference", "torch-harmonics", "sdpa-dense"}
+    for row in rows:
+        assert "error" not in row, row
+        assert KEYS <= row.keys()
+        assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
 
 
 @pytest.mark.parametrize("shape, theta", [((8, 16), 0.6), ((12, 15), 1.2), ((16, 32), 0.25)])
@@ -96,21 +93,19 @@ def test_config_cases():
     assert b["theta"] == pytest.approx(math.pi / 179)
 
 
-@pytest.mark.slow  # the benchmark script in a subprocess
-def test_bench_attention_rounds_interleave_and_report_threads_and_load():
-    command = [sys.executable, str(SCRIPT), "--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2"]
-    command += ["--device", "cpu", "--repeats", "1", "--op", "neighborhood", "--rounds", "2", "--threads", "1"]
-    command += ["--impl", "s2forecast"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+@pytest.mark.slow  # the benchmark's cases in subprocesses
+def test_bench_attention_rounds_interleave_and_report_threads_and_load(capsys):
+    argv = ["--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2", "--device", "cpu", "--repeats", "1"]
+    load_script().main([*argv, "--op", "neighborhood", "--rounds", "2", "--threads", "1", "--impl", "s2forecast"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["round"] for row in rows] == [0, 1]
     assert all(row["threads"] == 1 and row["load_1min"] >= 0 for row in rows)
 
 
-@pytest.mark.slow  # the benchmark script in subprocesses
 @pytest.mark.parametrize("option", [["--rounds", "0"], ["--threads", "0"]])
-def test_bench_attention_refuses_bad_counts(option):
-    result = subprocess.run([sys.executable, str(SCRIPT), *option], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and f"{option[0]} must be at least 1, got 0" in result.stderr
-    assert result.stdout == ""
+def test_bench_attention_refuses_bad_counts(option, capsys):
+    with pytest.raises(SystemExit) as exit_status:
+        load_script().main(option)
+    captured = capsys.readouterr()
+    assert exit_status.value.code == 2 and f"{option[0]} must be at least 1, got 0" in captured.err
+    assert captured.out == ""

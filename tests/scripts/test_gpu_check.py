@@ -23,19 +23,35 @@ def neighborhood_row(config, impl, fwd_bwd_ms, dtype="float32", **extra):
             "fwd_bwd_ms": fwd_bwd_ms, **extra}  # fmt: skip
 
 
-@pytest.mark.slow  # a benchmark in a subprocess
+# a benchmark script's contract with gpu_check: options in, JSON lines out (bench_attention.py's
+# own output is tested in test_bench_script.py; here only gpu_check's running and reporting)
+STUB_BENCHMARK = """
+import json, sys, time
+start = time.perf_counter()
+sum(range(10_000))
+print("warming up")
+print(json.dumps({"op": "global", "impl": "sdpa-dense", "argv": sys.argv[1:],
+                  "fwd_bwd_ms": (time.perf_counter() - start) * 1e3}))
+"""
+
+
+@pytest.mark.slow  # the environment probe imports torch in a subprocess
 def test_run_writes_report_of_a_tiny_benchmark(gpu_check, tmp_path, monkeypatch):
-    tiny = ["--op", "global", "--impl", "sdpa-dense", "--nlat", "8", "--nlon", "16", "--channels", "16",
-            "--heads", "2", "--device", "cpu"]  # fmt: skip
-    monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_attention.py", tiny)])
-    gpu_check.main(["run", "--parts", "global", "--out", str(tmp_path), "--repeats", "1"])
-    report = json.loads((tmp_path / "gpu_check-global.json").read_text())
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "bench_stub.py").write_text(STUB_BENCHMARK)
+    monkeypatch.setattr(gpu_check, "SCRIPTS", scripts)
+    monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_stub.py", ["--op", "global"])])
+    out = tmp_path / "out"
+    gpu_check.main(["run", "--parts", "global", "--out", str(out), "--repeats", "1"])
+    report = json.loads((out / "gpu_check-global.json").read_text())
     assert report["environment"]["torch"] and report["environment"]["device"] == "cpu"
     (row,) = report["benchmarks"]
     assert row["benchmark"] == "tiny-global" and row["fwd_bwd_ms"] > 0
-    assert row["command"].startswith("python scripts/bench_attention.py --op global")
-    assert (tmp_path / "tiny-global.log").is_file()
-    markdown = (tmp_path / "gpu_check-global.md").read_text()
+    assert row["argv"] == ["--op", "global", "--repeats", "1"]  # the options reach the script
+    assert row["command"] == "python scripts/bench_stub.py --op global --repeats 1"
+    assert "warming up" in (out / "tiny-global.log").read_text()
+    markdown = (out / "gpu_check-global.md").read_text()
     assert "tiny-global" in markdown and "not run" in markdown  # the other goals had no benchmark
 
 

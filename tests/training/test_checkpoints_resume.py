@@ -2,8 +2,10 @@
 refused), and `--ckpt_path last` resumes the run's own experiment exactly, mid-epoch included."""
 
 import http.server
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -293,28 +295,62 @@ def test_resume_after_kill_mid_epoch_is_bit_identical(swe_store, tmp_path):
         assert_identical(a[key], b[key], key)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_two_nodes(argv: list[str], env: dict, cwd: Path) -> list[subprocess.CompletedProcess]:
+    """``torchrun --nnodes 2 --nproc-per-node 1`` twice, as on two machines: one launcher per node,
+    meeting at 127.0.0.1 (static rendezvous, gloo)."""
+    env = {k: v for k, v in env.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    port = str(free_port())
+    launchers = [
+        subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                          "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", port, *argv],
+                         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for node in (0, 1)
+    ]  # fmt: skip
+    return [subprocess.CompletedProcess(p.args, p.wait(timeout=600), *p.communicate()) for p in launchers]
+
+
 @pytest.mark.slow  # 3 runs of 2 DDP processes
-def test_resume_after_kill_mid_epoch_is_bit_identical_under_ddp(swe_store, tmp_path):
-    """The same with 2 DDP processes (gloo on CPU), each serving its own shard of the shuffled
-    epoch: both ranks are killed mid-epoch, the resumed run ends bit-identical to one that never
-    stopped (Lightning saves rank 0's loader state; every rank's shard position is the same)."""
+def test_two_node_training_and_its_resume_after_kill_mid_epoch_under_ddp(swe_store, tmp_path):
+    """DDP on 2 CPU processes (gloo), each serving its own shard of the shuffled epoch.
+
+    The uninterrupted run is launched as on two machines (two ``torchrun --nnodes 2`` launchers)
+    and ends with the same weights on both ranks. Another run, launched by Lightning on one node
+    (``--trainer.devices 2``), has both ranks killed mid-epoch; ``--ckpt_path last`` resumes it and
+    it ends bit-identical to the two-node run (Lightning saves rank 0's loader state; every
+    rank's shard position is the same; the launcher does not change the numbers)."""
     every_step = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=1",
                   "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true"]  # fmt: skip
-    ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "training"), str(REPO / "tests")]),
+        "PROBE_DIR": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
     }
 
-    def fit(name, *extra):
-        args = tiny_args(swe_store, tmp_path, *every_step, *ddp, "--trainer.logger.init_args.name", name)
-        return subprocess.run([sys.executable, "-m", "s2forecast.cli", "fit", *args, *extra], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+    def args(name, *extra):
+        return tiny_args(swe_store, tmp_path, *every_step, "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu",
+                         "--trainer.logger.init_args.name", name, *extra)  # fmt: skip
 
-    straight = fit("straight")
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    def fit(name, *extra):  # Lightning launches the second process
+        return subprocess.run([sys.executable, "-m", "s2forecast.cli", "fit", *args(name, "--trainer.devices", "2"),
+                               *extra], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    nodes = torchrun_two_nodes(["-m", "s2forecast.cli", "fit", *args("straight", "--trainer.num_nodes", "2",
+                                "--trainer.devices", "1", "--trainer.callbacks+=weight_probe.WeightProbe")],
+                               env, tmp_path)  # fmt: skip
+    assert [node.returncode for node in nodes] == [0, 0], nodes[0].stderr[-3000:] + nodes[1].stderr[-3000:]
+    probes = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert [p["rank"] for p in probes] == [0, 1] and probes[0]["world_size"] == 2
+    assert probes[0]["checksum"] == probes[1]["checksum"] and probes[0]["step"] == probes[1]["step"] > 0
     runs = tmp_path / "runs"
     steps = torch.load(newest_last(runs / "straight"), weights_only=True)["global_step"]
+    assert steps == probes[0]["step"]
     per_epoch = steps // 2  # two epochs
     assert per_epoch >= 2, steps  # a mid-epoch step exists
     # killed after step per_epoch + 2, before that step's checkpoint (Lightning runs ModelCheckpoint last)

@@ -1,10 +1,6 @@
 """Models, ForecastModule and the `s2forecast fit | validate | test` command on a tiny SWE store."""
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -185,24 +181,6 @@ def test_wandb_logger_offline(swe_store, tmp_path, monkeypatch):
     cli(["fit", *args])
     runs = list((tmp_path / "runs").rglob("offline-run-*"))
     assert runs, list((tmp_path / "runs").rglob("*"))[:20]
-
-
-@pytest.mark.slow  # two DDP processes in a subprocess
-def test_ddp_two_cpu_processes_end_with_the_same_weights(swe_store, tmp_path):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO)]),
-        "PROBE_DIR": str(tmp_path),
-    }
-    args = tiny_args(swe_store, tmp_path, "--trainer.strategy", "ddp", "--trainer.devices", "2",
-                     "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1",
-                     "--trainer.callbacks+=weight_probe.WeightProbe")  # fmt: skip
-    result = subprocess.run([sys.executable, "-m", "s2forecast.cli", "fit", *args], env=env, capture_output=True,
-                            text=True, timeout=600, cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    probes = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
-    assert [p["rank"] for p in probes] == [0, 1] and probes[0]["world_size"] == 2
-    assert probes[0]["checksum"] == probes[1]["checksum"] and probes[0]["step"] == probes[1]["step"] > 0
 
 
 @pytest.mark.parametrize("window", ["null", "4"])
