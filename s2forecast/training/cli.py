@@ -21,9 +21,10 @@ import sys
 import warnings
 from argparse import ArgumentError
 
-from jsonargparse import Namespace, lazy_instance
+import pytorch_lightning
+from jsonargparse import ActionConfigFile, Namespace, lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.strategies import Strategy
 
@@ -51,7 +52,47 @@ SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning res
 JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link", "Does not validate against any of the Union subtypes")
 
 
+def merged(base: dict, layer: dict) -> dict:
+    """``layer`` over ``base``, nested dictionaries merged key by key (a value that is not a
+    dictionary on both sides is ``layer``'s)."""
+    out = dict(base)
+    for key, value in layer.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class LayeredConfigFile(ActionConfigFile):
+    """``--config``: each file layers over what came before, nested dictionaries included, so that
+    ``--config base.yaml --config crps.yaml`` with only ``model.network: {noise_channels: 8}`` in
+    the second keeps the base's network options (jsonargparse alone replaces a whole dictionary
+    value such as ``model.network``). A dictionary under a ``class_path`` that the file changes is
+    replaced, as jsonargparse discards that class's init_args."""
+
+    @staticmethod
+    def apply_config(parser, cfg, dest, value) -> None:
+        before = {key: value for key, value in cfg.items() if isinstance(value, dict | str)}
+        ActionConfigFile.apply_config(parser, cfg, dest, value)
+        for key, layer in cfg.items():
+            base, owner = before.get(key), key.rpartition(".")[0]
+            same_class = before.get(f"{owner}.class_path") == cfg.get(f"{owner}.class_path") if owner else True
+            if isinstance(layer, dict) and isinstance(base, dict) and same_class:
+                cfg[key] = merged(base, layer)
+
+
 class ForecastCLI(LightningCLI):
+    def init_parser(self, **kwargs) -> LightningArgumentParser:
+        """Lightning's parser, with ``--config`` files layered (``LayeredConfigFile``)."""
+        kwargs.setdefault("dump_header", [f"pytorch_lightning=={pytorch_lightning.__version__}"])
+        parser = self.parser_class(**kwargs)
+        parser.add_argument(
+            "-c",
+            "--config",
+            action=LayeredConfigFile,
+            help="Path to a configuration file in json or yaml format; each layers over those before it "
+            "(nested dictionaries merged).",
+        )
+        return parser
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data", "model.data", compute_fn=data_info, apply_on="instantiate")
 
@@ -142,15 +183,16 @@ def trainer_defaults() -> dict:
     }
 
 
-def run(argv: list[str]) -> None:
-    """Run a Lightning subcommand; ``argv`` starts with one of ``COMMANDS``.
+def run(argv: list[str], execute: bool = True) -> ForecastCLI:
+    """Run a Lightning subcommand; ``argv`` starts with one of ``COMMANDS``. ``execute=False``: only
+    build the model, DataModule and Trainer (``argv`` without the subcommand).
 
     Raises:
         ConfigError: a configuration error (unknown key, wrong type, bad class_path, missing
             key, missing or invalid YAML file), in one line.
     """
     no_exit = {"exit_on_error": False}  # raise, so that `s2forecast` can report one line
-    ForecastCLI(
+    return ForecastCLI(
         ForecastModule,
         FieldDataModule,
         subclass_mode_data=True,
@@ -159,4 +201,5 @@ def run(argv: list[str]) -> None:
         seed_everything_default=0,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"prog": "s2forecast", **no_exit, **{command: dict(no_exit) for command in COMMANDS}},
+        run=execute,
     )

@@ -15,8 +15,11 @@ from session_fixtures import tiny_args
 from s2forecast.cli import main as cli
 from s2forecast.geometry import Grid
 from s2forecast.models import PlanarTransformer, SphericalTransformer, build_network
+from s2forecast.models.data_spec import DataSpec
+from s2forecast.models.forecaster import Forecaster
 from s2forecast.models.planar_transformer import window_mask
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.cli import run as lightning
 from s2forecast.training.datamodule import SWEDataModule
 
 REPO = Path(__file__).parents[2]
@@ -228,3 +231,20 @@ def test_ckpt_path_last_resumes_the_newest_run(swe_store, mse_run_1_epoch, tmp_p
 
     epochs = {row["epoch"] for row in csv.DictReader(newest.open()) if row["epoch"]}
     assert epochs == {"1"}  # the resumed run trained the second epoch only
+
+
+def test_layered_configs_merge_the_network(swe_store, tmp_path):
+    """The README's layering, `--config base --config s2_neighborhood_crps.yaml`, on a base whose
+    network is not the default one: the CRPS overlay adds noise_channels to the base's network."""
+    base = yaml.safe_load(CONFIG.read_text())
+    base["model"]["network"].update(embed_dim=16, num_layers=2)
+    base["data"]["init_args"].update(store=str(swe_store), train_trajectories=[0, 2], val_trajectories=[2, 3],
+                                     test_trajectories=[2, 3], num_workers=0)  # fmt: skip
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    overlay = REPO / "configs" / "swe" / "s2_neighborhood_crps.yaml"
+    layers = ["--config", str(tmp_path / "base.yaml"), "--config", str(overlay)]
+    built = lightning([*layers, "--trainer.logger.init_args.save_dir", str(tmp_path)], execute=False)
+    expected = {**base["model"]["network"], **yaml.safe_load(overlay.read_text())["model"]["network"]}
+    assert built.model.hparams.network == expected
+    wanted = Forecaster("spherical", expected, DataSpec.from_dict(built.model.hparams.data))
+    assert sum(p.numel() for p in built.model.net.parameters()) == sum(p.numel() for p in wanted.net.parameters())
