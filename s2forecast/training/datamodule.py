@@ -21,6 +21,8 @@ ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
 # chunks of a sample read at once by default (measured with scripts/bench_data.py; README)
 READ_THREADS = 16
+# the splits each Lightning stage reads
+STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
 
 class EpochShuffleSampler(torch.utils.data.DistributedSampler):
@@ -125,22 +127,29 @@ class FieldDataModule(pl.LightningDataModule):
         self.nan_policy, self.seed = nan_policy, seed
         self.stats_path, self.storage_options = stats, storage_options
         self.datasets: dict[str, FieldDataset] = {}
+        self._layout: FieldDataset | None = None  # the whole store, for ``_any`` before setup
         self._train_loader: ResumableLoader | None = None
         self._train_state: dict | None = None  # restored before the training loader exists
 
     def setup(self, stage: str | None = None) -> None:
-        for name, options in self.splits.items():
-            if name not in self.datasets:
-                self.datasets[name] = FieldDataset(
-                    self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
-                    storage_options=self.storage_options, read_threads=self.read_threads, **options,
-                )  # fmt: skip
+        """Build the configured splits ``stage`` reads (``STAGE_SPLITS``; None: all), so that e.g.
+        ``fit`` runs on data without the test period."""
+        for name in STAGE_SPLITS.get(stage, tuple(self.splits)):
+            if name in self.splits:
+                self.dataset(name)
 
     def dataset(self, split: str) -> FieldDataset:
         if split not in self.splits:
             raise UserError(f"no {split!r} split configured; configured: {sorted(self.splits)}")
-        self.setup()
+        if split not in self.datasets:
+            self.datasets[split] = self._field_dataset(**self.splits[split])
         return self.datasets[split]
+
+    def _field_dataset(self, **split) -> FieldDataset:
+        return FieldDataset(
+            self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
+            storage_options=self.storage_options, read_threads=self.read_threads, **split,
+        )  # fmt: skip
 
     # what a model needs to know before the first batch
     @property
@@ -173,8 +182,12 @@ class FieldDataModule(pl.LightningDataModule):
         return {name: dataset.physical_static(name) for name in dataset.static_names}
 
     def _any(self) -> FieldDataset:
-        self.setup()
-        return next(iter(self.datasets.values()))
+        """A split already built, else the whole store: what the model needs (channels, grid,
+        statistics) is the store's, and the stage (hence which splits exist) is not known yet
+        when the CLI links it into the model."""
+        if not self.datasets and self._layout is None:
+            self._layout = self._field_dataset()
+        return next(iter(self.datasets.values()), self._layout)
 
     def _loader(self, split: str, shuffle: bool) -> torch.utils.data.DataLoader:
         dataset = self.dataset(split)
