@@ -138,15 +138,14 @@ def test_results_file_is_cf(tmp_path, truth):
     with netCDF4.Dataset(out) as nc:
         assert nc.Conventions == "CF-1.8" and nc.command.startswith("evaluate(")
         for name, var in nc.variables.items():
-            if name in nc.dimensions:  # CF coordinate variables: numeric, monotonic
+            if var.dimensions == (name,):  # CF coordinate variables: numeric, monotonic
                 assert np.issubdtype(var.dtype, np.number), name
                 assert np.all(np.diff(var[:]) > 0), name
-        for dim in ("metric", "source", "region"):
-            assert dim not in nc.variables  # string dims: no coordinate variable, a label variable instead
-            label = nc.variables[f"{dim}_name"]
-            assert label.dtype == np.dtype("S1") and label.dimensions[0] == dim  # CF 6.1 char labels
+        for dim in ("metric", "source", "region"):  # string dims: CF 6.1 char label variables of their name
+            label = nc.variables[dim]
+            assert label.dtype == np.dtype("S1") and label.dimensions[0] == dim and label.ndim == 2
         field = nc.variables["2m_temperature"]
-        assert set(field.coordinates.split()) >= {"metric_name", "source_name", "region_name"}
+        assert set(field.coordinates.split()) >= {"metric", "source", "region"}
         assert field.metric_units.startswith("rmse: K; acc: 1; bias: K; ensemble_mean_rmse: K; crps: K")
         assert nc.variables["lead_time"].units == "hours"
         assert nc.variables["lead_time"].standard_name == "forecast_period"
