@@ -16,7 +16,7 @@ import re
 import sys
 import traceback
 
-from s2forecast import __version__, help_cache
+from s2forecast import __version__, help_cache, provenance
 from s2forecast.commands import COMMANDS
 from s2forecast.user_errors import BUG_REPORT, UserError, user_error_message
 
@@ -37,6 +37,11 @@ class CommandParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    with provenance.command(["s2forecast", *argv]):  # what outputs record in their history
+        _main(argv)
+
+
+def _main(argv: list[str]) -> None:
     debug = DEBUG in argv
     argv = [arg for arg in argv if arg != DEBUG]
     command = argv[0] if argv and argv[0] in BY_NAME else None

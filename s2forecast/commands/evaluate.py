@@ -1,7 +1,6 @@
 """``s2forecast evaluate``: score forecasts against truth, persistence, climatology."""
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -82,7 +81,6 @@ def run(args: argparse.Namespace) -> None:
         progress=args.progress,
         climatology_period=period,
         overwrite=args.overwrite,
-        command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
         storage_options=args.storage_options,
         config=config,
     )

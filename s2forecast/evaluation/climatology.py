@@ -826,6 +826,7 @@ def write_climatology(
     """
     from s2forecast.data.store import check_store_unchanged, open_store
     from s2forecast.output import Output
+    from s2forecast.provenance import describe_input, history, python_call
 
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
@@ -835,7 +836,12 @@ def write_climatology(
         # source store's encodings (e.g. a zarr v2 store's Blosc compressor) do not apply to the zarr v3 written here
         attrs = {k: v for k, v in source.attrs.items() if not k.startswith("s2forecast_")}
         source = source.drop_encoding()
-        source.attrs = {**attrs, **output.attrs}
+        source.attrs = {
+            **attrs,
+            "climatology_truth": describe_input(store),
+            "history": history(python_call("write_climatology", store), attrs.get("history")),
+            **output.attrs,
+        }
         compute_climatology(source, start=start, end=end, window_days=window_days, out=output.tmp, progress=progress)
         check_store_unchanged(store, truth)
         return output.commit()

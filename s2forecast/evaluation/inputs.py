@@ -33,6 +33,7 @@ from s2forecast.evaluation.metrics import (
 from s2forecast.evaluation.regions import LAND_REGIONS, LAND_SEA_MASK_NAMES, STANDARD_REGIONS, region_weights
 from s2forecast.evaluation.scoring import BLOCK_BYTES
 from s2forecast.output import GENERATION_ATTR
+from s2forecast.provenance import describe_input
 from s2forecast.times import format_times
 from s2forecast.user_errors import UserError, one_line
 
@@ -40,7 +41,7 @@ from s2forecast.user_errors import UserError, one_line
 
 
 def _describe_source(source) -> str:
-    return str(Path(source).resolve()) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
+    return describe_input(source) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
 
 
 def _require_path(path, what: str) -> Path:
@@ -335,6 +336,7 @@ CLIMATOLOGY_ATTRS = (
     "climatology_end",
     "climatology_n_times",
     "dayofyear_convention",
+    "climatology_truth",
 )
 
 

@@ -334,9 +334,13 @@ def test_cos_zenith_and_toa_radiation():
 # --- command line --------------------------------------------------------------------------------
 def test_cli_generate_swe_and_stats(tmp_path, capsys):
     out = tmp_path / "swe.zarr"
-    cli(["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "2",
-         "--no-progress"])  # fmt: skip
+    generate = ["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps",
+                "2", "--no-progress"]  # fmt: skip
+    cli(generate)
     cli(["stats", str(out)])
+    # each output's history ends with the command that wrote it (issue 28)
+    assert open_store(out).attrs["history"].endswith(" s2forecast " + " ".join(generate))
+    assert xr.open_zarr(out, group="stats").attrs["history"].endswith(f" s2forecast stats {out}")
     printed = capsys.readouterr().out
     assert "geopotential_height" in printed and "stored in" in printed
     assert load_stats(out, ["vorticity"]).std[0] > 0

@@ -234,7 +234,9 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert written.attrs["Conventions"] == "CF-1.8"
     assert written.attrs["forecast"] == str(perfect_path.resolve())
     assert written.attrs["truth"] == str(truth_path.resolve())
-    assert written.attrs["command"].startswith("evaluate(")
+    assert written.attrs["history"].endswith(
+        f"evaluate({str(perfect_path.resolve())!r}, {str(truth_path.resolve())!r}, ...) (Python)"
+    )
     assert written.attrs["climatology_method"] == "hour"
     assert "climatology_start" in written.attrs and "created" in written.attrs
     xr.testing.assert_allclose(written["geopotential"], metrics["geopotential"])
