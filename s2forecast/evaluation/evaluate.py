@@ -63,9 +63,10 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.evaluation import report, scoring
+from s2forecast.evaluation.climatology import MIN_ACC_YEARS, ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
 from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
-from s2forecast.evaluation.metrics import INIT_DIM, METRICS
+from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
 from s2forecast.provenance import history_line
@@ -220,6 +221,17 @@ def _score_and_write(
     plot_dir = out.with_name(f"{out.stem}_plots")
     init_times = inputs.forecast[INIT_DIM].values
     clim_attrs = inputs.climatology_attrs
+    caveat = None
+    if "acc" in names:
+        caveat = acc_caveat(clim_attrs, init_times[:, None] + inputs.forecast[LEAD_DIM].values[None, :])
+    if caveat is not None:
+        warnings.warn(
+            f"ACC is not meaningful here ({caveat}): it needs a climatology of at least {MIN_ACC_YEARS} years "
+            "outside the verified times (WeatherBench2 uses 1990-2019); give one with --climatology, or choose "
+            "the truth's years with --climatology-start/--climatology-end",
+            ClimatologyWarning,
+            stacklevel=3,
+        )
     defined = dict.fromkeys(DETERMINISTIC + ENSEMBLE + names)  # the standard metrics' definitions, and any other's
     metrics.attrs = {
         "title": "forecast skill scores (s2forecast evaluate)",
@@ -237,6 +249,7 @@ def _score_and_write(
         **NOTES,
         **{name: BASELINES[name] for name in config.baselines if BASELINES[name]},
         "missing_truth": MISSING_TRUTH,
+        **({"acc_caveat": f"ACC not meaningful: {caveat}"} if caveat else {}),
         "csv": str(csv_path.resolve()),
     }
     if spectra.data_vars:

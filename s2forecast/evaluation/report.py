@@ -98,12 +98,16 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     (those of them the results hold), and an ensemble's CRPS and spread/skill.
 
     Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
+    ACC is marked ``ACC*``, with a footnote, when the results carry an ``acc_caveat``.
     """
     leads = _table_leads(metrics.sizes[LEAD_TIME], max_leads)
     headers = [f"{lead_hours(metrics[LEAD_TIME].values[k])}h" for k in leads]
     region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
     quantities = [("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast"),
                   ("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]  # fmt: skip
+    caveat = metrics.attrs.get("acc_caveat")
+    if caveat:
+        quantities = [("ACC*" if metric == "acc" else label, metric, source) for label, metric, source in quantities]
     have = (metrics["metric"].values.tolist(), metrics["source"].values.tolist())
     quantities = [
         (label, metric, source) for label, metric, source in quantities if metric in have[0] and source in have[1]
@@ -123,6 +127,8 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     lines = [" " * (width_name + width_quantity + 2) + "".join(h.rjust(width) for h in headers)]
     for name, quantity, cells in rows:
         lines.append(f"{name:<{width_name}}  {quantity:<{width_quantity}}" + "".join(x.rjust(width) for x in cells))
+    if caveat and any(metric == "acc" for _, metric, _ in quantities):
+        lines.append(f"* {caveat}")
     return "\n".join(lines)
 
 
@@ -195,7 +201,8 @@ def write_plots(
             scores = scores.sel(region=region)
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
             counts = metrics["n_init_times"].values
-            files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts))
+            files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts,
+                                           acc_caveat=metrics.attrs.get("acc_caveat")))  # fmt: skip
             if f"{v}_sh_power" in metrics:
                 sh, zonal = metrics[f"{v}_sh_power"], metrics[f"{v}_zonal_power"]
                 if level is not None:

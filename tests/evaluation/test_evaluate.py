@@ -20,6 +20,7 @@ from s2forecast.evaluation import (
     truth_at_valid_times,
 )
 from s2forecast.evaluation import evaluate as evaluate_module
+from s2forecast.evaluation.climatology import ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import open_results
 
@@ -215,7 +216,11 @@ def test_swe_store_with_trajectories(tmp_path):
 @pytest.mark.slow  # the PNG plots: about 30 s
 def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     out = tmp_path / "run" / "metrics.nc"
-    metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)
+    # the climatology computed from the 3 days of truth: ACC is marked as not meaningful (issue 28)
+    years = (TIMES[-1] - TIMES[0]) / pd.Timedelta(days=365.25)  # 2.75 days
+    expected = rf"2020-01-01T00\.\.2020-01-03T18: {years:.2g} years \(< 10\), contains the verified times"
+    with pytest.warns(ClimatologyWarning, match=expected):
+        metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)
     assert sorted(p.name for p in tmp_path.joinpath("run").iterdir()) == ["metrics.csv", "metrics.nc", "metrics_plots"]
 
     written = open_results(out)
@@ -240,6 +245,7 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert written.attrs["climatology_method"] == "hour"
     assert "climatology_start" in written.attrs and "created" in written.attrs
     xr.testing.assert_allclose(written["geopotential"], metrics["geopotential"])
+    assert written.attrs["acc_caveat"].startswith("ACC not meaningful: climatology 2020-01-01T00..2020-01-03T18")
     written.close()
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".tmp")]
 
@@ -258,7 +264,8 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     first_t2m = next(i for i, line in enumerate(lines) if line.startswith("T2M"))
     first_other = next(i for i, line in enumerate(lines) if line.startswith("geopotential 850"))
     assert first_z500 < first_t2m < first_other
-    assert "24h" in lines[0] and "RMSE persistence" in table and "ACC" in table
+    assert "24h" in lines[0] and "RMSE persistence" in table and "ACC*" in table
+    assert lines[-1] == f"* {written.attrs['acc_caveat']}" and "contains the verified times" in lines[-1]
 
     files = [os.fspath(p) for p in metrics.attrs["plot_files"]]
     plot_dir = out.parent / "metrics_plots"
@@ -268,6 +275,16 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
         path = plot_dir / name
         assert os.fspath(path) in files
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
+
+
+def test_acc_caveat_needs_ten_years_outside_the_verified_times():
+    wb2 = {"climatology_start": "1990-01-01T00:00:00", "climatology_end": "2019-12-31T18:00:00"}
+    assert acc_caveat(wb2, np.array(["2020-01-01T06"], "datetime64[ns]")) is None
+    inside = acc_caveat(wb2, np.array(["2019-12-31T18", "2020-01-01"], "datetime64[ns]"))
+    assert inside == "climatology 1990-01-01T00..2019-12-31T18: contains the verified times"
+    short = {"climatology_start": "2015-01-01", "climatology_end": "2019-12-31"}
+    assert acc_caveat(short, np.array(["2020-01-01"], "datetime64[ns]")).endswith(": 5 years (< 10)")
+    assert acc_caveat({}, np.array(["2020-01-01"], "datetime64[ns]")) is None  # a period not recorded: unknown
 
 
 def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, truth_ds):
