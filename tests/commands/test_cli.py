@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from s2forecast.cli import main
 
 
@@ -24,3 +26,22 @@ def test_grid_subcommand_bad_radius(capsys):
     except SystemExit as exit:
         assert exit.code == 2
     assert "theta must be" in capsys.readouterr().err
+
+
+def test_rollout_format_follows_the_out_suffix(tmp_path, capsys):
+    """Issue 28: --out x.zarr writes zarr without --format; a contradiction is refused in one line."""
+    from s2forecast.commands.rollout import output_format
+
+    assert output_format("f.zarr", None) == "zarr" and output_format("f.ZARR/", None) == "zarr"
+    assert output_format("f.nc", None) == output_format("forecast", None) == "netcdf"
+    assert output_format("forecast", "zarr") == "zarr" and output_format("f.nc", "netcdf") == "netcdf"
+    out = tmp_path / "f.nc"
+    with pytest.raises(SystemExit) as exit:
+        main(["rollout", "--ckpt", str(tmp_path / "c.ckpt"), "--store", str(tmp_path), "--steps", "1",
+              "--format", "zarr", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit.value.code == 2 and err == [
+        f"s2forecast rollout: error: --format zarr with --out {out}, a name for netcdf: give --out a .zarr name, "
+        "or --format netcdf"
+    ]
+    assert list(tmp_path.iterdir()) == []
