@@ -20,12 +20,13 @@ import logging
 import sys
 import warnings
 from argparse import ArgumentError
+from pathlib import Path
 
 import pytorch_lightning
 from jsonargparse import ActionConfigFile, Namespace, lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
-from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
 
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
@@ -49,6 +50,7 @@ logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertis
 
 COMMANDS = ("fit", "validate", "test")  # no predict: it wrote nothing; forecasts are `s2forecast rollout`
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
+RUN_RECORDS = ("config.yaml", "hparams.yaml")  # what a run writes into its log directory before any result
 JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link", "Does not validate against any of the Union subtypes")
 
 
@@ -169,6 +171,59 @@ class ForecastCLI(LightningCLI):
             config["ckpt_path"] = str(last_checkpoint(self.trainer))
 
     before_fit = before_validate = before_test = before_predict = _prepare_checkpoint_loading
+
+    def after_fit(self) -> None:
+        """Say where the checkpoints went."""
+        callback = self.trainer.checkpoint_callback
+        if callback is None or not self.trainer.is_global_zero:
+            return
+        if callback.best_model_path:
+            score = callback.best_model_score
+            value = f" {callback.monitor} {float(score):.6g}" if score is not None and callback.monitor else ""
+            print(f"best checkpoint{value}: {callback.best_model_path}")
+        if callback.last_model_path:
+            print(f"last checkpoint: {callback.last_model_path}")
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Lightning's run; a run that fails before it logs or checkpoints anything leaves no log
+        directory behind (the next run takes that version_N, as the README's paths assume)."""
+        created = new_log_dirs(self.trainer)
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            if self.trainer.is_global_zero:
+                remove_unused_log_dirs(created)
+            raise
+
+
+def new_log_dirs(trainer) -> list[Path]:
+    """The log directories of ``trainer``'s CSV and TensorBoard loggers that do not exist yet, with
+    their parents that do not exist either, deepest first."""
+    created = []
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger | TensorBoardLogger):
+            path = Path(logger.log_dir).absolute()
+            while not path.exists() and path not in created:
+                created.append(path)
+                path = path.parent
+    return sorted(created, key=lambda path: len(path.parts), reverse=True)
+
+
+def remove_unused_log_dirs(created: list[Path]) -> None:
+    """Remove the directories of ``created`` (this run made them; deepest first) that hold nothing
+    but empty directories and the records a run writes before any result (``RUN_RECORDS``)."""
+    for path in created:
+        if not path.is_dir():
+            continue
+        entries = list(path.rglob("*"))
+        files = [entry for entry in entries if not entry.is_dir() or entry.is_symlink()]
+        if any(entry.name not in RUN_RECORDS or entry.parent != path or entry.is_symlink() for entry in files):
+            continue  # a checkpoint, logged metrics or anything else: kept
+        for entry in files:
+            entry.unlink()
+        for directory in sorted(set(entries) - set(files), key=lambda p: len(p.parts), reverse=True):
+            directory.rmdir()
+        path.rmdir()
 
 
 def trainer_defaults() -> dict:
