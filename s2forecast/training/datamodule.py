@@ -112,16 +112,22 @@ class FieldDataModule(pl.LightningDataModule):
         read_threads: int = READ_THREADS,
     ):
         super().__init__()
-        self.read_threads = check_read_threads(read_threads)
+        problems = []  # all at once, each naming its key
+        try:
+            self.read_threads = check_read_threads(read_threads)
+        except UserError as error:
+            problems.append(f"data.init_args.{error}")
         if nan_policy not in NAN_POLICIES:
-            raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+            problems.append(f"data.init_args.nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if not (isinstance(batch_size, int) and batch_size >= 1):
-            raise UserError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+            problems.append(f"data.init_args.batch_size must be an integer >= 1, got {batch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
-            raise UserError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+            problems.append(f"data.init_args.num_workers must be an integer >= 0, got {num_workers!r}")
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
-            raise UserError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+            problems.append(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+        if problems:
+            raise UserError("; ".join(problems))
         self.store, self.spec, self.splits = str(store), spec, splits
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
