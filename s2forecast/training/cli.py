@@ -37,16 +37,22 @@ from s2forecast.user_errors import UserError
 
 # Lightning's own use of a deprecated torch API: nothing a user can act on
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+# epochs shorter than log_every_n_steps: their metrics are still logged at the epoch's end
+warnings.filterwarnings(
+    "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+)
+# Lightning's log lines that are no news: an advertisement, and devices this machine does not have
+NOT_NEWS = ("💡 Tip", "GPU available: False", "TPU available: False", "HPU available: False")
 
 
-class _NoAdvertising(logging.Filter):
-    """Drops Lightning's "💡 Tip: ... try installing litlogger" line: an advertisement, not news."""
+class _NoNews(logging.Filter):
+    """Drops Lightning's log lines that start with one of ``NOT_NEWS``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
+        return not str(record.msg).startswith(NOT_NEWS)
 
 
-logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertising())
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoNews())
 
 COMMANDS = ("fit", "validate", "test")  # no predict: it wrote nothing; forecasts are `s2forecast rollout`
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
@@ -170,7 +176,13 @@ class ForecastCLI(LightningCLI):
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = str(last_checkpoint(self.trainer))
 
-    before_fit = before_validate = before_test = before_predict = _prepare_checkpoint_loading
+    def _before_run(self) -> None:
+        self._prepare_checkpoint_loading()
+        if not sys.stdout.isatty() and self.trainer.progress_bar_callback is not None:
+            # tqdm's nested bars move the cursor with ANSI escapes: garbage in a log file
+            self.trainer.progress_bar_callback.disable()
+
+    before_fit = before_validate = before_test = before_predict = _before_run
 
     def after_fit(self) -> None:
         """Say where the checkpoints went."""

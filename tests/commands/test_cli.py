@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +46,23 @@ def test_rollout_format_follows_the_out_suffix(tmp_path, capsys):
         "or --format netcdf"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_our_warnings_are_one_line_without_source():
+    """Issue 28: MissingTruthWarning printed a stray source line (Python's warning format)."""
+    import warnings
+
+    import s2forecast
+    from s2forecast.cli import one_line_warnings
+    from s2forecast.evaluation.metrics import MissingTruthWarning
+
+    original = warnings.formatwarning
+    ours = str(Path(s2forecast.__file__).parent / "evaluation" / "inputs.py")  # a plain UserWarning of ours
+    with one_line_warnings("evaluate"):
+        text = warnings.formatwarning("the truth has no data", UserWarning, ours, 416, "warnings.warn(")
+        caller = warnings.formatwarning("no truth", MissingTruthWarning, "/home/me/script.py", 9, "evaluate(")
+        other = warnings.formatwarning("something", UserWarning, "/site-packages/zarr/api.py", 3, "warn(x)")
+    assert text == "s2forecast evaluate: warning: the truth has no data\n"
+    assert caller == "s2forecast evaluate: warning: no truth\n"  # our class, wherever stacklevel points
+    assert other == original("something", UserWarning, "/site-packages/zarr/api.py", 3, "warn(x)")
+    assert warnings.formatwarning is original
