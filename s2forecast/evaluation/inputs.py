@@ -39,6 +39,8 @@ from s2forecast.user_errors import UserError, one_line
 
 # --- opening and checking inputs ---------------------------------------------------------
 
+LEAD_ALIAS = "lead_time"  # WeatherBench2's other name of the lead dim (its results files use it)
+
 
 def _describe_source(source) -> str:
     return describe_input(source) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
@@ -94,7 +96,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     Returns:
         Dataset with dims ``(time, prediction_timedelta, [member], [level], latitude, longitude)``
         in this order whatever the file's (``store.to_model_order``), latitude north -> south,
-        ``prediction_timedelta`` as timedelta64, without a ``valid_time`` variable.
+        ``prediction_timedelta`` as timedelta64 (a ``lead_time`` dim, WB2's other name of it,
+        is renamed), without a ``valid_time`` variable.
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
@@ -107,6 +110,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
         _check_readable(path, "forecast")
         forecast = _opened(_open_forecast_file, path, "forecast")
     forecast = forecast.drop_vars("valid_time", errors="ignore")
+    if LEAD_ALIAS in forecast.dims and LEAD_DIM not in forecast.dims:
+        forecast = forecast.rename({LEAD_ALIAS: LEAD_DIM})
     check_forecast_layout(forecast)
     if not forecast.indexes[INIT_DIM].is_unique:
         raise UserError("forecast 'time' (init time) has duplicate values; drop them")

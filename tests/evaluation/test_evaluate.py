@@ -299,8 +299,11 @@ def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, t
         evaluate_module.open_forecast(unitless)
     with pytest.raises(ValueError, match=r"map lead\(s\) 18 h are not forecast leads; available: 6, 12, 24 h"):
         evaluate(forecast, truth_path, tmp_path / "m.nc", map_leads=[18], progress=False)
+    # WB2's other name of the lead dim is accepted (issue 28); another name is refused, naming the fix
+    renamed = evaluate_module.open_forecast(forecast.rename(prediction_timedelta="lead_time"))
+    xr.testing.assert_identical(renamed, evaluate_module.open_forecast(forecast))
     with pytest.raises(ValueError, match="no .prediction_timedelta. dim.*lead_time -> prediction_timedelta"):
-        evaluate_module.open_forecast(forecast.rename(prediction_timedelta="lead_time"))
+        evaluate_module.open_forecast(forecast.rename(prediction_timedelta="step"))
 
 
 def test_wb2_climatology_zarr_is_accepted(tmp_path, truth_path, perfect_path, truth_ds):
