@@ -250,6 +250,7 @@ def _score_and_write(
         **{name: BASELINES[name] for name in config.baselines if BASELINES[name]},
         "missing_truth": MISSING_TRUTH,
         **({"acc_caveat": f"ACC not meaningful: {caveat}"} if caveat else {}),
+        **({"named_regions": "; ".join(named)} if (named := [r for r in config.regions or () if "=" in r]) else {}),
         "csv": str(csv_path.resolve()),
     }
     if spectra.data_vars:

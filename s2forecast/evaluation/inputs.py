@@ -30,7 +30,13 @@ from s2forecast.evaluation.metrics import (
     check_members,
     member_dim,
 )
-from s2forecast.evaluation.regions import LAND_REGIONS, LAND_SEA_MASK_NAMES, STANDARD_REGIONS, region_weights
+from s2forecast.evaluation.regions import (
+    LAND_REGIONS,
+    LAND_SEA_MASK_NAMES,
+    STANDARD_REGIONS,
+    region_label,
+    region_weights,
+)
 from s2forecast.evaluation.scoring import BLOCK_BYTES
 from s2forecast.output import GENERATION_ATTR
 from s2forecast.provenance import describe_input
@@ -566,7 +572,7 @@ class EvaluationInputs:
             truth=truth_ds,
             variables=variables,
             levels=levels,
-            regions=regions,
+            regions=[region_label(name) for name in regions],
             region_weights=weights,
             map_leads=map_leads,
             forecast_name=_describe_source(forecast),
