@@ -122,7 +122,10 @@ def input_indices(dataset: FieldDataset, t0: np.datetime64, source: str | Path |
     try:
         return dataset.time_indices(t0 + offsets, None if source is None else str(source))
     except ValueError as error:
-        raise UserError(f"initialization time {format_time(t0)} needs inputs that are missing: {error}") from None
+        where = "the store" if source is None else "the file"
+        raise UserError(
+            f"initialization time {format_time(t0)} needs inputs that are not in {where}: {error}"
+        ) from None
 
 
 def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps: int) -> InitialStates:
@@ -190,8 +193,9 @@ class InitialConditions:
 
     def check(self, init_times: np.ndarray) -> None:
         """Raises ValueError unless every initialization time has its inputs (before anything is written)."""
+        converted = str(self.source) != self.dataset.path  # an ERA5 file: name it, not the temporary store
         for t0 in init_times:
-            input_indices(self.dataset, t0, self.source)
+            input_indices(self.dataset, t0, self.source if converted else None)
 
     def check_unchanged(self) -> None:
         """Raises ValueError if the store was rewritten since it was opened (a URL is not checked)."""

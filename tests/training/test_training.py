@@ -112,7 +112,7 @@ def test_rollout_schedule():
         seen.append(model.rollout)
     del type(model).current_epoch
     assert seen == [1, 1, 2, 2, 3, 3, 3]
-    with pytest.raises(ValueError, match="rollout_start <= rollout_max"):
+    with pytest.raises(ValueError, match="model.rollout_start <= model.rollout_max"):
         ForecastModule(data=info, rollout_start=3, rollout_max=2)
 
 
