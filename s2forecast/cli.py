@@ -11,12 +11,15 @@ bug: its traceback, then one line asking for a report, and exit status 1.
 """
 
 import argparse
+import contextlib
 import difflib
 import re
 import sys
 import traceback
+import warnings
+from pathlib import Path
 
-from s2forecast import __version__, help_cache
+from s2forecast import __version__, help_cache, provenance
 from s2forecast.commands import COMMANDS
 from s2forecast.user_errors import BUG_REPORT, UserError, user_error_message
 
@@ -37,6 +40,34 @@ class CommandParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    given = [arg for arg in argv if arg != DEBUG]
+    command = given[0] if given and given[0] in BY_NAME else None
+    with provenance.command(["s2forecast", *argv]), one_line_warnings(command):  # history: the command line
+        _main(argv)
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str | None):
+    """s2forecast's own warnings as one line, ``s2forecast COMMAND: warning: ...``: Python's format
+    adds the file, line number and source line of the ``warnings.warn`` call, which say nothing
+    to a user. Other libraries' warnings keep Python's format. (Only the format changes: what
+    records warnings, e.g. ``pytest.warns``, still records them.)"""
+    original = warnings.formatwarning
+    package = Path(__file__).resolve().parent
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if category.__module__.split(".")[0] == "s2forecast" or Path(filename).resolve().is_relative_to(package):
+            return f"s2forecast {command}: warning: {message}\n".replace("s2forecast None:", "s2forecast:")
+        return original(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatwarning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = original
+
+
+def _main(argv: list[str]) -> None:
     debug = DEBUG in argv
     argv = [arg for arg in argv if arg != DEBUG]
     command = argv[0] if argv and argv[0] in BY_NAME else None

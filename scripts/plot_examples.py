@@ -89,16 +89,18 @@ def main(argv=None) -> int:
 
     from s2forecast.data.convert_era5 import convert_era5
     from s2forecast.evaluation.evaluate import evaluate
+    from s2forecast.provenance import command
 
     args.work.mkdir(parents=True)
     store_path = convert_era5([SAMPLE], args.work / "era5.zarr", variables=list(VARIABLES), progress=False)
     with xr.open_zarr(store_path) as store:
         forecast = synthetic_forecast(store.load())
     forecast.to_netcdf(args.work / "forecast.nc")
-    results = evaluate(
-        args.work / "forecast.nc", store_path, args.work / "metrics.nc", map_leads=list(MAP_LEADS_H),
-        progress=False, regions=REGIONS, command=" ".join(["python", *sys.argv]),
-    )  # fmt: skip
+    with command(["python", *sys.argv]):
+        results = evaluate(
+            args.work / "forecast.nc", store_path, args.work / "metrics.nc", map_leads=list(MAP_LEADS_H),
+            progress=False, regions=REGIONS,
+        )  # fmt: skip
     plots = {Path(p).name: Path(p) for p in results.attrs["plot_files"]}
     print("\n".join(str(p) for p in plots.values()))
     if args.images is not None:

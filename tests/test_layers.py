@@ -2,7 +2,7 @@
 
 geometry < ops < nn < models < data < training | inference | evaluation < commands; the three
 peers do not import each other (inference runs without Lightning). The base modules (times,
-urls, user_errors, output, the package itself) may be imported by all and import no layer.
+urls, user_errors, output, provenance, the package itself) may be imported by all and import no layer.
 Imports inside functions count: they are how a cycle hides.
 """
 

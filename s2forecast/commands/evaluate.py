@@ -1,7 +1,6 @@
 """``s2forecast evaluate``: score forecasts against truth, persistence, climatology."""
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -42,7 +41,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="regions to score: WeatherBench2 names (global, tropics, extra-tropics, northern-hemisphere, "
         "southern-hemisphere, europe, north-america, north-atlantic, north-pacific, east-asia, ausnz, arctic, "
         "antarctic; global_land, tropics_land, extra-tropics_land with a land-sea mask) or boxes "
-        "LAT0,LAT1,LON0,LON1 in degrees (lon0 > lon1 wraps through 0 E; one starting with '-' as "
+        "LAT0,LAT1,LON0,LON1 in degrees, named or not (alps=44,48,5,16 is labelled alps) (lon0 > lon1 wraps "
+        "through 0 E; one starting with '-' as "
         "--regions=-10,10,350,10; the option may be repeated) (default: all WeatherBench2 regions)",
     )  # fmt: skip
     parser.add_argument(
@@ -82,7 +82,6 @@ def run(args: argparse.Namespace) -> None:
         progress=args.progress,
         climatology_period=period,
         overwrite=args.overwrite,
-        command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
         storage_options=args.storage_options,
         config=config,
     )

@@ -1,6 +1,7 @@
 """``s2forecast rollout``: forecasts from a checkpoint, written as NetCDF/zarr."""
 
 import argparse
+from pathlib import PurePath
 
 from s2forecast.commands.arguments import (
     device,
@@ -13,10 +14,28 @@ from s2forecast.commands.arguments import (
     timestamp,
     timestamps,
 )
+from s2forecast.user_errors import UserError
 
 HELP = "forecasts from a checkpoint, written as NetCDF/zarr"
 PERTURBATIONS = ("gaussian", "spherical-noise")  # = inference.perturbations.PERTURBATIONS (no torch for --help)
 DEFAULT_SCALE = 0.05  # = inference.perturbations.DEFAULT_SCALE
+FORMATS = ("netcdf", "zarr")
+SUFFIXES = {".zarr": "zarr", ".nc": "netcdf", ".nc4": "netcdf", ".netcdf": "netcdf"}
+
+
+def output_format(out: str, fmt: str | None) -> str:
+    """The format of ``--out``: ``--format`` when given, else its suffix's (.zarr: zarr, else netcdf).
+
+    Raises:
+        UserError: ``--format`` contradicts the suffix (``--format zarr --out x.nc``).
+    """
+    implied = SUFFIXES.get(PurePath(out).suffix.lower())
+    if fmt is not None and implied is not None and fmt != implied:
+        other = next(suffix for suffix, kind in SUFFIXES.items() if kind == fmt)
+        raise UserError(
+            f"--format {fmt} with --out {out}, a name for {implied}: give --out a {other} name, or --format {implied}"
+        )
+    return fmt or implied or "netcdf"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +54,10 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--every", type=positive_float, help="hours between initialization times (default: every store time)"
     )
-    parser.add_argument("--out", required=True, help="FORECAST.nc, or a .zarr directory with --format zarr")
-    parser.add_argument("--format", choices=["netcdf", "zarr"], default="netcdf")
+    parser.add_argument("--out", required=True, help="FORECAST.nc (NetCDF) or FORECAST.zarr (a zarr directory)")
+    parser.add_argument(
+        "--format", choices=FORMATS, help="default: from the --out suffix (.zarr: zarr, anything else: netcdf)"
+    )
     parser.add_argument(
         "--shards", type=positive_int, metavar="N",
         help="with --format zarr: write zarr v3 shards of N initialization times (one file per N times and lead, "
@@ -88,8 +109,9 @@ def run(args: argparse.Namespace) -> None:
     from s2forecast.inference.ranks import Ranks
     from s2forecast.inference.rollout import RolloutOptions, init_times_from, rollout, source_times
 
+    fmt = output_format(args.out, args.format)
     options = RolloutOptions(
-        fmt=args.format, batch_size=args.batch_size, device=resolve_device(args.device), bf16=args.bf16,
+        fmt=fmt, batch_size=args.batch_size, device=resolve_device(args.device), bf16=args.bf16,
         nan_policy=args.nan, other_grid=args.other_grid, store_stats=args.store_stats, members=args.members,
         perturbation=args.perturbation, perturbation_scale=args.perturbation_scale, ic_members=args.ic_members,
         seed=args.seed, overwrite=args.overwrite, storage_options=args.storage_options, shards=args.shards or 0,

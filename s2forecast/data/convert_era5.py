@@ -42,7 +42,6 @@ the store is zarr v3 sharded (one file per N time steps and variable); N must di
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import dask
@@ -57,6 +56,7 @@ from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, no
 from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 from s2forecast.output import check_target
+from s2forecast.provenance import history, python_call
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
@@ -668,7 +668,6 @@ def _template(
         coords["level"] = ("level", np.asarray(levels, dtype=np.int64), {"units": "hPa", "long_name": "pressure level"})
     variables = {name: lazy_empty(d.shape, d.dims) for name, d in data.items()}
     variables.update({name: (("latitude", "longitude"), values) for name, values in static.items()})
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     names = ", ".join(path.name for path in paths)
     return xr.Dataset(
         variables,
@@ -677,7 +676,7 @@ def _template(
             "grid_kind": grid.kind,
             "source": f"{SOURCE}; input files: {names}",
             "acknowledgement": ACKNOWLEDGEMENT,
-            "history": f"{stamp} s2forecast convert-era5 {' '.join(str(p) for p in paths)} --out {out}",
+            "history": history(python_call("convert_era5", *paths, out)),
         },
     )
 

@@ -383,13 +383,14 @@ class FieldDataset(torch.utils.data.Dataset):
             "init_times": torch.tensor(self.times[time_indices[history - 1]].astype("int64")),
         }
 
-    def time_indices(self, times: np.ndarray) -> np.ndarray:
-        """Positions of ``times`` on the store's time axis; raises naming the ones it lacks."""
+    def time_indices(self, times: np.ndarray, source: str | None = None) -> np.ndarray:
+        """Positions of ``times`` on the store's time axis; raises naming the ones it lacks, and
+        ``source`` (what the user gave, e.g. the file this store was converted from) or the store."""
         position = np.searchsorted(self.times, times).clip(max=self.times.size - 1)
         missing = times[self.times[position] != times]
         if missing.size:
             raise UserError(
-                f"time(s) {format_times(missing)} are not in the store {self.path} (it covers "
+                f"time(s) {format_times(missing)} are not in {source or f'the store {self.path}'} (it covers "
                 f"{format_time(self.times[0])} .. {format_time(self.times[-1])})"
             )
         return position

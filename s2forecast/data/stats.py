@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from s2forecast.data.moments import Moments
 from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
+from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
@@ -168,6 +169,8 @@ def compute_stats(
             "tendency_pairs": int(pairs.size),
             "tendency_step_hours": float(step / np.timedelta64(1, "h")),
             "weights": "WeatherBench2 cell areas",
+            "source": describe_input(path),
+            "history": history(python_call("compute_stats", path)),
         },
     )
     check_store_unchanged(path, ds)
@@ -175,7 +178,6 @@ def compute_stats(
         write_stats(path, stats)
         return stats
     with out_output:
-        stats.attrs["source"] = str(path)
         stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
         out_output.commit()
     return stats

@@ -28,6 +28,7 @@ import xarray as xr
 from s2forecast.data.defaults import SWE_BATCH
 from s2forecast.data.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.provenance import history
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
@@ -97,8 +98,10 @@ def generate_swe(
         attrs={
             "grid_kind": grid,
             "source": "s2forecast generate-swe: torch-harmonics ShallowWaterSolver, random initial conditions",
-            "history": f"s2forecast generate-swe --nlat {nlat} --nlon {nlon} --grid {grid} --trajectories "
-            f"{trajectories} --steps {steps} --dt-hours {dt_hours} --seed {seed}",
+            "history": history(
+                f"generate_swe({str(out)!r}, nlat={nlat}, nlon={nlon}, grid={grid!r}, trajectories={trajectories}, "
+                f"steps={steps}, dt_hours={dt_hours}, seed={seed}) (Python)"
+            ),
             "swe_solver_dt_seconds": solver_dt,
         },
     )

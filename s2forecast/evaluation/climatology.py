@@ -306,6 +306,39 @@ def _climatology_attrs(truth_attrs: dict, method: str, reason: str, window_days:
     return attrs
 
 
+# --- whether ACC against it means anything ------------------------------------------------------
+
+MIN_ACC_YEARS = 10  # WeatherBench2 scores ACC against a 1990-2019 climatology
+
+
+class ClimatologyWarning(UserWarning):
+    """ACC's climatology is too short or contains the verified times: its ACC is not meaningful."""
+
+
+def acc_caveat(attrs: dict, valid_times: np.ndarray) -> str | None:
+    """Why ACC against the climatology described by ``attrs`` (``climatology_start``/``_end``, as
+    :func:`compute_climatology` records them) is not meaningful for a forecast verified at
+    ``valid_times``, or None (also when the climatology does not record its period).
+
+    A climatology of a few years is mostly the weather of those years, not the climate, and one
+    made of the verified times removes part of the very anomalies ACC correlates (persistence can
+    then score ACC -1): e.g. ``"climatology 2020-01-01T00..2020-01-04T18: 0.01 years (< 10),
+    contains the verified times"``.
+    """
+    try:
+        start, end = (pd.Timestamp(attrs[key]) for key in ("climatology_start", "climatology_end"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    valid = pd.DatetimeIndex(np.asarray(valid_times).ravel())
+    years = (end - start) / pd.Timedelta(days=365.25)
+    reasons = [f"{years:.2g} years (< {MIN_ACC_YEARS})"] if years < MIN_ACC_YEARS else []
+    if valid.size and valid.min() <= end and valid.max() >= start:
+        reasons.append("contains the verified times")
+    if not reasons:
+        return None
+    return f"climatology {format_time(start)}..{format_time(end)}: {', '.join(reasons)}"
+
+
 # --- checks of the truth: each time once, finite values, a period inside the record ---------------
 
 
@@ -826,6 +859,7 @@ def write_climatology(
     """
     from s2forecast.data.store import check_store_unchanged, open_store
     from s2forecast.output import Output
+    from s2forecast.provenance import describe_input, history, python_call
 
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
@@ -835,7 +869,12 @@ def write_climatology(
         # source store's encodings (e.g. a zarr v2 store's Blosc compressor) do not apply to the zarr v3 written here
         attrs = {k: v for k, v in source.attrs.items() if not k.startswith("s2forecast_")}
         source = source.drop_encoding()
-        source.attrs = {**attrs, **output.attrs}
+        source.attrs = {
+            **attrs,
+            "climatology_truth": describe_input(store),
+            "history": history(python_call("write_climatology", store), attrs.get("history")),
+            **output.attrs,
+        }
         compute_climatology(source, start=start, end=end, window_days=window_days, out=output.tmp, progress=progress)
         check_store_unchanged(store, truth)
         return output.commit()

@@ -63,11 +63,13 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.evaluation import report, scoring
+from s2forecast.evaluation.climatology import MIN_ACC_YEARS, ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
 from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
-from s2forecast.evaluation.metrics import INIT_DIM, METRICS
+from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
+from s2forecast.provenance import history_line
 from s2forecast.user_errors import UserError, one_line
 
 __all__ = ["EvaluationConfig", "EvaluationInputs", "evaluate", "format_table", "metrics_table", "open_forecast",
@@ -130,7 +132,6 @@ def evaluate(
     climatology_period: tuple | None = None,
     overwrite: bool = False,
     regions: Sequence[str] | None = None,
-    command: str | None = None,
     storage_options: dict | None = None,
     config: EvaluationConfig | None = None,
 ) -> xr.Dataset:
@@ -154,7 +155,6 @@ def evaluate(
         regions: region names (:data:`~s2forecast.evaluation.regions.STANDARD_REGIONS`, the land
             regions) or boxes ``"lat0,lat1,lon0,lon1"``; default WB2's standard set (and its land
             regions when the truth has a land-sea mask).
-        command: the command line recorded in the results file (default: the Python call).
         storage_options: fsspec options of a ``truth`` URL (e.g. credentials).
         config: the variables, metrics, baselines and regions by name (:class:`EvaluationConfig`);
             default the one made of ``variables`` and ``regions`` (give those in the config instead
@@ -187,9 +187,7 @@ def evaluate(
     with contextlib.ExitStack() as stack:  # on any error every temporary output goes, nothing at --out changes
         for output in outputs:
             stack.enter_context(output)
-        command = command or f"evaluate({inputs.forecast_name!r}, ...) (Python)"
-        metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
-                                            command=command)  # fmt: skip
+        metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress)
         for output in written:
             output.commit()
     return metrics
@@ -200,7 +198,7 @@ class PlotWarning(UserWarning):
 
 
 def _score_and_write(
-    inputs: EvaluationInputs, config: EvaluationConfig, outputs: list[Output], *, progress: bool, command: str
+    inputs: EvaluationInputs, config: EvaluationConfig, outputs: list[Output], *, progress: bool
 ) -> tuple[xr.Dataset, list[Output]]:
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile.
@@ -223,12 +221,23 @@ def _score_and_write(
     plot_dir = out.with_name(f"{out.stem}_plots")
     init_times = inputs.forecast[INIT_DIM].values
     clim_attrs = inputs.climatology_attrs
+    caveat = None
+    if "acc" in names:
+        caveat = acc_caveat(clim_attrs, init_times[:, None] + inputs.forecast[LEAD_DIM].values[None, :])
+    if caveat is not None:
+        warnings.warn(
+            f"ACC is not meaningful here ({caveat}): it needs a climatology of at least {MIN_ACC_YEARS} years "
+            "outside the verified times (WeatherBench2 uses 1990-2019); give one with --climatology, or choose "
+            "the truth's years with --climatology-start/--climatology-end",
+            ClimatologyWarning,
+            stacklevel=3,
+        )
     defined = dict.fromkeys(DETERMINISTIC + ENSEMBLE + names)  # the standard metrics' definitions, and any other's
     metrics.attrs = {
         "title": "forecast skill scores (s2forecast evaluate)",
         "Conventions": "CF-1.8",
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": command,
+        "history": history_line(f"evaluate({inputs.forecast_name!r}, {inputs.truth_name!r}, ...) (Python)"),
         **ensemble_attrs,
         "forecast": inputs.forecast_name,
         "truth": inputs.truth_name,
@@ -240,6 +249,8 @@ def _score_and_write(
         **NOTES,
         **{name: BASELINES[name] for name in config.baselines if BASELINES[name]},
         "missing_truth": MISSING_TRUTH,
+        **({"acc_caveat": f"ACC not meaningful: {caveat}"} if caveat else {}),
+        **({"named_regions": "; ".join(named)} if (named := [r for r in config.regions or () if "=" in r]) else {}),
         "csv": str(csv_path.resolve()),
     }
     if spectra.data_vars:

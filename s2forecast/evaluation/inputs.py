@@ -30,17 +30,26 @@ from s2forecast.evaluation.metrics import (
     check_members,
     member_dim,
 )
-from s2forecast.evaluation.regions import LAND_REGIONS, LAND_SEA_MASK_NAMES, STANDARD_REGIONS, region_weights
+from s2forecast.evaluation.regions import (
+    LAND_REGIONS,
+    LAND_SEA_MASK_NAMES,
+    STANDARD_REGIONS,
+    region_label,
+    region_weights,
+)
 from s2forecast.evaluation.scoring import BLOCK_BYTES
 from s2forecast.output import GENERATION_ATTR
+from s2forecast.provenance import describe_input
 from s2forecast.times import format_times
 from s2forecast.user_errors import UserError, one_line
 
 # --- opening and checking inputs ---------------------------------------------------------
 
+LEAD_ALIAS = "lead_time"  # WeatherBench2's other name of the lead dim (its results files use it)
+
 
 def _describe_source(source) -> str:
-    return str(Path(source).resolve()) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
+    return describe_input(source) if isinstance(source, str | os.PathLike) else "<in-memory Dataset>"
 
 
 def _require_path(path, what: str) -> Path:
@@ -93,7 +102,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     Returns:
         Dataset with dims ``(time, prediction_timedelta, [member], [level], latitude, longitude)``
         in this order whatever the file's (``store.to_model_order``), latitude north -> south,
-        ``prediction_timedelta`` as timedelta64, without a ``valid_time`` variable.
+        ``prediction_timedelta`` as timedelta64 (a ``lead_time`` dim, WB2's other name of it,
+        is renamed), without a ``valid_time`` variable.
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
@@ -106,6 +116,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
         _check_readable(path, "forecast")
         forecast = _opened(_open_forecast_file, path, "forecast")
     forecast = forecast.drop_vars("valid_time", errors="ignore")
+    if LEAD_ALIAS in forecast.dims and LEAD_DIM not in forecast.dims:
+        forecast = forecast.rename({LEAD_ALIAS: LEAD_DIM})
     check_forecast_layout(forecast)
     if not forecast.indexes[INIT_DIM].is_unique:
         raise UserError("forecast 'time' (init time) has duplicate values; drop them")
@@ -335,6 +347,7 @@ CLIMATOLOGY_ATTRS = (
     "climatology_end",
     "climatology_n_times",
     "dayofyear_convention",
+    "climatology_truth",
 )
 
 
@@ -559,7 +572,7 @@ class EvaluationInputs:
             truth=truth_ds,
             variables=variables,
             levels=levels,
-            regions=regions,
+            regions=[region_label(name) for name in regions],
             region_weights=weights,
             map_leads=map_leads,
             forecast_name=_describe_source(forecast),

@@ -11,6 +11,7 @@ Natural Earth on first use, which machines without network (many clusters) canno
 """
 
 import functools
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,12 @@ def _save(figure, path: Path) -> Path:
 
 
 def plot_scores(
-    scores: xr.DataArray, path: str | Path, title: str, units: str = "", n_init_times: np.ndarray | None = None
+    scores: xr.DataArray,
+    path: str | Path,
+    title: str,
+    units: str = "",
+    n_init_times: np.ndarray | None = None,
+    acc_caveat: str | None = None,
 ) -> Path:
     """RMSE and ACC versus lead time (hours), one line per source; ``n_init_times`` (per lead)
     labels the top axis, so leads averaged over fewer init times show.
@@ -95,6 +101,8 @@ def plot_scores(
         path: PNG to write.
         title: e.g. ``Z500``.
         units: the field's units, for the RMSE axis.
+        acc_caveat: why the ACC is not meaningful (the results' ``acc_caveat``): the ACC axis is
+            labelled ``ACC*`` and the reason written in its panel.
 
     Returns:
         ``path``. Sources whose scores are all NaN (e.g. the climatology's ACC) are left out.
@@ -107,7 +115,7 @@ def plot_scores(
     axes = figure.subplots(1, 2, gridspec_kw={"left": 0.1, "right": 0.98, "bottom": 0.12, "top": top, "wspace": 0.25})
     for ax, metric, ylabel in (
         (axes[0], "rmse", f"RMSE [{units}]" if units else "RMSE"),
-        (axes[1], "acc", "ACC"),
+        (axes[1], "acc", "ACC*" if acc_caveat else "ACC"),
     ):
         for source in scores["source"].values.tolist() if metric in scores["metric"].values.tolist() else []:
             values = scores.sel(metric=metric, source=source).values
@@ -123,6 +131,10 @@ def plot_scores(
             ax.legend()
         if n_init_times is not None:
             _init_times_axis(ax, hours, n_init_times)
+    if acc_caveat:
+        note = "* " + textwrap.fill(acc_caveat, 60)
+        box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none"}  # readable over the lines
+        axes[1].text(0.02, 0.02, note, transform=axes[1].transAxes, fontsize=7, color="tab:red", va="bottom", bbox=box)
     axes[0].set_ylim(bottom=0)
     axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
     figure.suptitle(f"{title}: skill versus lead time")

@@ -38,18 +38,35 @@ LAND_REGIONS = {"global_land": "global", "extra-tropics_land": "extra-tropics", 
 LAND_SEA_MASK_NAMES = ("land_sea_mask", "lsm")  # WB2 name, ERA5 short name
 _NUMBER = r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*"
 _BOX = re.compile(rf"^{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER}$")
+_NAME = re.compile(r"^[A-Za-z][\w.-]*$")  # of a named box: a label for results, tables and CSV
+
+
+def region_label(region: str) -> str:
+    """How results name a region: a named box ``"alps=44,48,5,16"`` by its name, any other by itself."""
+    name, named, _ = region.partition("=")
+    return name.strip() if named else region
 
 
 def parse_box(text: str) -> tuple[float, float, float, float]:
-    """``"lat0,lat1,lon0,lon1"`` (degrees) -> floats; lon0 > lon1 (mod 360) wraps through 0 E.
+    """``"lat0,lat1,lon0,lon1"`` or ``"NAME=lat0,lat1,lon0,lon1"`` (degrees) -> floats; lon0 > lon1
+    (mod 360) wraps through 0 E.
 
     Raises:
-        ValueError: not four numbers, lat0 > lat1, or a latitude outside [-90, 90].
+        ValueError: not four numbers, lat0 > lat1, a latitude outside [-90, 90], or a name that
+            is not a word or is a standard region's.
     """
+    name, named, box = text.partition("=")
+    if named:
+        name = name.strip()
+        if not _NAME.match(name):
+            raise UserError(f"region {text!r}: name {name!r} must start with a letter, then letters, digits, _ . -")
+        if name in STANDARD_REGIONS or name in LAND_REGIONS:
+            raise UserError(f"region {text!r}: {name!r} is a standard region; give the box another name")
+        text = box
     if not _BOX.match(text):
         raise UserError(
             f"region {text!r} is neither a standard region ({', '.join(STANDARD_REGIONS)}) nor a box "
-            "'lat0,lat1,lon0,lon1' in degrees (e.g. '35,75,-12.5,42.5')"
+            "'lat0,lat1,lon0,lon1' in degrees (e.g. '35,75,-12.5,42.5'), named or not ('alps=44,48,5,16')"
         )
     lat0, lat1, lon0, lon1 = (float(part) for part in text.split(","))
     if not (-90.0 <= lat0 <= 90.0 and -90.0 <= lat1 <= 90.0):
@@ -60,16 +77,18 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
 
 
 def check_region_names(names) -> tuple[str, ...]:
-    """``names`` as a tuple once each is a standard or land region or a box (:func:`parse_box`).
+    """``names`` as a tuple once each is a standard or land region or a box, named or not (:func:`parse_box`).
 
     Raises:
-        ValueError: a name that is neither (naming the standard regions and the box syntax), or one given twice.
+        ValueError: a name that is neither (naming the standard regions and the box syntax), or one
+            given twice (two boxes of one name too).
     """
     names = (names,) if isinstance(names, str) else tuple(names)
     for name in names:
         if name not in STANDARD_REGIONS and name not in LAND_REGIONS:
             parse_box(name)
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    labels = [region_label(name) for name in names]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         raise UserError(f"region(s) {duplicates} given twice; give each once")
     return names
@@ -97,7 +116,7 @@ def region_masks(
 
     Args:
         names: standard region names, land region names (need ``land_sea_mask``) or boxes
-            ``"lat0,lat1,lon0,lon1"``.
+            ``"lat0,lat1,lon0,lon1"``, named or not (``"alps=44,48,5,16"``, labelled ``alps``).
         latitude, longitude: the grid's coordinates in degrees (any order; longitudes any convention).
         land_sea_mask: land fraction (latitude, longitude) on the same grid, or None.
 
@@ -122,8 +141,9 @@ def region_masks(
         if not mask.any():
             raise UserError(f"region {name!r} holds no grid point of this grid; widen it")
         masks.append(mask)
+    labels = [region_label(name) for name in names]
     return xr.DataArray(
-        np.stack(masks), dims=("region", "latitude", "longitude"), coords={"region": list(names)}, name="region_mask"
+        np.stack(masks), dims=("region", "latitude", "longitude"), coords={"region": labels}, name="region_mask"
     )
 
 

@@ -1,9 +1,9 @@
 """Outputs of ``s2forecast evaluate``: the CF results file, its CSV, the text table and the plots.
 
 The results layout is described in :mod:`s2forecast.evaluation.scoring`. On disk the string
-dims ``metric``, ``source`` and ``region`` have no coordinate variable (CF coordinate variables
-are numeric); their names are CF label variables ``metric_name`` etc. (char arrays, CF 6.1) listed
-in the data variables' ``coordinates``; :func:`open_results` gives them back as indexes.
+dims ``metric``, ``source`` and ``region`` are CF label variables of the dim's own name (char
+arrays ``metric(metric, string<n>)``, CF 6.1; CF coordinate variables are numeric) listed in the
+data variables' ``coordinates``: xarray reads them as string indexes, ``.sel(metric="rmse")``.
 """
 
 import warnings
@@ -103,12 +103,16 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     (those of them the results hold), and an ensemble's CRPS and spread/skill.
 
     Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
+    ACC is marked ``ACC*``, with a footnote, when the results carry an ``acc_caveat``.
     """
     leads = _table_leads(metrics.sizes[LEAD_TIME], max_leads)
     headers = [f"{lead_hours(metrics[LEAD_TIME].values[k])}h" for k in leads]
     region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
     quantities = [("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast"),
                   ("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]  # fmt: skip
+    caveat = metrics.attrs.get("acc_caveat")
+    if caveat:
+        quantities = [("ACC*" if metric == "acc" else label, metric, source) for label, metric, source in quantities]
     have = (metrics["metric"].values.tolist(), metrics["source"].values.tolist())
     quantities = [
         (label, metric, source) for label, metric, source in quantities if metric in have[0] and source in have[1]
@@ -128,6 +132,8 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     lines = [" " * (width_name + width_quantity + 2) + "".join(h.rjust(width) for h in headers)]
     for name, quantity, cells in rows:
         lines.append(f"{name:<{width_name}}  {quantity:<{width_quantity}}" + "".join(x.rjust(width) for x in cells))
+    if caveat and any(metric == "acc" for _, metric, _ in quantities):
+        lines.append(f"* {caveat}")
     return "\n".join(lines)
 
 
@@ -204,7 +210,8 @@ def write_plots(
             scores = scores.sel(region=region)
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
             counts = metrics["n_init_times"].values
-            files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts))
+            files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts,
+                                           acc_caveat=metrics.attrs.get("acc_caveat")))  # fmt: skip
             if set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
                 path = plot_dir / f"{_file_stem(v, level)}_ensemble.png"
                 files.append(plots.plot_ensemble_scores(scores, path, title=label, units=units, n_init_times=counts))
@@ -296,25 +303,34 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
 
 
 def write_results(results: xr.Dataset, path: Path) -> None:
-    """Write the results Dataset as CF-1.8 NetCDF4: string dims as char label variables ``<dim>_name``."""
+    """Write the results Dataset as CF-1.8 NetCDF4: each string dim ``d`` as a character label
+    variable ``d(d, string<n>)`` (CF 6.1; coordinate variables are numeric), listed in the
+    ``coordinates`` of the variables along it, so that CF checks pass and plain xarray reads it as
+    the dim's index (``xr.open_dataset(path).geopotential.sel(metric="rmse")``)."""
     encoded = results.copy()
     encoding = {}
-    for dim in LABELLED_DIMS:
-        if dim in encoded.dims:
-            labels = encoded[dim].values.astype(str)
-            encoded = encoded.drop_vars(dim).assign_coords({f"{dim}_name": (dim, labels, {"long_name": f"{dim} name"})})
-            encoding[f"{dim}_name"] = {"dtype": "S1"}
+    labelled = [dim for dim in LABELLED_DIMS if dim in encoded.dims]
+    for dim in labelled:
+        encoded[dim] = encoded[dim].astype(str)
+        encoded[dim].attrs.setdefault("long_name", f"{dim} name")
+        encoding[dim] = {"dtype": "S1"}
     for name, var in encoded.variables.items():
         if np.issubdtype(var.dtype, np.timedelta64):
             encoding[name] = {"units": "hours", "dtype": "float64"}
         if name in encoded.coords and np.issubdtype(encoding.get(name, {}).get("dtype", var.dtype), np.floating):
             encoding.setdefault(name, {})["_FillValue"] = None  # coordinates have no missing values (CF 2.5.1)
+    for var in encoded.data_vars.values():
+        # xarray lists the non-dimension coordinates of a variable in its ``coordinates``; add the labels
+        auxiliary = [c for c in encoded.coords if c not in encoded.dims and set(encoded[c].dims) <= set(var.dims)]
+        coordinates = [*auxiliary, *(dim for dim in labelled if dim in var.dims)]
+        if coordinates:
+            var.encoding["coordinates"] = " ".join(coordinates)  # read by xarray's CF encoder, not the backend
     encoded.to_netcdf(path, format="NETCDF4", encoding=encoding)
 
 
 def open_results(path) -> xr.Dataset:
-    """Open a results file written by :func:`write_results`, with ``metric``, ``source`` and ``region``
-    as string indexes again (``.sel(metric="rmse", region="europe")``)."""
+    """Open a results file written by :func:`write_results`, with ``lead_time`` a timedelta and
+    ``lead_hours`` in hours (``xr.open_dataset`` alone gives the same labels and values)."""
     results = xr.open_dataset(path, decode_timedelta=False)  # lead_hours stays hours, lead_time is decoded below
     for name in TIMEDELTA_COORDS:
         lead = results.get(name)
@@ -322,7 +338,7 @@ def open_results(path) -> xr.Dataset:
             results = results.assign_coords({name: (name, pd.to_timedelta(lead.values, unit="h").values, {
                 k: v for k, v in lead.attrs.items() if k not in ("units", "dtype")})})  # fmt: skip
     for dim in LABELLED_DIMS:
-        if f"{dim}_name" in results.variables:
+        if f"{dim}_name" in results.variables:  # files written before issue 28: labels beside the dim
             labels = results[f"{dim}_name"].values.astype(str)
             results = results.drop_vars(f"{dim}_name").assign_coords({dim: labels})
     return results

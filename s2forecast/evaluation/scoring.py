@@ -21,10 +21,11 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
         area-weighted frequency of the truth's rank (number of members below it; ties shared
         equally), ``rank`` = 0..M, summing to 1; NaN where a member or the truth is NaN.
     Per field variable: attribute ``field_units`` and ``metric_units`` ("rmse: K; acc: 1; ...").
-    Global attributes: ``command``, ``forecast``, ``truth``, climatology provenance, ``Conventions: CF-1.8``.
-    In memory ``metric``, ``source`` and ``region`` are string indexes (``.sel(metric="rmse")``); on
-    disk they are CF label (auxiliary coordinate) variables of a dimension without coordinate variable.
-    Read a file with :func:`s2forecast.evaluation.report.open_results` (gives the indexes back).
+    Global attributes: ``history`` (the command line), ``forecast``, ``truth`` (URLs verbatim), climatology
+    provenance, ``Conventions: CF-1.8``.
+    ``metric``, ``source`` and ``region`` are string indexes (``.sel(metric="rmse")``), in memory and
+    as ``xr.open_dataset`` reads the file (on disk CF label variables named after their dim:
+    :func:`s2forecast.evaluation.report.write_results`).
 
 Scoring streams (:func:`score`): init times are read in blocks; every block is aligned once (the
 forecast, the truth at the valid times, persistence, the climatology at the valid times) and each

@@ -115,18 +115,20 @@ def open_inputs(
     return dataset
 
 
-def input_indices(dataset: FieldDataset, t0: np.datetime64) -> np.ndarray:
-    """Store positions of the ``history`` states an initialization at ``t0`` reads.
+def input_indices(dataset: FieldDataset, t0: np.datetime64, source: str | Path | None = None) -> np.ndarray:
+    """Store positions of the ``history`` states an initialization at ``t0`` reads; errors name
+    ``source`` (what the user gave) when given, else the store.
 
     Raises:
         ValueError: one of them is not in the store (names ``t0`` and the store's range).
     """
     offsets = np.arange(-(dataset.spec.history - 1), 1) * dataset.step
     try:
-        return dataset.time_indices(t0 + offsets)
+        return dataset.time_indices(t0 + offsets, None if source is None else str(source))
     except ValueError as error:
+        where = "the store" if source is None else "the file"
         raise UserError(
-            f"initialization time {format_time(t0)} needs inputs that are not in the store: {error}"
+            f"initialization time {format_time(t0)} needs inputs that are not in {where}: {error}"
         ) from None
 
 
@@ -257,8 +259,9 @@ class InitialConditions:
     def check(self, init_times: np.ndarray) -> None:
         """Raises ValueError unless every initialization time has its inputs (before anything is written)."""
         for dataset in self.datasets:
+            converted = str(self.source) != dataset.path  # an ERA5 file: name it, not the temporary store
             for t0 in init_times:
-                input_indices(dataset, t0)
+                input_indices(dataset, t0, self.source if converted else None)
 
     def check_unchanged(self) -> None:
         """Raises ValueError if the store was rewritten since it was opened (a URL is not checked)."""

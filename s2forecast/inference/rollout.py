@@ -19,7 +19,6 @@ batches of initialization times into one zarr store that rank 0 creates and comm
 import json
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +40,7 @@ from s2forecast.inference.ranks import Ranks, collectively
 from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, file_sha256
+from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import format_time, parse_time
 from s2forecast.user_errors import UserError
 
@@ -363,9 +363,9 @@ def open_forecast_file(
         "source": f"s2forecast {__version__}; checkpoint {Path(checkpoint).name} "
         f"sha256:{file_sha256(Path(checkpoint))}; model {model.architecture} "
         f"{json.dumps(model.network_options, sort_keys=True)}",
-        "history": f"{datetime.now(UTC).isoformat(timespec='seconds')} s2forecast rollout --steps {len(leads)} "
-        f"--store {initial.source}",
-        "initial_conditions": str(initial.source),
+        "history": history(python_call("rollout", checkpoint, initial.source)),
+        "checkpoint": describe_input(checkpoint),
+        "initial_conditions": describe_input(initial.source),
         **output.attrs,
     }
     if options.members:

@@ -20,11 +20,13 @@ import logging
 import sys
 import warnings
 from argparse import ArgumentError
+from pathlib import Path
 
-from jsonargparse import Namespace, lazy_instance
+import pytorch_lightning
+from jsonargparse import ActionConfigFile, Namespace, lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.cli import LightningCLI
-from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
 
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
@@ -35,23 +37,70 @@ from s2forecast.user_errors import UserError
 
 # Lightning's own use of a deprecated torch API: nothing a user can act on
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+# epochs shorter than log_every_n_steps: their metrics are still logged at the epoch's end
+warnings.filterwarnings(
+    "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+)
+# Lightning's log lines that are no news: an advertisement, and devices this machine does not have
+NOT_NEWS = ("💡 Tip", "GPU available: False", "TPU available: False", "HPU available: False")
 
 
-class _NoAdvertising(logging.Filter):
-    """Drops Lightning's "💡 Tip: ... try installing litlogger" line: an advertisement, not news."""
+class _NoNews(logging.Filter):
+    """Drops Lightning's log lines that start with one of ``NOT_NEWS``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
+        return not str(record.msg).startswith(NOT_NEWS)
 
 
-logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertising())
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoNews())
 
 COMMANDS = ("fit", "validate", "test")  # no predict: it wrote nothing; forecasts are `s2forecast rollout`
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
+RUN_RECORDS = ("config.yaml", "hparams.yaml")  # what a run writes into its log directory before any result
 JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link", "Does not validate against any of the Union subtypes")
 
 
+def merged(base: dict, layer: dict) -> dict:
+    """``layer`` over ``base``, nested dictionaries merged key by key (a value that is not a
+    dictionary on both sides is ``layer``'s)."""
+    out = dict(base)
+    for key, value in layer.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class LayeredConfigFile(ActionConfigFile):
+    """``--config``: each file layers over what came before, nested dictionaries included, so that
+    ``--config base.yaml --config crps.yaml`` with only ``model.network: {noise_channels: 8}`` in
+    the second keeps the base's network options (jsonargparse alone replaces a whole dictionary
+    value such as ``model.network``). A dictionary under a ``class_path`` that the file changes is
+    replaced, as jsonargparse discards that class's init_args."""
+
+    @staticmethod
+    def apply_config(parser, cfg, dest, value) -> None:
+        before = {key: value for key, value in cfg.items() if isinstance(value, dict | str)}
+        ActionConfigFile.apply_config(parser, cfg, dest, value)
+        for key, layer in cfg.items():
+            base, owner = before.get(key), key.rpartition(".")[0]
+            same_class = before.get(f"{owner}.class_path") == cfg.get(f"{owner}.class_path") if owner else True
+            if isinstance(layer, dict) and isinstance(base, dict) and same_class:
+                cfg[key] = merged(base, layer)
+
+
 class ForecastCLI(LightningCLI):
+    def init_parser(self, **kwargs) -> LightningArgumentParser:
+        """Lightning's parser, with ``--config`` files layered (``LayeredConfigFile``)."""
+        kwargs.setdefault("dump_header", [f"pytorch_lightning=={pytorch_lightning.__version__}"])
+        parser = self.parser_class(**kwargs)
+        parser.add_argument(
+            "-c",
+            "--config",
+            action=LayeredConfigFile,
+            help="Path to a configuration file in json or yaml format; each layers over those before it "
+            "(nested dictionaries merged).",
+        )
+        return parser
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data", "model.data", compute_fn=data_info, apply_on="instantiate")
 
@@ -127,7 +176,66 @@ class ForecastCLI(LightningCLI):
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = str(last_checkpoint(self.trainer))
 
-    before_fit = before_validate = before_test = before_predict = _prepare_checkpoint_loading
+    def _before_run(self) -> None:
+        self._prepare_checkpoint_loading()
+        if not sys.stdout.isatty() and self.trainer.progress_bar_callback is not None:
+            # tqdm's nested bars move the cursor with ANSI escapes: garbage in a log file
+            self.trainer.progress_bar_callback.disable()
+
+    before_fit = before_validate = before_test = before_predict = _before_run
+
+    def after_fit(self) -> None:
+        """Say where the checkpoints went."""
+        callback = self.trainer.checkpoint_callback
+        if callback is None or not self.trainer.is_global_zero:
+            return
+        if callback.best_model_path:
+            score = callback.best_model_score
+            value = f" {callback.monitor} {float(score):.6g}" if score is not None and callback.monitor else ""
+            print(f"best checkpoint{value}: {callback.best_model_path}")
+        if callback.last_model_path:
+            print(f"last checkpoint: {callback.last_model_path}")
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Lightning's run; a run that fails before it logs or checkpoints anything leaves no log
+        directory behind (the next run takes that version_N, as the README's paths assume)."""
+        created = new_log_dirs(self.trainer)
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            if self.trainer.is_global_zero:
+                remove_unused_log_dirs(created)
+            raise
+
+
+def new_log_dirs(trainer) -> list[Path]:
+    """The log directories of ``trainer``'s CSV and TensorBoard loggers that do not exist yet, with
+    their parents that do not exist either, deepest first."""
+    created = []
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger | TensorBoardLogger):
+            path = Path(logger.log_dir).absolute()
+            while not path.exists() and path not in created:
+                created.append(path)
+                path = path.parent
+    return sorted(created, key=lambda path: len(path.parts), reverse=True)
+
+
+def remove_unused_log_dirs(created: list[Path]) -> None:
+    """Remove the directories of ``created`` (this run made them; deepest first) that hold nothing
+    but empty directories and the records a run writes before any result (``RUN_RECORDS``)."""
+    for path in created:
+        if not path.is_dir():
+            continue
+        entries = list(path.rglob("*"))
+        files = [entry for entry in entries if not entry.is_dir() or entry.is_symlink()]
+        if any(entry.name not in RUN_RECORDS or entry.parent != path or entry.is_symlink() for entry in files):
+            continue  # a checkpoint, logged metrics or anything else: kept
+        for entry in files:
+            entry.unlink()
+        for directory in sorted(set(entries) - set(files), key=lambda p: len(p.parts), reverse=True):
+            directory.rmdir()
+        path.rmdir()
 
 
 def trainer_defaults() -> dict:
@@ -142,15 +250,16 @@ def trainer_defaults() -> dict:
     }
 
 
-def run(argv: list[str]) -> None:
-    """Run a Lightning subcommand; ``argv`` starts with one of ``COMMANDS``.
+def run(argv: list[str], execute: bool = True) -> ForecastCLI:
+    """Run a Lightning subcommand; ``argv`` starts with one of ``COMMANDS``. ``execute=False``: only
+    build the model, DataModule and Trainer (``argv`` without the subcommand).
 
     Raises:
         ConfigError: a configuration error (unknown key, wrong type, bad class_path, missing
             key, missing or invalid YAML file), in one line.
     """
     no_exit = {"exit_on_error": False}  # raise, so that `s2forecast` can report one line
-    ForecastCLI(
+    return ForecastCLI(
         ForecastModule,
         FieldDataModule,
         subclass_mode_data=True,
@@ -159,4 +268,5 @@ def run(argv: list[str]) -> None:
         seed_everything_default=0,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"prog": "s2forecast", **no_exit, **{command: dict(no_exit) for command in COMMANDS}},
+        run=execute,
     )

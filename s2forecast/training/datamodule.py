@@ -21,6 +21,8 @@ ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of
 ERA5_PRESSURE = ("geopotential", "temperature", "u_component_of_wind", "v_component_of_wind", "specific_humidity")
 # chunks of a sample read at once by default (measured with scripts/bench_data.py; README)
 READ_THREADS = 16
+# the splits each Lightning stage reads
+STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
 
 class EpochShuffleSampler(torch.utils.data.DistributedSampler):
@@ -110,37 +112,50 @@ class FieldDataModule(pl.LightningDataModule):
         read_threads: int = READ_THREADS,
     ):
         super().__init__()
-        self.read_threads = check_read_threads(read_threads)
+        problems = []  # all at once, each naming its key
+        try:
+            self.read_threads = check_read_threads(read_threads)
+        except UserError as error:
+            problems.append(f"data.init_args.{error}")
         if nan_policy not in NAN_POLICIES:
-            raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+            problems.append(f"data.init_args.nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if not (isinstance(batch_size, int) and batch_size >= 1):
-            raise UserError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+            problems.append(f"data.init_args.batch_size must be an integer >= 1, got {batch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
-            raise UserError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+            problems.append(f"data.init_args.num_workers must be an integer >= 0, got {num_workers!r}")
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
-            raise UserError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+            problems.append(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+        if problems:
+            raise UserError("; ".join(problems))
         self.store, self.spec, self.splits = str(store), spec, splits
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
         self.stats_path, self.storage_options = stats, storage_options
         self.datasets: dict[str, FieldDataset] = {}
+        self._layout: FieldDataset | None = None  # the whole store, for ``_any`` before setup
         self._train_loader: ResumableLoader | None = None
         self._train_state: dict | None = None  # restored before the training loader exists
 
     def setup(self, stage: str | None = None) -> None:
-        for name, options in self.splits.items():
-            if name not in self.datasets:
-                self.datasets[name] = FieldDataset(
-                    self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
-                    storage_options=self.storage_options, read_threads=self.read_threads, **options,
-                )  # fmt: skip
+        """Build the configured splits ``stage`` reads (``STAGE_SPLITS``; None: all), so that e.g.
+        ``fit`` runs on data without the test period."""
+        for name in STAGE_SPLITS.get(stage, tuple(self.splits)):
+            if name in self.splits:
+                self.dataset(name)
 
     def dataset(self, split: str) -> FieldDataset:
         if split not in self.splits:
             raise UserError(f"no {split!r} split configured; configured: {sorted(self.splits)}")
-        self.setup()
+        if split not in self.datasets:
+            self.datasets[split] = self._field_dataset(**self.splits[split])
         return self.datasets[split]
+
+    def _field_dataset(self, **split) -> FieldDataset:
+        return FieldDataset(
+            self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
+            storage_options=self.storage_options, read_threads=self.read_threads, **split,
+        )  # fmt: skip
 
     # what a model needs to know before the first batch
     @property
@@ -173,8 +188,12 @@ class FieldDataModule(pl.LightningDataModule):
         return {name: dataset.physical_static(name) for name in dataset.static_names}
 
     def _any(self) -> FieldDataset:
-        self.setup()
-        return next(iter(self.datasets.values()))
+        """A split already built, else the whole store: what the model needs (channels, grid,
+        statistics) is the store's, and the stage (hence which splits exist) is not known yet
+        when the CLI links it into the model."""
+        if not self.datasets and self._layout is None:
+            self._layout = self._field_dataset()
+        return next(iter(self.datasets.values()), self._layout)
 
     def _loader(self, split: str, shuffle: bool) -> torch.utils.data.DataLoader:
         dataset = self.dataset(split)

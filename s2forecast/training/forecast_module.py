@@ -62,6 +62,43 @@ def current_hparams(hparams: dict) -> dict:
     return hparams
 
 
+def option_problems(
+    network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
+    members, loss, crps_mse_weight,
+) -> list[str]:  # fmt: skip
+    """What is wrong with ForecastModule's options (its arguments of the same names), each problem
+    naming its configuration key (``model.lr``) and the fix; empty when nothing is."""
+    problems = []
+    if loss not in LOSSES:
+        problems.append(f"model.loss must be one of {LOSSES}, got {loss!r}")
+    elif loss == "crps" and members < 2:
+        problems.append(f"model.loss 'crps' needs model.members >= 2, got {members}")
+    elif loss == "mse" and members != 1:
+        problems.append(f"model.loss 'mse' trains one member; set model.members: 1 (got {members}) or model.loss: crps")
+    if loss == "crps" and not (network or {}).get("noise_channels"):
+        problems.append(
+            "model.loss 'crps' needs a stochastic network: set model.network.noise_channels (e.g. 8), or the members "
+            "would be identical"
+        )
+    if not crps_mse_weight >= 0:
+        problems.append(f"model.crps_mse_weight must be >= 0, got {crps_mse_weight}")
+    if data is None:
+        problems.append("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
+    if not lr > 0:
+        problems.append(f"model.lr must be a positive number, got {lr}")
+    if not weight_decay >= 0:
+        problems.append(f"model.weight_decay must be >= 0, got {weight_decay}")
+    if not 0 <= min_lr_ratio <= 1:
+        problems.append(f"model.min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+    if warmup_steps < 0:
+        problems.append(f"model.warmup_steps must be >= 0, got {warmup_steps}")
+    if level_weighting not in LEVEL_WEIGHTINGS:
+        problems.append(f"model.level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
+    if not 1 <= rollout_start <= rollout_max:
+        problems.append(f"need 1 <= model.rollout_start <= model.rollout_max, got {rollout_start} and {rollout_max}")
+    return problems
+
+
 def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
     """Copy the network weights of ``checkpoint`` into ``forecaster`` (fine-tuning).
 
@@ -136,34 +173,17 @@ class ForecastModule(pl.LightningModule):
         crps_mse_weight: float = 0.0,
     ):
         super().__init__()
-        if loss not in LOSSES:
-            raise UserError(f"loss must be one of {LOSSES}, got {loss!r}")
-        if loss == "crps" and members < 2:
-            raise UserError(f"loss 'crps' needs members >= 2, got {members}")
-        if loss == "mse" and members != 1:
-            raise UserError(f"loss 'mse' trains one member; set members: 1 (got {members}) or loss: crps")
-        if loss == "crps" and not (network or {}).get("noise_channels"):
-            raise UserError(
-                "loss 'crps' needs a stochastic network: set model.network.noise_channels (e.g. 8), or the members "
-                "would be identical"
-            )
-        if not crps_mse_weight >= 0:
-            raise UserError(f"crps_mse_weight must be >= 0, got {crps_mse_weight}")
-        if data is None:
-            raise UserError("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
-        if not lr > 0:
-            raise UserError(f"lr must be a positive number, got {lr}")
-        if not weight_decay >= 0 or not 0 <= min_lr_ratio <= 1 or warmup_steps < 0:
-            raise UserError(
-                f"need weight_decay >= 0, 0 <= min_lr_ratio <= 1 and warmup_steps >= 0, got {weight_decay}, "
-                f"{min_lr_ratio} and {warmup_steps}"
-            )
-        if level_weighting not in LEVEL_WEIGHTINGS:
-            raise UserError(f"level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
-        if not 1 <= rollout_start <= rollout_max:
-            raise UserError(f"need 1 <= rollout_start <= rollout_max, got {rollout_start} and {rollout_max}")
+        problems = option_problems(
+            network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
+            members, loss, crps_mse_weight,
+        )  # fmt: skip
+        if problems:  # all at once, each naming its key: a run costs seconds before it gets here
+            raise UserError("; ".join(problems))
         self.save_hyperparameters()
-        self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
+        try:
+            self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
+        except UserError as error:  # the network's own checks: name the options they are about
+            raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
         if init_from is not None:
             load_network_weights(self.forecaster, init_from)
         self.grid, self.channels = self.forecaster.grid, self.forecaster.channels

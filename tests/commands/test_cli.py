@@ -1,6 +1,9 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from s2forecast.cli import main
 
@@ -24,3 +27,42 @@ def test_grid_subcommand_bad_radius(capsys):
     except SystemExit as exit:
         assert exit.code == 2
     assert "theta must be" in capsys.readouterr().err
+
+
+def test_rollout_format_follows_the_out_suffix(tmp_path, capsys):
+    """Issue 28: --out x.zarr writes zarr without --format; a contradiction is refused in one line."""
+    from s2forecast.commands.rollout import output_format
+
+    assert output_format("f.zarr", None) == "zarr" and output_format("f.ZARR/", None) == "zarr"
+    assert output_format("f.nc", None) == output_format("forecast", None) == "netcdf"
+    assert output_format("forecast", "zarr") == "zarr" and output_format("f.nc", "netcdf") == "netcdf"
+    out = tmp_path / "f.nc"
+    with pytest.raises(SystemExit) as exit:
+        main(["rollout", "--ckpt", str(tmp_path / "c.ckpt"), "--store", str(tmp_path), "--steps", "1",
+              "--format", "zarr", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit.value.code == 2 and err == [
+        f"s2forecast rollout: error: --format zarr with --out {out}, a name for netcdf: give --out a .zarr name, "
+        "or --format netcdf"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_our_warnings_are_one_line_without_source():
+    """Issue 28: MissingTruthWarning printed a stray source line (Python's warning format)."""
+    import warnings
+
+    import s2forecast
+    from s2forecast.cli import one_line_warnings
+    from s2forecast.evaluation.metrics import MissingTruthWarning
+
+    original = warnings.formatwarning
+    ours = str(Path(s2forecast.__file__).parent / "evaluation" / "inputs.py")  # a plain UserWarning of ours
+    with one_line_warnings("evaluate"):
+        text = warnings.formatwarning("the truth has no data", UserWarning, ours, 416, "warnings.warn(")
+        caller = warnings.formatwarning("no truth", MissingTruthWarning, "/home/me/script.py", 9, "evaluate(")
+        other = warnings.formatwarning("something", UserWarning, "/site-packages/zarr/api.py", 3, "warn(x)")
+    assert text == "s2forecast evaluate: warning: the truth has no data\n"
+    assert caller == "s2forecast evaluate: warning: no truth\n"  # our class, wherever stacklevel points
+    assert other == original("something", UserWarning, "/site-packages/zarr/api.py", 3, "warn(x)")
+    assert warnings.formatwarning is original

@@ -169,7 +169,9 @@ def test_round_trip_cds_monthly_split(monthly, tmp_path):
     assert info.grid.kind == ds.attrs["grid_kind"] == "equiangular"
     assert ds.attrs["source"].startswith("ERA5 via the Copernicus Climate Data Store")
     assert all(p.name in ds.attrs["source"] for p in monthly)
-    assert "convert-era5" in ds.attrs["history"]
+    assert ds.attrs["history"].endswith(
+        f"convert_era5({', '.join(repr(str(p.resolve())) for p in [*monthly, out])}) (Python)"
+    )
     assert ds["temperature"].dims == ("time", "level", "latitude", "longitude")
     assert ds["land_sea_mask"].dims == ("latitude", "longitude")
     for name in ("temperature", "2m_temperature", "land_sea_mask"):

@@ -15,7 +15,9 @@ from s2forecast.data.forcings import cos_zenith, forcing_fields
 from s2forecast.data.store import cf_attributes, normalize_units
 from s2forecast.data.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.training import data_info
 from s2forecast.training.datamodule import ERA5DataModule, SWEDataModule
+from s2forecast.user_errors import UserError
 
 ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"  # real ERA5, see tests/data/README.md
 
@@ -239,6 +241,24 @@ def test_batches_carry_metadata_and_workers_read(era5_like):
     assert batch.to("cpu").channels == batch.channels
 
 
+def test_each_stage_builds_only_its_splits(tmp_path):
+    """fit on data without the default test period (2020) works; only `test` needs it."""
+    path = tmp_path / "era5.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(8, start="2019-01-01"))
+    compute_stats(path)
+    module = ERA5DataModule(
+        str(path), variables=["2m_temperature"], train_period=("2019-01-01", "2019-01-01T12"),
+        val_period=("2019-01-01T18", "2019-01-02T18"), forcings=[], batch_size=2, num_workers=0,
+    )  # fmt: skip
+    assert data_info(module)["channels"] == ["2m_temperature"]  # what the CLI links before setup
+    module.setup("fit")
+    assert sorted(module.datasets) == ["train", "val"] and len(list(module.train_dataloader())) == 1
+    module.setup("validate")
+    assert sorted(module.datasets) == ["train", "val"]
+    with pytest.raises(UserError, match="between 2020-01-01T00 and 2020-12-31T00"):
+        module.setup("test")
+
+
 def test_swe_datamodule_never_crosses_trajectories(tmp_path):
     path = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=3, steps=4, progress=False)
     compute_stats(path)
@@ -314,9 +334,13 @@ def test_cos_zenith_and_toa_radiation():
 # --- command line --------------------------------------------------------------------------------
 def test_cli_generate_swe_and_stats(tmp_path, capsys):
     out = tmp_path / "swe.zarr"
-    cli(["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "2",
-         "--no-progress"])  # fmt: skip
+    generate = ["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps",
+                "2", "--no-progress"]  # fmt: skip
+    cli(generate)
     cli(["stats", str(out)])
+    # each output's history ends with the command that wrote it (issue 28)
+    assert open_store(out).attrs["history"].endswith(" s2forecast " + " ".join(generate))
+    assert xr.open_zarr(out, group="stats").attrs["history"].endswith(f" s2forecast stats {out}")
     printed = capsys.readouterr().out
     assert "geopotential_height" in printed and "stored in" in printed
     assert load_stats(out, ["vorticity"]).std[0] > 0

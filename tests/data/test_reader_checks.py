@@ -86,19 +86,27 @@ def test_evaluate_refuses_a_forecast_that_is_nan_everywhere(swe_store, tmp_path,
 
 
 @pytest.mark.parametrize(
-    ("option", "value", "expected"),
+    ("options", "expected"),
     [
-        ("--data.init_args.batch_size", "0", "batch_size must be an integer >= 1, got 0"),
-        ("--data.init_args.num_workers", "-1", "num_workers must be an integer >= 0, got -1"),
-        ("--model.lr", "-1", "lr must be a positive number, got -1.0"),
-        ("--model.warmup_steps", "-5", "warmup_steps >= 0, got 0.0, 0.0 and -5"),
+        (["--data.init_args.batch_size", "0"], "data.init_args.batch_size must be an integer >= 1, got 0"),
+        (["--data.init_args.num_workers", "-1", "--data.init_args.read_threads", "0"],
+         "data.init_args.num_workers must be an integer >= 0, got -1"),  # every problem, each with its key
+        (["--data.init_args.num_workers", "-1", "--data.init_args.read_threads", "0"],
+         "data.init_args.read_threads must be an integer >= 1"),
+        (["--model.lr", "-1"], "model.lr must be a positive number, got -1.0"),
+        (["--model.warmup_steps", "-5", "--model.loss", "mae"],
+         "model.loss must be one of ('mse', 'crps'), got 'mae'; model.warmup_steps must be >= 0, got -5"),
+        (["--model.network.scale_factor", "0"],
+         "model.architecture 'spherical' with model.network {'embed_dim': 128, 'num_layers': 4, 'num_heads': 1, "
+         "'scale_factor': 0, 'attention': 'neighborhood', 'norm': 'instance', 'activation': 'gelu'}: scale_factor "
+         "must be >= 1, got 0"),
     ],
-)
-def test_fit_options_refused_before_the_run_directory_is_made(swe_store, tmp_path, capsys, option, value, expected):
+)  # fmt: skip
+def test_fit_options_refused_before_the_run_directory_is_made(swe_store, tmp_path, capsys, options, expected):
     args = ["fit", "--config", REPO / "configs" / "swe" / "s2_neighborhood.yaml", "--data.init_args.store", swe_store,
             "--data.init_args.train_trajectories", "[0, 2]", "--data.init_args.val_trajectories", "[2, 3]",
             "--data.init_args.test_trajectories", "null", "--trainer.default_root_dir", tmp_path,
-            "--trainer.logger.init_args.save_dir", tmp_path / "runs", option, value]  # fmt: skip
+            "--trainer.logger.init_args.save_dir", tmp_path / "runs", *options]  # fmt: skip
     message = refused(args, capsys)
     assert expected in message, message
     assert list(tmp_path.iterdir()) == []

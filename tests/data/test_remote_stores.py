@@ -6,6 +6,7 @@ and not one byte of it changes. No mocks: a real HTTP server and fsspec's HTTP f
 import functools
 import hashlib
 import http.server
+import shlex
 import threading
 from pathlib import Path
 
@@ -97,7 +98,38 @@ def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_p
          "--no-progress"])  # fmt: skip
     scores = open_results(metrics)
     assert np.isfinite(scores["2m_temperature"].sel(metric="rmse").values).all()
+    assert scores.attrs["truth"] == url and scores.attrs["forecast"] == str(forecast.resolve())
+    assert scores.attrs["history"].endswith(shlex.join(["s2forecast", "evaluate", "--forecast", str(forecast),
+                                                        "--truth", url, "--out", str(metrics), "--no-plots",
+                                                        "--no-progress"]))  # fmt: skip
+    with xr.open_dataset(forecast) as written:
+        assert written.attrs["initial_conditions"] == url and written.attrs["checkpoint"] == str(checkpoint.resolve())
+        for option in ("--ckpt", str(checkpoint), "--init-times", "--out", str(forecast)):
+            assert option in written.attrs["history"]
     assert digest(root) == before  # nothing written into the source store
+
+
+def history_of(attrs: dict, argv: list) -> None:
+    """The output's last history line is a UTC timestamp and the command line, shell-quoted."""
+    stamp, _, line = attrs["history"].splitlines()[-1].partition(" ")
+    assert line == shlex.join(["s2forecast", *map(str, argv)]) and stamp.endswith("Z"), attrs["history"]
+
+
+def test_outputs_record_urls_verbatim_and_the_command_line(served, tmp_path):
+    """Issue 28: a URL input is recorded as given (not resolved as a path), with the whole command."""
+    _, url = served
+    stats = [
+        "stats", url, "--out", tmp_path / "my stats.zarr", "--end", "2020-01-02T18", "--no-progress"
+    ]  # fmt: skip
+    cli([str(a) for a in stats])
+    attrs = xr.open_zarr(tmp_path / "my stats.zarr").attrs
+    assert attrs["source"] == url
+    history_of(attrs, stats)
+    climatology = ["climatology", url, "--out", tmp_path / "clim.zarr", "--no-progress"]
+    cli([str(a) for a in climatology])
+    attrs = xr.open_zarr(tmp_path / "clim.zarr").attrs
+    assert attrs["climatology_truth"] == url
+    history_of(attrs, climatology)
 
 
 def refused(argv, capsys) -> str:

@@ -20,6 +20,7 @@ from s2forecast.evaluation import (
     truth_at_valid_times,
 )
 from s2forecast.evaluation import evaluate as evaluate_module
+from s2forecast.evaluation.climatology import ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import open_results
 
@@ -215,7 +216,11 @@ def test_swe_store_with_trajectories(tmp_path):
 @pytest.mark.slow  # the PNG plots: about 30 s
 def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     out = tmp_path / "run" / "metrics.nc"
-    metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)
+    # the climatology computed from the 3 days of truth: ACC is marked as not meaningful (issue 28)
+    years = (TIMES[-1] - TIMES[0]) / pd.Timedelta(days=365.25)  # 2.75 days
+    expected = rf"2020-01-01T00\.\.2020-01-03T18: {years:.2g} years \(< 10\), contains the verified times"
+    with pytest.warns(ClimatologyWarning, match=expected):
+        metrics = evaluate(perfect_path, truth_path, out, map_leads=[6, "24h"], progress=False)
     assert sorted(p.name for p in tmp_path.joinpath("run").iterdir()) == ["metrics.csv", "metrics.nc", "metrics_plots"]
 
     written = open_results(out)
@@ -234,10 +239,13 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     assert written.attrs["Conventions"] == "CF-1.8"
     assert written.attrs["forecast"] == str(perfect_path.resolve())
     assert written.attrs["truth"] == str(truth_path.resolve())
-    assert written.attrs["command"].startswith("evaluate(")
+    assert written.attrs["history"].endswith(
+        f"evaluate({str(perfect_path.resolve())!r}, {str(truth_path.resolve())!r}, ...) (Python)"
+    )
     assert written.attrs["climatology_method"] == "hour"
     assert "climatology_start" in written.attrs and "created" in written.attrs
     xr.testing.assert_allclose(written["geopotential"], metrics["geopotential"])
+    assert written.attrs["acc_caveat"].startswith("ACC not meaningful: climatology 2020-01-01T00..2020-01-03T18")
     written.close()
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".tmp")]
 
@@ -258,7 +266,8 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
     first_t2m = next(i for i, line in enumerate(lines) if line.startswith("T2M"))
     first_other = next(i for i, line in enumerate(lines) if line.startswith("geopotential 850"))
     assert first_z500 < first_t2m < first_other
-    assert "24h" in lines[0] and "RMSE persistence" in table and "ACC" in table
+    assert "24h" in lines[0] and "RMSE persistence" in table and "ACC*" in table
+    assert lines[-1] == f"* {written.attrs['acc_caveat']}" and "contains the verified times" in lines[-1]
 
     files = [os.fspath(p) for p in metrics.attrs["plot_files"]]
     plot_dir = out.parent / "metrics_plots"
@@ -268,6 +277,16 @@ def test_outputs_netcdf_csv_table_and_plots(tmp_path, truth_path, perfect_path):
         path = plot_dir / name
         assert os.fspath(path) in files
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
+
+
+def test_acc_caveat_needs_ten_years_outside_the_verified_times():
+    wb2 = {"climatology_start": "1990-01-01T00:00:00", "climatology_end": "2019-12-31T18:00:00"}
+    assert acc_caveat(wb2, np.array(["2020-01-01T06"], "datetime64[ns]")) is None
+    inside = acc_caveat(wb2, np.array(["2019-12-31T18", "2020-01-01"], "datetime64[ns]"))
+    assert inside == "climatology 1990-01-01T00..2019-12-31T18: contains the verified times"
+    short = {"climatology_start": "2015-01-01", "climatology_end": "2019-12-31"}
+    assert acc_caveat(short, np.array(["2020-01-01"], "datetime64[ns]")).endswith(": 5 years (< 10)")
+    assert acc_caveat({}, np.array(["2020-01-01"], "datetime64[ns]")) is None  # a period not recorded: unknown
 
 
 def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, truth_ds):
@@ -282,8 +301,11 @@ def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, t
         evaluate_module.open_forecast(unitless)
     with pytest.raises(ValueError, match=r"map lead\(s\) 18 h are not forecast leads; available: 6, 12, 24 h"):
         evaluate(forecast, truth_path, tmp_path / "m.nc", map_leads=[18], progress=False)
+    # WB2's other name of the lead dim is accepted (issue 28); another name is refused, naming the fix
+    renamed = evaluate_module.open_forecast(forecast.rename(prediction_timedelta="lead_time"))
+    xr.testing.assert_identical(renamed, evaluate_module.open_forecast(forecast))
     with pytest.raises(ValueError, match="no .prediction_timedelta. dim.*lead_time -> prediction_timedelta"):
-        evaluate_module.open_forecast(forecast.rename(prediction_timedelta="lead_time"))
+        evaluate_module.open_forecast(forecast.rename(prediction_timedelta="step"))
 
 
 def test_wb2_climatology_zarr_is_accepted(tmp_path, truth_path, perfect_path, truth_ds):

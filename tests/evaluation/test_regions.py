@@ -10,10 +10,12 @@ import xarray as xr
 from s2forecast.cli import main as cli
 from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.evaluation.evaluate import evaluate
-from s2forecast.evaluation.regions import STANDARD_REGIONS, parse_box
+from s2forecast.evaluation.regions import STANDARD_REGIONS, check_region_names, parse_box
 
 ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
-REGIONS = ["global", "tropics", "extra-tropics", "europe", "north-pacific", "30,70,350,40", "-60,-10,100,200"]
+REGIONS = ["global", "tropics", "extra-tropics", "europe", "north-pacific", "30,70,350,40", "-60,-10,100,200",
+           "alps=44,48,5,16"]  # fmt: skip
+LABELS = [*REGIONS[:-1], "alps"]  # a named box is labelled by its name (issue 28)
 
 
 def wb2_area_weights(lat_deg: np.ndarray) -> np.ndarray:
@@ -43,6 +45,7 @@ EXPECTED_MASKS = {  # the definitions, written out independently of evaluation.r
     "north-pacific": lambda lat, lon: box_mask(lat, lon, 25, 60, 145, 230),
     "30,70,350,40": lambda lat, lon: box_mask(lat, lon, 30, 70, 350, 40),
     "-60,-10,100,200": lambda lat, lon: box_mask(lat, lon, -60, -10, 100, 200),
+    "alps": lambda lat, lon: box_mask(lat, lon, 44, 48, 5, 16),
 }
 
 
@@ -70,12 +73,12 @@ def era5(tmp_path_factory):
 def test_regional_rmse_and_bias_match_numpy_on_real_era5(era5, tmp_path):
     root, store, forecast, truth = era5
     metrics = evaluate(root / "forecast.nc", store, tmp_path / "m.nc", plots=False, progress=False, regions=REGIONS)
-    assert metrics["region"].values.tolist() == REGIONS
+    assert metrics["region"].values.tolist() == LABELS and metrics.attrs["named_regions"] == "alps=44,48,5,16"
     lat, lon = truth["latitude"].values, truth["longitude"].values
     weights = wb2_area_weights(lat)[:, None] * np.ones(lon.size)
     for k in range(forecast.sizes["prediction_timedelta"]):
         error = forecast["2m_temperature"].values[0, k].astype(np.float64) - truth.values[k + 1].astype(np.float64)
-        for region in REGIONS:
+        for region in LABELS:
             mask = EXPECTED_MASKS[region](lat, lon)
             assert mask.any() and (region == "global" or not mask.all())
             w = weights * mask
@@ -92,7 +95,9 @@ def test_predefined_regions_are_wb2s():
                                       "north-pacific", "east-asia", "ausnz", "arctic", "antarctic"]  # fmt: skip
     assert STANDARD_REGIONS["europe"] == ([(35.0, 75.0)], [(347.5, 360.0), (0.0, 42.5)])
     assert STANDARD_REGIONS["north-america"] == ([(25.0, 60.0)], [(240.0, 285.0)])
-    assert parse_box("30,70,350,40") == (30.0, 70.0, 350.0, 40.0)
+    assert parse_box("30,70,350,40") == parse_box("box1=30,70,350,40") == (30.0, 70.0, 350.0, 40.0)
+    with pytest.raises(ValueError, match=r"region\(s\) \['alps'\] given twice"):
+        check_region_names(["alps=44,48,5,16", "alps=40,50,0,20"])
 
 
 @pytest.mark.parametrize(
@@ -104,6 +109,11 @@ def test_predefined_regions_are_wb2s():
         ("70,30,0,10", "region box '70,30,0,10': lat0 70 > lat1 30; give the southern latitude first"),
         ("11,13,1,3", "region '11,13,1,3' holds no grid point of this grid; widen it"),
         ("global_land", "region 'global_land' needs a land-sea mask: the truth has none of ('land_sea_mask', 'lsm')"),
+        ("europe=1,2,3,4", "region 'europe=1,2,3,4': 'europe' is a standard region; give the box another name"),
+        ("1x=1,2,3,4", "region '1x=1,2,3,4': name '1x' must start with a letter"),
+        ("alps=44,48,5", "region '44,48,5' is neither a standard region"),
+        ("alps=11,13,1,3", "region 'alps=11,13,1,3' holds no grid point of this grid; widen it"),
+        ("global=1,2,3,4", "'global' is a standard region"),
     ],
 )
 def test_bad_regions_are_one_line_and_write_nothing(era5, tmp_path, capsys, region, message):

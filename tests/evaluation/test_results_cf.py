@@ -16,6 +16,7 @@ import pytest
 import xarray as xr
 
 from s2forecast.evaluation.evaluate import evaluate
+from s2forecast.evaluation.report import open_results
 
 SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 LEADS = pd.to_timedelta([8, 15], unit="h")  # the sample's times: 2026-03-25T21, 03-26T05, 03-26T12
@@ -120,6 +121,11 @@ def test_results_file_passes_cfchecker(tmp_path, truth, members):
             metric_units = dict(part.split(": ") for part in written[name].attrs["metric_units"].split("; "))
             assert metric_units["rmse"] == data[name].attrs["units"] and metric_units["acc"] == "1"
         assert written["level"].attrs["standard_name"] == "air_pressure"
+        # plain xarray selects by the labels (issue 28): they are the dims' indexes
+        selected = written["temperature"].sel(metric="rmse", source="forecast", region="30,60,-20,40", level=850)
+        expected = open_results(out)["temperature"].sel(metric="rmse", source="forecast", region="30,60,-20,40")
+        np.testing.assert_array_equal(selected.values, expected.sel(level=850).values)
+        assert list(written["metric"].values[:2]) == ["rmse", "acc"]
     with netCDF4.Dataset(out) as nc:  # coordinates hold no missing values, so declare no fill value (CF 2.5.1)
         auxiliary = {name for var in nc.variables.values() for name in getattr(var, "coordinates", "").split()}
         coordinates = (set(nc.dimensions) | auxiliary) & set(nc.variables)

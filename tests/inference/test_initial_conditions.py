@@ -138,3 +138,14 @@ def test_bad_ensemble_files(era5_model, tmp_path, capsys, file, extra, message):
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
     assert len(err) == 1 and message in err[0] and "--member," not in err[0] and "--member " not in err[0], err
     assert not (tmp_path / "f.nc").exists() and hashlib.sha256(source.read_bytes()).hexdigest() == digest
+
+
+def test_missing_init_time_names_the_users_file(era5_model, tmp_path, capsys):
+    """Issue 28: not the temporary store the file was converted into."""
+    root, store, ckpt = era5_model
+    new = cds_t2m(tmp_path / "analysis.nc", pd.date_range("2031-07-01", periods=2, freq="6h").values)
+    with pytest.raises(SystemExit):
+        run_rollout(ckpt, new, "2031-07-01T12", tmp_path / "f.nc")
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert len(err) == 1 and str(new) in err[0] and "s2forecast-initial-conditions" not in err[0], err
+    assert not (tmp_path / "f.nc").exists()

@@ -80,7 +80,7 @@ def test_bad_shards_options(options, message):
     ],
 )
 def test_bad_shards_on_the_command_line(argv, message, mse_run_1_epoch, swe_store, tmp_path, capsys):
-    out = tmp_path / "f.zarr"
+    out = tmp_path / ("f.zarr" if "--format" in argv else "f.nc")
     with pytest.raises(SystemExit) as exit:
         cli(["rollout", "--ckpt", str(mse_run_1_epoch.checkpoint), "--store", str(swe_store), "--steps", "1",
              "--out", str(out), "--init-times", "2000-01-01T01", "--no-progress", *argv])  # fmt: skip
@@ -91,7 +91,8 @@ def test_bad_shards_on_the_command_line(argv, message, mse_run_1_epoch, swe_stor
 
 def test_sharded_forecast_on_the_command_line(mse_run_1_epoch, swe_store, tmp_path, capsys):
     out = tmp_path / "f.zarr"
+    # no --format: zarr from the .zarr suffix (issue 28)
     cli(["rollout", "--ckpt", str(mse_run_1_epoch.checkpoint), "--store", str(swe_store), "--steps", "2",
-         "--out", str(out), "--start", "2000-01-01T00", "--end", "2000-01-01T03", "--format", "zarr",
+         "--out", str(out), "--start", "2000-01-01T00", "--end", "2000-01-01T03",
          "--batch-size", "4", "--shards", "2", "--no-progress"])  # fmt: skip
     assert zarr.open_group(out, mode="r", zarr_format=3)["vorticity"].shards[0] == 2

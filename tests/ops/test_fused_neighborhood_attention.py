@@ -75,8 +75,12 @@ def assert_close_to_reference(inputs, grid, theta, atol=1e-4, **kwargs):
 )
 def test_fused_equals_reference(tiles, shape, kind, radius, head_dim, block):
     grid = Grid(*shape, kind)
-    theta = {"default": default_radius(grid), "spacing": grid.lat_spacing, "two-spacings": 2 * grid.lat_spacing,
-             "polar": 0.9}[radius]
+    theta = {
+        "default": default_radius(grid),
+        "spacing": grid.lat_spacing,
+        "two-spacings": 2 * grid.lat_spacing,
+        "polar": 0.9,
+    }[radius]
     if radius in ("polar", "two-spacings"):  # the disks of the polar rows cover several whole rows
         assert (spherical_neighborhood(grid, theta).arc_length[0] == grid.nlon).sum() >= 2
     tiles(*block)

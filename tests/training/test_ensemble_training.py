@@ -58,9 +58,10 @@ def test_ensemble_options_bad_values(swe_store, mse_run_1_epoch, tmp_path, capsy
     base = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
     assert "needs a stochastic network: set model.network.noise_channels" in refused(
         ["fit", *base, "--model.loss", "crps", "--model.members", "2"], capsys)  # fmt: skip
-    assert "loss 'crps' needs members >= 2, got 1" in refused(
+    assert "model.loss 'crps' needs model.members >= 2, got 1" in refused(
         ["fit", *base, "--model.loss", "crps", "--model.network.noise_channels", "2"], capsys)  # fmt: skip
-    assert "loss must be one of ('mse', 'crps'), got 'mae'" in refused(["fit", *base, "--model.loss", "mae"], capsys)
+    assert "model.loss must be one of ('mse', 'crps'), got 'mae'" in refused(["fit", *base, "--model.loss", "mae"],
+                                                                             capsys)  # fmt: skip
     assert not (tmp_path / "runs").exists()
     deterministic = mse_run_1_epoch.checkpoint  # a deterministic model: `fit` of tiny_args, once per session
     message = refused(["rollout", "--ckpt", deterministic, "--store", swe_store, "--steps", "1", "--init-times",

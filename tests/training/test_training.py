@@ -11,9 +11,13 @@ from session_fixtures import tiny_args
 from s2forecast.cli import main as cli
 from s2forecast.geometry import Grid
 from s2forecast.models import PlanarTransformer, SphericalTransformer, build_network
+from s2forecast.models.data_spec import DataSpec
+from s2forecast.models.forecaster import Forecaster
 from s2forecast.models.planar_transformer import window_mask
 from s2forecast.training import ForecastModule, data_info
+from s2forecast.training.cli import run as lightning
 from s2forecast.training.datamodule import SWEDataModule
+from s2forecast.user_errors import UserError
 
 REPO = Path(__file__).parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_neighborhood.yaml"
@@ -104,7 +108,7 @@ def test_rollout_schedule():
         seen.append(model.rollout)
     del type(model).current_epoch
     assert seen == [1, 1, 2, 2, 3, 3, 3]
-    with pytest.raises(ValueError, match="rollout_start <= rollout_max"):
+    with pytest.raises(ValueError, match="model.rollout_start <= model.rollout_max"):
         ForecastModule(data=info, rollout_start=3, rollout_max=2)
 
 
@@ -197,12 +201,48 @@ def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path, window):
     assert any("gate_proj" in key for key in checkpoint["state_dict"])
 
 
-def test_ckpt_path_last_resumes_the_newest_run(swe_store, mse_run_1_epoch, tmp_path):
+def test_ckpt_path_last_resumes_the_newest_run(swe_store, mse_run_1_epoch, tmp_path, capsys):
     shutil.copytree(mse_run_1_epoch.root / "runs", tmp_path / "runs")  # a 1-epoch run of tiny_args, copied
     cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])  # a new logger version
     assert torch.load(last_checkpoint(tmp_path), weights_only=True)["global_step"] == 10
+    printed = capsys.readouterr().out.splitlines()  # fit says where its checkpoints went (issue 28)
+    assert f"last checkpoint: {last_checkpoint(tmp_path)}" in printed
+    best = Path(next(line for line in printed if line.startswith("best checkpoint val/loss ")).split(": ", 1)[1])
+    assert best.is_file() and best.parent == last_checkpoint(tmp_path).parent
     newest = max((tmp_path / "runs").rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
     import csv
 
     epochs = {row["epoch"] for row in csv.DictReader(newest.open()) if row["epoch"]}
     assert epochs == {"1"}  # the resumed run trained the second epoch only
+
+
+def test_a_failed_fit_leaves_no_log_directory(swe_store, tmp_path):
+    """A fit that fails before any result removes the version_N it made (config.yaml and hparams.yaml
+    only), so the next run is version_N again; what was there before stays."""
+    earlier = tmp_path / "runs" / "s2_neighborhood" / "version_0"
+    earlier.mkdir(parents=True)
+    (earlier / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="training rollout is 3 steps but batches hold 2 targets"):
+        lightning(["fit", *tiny_args(swe_store, tmp_path, "--model.rollout_start", "3", "--model.rollout_max", "3")])
+    assert sorted(p.name for p in earlier.parent.iterdir()) == ["version_0"] and (earlier / "notes.txt").is_file()
+    shutil.rmtree(tmp_path / "runs")
+    with pytest.raises(UserError, match="no sample"):  # fails in the DataModule's setup: an empty version_0
+        lightning(["fit", *tiny_args(swe_store, tmp_path, "--data.init_args.val_trajectories", "[5, 6]")])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_layered_configs_merge_the_network(swe_store, tmp_path):
+    """The README's layering, `--config base --config s2_neighborhood_crps.yaml`, on a base whose
+    network is not the default one: the CRPS overlay adds noise_channels to the base's network."""
+    base = yaml.safe_load(CONFIG.read_text())
+    base["model"]["network"].update(embed_dim=16, num_layers=2)
+    base["data"]["init_args"].update(store=str(swe_store), train_trajectories=[0, 2], val_trajectories=[2, 3],
+                                     test_trajectories=[2, 3], num_workers=0)  # fmt: skip
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    overlay = REPO / "configs" / "swe" / "s2_neighborhood_crps.yaml"
+    layers = ["--config", str(tmp_path / "base.yaml"), "--config", str(overlay)]
+    built = lightning([*layers, "--trainer.logger.init_args.save_dir", str(tmp_path)], execute=False)
+    expected = {**base["model"]["network"], **yaml.safe_load(overlay.read_text())["model"]["network"]}
+    assert built.model.hparams.network == expected
+    wanted = Forecaster("spherical", expected, DataSpec.from_dict(built.model.hparams.data))
+    assert sum(p.numel() for p in built.model.net.parameters()) == sum(p.numel() for p in wanted.net.parameters())
