@@ -6,6 +6,7 @@ the option and the value, e.g. ``argument --batch-size: must be an integer >= 1,
 
 import argparse
 import math
+import re
 
 EXAMPLE = "2020-01-01T06"  # = s2forecast.times.EXAMPLE (times imports pandas, which --help must not wait for)
 
@@ -109,3 +110,41 @@ def storage_options(parser) -> None:
     parser.add_argument(
         "--storage-options", type=json_object, help='fsspec options of a URL, e.g. \'{"token": "anon"}\''
     )
+
+
+# a dask scheduler's address: [PROTOCOL://]HOST:PORT (HOST may be [IPv6])
+SCHEDULER = re.compile(r"^(?:(tcp|tls|ucx|ws|wss|inproc)://)?(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):(\d{1,5})$")
+
+
+def scheduler_address(text: str) -> str:
+    """A dask scheduler: ``tcp://HOST:PORT`` (``HOST:PORT``), or the JSON file of ``dask scheduler
+    --scheduler-file`` (ending in .json)."""
+    if text.endswith(".json") or (SCHEDULER.match(text) and 0 < int(SCHEDULER.match(text)[3]) < 65536):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a dask scheduler address; give tcp://HOST:PORT (e.g. tcp://node01:8786, what `dask "
+        "scheduler` prints) or the JSON file of `dask scheduler --scheduler-file FILE.json`"
+    )
+
+
+def engine_options(parser) -> None:
+    """``--scheduler`` and ``--workers``: where the commands that stream over stores run their work
+    (``s2forecast.data.engine``; default this process)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--scheduler", type=scheduler_address, metavar="ADDRESS",
+        help="run the work on the workers of a running dask.distributed scheduler: tcp://HOST:8786, or the JSON "
+        "file of `dask scheduler --scheduler-file` (needs s2forecast[distributed]; the workers must see the same "
+        "files)",
+    )  # fmt: skip
+    group.add_argument(
+        "--workers", type=positive_int, metavar="N",
+        help="run the work on a local dask.distributed cluster of N worker processes (needs s2forecast[distributed])",
+    )  # fmt: skip
+
+
+def engine(args):
+    """The ``Engine`` of ``--scheduler`` / ``--workers`` (this process without either)."""
+    from s2forecast.data.engine import Engine
+
+    return Engine(scheduler=args.scheduler, workers=args.workers)

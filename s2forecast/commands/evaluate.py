@@ -5,7 +5,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from s2forecast.commands.arguments import nonnegative_float, path_or_url, storage_options, timestamp
+from s2forecast.commands.arguments import (
+    engine,
+    engine_options,
+    nonnegative_float,
+    path_or_url,
+    storage_options,
+    timestamp,
+)
 from s2forecast.user_errors import UserError
 
 HELP = "score forecasts against truth, persistence, climatology"
@@ -54,6 +61,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
     storage_options(parser)
+    engine_options(parser)
     parser.add_argument(
         "--overwrite", action="store_true", help="replace metrics, CSV and plots that s2forecast wrote before"
     )
@@ -72,20 +80,22 @@ def run(args: argparse.Namespace) -> None:
             raise UserError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
         period = (args.climatology_start, args.climatology_end)
     config = EvaluationConfig(variables=args.variables, regions=args.regions)  # the default metrics and baselines
-    metrics = evaluate(
-        args.forecast,
-        args.truth,
-        args.out,
-        climatology=args.climatology,
-        map_leads=args.map_leads,
-        plots=args.plots,
-        progress=args.progress,
-        climatology_period=period,
-        overwrite=args.overwrite,
-        command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
-        storage_options=args.storage_options,
-        config=config,
-    )
+    with engine(args) as where:
+        metrics = evaluate(
+            args.forecast,
+            args.truth,
+            args.out,
+            climatology=args.climatology,
+            map_leads=args.map_leads,
+            plots=args.plots,
+            progress=args.progress,
+            climatology_period=period,
+            overwrite=args.overwrite,
+            command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
+            storage_options=args.storage_options,
+            config=config,
+            engine=where,
+        )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")
     print(f"wrote {Path(args.out).resolve()}")
