@@ -47,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dask
 import numpy as np
@@ -59,10 +60,12 @@ from s2forecast.data.engine import Engine
 from s2forecast.data.plausibility import check_plausible
 from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty, write_region
-from s2forecast.geometry import Grid
 from s2forecast.output import check_target
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
+
+if TYPE_CHECKING:
+    from s2forecast.geometry import Grid
 
 # ECMWF short name -> WeatherBench2 name. ``z`` is the pressure-level geopotential; without a level
 # dimension it is the surface geopotential (SURFACE_GEOPOTENTIAL).
@@ -371,7 +374,7 @@ def _describe_axis(values: np.ndarray) -> str:
     return f"{values.size} values {values[0]:g} .. {values[-1]:g}" if values.size else "no values"
 
 
-def _check_grids(inputs: list[_Input]) -> Grid:
+def _check_grids(inputs: list[_Input]) -> "Grid":
     """All inputs on the same latitudes/longitudes (to 1e-5 deg); returns the grid."""
     first = inputs[0]
     for other in inputs[1:]:
@@ -382,6 +385,8 @@ def _check_grids(inputs: list[_Input]) -> Grid:
                     f"inconsistent grids: {first.path} has {axis} {_describe_axis(a)} but {other.path} has "
                     f"{_describe_axis(b)}; download all files on the same grid"
                 )
+    from s2forecast.geometry import Grid  # torch: not on the workers that convert slabs
+
     try:
         return Grid.from_coords(first.latitude, first.longitude)
     except ValueError as error:
@@ -654,7 +659,7 @@ def convert_era5(
 def _template(
     data: dict[str, xr.DataArray],
     static: dict[str, np.ndarray],
-    grid: Grid,
+    grid: "Grid",
     times: np.ndarray,
     levels: list[int],
     paths: list[Path],
@@ -697,6 +702,7 @@ def _write(
     """Create or resume the store, have ``engine`` convert its unwritten slabs (``_convert_slab``), flag
     each slab written here as its task returns, in order, and mark the store complete."""
     out = writer.path
+    engine.connect()  # an unreachable scheduler leaves no store behind
     with writer:
         written = writer.create(template)
         if written.all() and _is_complete(out):

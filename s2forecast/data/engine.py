@@ -97,8 +97,9 @@ class Engine:
 
     # --- connecting ---------------------------------------------------------------------------
 
-    def client(self):
-        """The ``distributed.Client`` (connected at the first call); None in this process."""
+    def connect(self):
+        """The ``distributed.Client``, connected at the first call (a command that creates its output
+        before its first task calls it first); None in this process."""
         if not self.distributed:
             return None
         if self._client is None:
@@ -151,7 +152,7 @@ class Engine:
     def share(self, value) -> Shared:
         """``value`` as an argument of every task of a ``map``: sent to each worker once (scattered to all
         of them, so that a worker that dies loses no copy the others need)."""
-        client = self.client()
+        client = self.connect()
         shared = Shared(value)
         if client is None:
             return shared
@@ -172,7 +173,7 @@ class Engine:
             what a task raised (a ``UserError`` on a worker is one here); ``UserError`` when the
             scheduler is lost or a task kills worker after worker.
         """
-        client = self.client()
+        client = self.connect()
         if client is None:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="s2forecast-task")

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 
 from s2forecast.data.engine import Engine
 from s2forecast.data.moments import Moments
-from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
+from s2forecast.data.store import COMPLETE_ATTR, StoreInfo, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -126,6 +126,22 @@ def compute_stats(
         _check_replaceable(Path(path))
     else:
         out_output = Output(out, "stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
+    with out_output if out is not None else contextlib.nullcontext():  # an error: no temporary output left
+        stats = _statistics(ds, info, path, start, end, step_hours, progress, engine)
+        check_store_unchanged(path, ds)
+        if out is None:
+            write_stats(path, stats)
+            return stats
+        stats.attrs["source"] = str(path)
+        stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
+        out_output.commit()
+    return stats
+
+
+def _statistics(
+    ds: xr.Dataset, info: StoreInfo, path, start, end, step_hours, progress: bool, engine: Engine | None
+) -> xr.Dataset:
+    """The statistics of ``compute_stats``, checked (nothing written)."""
     times = ds["time"].values
     check_time_axis(times, path)
     lo, hi = _period(start, end, times, path)
@@ -193,14 +209,6 @@ def compute_stats(
             "weights": "WeatherBench2 cell areas",
         },
     )
-    check_store_unchanged(path, ds)
-    if out is None:
-        write_stats(path, stats)
-        return stats
-    with out_output:
-        stats.attrs["source"] = str(path)
-        stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
-        out_output.commit()
     return stats
 
 

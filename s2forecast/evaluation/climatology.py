@@ -438,8 +438,8 @@ def _stream_climatology(
        the mean), a task reads the times of those slots (per year one run of times, read in blocks
        of whole store chunks: with one time per chunk, as every s2forecast and WeatherBench2
        store, each chunk is read once) and adds them up per slot in float64, in time order; it
-       writes the sums (and the count of NaN per point, if any) to a scratch zarr inside ``out``
-       (the sums of a 0.25° variable are larger than memory).
+       writes the sums (and the count of NaN per point, if any) to scratch files of its own inside
+       ``out`` (the sums of a 0.25° variable are larger than memory).
     2. Means: per variable, channel (one index of the dims other than latitude/longitude) and
        hour, a task smooths the slot means along the periodic day of year with running sums (the
        triangular window is two boxes convolved) and writes them in output chunks.
@@ -447,7 +447,7 @@ def _stream_climatology(
     Each slot is summed by one task and each output chunk written by one: the same numbers
     wherever the tasks run. Memory per task: ``SUMS_BYTES`` of sums and one read block, or
     ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°); independent of the
-    record length. Scratch disk: 8 bytes x slots x points per variable, removed when done.
+    record length. Scratch disk: 8 bytes x slots x channels x points per variable, removed when done.
     """
     import shutil
 
@@ -462,7 +462,7 @@ def _stream_climatology(
     sums = [task for name in data.data_vars for task in _sum_tasks(data[name], n_slots, primary, extra)]
     engine = engine if engine is not None else Engine()
     try:
-        _create_scratch(scratch, data, n_slots)
+        scratch.mkdir()
         job = engine.share(_Job(data, str(out), primary, extra, counts, method, hours, window_days))
         with tqdm(total=len(sums), desc="climatology", unit="task", disable=None if progress else True) as bar:
             has_nan = dict.fromkeys(data.data_vars, False)
@@ -471,7 +471,7 @@ def _stream_climatology(
                     has_nan[task.name] |= nans
                     bar.update()
             means = [
-                _MeanTask(name, channel, h, has_nan[name])
+                _MeanTask(name, channel, h, _slots_per_task(data[name], n_slots), has_nan[name])
                 for name in data.data_vars
                 for channel in range(_channels(data[name]))
                 for h in range(hours.size)
@@ -582,29 +582,24 @@ class _MeanTask:
     name: str
     channel: int
     hour: int
+    slots_per_task: int  # of pass 1: which scratch file holds a slot
     has_nan: bool
 
 
-def _create_scratch(scratch: Path, data: xr.Dataset, n_slots: int) -> None:
-    """Per variable ``NAME.sums`` (slot, channel, point) float64 and ``NAME.nans`` (same, int32, chunks
-    written only where a point has a NaN): zeros until pass 1 writes them; one chunk per slot and
-    channel, uncompressed (read and written once each)."""
-    import zarr
+def _scratch(out, name: str, first: int, kind: str) -> Path:
+    """The scratch file of pass 1 with the ``kind`` ("sums", "nans") of the slots from ``first`` of a variable."""
+    return Path(out) / SCRATCH / f"{name}.{first}.{kind}"
 
-    group = zarr.open_group(str(scratch), mode="w", zarr_format=3)
-    for name, variable in data.data_vars.items():
-        shape, chunks = (n_slots, _channels(variable), _points(variable)), (1, 1, _points(variable))
-        for suffix, dtype in (("sums", np.float64), ("nans", np.int32)):
-            group.create_array(f"{name}.{suffix}", shape=shape, chunks=chunks, dtype=dtype, fill_value=0,
-                               compressors=None)  # fmt: skip
+
+def _slots_per_task(variable: xr.DataArray, n_slots: int) -> int:
+    """Consecutive slots a task of pass 1 sums: their sums fill about ``SUMS_BYTES`` (one slot at least)."""
+    return int(np.clip(SUMS_BYTES // (8 * _channels(variable) * _points(variable)), 1, n_slots))
 
 
 def _sum_tasks(variable: xr.DataArray, n_slots: int, primary: np.ndarray, extra: np.ndarray) -> list[_SumTask]:
-    """The tasks of pass 1 for one variable: ranges of consecutive slots whose sums fill about
-    ``SUMS_BYTES`` (one slot at least), each with the read blocks of its times; none for slots
-    without a time."""
-    per_slot = 8 * _channels(variable) * _points(variable)
-    size = int(np.clip(SUMS_BYTES // per_slot, 1, n_slots))
+    """The tasks of pass 1 for one variable: ranges of ``_slots_per_task`` consecutive slots, each with
+    the read blocks of its times; none for slots without a time."""
+    size = _slots_per_task(variable, n_slots)
     tasks = []
     for first in range(0, n_slots, size):
         stop = min(first + size, n_slots)
@@ -653,8 +648,6 @@ def _sum_slots(task: _SumTask, job: _Job) -> bool:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    import zarr
-
     variable = job.data[task.name]
     times = variable["time"].values
     n = task.stop - task.first
@@ -684,27 +677,34 @@ def _sum_slots(task: _SumTask, job: _Job) -> bool:
                         nans[slot] += missing
                 for slot in slots:
                     sums[slot] += values
-    scratch = zarr.open_group(str(Path(job.out) / SCRATCH), mode="r+")
-    scratch[f"{task.name}.sums"][task.first : task.stop] = sums
+    sums.tofile(_scratch(job.out, task.name, task.first, "sums"))  # (slot, channel, point) float64, C order
     if nans is not None:
-        scratch[f"{task.name}.nans"][task.first : task.stop] = nans
+        nans.tofile(_scratch(job.out, task.name, task.first, "nans"))
     return nans is not None
 
 
 class _SlotMeans:
-    """Means per slot of one channel of a variable, read from the scratch of pass 1."""
+    """Means per slot of one channel of a variable, read from the scratch files of pass 1 (only the
+    channel's values of the slot: one positioned read per file)."""
 
-    def __init__(self, job: _Job, name: str, channel: int, has_nan: bool):
-        import zarr
+    def __init__(self, job: _Job, task: _MeanTask):
+        variable = job.data[task.name]
+        self.out, self.task, self.counts = job.out, task, job.counts
+        self.channels, self.points = _channels(variable), _points(variable)
 
-        scratch = zarr.open_group(str(Path(job.out) / SCRATCH), mode="r")
-        self.sums, self.nans = scratch[f"{name}.sums"], scratch[f"{name}.nans"] if has_nan else None
-        self.counts, self.channel, self.has_nan = job.counts, channel, has_nan
+    def _read(self, slot: int, kind: str, dtype) -> np.ndarray:
+        first = slot - slot % self.task.slots_per_task
+        offset = ((slot - first) * self.channels + self.task.channel) * self.points
+        return np.fromfile(_scratch(self.out, self.task.name, first, kind), dtype=dtype, count=self.points,
+                           offset=offset * np.dtype(dtype).itemsize)  # fmt: skip
 
     def __call__(self, slot: int) -> np.ndarray:
         """(points,) float64 mean over the times in ``slot`` (NaN where none is finite)."""
-        sums = self.sums[slot, self.channel]
-        count = self.counts[slot] - (self.nans[slot, self.channel] if self.nans is not None else 0)
+        sums = self._read(slot, "sums", np.float64)
+        count = self.counts[slot]
+        if self.task.has_nan and _scratch(self.out, self.task.name, slot - slot % self.task.slots_per_task,
+                                          "nans").exists():  # fmt: skip
+            count = count - self._read(slot, "nans", np.int32)
         with np.errstate(invalid="ignore", divide="ignore"):
             return sums / count
 
@@ -736,7 +736,7 @@ def _output_chunks(array, job: _Job, task: _MeanTask):
     dims = ["dayofyear", "hour", *[d for d in variable.dims if d != "time"]]
     shape = [variable.sizes[d] for d in spatial]
     at = dict(zip(channel_dims, np.unravel_index(task.channel, [variable.sizes[d] for d in channel_dims]), strict=True))
-    means, h, n_hours = _SlotMeans(job, task.name, task.channel, task.has_nan), task.hour, job.hours.size
+    means, h, n_hours = _SlotMeans(job, task), task.hour, job.hours.size
     if job.method == "dayofyear_hour":
         days = _smoothed_days(lambda d: _filled_mean(means, job.counts, d, h, n_hours), job.window_days, task.has_nan)
     else:
