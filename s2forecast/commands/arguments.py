@@ -143,8 +143,23 @@ def engine_options(parser) -> None:
     )  # fmt: skip
 
 
-def engine(args):
-    """The ``Engine`` of ``--scheduler`` / ``--workers`` (this process without either)."""
-    from s2forecast.data.engine import Engine
+def engine(args, paths: tuple[str, ...] = ()):
+    """The ``Engine`` of ``--scheduler`` / ``--workers`` (this process without either).
 
+    With ``--scheduler``, the local paths among the arguments named ``paths`` become absolute first:
+    workers started elsewhere (``dask worker`` under srun) would resolve a relative path against
+    their own working directory.
+    """
+    import os
+
+    from s2forecast.data.engine import Engine
+    from s2forecast.urls import is_url
+
+    if args.scheduler is not None:
+        for name in paths:
+            value = getattr(args, name)
+            if isinstance(value, list):
+                setattr(args, name, [v if is_url(v) else type(v)(os.path.abspath(v)) for v in value])
+            elif value is not None and not is_url(value):
+                setattr(args, name, type(value)(os.path.abspath(value)))
     return Engine(scheduler=args.scheduler, workers=args.workers)

@@ -21,8 +21,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from s2forecast.evaluation.climatology import write_climatology
 
-    with engine(args) as where:
+    with engine(args, ("store", "out")) as runner:
         out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
                                 progress=not args.no_progress, storage_options=args.storage_options,
-                                engine=where)  # fmt: skip
+                                engine=runner)  # fmt: skip
     print(f"wrote {out}")

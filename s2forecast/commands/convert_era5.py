@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> None:
     from s2forecast.data.convert_era5 import convert_era5
 
     try:
-        with engine(args) as where:
+        with engine(args, ("inputs", "out")) as runner:
             out = convert_era5(
                 args.inputs,
                 args.out,
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> None:
                 progress=args.progress,
                 time_chunk=args.time_chunk,
                 shards=args.shards or 0,
-                engine=where,
+                engine=runner,
             )
     except FileNotFoundError as error:
         raise UserError(str(error)) from error

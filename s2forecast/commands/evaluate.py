@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
             raise UserError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
         period = (args.climatology_start, args.climatology_end)
     config = EvaluationConfig(variables=args.variables, regions=args.regions)  # the default metrics and baselines
-    with engine(args) as where:
+    with engine(args, ("forecast", "truth", "climatology", "out")) as runner:
         metrics = evaluate(
             args.forecast,
             args.truth,
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
             command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
             storage_options=args.storage_options,
             config=config,
-            engine=where,
+            engine=runner,
         )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")

@@ -25,10 +25,10 @@ def run(args: argparse.Namespace) -> None:
     from s2forecast.data.stats import compute_stats
     from s2forecast.times import format_time
 
-    with engine(args) as where:
+    with engine(args, ("store", "out")) as runner:
         stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
                               storage_options=args.storage_options, overwrite=args.overwrite,
-                              progress=not args.no_progress, engine=where)  # fmt: skip
+                              progress=not args.no_progress, engine=runner)  # fmt: skip
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
     period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
     where = args.out if args.out is not None else f"{args.store}/stats"

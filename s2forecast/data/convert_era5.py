@@ -711,7 +711,7 @@ def _write(
         for start, stop in slabs:
             writer.check_slab(start, stop)
         sources = {name: [(f.path, f.times) for f in per_file] for name, per_file in fields.items()}
-        job = engine.share(_SlabJob(data, sources, str(writer.target)))
+        job = engine.share(_SlabJob(data, sources, str(Path(writer.target).absolute())))
         # in this process one slab at a time, its chunks read by dask's threads; on a cluster, a slab per worker
         window = None if engine.distributed else 1
         with (

@@ -14,7 +14,11 @@ and the client combines the same partial results in the same order: the same num
   started at the first task and closed with the engine.
 - ``Engine(scheduler=ADDRESS)``: a running ``dask scheduler`` (``tcp://host:8786``, or the JSON
   file its ``--scheduler-file`` wrote) whose workers the user started (README, "Scale"). They
-  must see the same files as this process (a shared file system) and run the same s2forecast.
+  must see the same files as this process (a shared file system), by the same absolute paths
+  (the commands make their paths absolute), and run the same s2forecast.
+
+Worker processes are spawned: a Python script that makes ``Engine(workers=N)`` needs the
+``if __name__ == "__main__":`` guard (each worker imports the script's main module).
 
 Memory stays bounded: at most ``window`` tasks are submitted and not yet consumed. A worker that
 dies is replaced and its tasks run again elsewhere (dask.distributed reschedules them; a task

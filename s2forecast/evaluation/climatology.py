@@ -463,7 +463,7 @@ def _stream_climatology(
     engine = engine if engine is not None else Engine()
     try:
         scratch.mkdir()
-        job = engine.share(_Job(data, str(out), primary, extra, counts, method, hours, window_days))
+        job = engine.share(_Job(data, str(Path(out).absolute()), primary, extra, counts, method, hours, window_days))
         with tqdm(total=len(sums), desc="climatology", unit="task", disable=None if progress else True) as bar:
             has_nan = dict.fromkeys(data.data_vars, False)
             with contextlib.closing(engine.map(_sum_slots, sums, job)) as results:
