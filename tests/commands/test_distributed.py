@@ -142,13 +142,13 @@ def test_two_workers_give_the_output_of_one_process(inputs, cluster, small_tasks
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("command", ["stats", "climatology"])
-def test_relative_paths_reach_workers_started_in_another_directory(inputs, cluster, tmp_path, monkeypatch, command):
-    """The cluster's workers run in the directory the tests started in; the command runs in another."""
+def test_relative_paths_reach_workers_started_in_another_directory(inputs, cluster, tmp_path, monkeypatch):
+    """The cluster's workers run in the directory the tests started in; the command runs in another
+    (climatology's workers write into its temporary output)."""
     (tmp_path / "wb2.zarr").symlink_to(inputs / "wb2.zarr")
     monkeypatch.chdir(tmp_path)
-    alone = run(command, Path("."), Path(f"alone_{OUT[command]}"))
-    assert_same(alone, run(command, Path("."), Path(OUT[command]), "--scheduler", cluster))
+    alone = run("climatology", Path("."), Path("alone.zarr"))
+    assert_same(alone, run("climatology", Path("."), Path("clim.zarr"), "--scheduler", cluster))
     assert leftovers(tmp_path) == []
 
 
