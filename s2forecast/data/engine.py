@@ -154,14 +154,16 @@ class Engine:
     # --- running tasks ------------------------------------------------------------------------
 
     def share(self, value) -> Shared:
-        """``value`` as an argument of every task of a ``map``: sent to each worker once (scattered to all
-        of them, so that a worker that dies loses no copy the others need)."""
+        """``value`` as an argument of every task of a ``map``: sent to each worker once, not per task.
+
+        On a cluster it is the result of a task of its own (not scattered data): were every worker
+        holding it to die, the scheduler would make it again."""
         client = self.connect()
         shared = Shared(value)
         if client is None:
             return shared
         with self._lost_scheduler():
-            return client.scatter(shared, broadcast=True, hash=False)
+            return client.submit(_identity, shared, pure=False)
 
     def map(self, function: Callable, items: Iterable, *args, window: int | None = None) -> Iterator:
         """``function(item, *args)`` for each item, yielded in the order of ``items``.
@@ -245,6 +247,10 @@ class Engine:
                 f"lost {self.where} during the computation ({type(error).__name__}: "
                 f"{one_line(str(error)) or 'connection closed'}); nothing was written: {START_ONE}, then rerun"
             ) from None
+
+
+def _identity(value):
+    return value
 
 
 def _call(function: Callable, item, *args):
