@@ -7,14 +7,19 @@ variable's canonical units and plausible ranges (``data.plausibility``). Then ru
 (a named command line, ``CASES``) in a subprocess of its own, and a raw read of the same store
 (``xr.open_zarr(store).mean()``, dask's threads) in the same run, and prints per command:
 
-    {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s",
+    {"case", "workers", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s",
      "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load"}
 
 ``mb_per_s`` is store bytes on disk over the wall time; ``ratio`` = mb_per_s / raw_mb_per_s (1:
 as fast as reading the store). Wall time and peak RSS come from ``/usr/bin/time -f "%e %M"``.
-``startup`` (python, importing s2forecast.cli and data.stats, torch included) is printed too:
+``startup`` (python, importing s2forecast.cli, data.stats and geometry: torch) is printed too:
 the fixed cost inside every case's wall time; ``ratio_net`` is the ratio with each side's import
 time (s2forecast's, and xarray's for the baseline) taken off.
+
+``--workers 2`` runs every case again with ``--workers 2`` (a local dask.distributed cluster of 2
+worker processes, ``s2forecast.data.engine``; ``workers`` is 0 for one process). Its wall time
+includes starting the cluster; its peak RSS is that of the largest process (the command or one
+worker: ``time`` reports the largest of a process and the children it waited for), not their sum.
 
 Adding a command: a function (store, workdir) -> argv after ``s2forecast`` in ``CASES``.
 
@@ -22,6 +27,7 @@ Examples:
     python scripts/bench_scale.py                                  # 64x32, 16 steps, stats
     python scripts/bench_scale.py --grid 121x240 --steps 32,64,128  # one store per length
     python scripts/bench_scale.py --grid 721x1440 --steps 32,64 --workdir /tmp/bench_scale --keep
+    python scripts/bench_scale.py --grid 121x240 --steps 64 --workers 2  # one process, then 2 workers
 """
 
 import argparse
@@ -74,7 +80,7 @@ CASES = {
 
 RAW = "import sys, xarray as xr; xr.open_zarr(sys.argv[1]).mean().compute()"
 RAW_STARTUP = "import xarray, dask.array, zarr"
-STARTUP = "import s2forecast.cli, s2forecast.data.stats"  # what a case imports before its work
+STARTUP = "import s2forecast.cli, s2forecast.data.stats, s2forecast.geometry"  # what a case imports before its work
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -159,6 +165,7 @@ def main(argv=None) -> None:
     parser.add_argument("--surface", default="", help="surface variables, e.g. 2m_temperature")
     parser.add_argument("--steps", default="16", help="record length(s) in time steps: 16 or 32,64,128")
     parser.add_argument("--cases", default="stats", help=f"comma-separated, of {sorted(CASES)}")
+    parser.add_argument("--workers", default="", help="worker counts: each case also runs with --workers N, e.g. 2")
     parser.add_argument("--workdir", default=None, help="where stores go (default a temporary directory in /tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the stores and outputs")
     args = parser.parse_args(argv)
@@ -168,6 +175,12 @@ def main(argv=None) -> None:
     levels = [int(x) for x in args.levels.split(",") if x]
     surface = [v for v in args.surface.split(",") if v]
     cases = [c for c in args.cases.split(",") if c]
+    try:
+        workers = [0] + [int(n) for n in args.workers.split(",") if n]
+    except ValueError:
+        raise SystemExit(f"--workers {args.workers!r}: give worker counts, e.g. 2 or 1,2") from None
+    if min(workers[1:], default=1) < 1:
+        raise SystemExit(f"--workers {args.workers!r}: each count must be >= 1")
     for name in variables + surface:
         if name not in VARIABLES or (name in variables and name not in LEVEL_VALUES and name != "geopotential"):
             raise SystemExit(f"no synthetic values for {name!r}; known: geopotential, {sorted(LEVEL_VALUES)}")
@@ -190,13 +203,15 @@ def main(argv=None) -> None:
             data = 4 * steps * nlat * nlon * (len(variables) * len(levels) + len(surface))
             raw_wall, raw_rss, _ = measure([sys.executable, "-c", RAW, str(store)])
             raw_rate = size / 1e6 / raw_wall
-            for case in cases:
-                work = root / f"{case}_{steps}"
+            for case, count in ((case, count) for case in cases for count in workers):
+                work = root / (f"{case}_{steps}" + (f"_workers{count}" if count else ""))
                 shutil.rmtree(work, ignore_errors=True)
                 work.mkdir()
-                wall, rss, _ = measure(s2forecast_argv(CASES[case](store, work)))
+                options = ["--workers", str(count)] if count else []
+                wall, rss, _ = measure(s2forecast_argv(CASES[case](store, work) + options))
                 row = {
                     "case": case,
+                    "workers": count,
                     "wall_s": round(wall, 2),
                     "peak_rss_mb": round(rss),
                     "store_mb": round(size / 1e6, 1),

@@ -6,6 +6,7 @@ the option and the value, e.g. ``argument --batch-size: must be an integer >= 1,
 
 import argparse
 import math
+import re
 
 EXAMPLE = "2020-01-01T06"  # = s2forecast.times.EXAMPLE (times imports pandas, which --help must not wait for)
 
@@ -109,3 +110,56 @@ def storage_options(parser) -> None:
     parser.add_argument(
         "--storage-options", type=json_object, help='fsspec options of a URL, e.g. \'{"token": "anon"}\''
     )
+
+
+# a dask scheduler's address: [PROTOCOL://]HOST:PORT (HOST may be [IPv6])
+SCHEDULER = re.compile(r"^(?:(tcp|tls|ucx|ws|wss|inproc)://)?(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):(\d{1,5})$")
+
+
+def scheduler_address(text: str) -> str:
+    """A dask scheduler: ``tcp://HOST:PORT`` (``HOST:PORT``), or the JSON file of ``dask scheduler
+    --scheduler-file`` (ending in .json)."""
+    if text.endswith(".json") or (SCHEDULER.match(text) and 0 < int(SCHEDULER.match(text)[3]) < 65536):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a dask scheduler address; give tcp://HOST:PORT (e.g. tcp://node01:8786, what `dask "
+        "scheduler` prints) or the JSON file of `dask scheduler --scheduler-file FILE.json`"
+    )
+
+
+def engine_options(parser) -> None:
+    """``--scheduler`` and ``--workers``: where the commands that stream over stores run their work
+    (``s2forecast.data.engine``; default this process)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--scheduler", type=scheduler_address, metavar="ADDRESS",
+        help="run the work on the workers of a running dask.distributed scheduler: tcp://HOST:8786, or the JSON "
+        "file of `dask scheduler --scheduler-file` (needs s2forecast[distributed]; the workers must see the same "
+        "files)",
+    )  # fmt: skip
+    group.add_argument(
+        "--workers", type=positive_int, metavar="N",
+        help="run the work on a local dask.distributed cluster of N worker processes (needs s2forecast[distributed])",
+    )  # fmt: skip
+
+
+def engine(args, paths: tuple[str, ...] = ()):
+    """The ``Engine`` of ``--scheduler`` / ``--workers`` (this process without either).
+
+    With ``--scheduler``, the local paths among the arguments named ``paths`` become absolute first:
+    workers started elsewhere (``dask worker`` under srun) would resolve a relative path against
+    their own working directory.
+    """
+    import os
+
+    from s2forecast.data.engine import Engine
+    from s2forecast.urls import is_url
+
+    if args.scheduler is not None:
+        for name in paths:
+            value = getattr(args, name)
+            if isinstance(value, list):
+                setattr(args, name, [v if is_url(v) else type(v)(os.path.abspath(v)) for v in value])
+            elif value is not None and not is_url(value):
+                setattr(args, name, type(value)(os.path.abspath(value)))
+    return Engine(scheduler=args.scheduler, workers=args.workers)

@@ -2,7 +2,7 @@
 
 import argparse
 
-from s2forecast.commands.arguments import storage_options
+from s2forecast.commands.arguments import engine, engine_options, storage_options
 
 HELP = "day-of-year x hour climatology of a store (WeatherBench2)"
 
@@ -14,12 +14,15 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", help="last time, inclusive")
     parser.add_argument("--overwrite", action="store_true", help="replace a climatology s2forecast wrote at --out")
     storage_options(parser)
+    engine_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> None:
     from s2forecast.evaluation.climatology import write_climatology
 
-    out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
-                            progress=not args.no_progress, storage_options=args.storage_options)  # fmt: skip
+    with engine(args, ("store", "out")) as runner:
+        out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
+                                progress=not args.no_progress, storage_options=args.storage_options,
+                                engine=runner)  # fmt: skip
     print(f"wrote {out}")

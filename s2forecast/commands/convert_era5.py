@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from s2forecast.commands.arguments import nonnegative_int, positive_int
+from s2forecast.commands.arguments import engine, engine_options, nonnegative_int, positive_int
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.user_errors import UserError
 
@@ -51,6 +51,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="write zarr v3 shards of N time steps (one file per N steps and variable, instead of one per step); "
         "N must divide --time-chunk",
     )
+    engine_options(parser)
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -58,17 +59,19 @@ def run(args: argparse.Namespace) -> None:
     from s2forecast.data.convert_era5 import convert_era5
 
     try:
-        out = convert_era5(
-            args.inputs,
-            args.out,
-            variables=args.variables,
-            levels=args.levels,
-            member=args.member,
-            overwrite=args.overwrite,
-            progress=args.progress,
-            time_chunk=args.time_chunk,
-            shards=args.shards or 0,
-        )
+        with engine(args, ("inputs", "out")) as runner:
+            out = convert_era5(
+                args.inputs,
+                args.out,
+                variables=args.variables,
+                levels=args.levels,
+                member=args.member,
+                overwrite=args.overwrite,
+                progress=args.progress,
+                time_chunk=args.time_chunk,
+                shards=args.shards or 0,
+                engine=runner,
+            )
     except FileNotFoundError as error:
         raise UserError(str(error)) from error
     print(f"wrote {out}", file=sys.stderr)

@@ -4,7 +4,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from s2forecast.commands.arguments import nonnegative_float, path_or_url, storage_options, timestamp
+from s2forecast.commands.arguments import (
+    engine,
+    engine_options,
+    nonnegative_float,
+    path_or_url,
+    storage_options,
+    timestamp,
+)
 from s2forecast.user_errors import UserError
 
 HELP = "score forecasts against truth, persistence, climatology"
@@ -54,6 +61,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
     storage_options(parser)
+    engine_options(parser)
     parser.add_argument(
         "--overwrite", action="store_true", help="replace metrics, CSV and plots that s2forecast wrote before"
     )
@@ -72,19 +80,21 @@ def run(args: argparse.Namespace) -> None:
             raise UserError("--climatology-start/--climatology-end apply to a computed climatology, not --climatology")
         period = (args.climatology_start, args.climatology_end)
     config = EvaluationConfig(variables=args.variables, regions=args.regions)  # the default metrics and baselines
-    metrics = evaluate(
-        args.forecast,
-        args.truth,
-        args.out,
-        climatology=args.climatology,
-        map_leads=args.map_leads,
-        plots=args.plots,
-        progress=args.progress,
-        climatology_period=period,
-        overwrite=args.overwrite,
-        storage_options=args.storage_options,
-        config=config,
-    )
+    with engine(args, ("forecast", "truth", "climatology", "out")) as runner:
+        metrics = evaluate(
+            args.forecast,
+            args.truth,
+            args.out,
+            climatology=args.climatology,
+            map_leads=args.map_leads,
+            plots=args.plots,
+            progress=args.progress,
+            climatology_period=period,
+            overwrite=args.overwrite,
+            storage_options=args.storage_options,
+            config=config,
+            engine=runner,
+        )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")
     print(f"wrote {Path(args.out).resolve()}")

@@ -2,7 +2,7 @@
 
 import argparse
 
-from s2forecast.commands.arguments import storage_options
+from s2forecast.commands.arguments import engine, engine_options, storage_options
 
 HELP = "normalization statistics of a store (into it, or --out)"
 
@@ -17,6 +17,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
     parser.add_argument("--end", help="last time, inclusive; default: the last in the store")
     parser.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
+    engine_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -24,9 +25,10 @@ def run(args: argparse.Namespace) -> None:
     from s2forecast.data.stats import compute_stats
     from s2forecast.times import format_time
 
-    stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
-                          storage_options=args.storage_options, overwrite=args.overwrite,
-                          progress=not args.no_progress)  # fmt: skip
+    with engine(args, ("store", "out")) as runner:
+        stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
+                              storage_options=args.storage_options, overwrite=args.overwrite,
+                              progress=not args.no_progress, engine=runner)  # fmt: skip
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
     period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
     where = args.out if args.out is not None else f"{args.store}/stats"

@@ -33,16 +33,20 @@ between files, a variable's times must not repeat across files, and every time-d
 must cover the same times.
 
 Writing goes through ``StoreWriter``: the skeleton first, then slabs of ``time_chunk`` time steps
-(each computed in parallel by dask's threaded scheduler), then the completeness flag. A rerun of
+(each computed in parallel by dask's threaded scheduler; or, with an ``Engine`` on a
+dask.distributed cluster, one slab per worker, each writing its own region of the store), then
+the completeness flag. A rerun of
 the same command after an interruption skips the time steps already written. With ``shards`` N,
 the store is zarr v3 sharded (one file per N time steps and variable); N must divide
 ``time_chunk``, so that every slab writes whole shards and resumption stays safe (``StoreWriter``).
 """
 
+import contextlib
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dask
 import numpy as np
@@ -51,14 +55,17 @@ import zarr
 from tqdm.auto import tqdm
 
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
+from s2forecast.data.engine import Engine
 from s2forecast.data.plausibility import check_plausible
 from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
-from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty
-from s2forecast.geometry import Grid
+from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty, write_region
 from s2forecast.output import check_target
 from s2forecast.provenance import history, python_call
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
+
+if TYPE_CHECKING:
+    from s2forecast.geometry import Grid
 
 # ECMWF short name -> WeatherBench2 name. ``z`` is the pressure-level geopotential; without a level
 # dimension it is the surface geopotential (SURFACE_GEOPOTENTIAL).
@@ -375,7 +382,7 @@ def _describe_axis(values: np.ndarray) -> str:
     return f"{values.size} values {values[0]:g} .. {values[-1]:g}" if values.size else "no values"
 
 
-def _check_grids(inputs: list[_Input]) -> Grid:
+def _check_grids(inputs: list[_Input]) -> "Grid":
     """All inputs on the same latitudes/longitudes (to 1e-5 deg); returns the grid."""
     first = inputs[0]
     for other in inputs[1:]:
@@ -386,6 +393,8 @@ def _check_grids(inputs: list[_Input]) -> Grid:
                     f"inconsistent grids: {first.path} has {axis} {_describe_axis(a)} but {other.path} has "
                     f"{_describe_axis(b)}; download all files on the same grid"
                 )
+    from s2forecast.geometry import Grid  # torch: not on the workers that convert slabs
+
     try:
         return Grid.from_coords(first.latitude, first.longitude)
     except ValueError as error:
@@ -443,10 +452,13 @@ def _check_values(fields: dict[str, list[_Field]]) -> None:
             check_plausible(f.data, name, f"{f.path}: variable {name}")
 
 
-def _check_finite(slab: xr.Dataset, fields: dict[str, list[_Field]]) -> None:
+def _check_finite(slab: xr.Dataset, sources: dict[str, list[tuple[Path, np.ndarray]]]) -> None:
     """Refuse infinite values and fields that are NaN everywhere (a time of a variable, at a level).
 
     NaN at some points is ERA5's own mask (sea surface temperature over land) and passes.
+
+    Args:
+        sources: per variable, the (path, times) of its files.
 
     Raises:
         InvalidInputData: naming the file, variable, level and time (a store this run created is removed).
@@ -462,7 +474,7 @@ def _check_finite(slab: xr.Dataset, fields: dict[str, list[_Field]]) -> None:
         where = f" at {int(data['level'].values[index['level']])} hPa" if "level" in index else ""
         problem = "infinite values" if np.isinf(data.isel(index).values).any() else "only NaN"
         time = data["time"].values[index["time"]]
-        source = next(f.path for f in fields[name] if time in f.times)
+        source = next(path for path, times in sources[name] if time in times)
         raise InvalidInputData(
             f"{source}: variable {name}{where} at {format_time(time)} has {problem}; fix or drop that time in the "
             "input (or leave the variable out with --variables)"
@@ -572,6 +584,7 @@ def convert_era5(
     progress: bool = True,
     time_chunk: int = CONVERT_TIME_CHUNK,
     shards: int = 0,
+    engine: Engine | None = None,
 ) -> Path:
     """Convert CDS ERA5 files into a store at ``out``; returns ``out``.
 
@@ -588,6 +601,9 @@ def convert_era5(
         time_chunk: time steps per written slab (the unit of work and of resumption).
         shards: time steps per zarr v3 shard (one file holds that many steps of a variable); 0:
             one file per time step. Must divide ``time_chunk``.
+        engine: where the slabs are converted (``s2forecast.data.engine``: this process by default;
+            dask.distributed workers, which then must see the inputs and ``out``, each writing its
+            slabs; this process flags them written and marks the store complete).
 
     Raises:
         FileNotFoundError: an input does not exist.
@@ -642,7 +658,7 @@ def convert_era5(
         template = _template(data, statics, grid, times, store_levels, paths, out)
         signature = _signature(paths, dynamic + static, store_levels, member)
         writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths, shards=shards)
-        return _write(writer, template, data, progress, time_chunk, by_name)
+        return _write(writer, template, data, progress, time_chunk, by_name, engine if engine is not None else Engine())
     finally:
         for item in opened:
             item.dataset.close()
@@ -651,7 +667,7 @@ def convert_era5(
 def _template(
     data: dict[str, xr.DataArray],
     static: dict[str, np.ndarray],
-    grid: Grid,
+    grid: "Grid",
     times: np.ndarray,
     levels: list[int],
     paths: list[Path],
@@ -688,13 +704,23 @@ def _write(
     progress: bool,
     time_chunk: int,
     fields: dict[str, list[_Field]],
+    engine: Engine,
 ) -> Path:
+    """Create or resume the store, have ``engine`` convert its unwritten slabs (``_convert_slab``), flag
+    each slab written here as its task returns, in order, and mark the store complete."""
     out = writer.path
+    engine.connect()  # an unreachable scheduler leaves no store behind
     with writer:
         written = writer.create(template)
         if written.all() and _is_complete(out):
             return out  # nothing to do: a rerun on a complete store
         slabs = _slabs(written, time_chunk)
+        for start, stop in slabs:
+            writer.check_slab(start, stop)
+        sources = {name: [(f.path, f.times) for f in per_file] for name, per_file in fields.items()}
+        job = engine.share(_SlabJob(data, sources, str(Path(writer.target).absolute())))
+        # in this process one slab at a time, its chunks read by dask's threads; on a cluster, a slab per worker
+        window = None if engine.distributed else 1
         with (
             dask.config.set(scheduler="threads"),
             tqdm(
@@ -704,14 +730,33 @@ def _write(
                 desc=f"convert-era5 {out.name}",
                 disable=not progress,
             ) as bar,
+            contextlib.closing(engine.map(_convert_slab, slabs, job, window=window)) as results,
         ):
-            for start, stop in slabs:
-                slab = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in data.items()}).compute()
-                _check_finite(slab, fields)
-                writer.write(slab, start)
+            for start, stop in results:
+                writer.mark_written(start, stop)
                 bar.update(stop - start)
         writer.finish()
     return out
+
+
+@dataclass(frozen=True)
+class _SlabJob:
+    """What every slab of one conversion shares (sent to each worker once): the variables, lazy
+    ``(time, [level,] latitude, longitude)``; per variable its files' paths and times (for messages);
+    the store being filled."""
+
+    data: dict[str, xr.DataArray]
+    sources: dict[str, list[tuple[Path, np.ndarray]]]
+    target: str
+
+
+def _convert_slab(slab: tuple[int, int], job: _SlabJob) -> tuple[int, int]:
+    """Read, check and write the time steps ``start:stop`` (a task of ``Engine.map``); returns them."""
+    start, stop = slab
+    values = xr.Dataset({name: d.isel(time=slice(start, stop)) for name, d in job.data.items()}).compute()
+    _check_finite(values, job.sources)
+    write_region(job.target, values, start)
+    return start, stop
 
 
 # --- command line -------------------------------------------------------------------------------

@@ -13,6 +13,11 @@ Chan et al.'s update. A block's tendencies pair its times with earlier ones in t
 carried over from the blocks before (the times within one tendency step of its start), so
 memory is a few blocks whatever the record length. The next block is read while one is reduced.
 
+The blocks are grouped in parts (``PART_BLOCKS`` blocks of one variable), the tasks of an
+``s2forecast.data.engine.Engine``: in this process or on dask.distributed workers, each part
+reduced to its ``Moments`` (a part also reads the few earlier times its first tendencies need),
+combined on the client in the order of the parts: the same numbers wherever the parts ran.
+
 The group is written beside the old one and renamed into place (``s2forecast.output.Output``),
 replacing only a ``stats`` group s2forecast wrote; the store must not have been rewritten
 while it was read (its generation is checked before the group is written). Statistics of a
@@ -21,6 +26,7 @@ store s2forecast did not write (WeatherBench2, ARCO-ERA5, any URL) go to their o
 nothing is ever written into such a store.
 """
 
+import contextlib
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -33,8 +39,9 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
+from s2forecast.data.engine import Engine
 from s2forecast.data.moments import Moments
-from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
+from s2forecast.data.store import COMPLETE_ATTR, StoreInfo, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import format_time
@@ -46,6 +53,9 @@ STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
 # block's numpy calls cost more than their overhead, small enough that a few blocks (the one
 # read ahead, the float64 copy, its squares, its tendencies) stay well under a GB at 0.25 deg
 CHUNK_BYTES = 16 * 2**20
+# blocks per part, the unit of work of ``Engine.map``: long enough that the earlier times a part reads
+# for its first tendencies (those of the part before) are few, short enough to spread over workers
+PART_BLOCKS = 32
 
 
 def channel_names(variable: str, levels) -> list[str]:
@@ -77,6 +87,7 @@ def compute_stats(
     storage_options: dict | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    engine: Engine | None = None,
 ) -> xr.Dataset:
     """Statistics of the store at ``path`` over times in [start, end], written to its ``stats``
     group (or to ``out``) and returned. Everything is checked and computed before anything is
@@ -90,6 +101,8 @@ def compute_stats(
             and only if s2forecast wrote it.
         start, end: inclusive time range inside the store, start before end (anything
             ``pandas.Timestamp`` parses); default all.
+        engine: where the parts run (``s2forecast.data.engine``; default this process): the same
+            statistics either way.
         step_hours: tendency step, positive; default the store's time step. At least one pair
             of times in the range must be that far apart (within one trajectory), so on a
             regular store it is a multiple of the time step.
@@ -114,6 +127,21 @@ def compute_stats(
         _check_replaceable(Path(path))
     else:
         out_output = Output(out, "stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
+    with out_output if out is not None else contextlib.nullcontext():  # an error: no temporary output left
+        stats = _statistics(ds, info, path, start, end, step_hours, progress, engine)
+        check_store_unchanged(path, ds)
+        if out is None:
+            write_stats(path, stats)
+            return stats
+        stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
+        out_output.commit()
+    return stats
+
+
+def _statistics(
+    ds: xr.Dataset, info: StoreInfo, path, start, end, step_hours, progress: bool, engine: Engine | None
+) -> xr.Dataset:
+    """The statistics of ``compute_stats``, checked (nothing written)."""
     times = ds["time"].values
     check_time_axis(times, path)
     lo, hi = _period(start, end, times, path)
@@ -137,26 +165,36 @@ def compute_stats(
     weights = weights.sel(latitude=ds["latitude"].values).values  # (lat,) in the order blocks are read
     first = int(np.searchsorted(times, selected[0]))
     selection = slice(first, first + selected.size)  # selected times are consecutive in the store
-    block = time_chunk(ds)
+    engine = engine if engine is not None else Engine()
+    job = engine.share(_Job(ds, selection, selected, step, weights, time_chunk(ds)))
+    parts = [part for name in info.variables for part in _parts(name, selected, pairs, step, time_chunk(ds))]
     names, rows, time_dependent = [], [], []
     # a bar on a terminal only (disable=None): logs and pipes get the result lines alone
-    for name in tqdm(info.variables + info.static, desc="stats", unit="variable", disable=None if progress else True):
-        var = ds[name]
-        levels = var["level"].values if "level" in var.dims else None
-        if "time" in var.dims:
-            fields, tendencies, infinite = _weighted_moments(
-                var.isel(time=selection), selected, pairs, step, weights, block
-            )
-        else:
-            x = _block(var)
-            fields, tendencies = Moments.of(x, weights), None
-            infinite = np.isinf(x).any((-2, -1))[0]  # (channel,)
-        mean, std = fields.finalize()
-        t_mean, t_std = tendencies.finalize() if tendencies is not None else (np.full_like(mean, np.nan),) * 2
-        _check_finite(path, name, _per_level(infinite, var, selected), _per_level(fields.count > 0, var), selected)
-        names += channel_names(name, levels)
-        time_dependent += [name in info.variables] * len(channel_names(name, levels))
-        rows.append(np.stack([mean, std, t_mean, t_std]))
+    bar = tqdm(total=len(parts) + len(info.static), desc="stats", unit="part", disable=None if progress else True)
+    with bar, contextlib.closing(engine.map(_weighted_moments, parts, job)) as results:
+        for name in info.variables + info.static:
+            var = ds[name]
+            levels = var["level"].values if "level" in var.dims else None
+            if "time" in var.dims:
+                fields = tendencies = Moments.empty(var.sizes.get("level", 1))
+                infinite = []
+                for _ in range(sum(part.name == name for part in parts)):  # this variable's parts, in time order
+                    part_fields, part_tendencies, part_infinite = next(results)
+                    fields, tendencies = fields.combine(part_fields), tendencies.combine(part_tendencies)
+                    infinite.append(part_infinite)
+                    bar.update()
+                infinite = np.concatenate(infinite)
+            else:
+                x = _block(var)
+                fields, tendencies = Moments.of(x, weights), None
+                infinite = np.isinf(x).any((-2, -1))[0]  # (channel,)
+                bar.update()
+            mean, std = fields.finalize()
+            t_mean, t_std = tendencies.finalize() if tendencies is not None else (np.full_like(mean, np.nan),) * 2
+            _check_finite(path, name, _per_level(infinite, var, selected), _per_level(fields.count > 0, var), selected)
+            names += channel_names(name, levels)
+            time_dependent += [name in info.variables] * len(channel_names(name, levels))
+            rows.append(np.stack([mean, std, t_mean, t_std]))
     values = np.concatenate(rows, axis=1)
     _check_stats(path, names, values, np.array(time_dependent))
     stats = xr.Dataset(
@@ -173,13 +211,6 @@ def compute_stats(
             "history": history(python_call("compute_stats", path)),
         },
     )
-    check_store_unchanged(path, ds)
-    if out is None:
-        write_stats(path, stats)
-        return stats
-    with out_output:
-        stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
-        out_output.commit()
     return stats
 
 
@@ -346,35 +377,78 @@ def _block(var: xr.DataArray) -> np.ndarray:
     return x
 
 
-def _weighted_moments(
-    var: xr.DataArray, times: np.ndarray, pairs: np.ndarray, step: np.timedelta64, weights: np.ndarray, block: int
-) -> tuple[Moments, Moments, np.ndarray]:
-    """Moments of the fields and of their tendencies, and where values are infinite, in one pass.
+@dataclass(frozen=True)
+class _Job:
+    """What every part of one ``compute_stats`` shares (sent to each worker once).
 
-    Args:
-        var: (time, [level], latitude, longitude) in any order of dims, over ``times``.
-        pairs: times t (ascending) whose tendency x(t + step) - x(t) counts.
-        block: time steps read at once.
+    ds: the store, opened lazily; selection: its positions of ``times``, the selected times
+    (ascending); step: the tendency step; weights: (lat,) in the store's row order; block: time
+    steps read at once.
+    """
+
+    ds: xr.Dataset
+    selection: slice
+    times: np.ndarray
+    step: np.timedelta64
+    weights: np.ndarray
+    block: int
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One task of ``compute_stats``: the times ``start:stop`` (positions in the selection) of one variable.
+
+    pairs: the times t (ascending) whose tendency x(t + step) - x(t) counts and whose later time is
+    in the part; carry: positions (before ``start``) of the earlier times of those pairs that lie
+    before the part, read first (the only times read by two parts).
+    """
+
+    name: str
+    start: int
+    stop: int
+    pairs: np.ndarray
+    carry: np.ndarray
+
+
+def _parts(name: str, times: np.ndarray, pairs: np.ndarray, step: np.timedelta64, block: int) -> list[_Part]:
+    """The parts of one variable over the selected ``times``: ``PART_BLOCKS`` blocks each."""
+    size = block * PART_BLOCKS
+    parts = []
+    for start in range(0, times.size, size):
+        stop = min(start + size, times.size)
+        mine = pairs[(pairs + step >= times[start]) & (pairs + step <= times[stop - 1])]
+        earlier = np.searchsorted(times, mine)
+        parts.append(_Part(name, start, stop, mine, earlier[earlier < start]))
+    return parts
+
+
+def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndarray]:
+    """Moments of the fields of one part and of the tendencies whose later time is in it, and where
+    values are infinite, in one pass (a task of ``Engine.map``).
 
     Returns:
-        (fields, tendencies, infinite): infinite is (time, channel) bool, any infinite value.
+        (fields, tendencies, infinite): infinite is (time, channel) bool over the part's times, any
+        infinite value.
     """
+    var = job.ds[part.name].isel(time=job.selection)
+    times, step, weights, block, pairs = job.times, job.step, job.weights, job.block, part.pairs
     later_times = pairs + step
     channels = var.sizes.get("level", 1)
     fields, tendencies = Moments.empty(channels), Moments.empty(channels)
-    infinite = np.zeros((times.size, channels), dtype=bool)
-    carry_times, carry = times[:0], None  # earlier times of tendencies whose later time comes in a next block
-    starts = range(0, times.size, block)
+    infinite = np.zeros((part.stop - part.start, channels), dtype=bool)
+    # earlier times of tendencies whose later time comes in a later block: first those before this part
+    carry_times, carry = times[part.carry], (_block(var.isel(time=part.carry)) if part.carry.size else None)
     with ThreadPoolExecutor(1) as reader:  # the next block is read (decompressed) while this one is reduced
-        pending = reader.submit(_block, var.isel(time=slice(0, block)))
-        for start in starts:
+        pending = reader.submit(_block, var.isel(time=slice(part.start, min(part.start + block, part.stop))))
+        for start in range(part.start, part.stop, block):
             x = pending.result()
-            if start + block < times.size:
-                pending = reader.submit(_block, var.isel(time=slice(start + block, start + 2 * block)))
+            if start + block < part.stop:
+                pending = reader.submit(_block, var.isel(time=slice(start + block, min(start + 2 * block, part.stop))))
             block_times = times[start : start + x.shape[0]]
             moments = Moments.of(x, weights)
             if not (np.isfinite(moments.mean).all() and np.isfinite(moments.m2).all()):
-                infinite[start : start + x.shape[0]] = np.isinf(x).any((-2, -1))  # only then: it costs a pass
+                # only then: it costs a pass
+                infinite[start - part.start : start - part.start + x.shape[0]] = np.isinf(x).any((-2, -1))
             fields = fields.combine(moments)
             later = np.flatnonzero(np.isin(block_times, later_times))
             if later.size:

@@ -33,14 +33,17 @@ statistics go to their own path: ``s2forecast stats STORE --out STATS``).
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
 
-from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
 from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
+
+if TYPE_CHECKING:  # imported where used: geometry imports torch, which dask workers reading stores need not
+    from s2forecast.geometry import Grid
 
 LAYOUT_VERSION = "1"
 COMPLETE_ATTR = "s2forecast_complete"
@@ -148,8 +151,10 @@ def to_model_order(ds: xr.Dataset, leading: tuple[str, ...] = ("time",)) -> xr.D
     return ds
 
 
-def grid_of(ds: xr.Dataset) -> Grid:
+def grid_of(ds: xr.Dataset) -> "Grid":
     """The ``Grid`` of a dataset's latitude/longitude coordinates, checked against ``grid_kind``."""
+    from s2forecast.geometry import Grid
+
     grid = Grid.from_coords(ds["latitude"].values, ds["longitude"].values)
     recorded = ds.attrs.get("grid_kind")
     if recorded is not None and recorded != grid.kind:
@@ -165,7 +170,7 @@ class StoreInfo:
     """What a reader needs to know about a store before reading data."""
 
     path: str
-    grid: Grid
+    grid: "Grid"
     times: np.ndarray  # datetime64[ns]
     variables: tuple[str, ...]  # time-dependent variables
     static: tuple[str, ...]

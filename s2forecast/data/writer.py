@@ -60,7 +60,8 @@ class InvalidInputData(UserError):
 class StoreWriter:
     """Create or resume a store at ``path`` whose contents are identified by ``signature``.
 
-    One writer process per store: the ``written`` flags are one chunk, updated per slab.
+    One writer per store updates the ``written`` flags (one chunk) per slab; the slabs' data may
+    be written by other processes (``write_region``), each slab by one.
 
     Args:
         path: the zarr store to write.
@@ -182,15 +183,18 @@ class StoreWriter:
         """Write the time-dependent variables of ``slab`` at time indices start..start+len-1
         (computing dask arrays in parallel), then mark those times written."""
         stop = start + slab.sizes["time"]
+        self.check_slab(start, stop)
+        write_region(self.target, slab, start)
+        self.mark_written(start, stop)
+
+    def check_slab(self, start: int, stop: int) -> None:
+        """Refuse time steps ``start:stop`` that split a shard (a rerun could not resume)."""
         if self.shards and (start % self.shards or (stop % self.shards and stop != self._n_times)):
             raise ValueError(f"time steps {start}..{stop} split a shard of {self.shards}: a rerun could not resume")
-        data = slab[[name for name, v in slab.data_vars.items() if "time" in v.dims]].copy(deep=False)
-        data = data.drop_vars([c for c in data.coords if c != "time"])
-        data.attrs = {}
-        for var in data.data_vars.values():
-            var.attrs = {}
-            var.encoding = {}
-        data.to_zarr(self.target, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
+
+    def mark_written(self, start: int, stop: int) -> None:
+        """Flag the time steps ``start:stop`` written, once their data is on disk (``write_region``,
+        possibly by another process): this writer alone updates the flags."""
         group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         group["written"][start:stop] = True
 
@@ -207,6 +211,20 @@ class StoreWriter:
         if self._replacement is not None:
             self._replacement.commit()
             self._replacement, self.target = None, self.path
+
+
+def write_region(target: str | Path, slab: xr.Dataset, start: int) -> None:
+    """Write the time-dependent variables of ``slab`` at time indices start..start+len-1 of the store
+    at ``target`` (created by a ``StoreWriter``), not its ``written`` flags: writers of disjoint slabs
+    (dask.distributed workers) may call it at once, the ``StoreWriter`` then marks each slab written."""
+    stop = start + slab.sizes["time"]
+    data = slab[[name for name, v in slab.data_vars.items() if "time" in v.dims]].copy(deep=False)
+    data = data.drop_vars([c for c in data.coords if c != "time"])
+    data.attrs = {}
+    for var in data.data_vars.values():
+        var.attrs = {}
+        var.encoding = {}
+    data.to_zarr(target, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
 
 
 def lazy_empty(shape: tuple[int, ...], dims: tuple[str, ...], dtype=np.float32) -> xr.Variable:

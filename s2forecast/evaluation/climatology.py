@@ -30,12 +30,15 @@ Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
         datetime64): the mean over all times, identical for every day of year and hour.
 """
 
+import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.engine import Engine
 from s2forecast.output import zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -196,6 +199,7 @@ def compute_climatology(
     *,
     out=None,
     progress: bool = False,
+    engine: Engine | None = None,
 ) -> Data:
     """Climatology of ``truth`` in WB2 layout (see the module docstring for the conventions).
 
@@ -219,6 +223,8 @@ def compute_climatology(
         out: where to stream the climatology to (see above): a new path or an empty directory
             (an existing one is refused: ``write_climatology`` replaces only what s2forecast wrote).
         progress: with ``out``, a progress bar on stderr (on a terminal only).
+        engine: with ``out``, where the tasks of the two passes run (``s2forecast.data.engine``:
+            this process by default, or dask.distributed workers that see ``out``); the same values.
 
     Returns:
         dims ``(dayofyear 1..366, hour, [level], latitude, longitude)``; attrs
@@ -256,7 +262,7 @@ def compute_climatology(
         method, reason = _resolve_method(method, stamps)
         attrs = _climatology_attrs(truth.attrs, method, reason, window_days, period)
         data = truth.to_dataset(name=truth.name or "data") if isinstance(truth, xr.DataArray) else truth
-        return _stream_climatology(data, positions, stamps, method, window_days, attrs, out, progress)
+        return _stream_climatology(data, positions, stamps, method, window_days, attrs, out, progress, engine)
     if not truth.indexes["time"].is_monotonic_increasing:  # a mean does not depend on the order: sort
         truth = truth.sortby("time")
     truth = _select_period(truth, start, end)
@@ -441,54 +447,73 @@ def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
 
 READ_BLOCK_BYTES = 128 * 2**20  # times read at once per variable: whole store chunks, about this many bytes
 OUTPUT_CHUNK_BYTES = 16 * 2**20  # output chunk: (days, 1 hour, 1 level, latitude, longitude), about this size
+SUMS_BYTES = 64 * 2**20  # float64 slot sums a task of the first pass holds: (slots, channel..., spatial...)
 SPATIAL_DIMS = ("latitude", "longitude")
+SCRATCH = ".climatology-scratch"  # inside the output being written; removed before it is complete
 
 
 def _stream_climatology(
-    data: xr.Dataset, positions: np.ndarray, stamps, method: str, window_days: int, attrs: dict, out, progress: bool
+    data: xr.Dataset,
+    positions: np.ndarray,
+    stamps,
+    method: str,
+    window_days: int,
+    attrs: dict,
+    out,
+    progress: bool,
+    engine: Engine | None = None,
 ) -> xr.Dataset:
-    """Write the climatology of ``data`` at ``positions`` (storage order) to the zarr ``out``.
+    """Write the climatology of ``data`` at ``positions`` (storage order) to the zarr ``out``, in two
+    passes of tasks run by ``engine`` (this process by default, or dask.distributed workers, which
+    then must see ``out``).
 
-    Per variable: the sums per slot ((dayofyear, hour), hour, or one slot for the mean) are
-    accumulated in float64 in a scratch file inside ``out`` (the accumulator of a 0.25° variable
-    is larger than memory), one block of store chunks at a time, so each chunk is read once.
-    Then per channel (one index of the dims other than latitude/longitude) and hour, the means
-    are smoothed along the periodic day of year with running sums (the triangular window is
-    two boxes convolved) and written in output chunks. Memory: one read block, plus
-    ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°), independent of the record length.
-    Scratch disk: 8 bytes x slots x points of the largest variable, removed when done.
+    1. Sums: per variable and range of consecutive slots ((dayofyear, hour), hour, or one slot for
+       the mean), a task reads the times of those slots (per year one run of times, read in blocks
+       of whole store chunks: with one time per chunk, as every s2forecast and WeatherBench2
+       store, each chunk is read once) and adds them up per slot in float64, in time order; it
+       writes the sums (and the count of NaN per point, if any) to scratch files of its own inside
+       ``out`` (the sums of a 0.25° variable are larger than memory).
+    2. Means: per variable, channel (one index of the dims other than latitude/longitude) and
+       hour, a task smooths the slot means along the periodic day of year with running sums (the
+       triangular window is two boxes convolved) and writes them in output chunks.
+
+    Each slot is summed by one task and each output chunk written by one: the same numbers
+    wherever the tasks run. Memory per task: ``SUMS_BYTES`` of sums and one read block, or
+    ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°); independent of the
+    record length. Scratch disk: 8 bytes x slots x channels x points per variable, removed when done.
     """
     import shutil
-    from concurrent.futures import ThreadPoolExecutor
 
-    import zarr
     from tqdm.auto import tqdm
 
     hours = np.unique(np.asarray(stamps.hour)) if stamps is not None else np.array([0])
     primary, extra, n_slots = _slots(stamps, positions, method, hours, data.sizes["time"])
+    counts = np.bincount(primary[primary >= 0], minlength=n_slots) + np.bincount(extra[extra >= 0], minlength=n_slots)
     template = _output_template(data, hours, attrs)
     template.to_zarr(out, mode="w", zarr_format=3, consolidated=True, compute=False)
-    group = zarr.open_group(str(out), mode="r+")
-    scratch = Path(out) / ".climatology-scratch"
-    blocks = {name: _read_blocks(data[name], positions) for name in data.data_vars}
-    bar = tqdm(total=sum(len(b) for b in blocks.values()), desc="climatology", unit="block",
-               disable=None if progress else True)  # fmt: skip
+    scratch = Path(out) / SCRATCH
+    sums = [task for name in data.data_vars for task in _sum_tasks(data[name], n_slots, primary, extra)]
+    engine = engine if engine is not None else Engine()
     try:
         scratch.mkdir()
-        for name, variable in data.data_vars.items():
-            sums = _Accumulator(scratch / str(name), n_slots, variable)
-            with ThreadPoolExecutor(1) as pool:  # the next block is read while this one is added
-                ranges = blocks[name]
-                pending = pool.submit(_read_block, variable, *ranges[0]) if ranges else None
-                for i, (start, stop) in enumerate(ranges):
-                    block = pending.result()
-                    pending = pool.submit(_read_block, variable, *ranges[i + 1]) if i + 1 < len(ranges) else None
-                    sums.add(variable, start, stop, primary, extra, block)
+        job = engine.share(_Job(data, str(Path(out).absolute()), primary, extra, counts, method, hours, window_days))
+        with tqdm(total=len(sums), desc="climatology", unit="task", disable=None if progress else True) as bar:
+            has_nan = dict.fromkeys(data.data_vars, False)
+            with contextlib.closing(engine.map(_sum_slots, sums, job)) as results:
+                for task, nans in zip(sums, results, strict=True):
+                    has_nan[task.name] |= nans
                     bar.update()
-            _write_variable(group[name], sums, variable, method, hours, window_days)
-            sums.close()
+            means = [
+                _MeanTask(name, channel, h, _slots_per_task(data[name], n_slots), has_nan[name])
+                for name in data.data_vars
+                for channel in range(_channels(data[name]))
+                for h in range(hours.size)
+            ]
+            bar.reset(total=len(means))
+            with contextlib.closing(engine.map(_write_means, means, job)) as results:
+                for _ in results:
+                    bar.update()
     finally:
-        bar.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return xr.open_zarr(out)
 
@@ -546,134 +571,190 @@ def _output_template(data: xr.Dataset, hours: np.ndarray, attrs: dict) -> xr.Dat
     return template
 
 
+def _channels(variable: xr.DataArray) -> int:
+    """The channels of a variable: the product of its dims other than time, latitude and longitude."""
+    return int(np.prod([variable.sizes[d] for d in _order(variable)[0]]))
+
+
+def _points(variable: xr.DataArray) -> int:
+    return int(np.prod([variable.sizes[d] for d in _order(variable)[1]]))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every task of one ``_stream_climatology`` shares (sent to each worker once).
+
+    data: the truth, lazy; out: the climatology being written (its scratch inside); primary,
+    extra: (time,) slots of each store position (``_slots``); counts: (slot,) times per slot.
+    """
+
+    data: xr.Dataset
+    out: str
+    primary: np.ndarray
+    extra: np.ndarray
+    counts: np.ndarray
+    method: str
+    hours: np.ndarray
+    window_days: int
+
+
+@dataclass(frozen=True)
+class _SumTask:
+    """Sum the slots ``first:stop`` of variable ``name`` over the store positions ``blocks`` hold (pass 1)."""
+
+    name: str
+    first: int
+    stop: int
+    blocks: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class _MeanTask:
+    """Smooth and write the days of one channel and hour index of variable ``name`` (pass 2)."""
+
+    name: str
+    channel: int
+    hour: int
+    slots_per_task: int  # of pass 1: which scratch file holds a slot
+    has_nan: bool
+
+
+def _scratch(out, name: str, first: int, kind: str) -> Path:
+    """The scratch file of pass 1 with the ``kind`` ("sums", "nans") of the slots from ``first`` of a variable."""
+    return Path(out) / SCRATCH / f"{name}.{first}.{kind}"
+
+
+def _slots_per_task(variable: xr.DataArray, n_slots: int) -> int:
+    """Consecutive slots a task of pass 1 sums: their sums fill about ``SUMS_BYTES`` (one slot at least)."""
+    return int(np.clip(SUMS_BYTES // (8 * _channels(variable) * _points(variable)), 1, n_slots))
+
+
+def _sum_tasks(variable: xr.DataArray, n_slots: int, primary: np.ndarray, extra: np.ndarray) -> list[_SumTask]:
+    """The tasks of pass 1 for one variable: ranges of ``_slots_per_task`` consecutive slots, each with
+    the read blocks of its times; none for slots without a time."""
+    size = _slots_per_task(variable, n_slots)
+    tasks = []
+    for first in range(0, n_slots, size):
+        stop = min(first + size, n_slots)
+        mine = np.flatnonzero(((primary >= first) & (primary < stop)) | ((extra >= first) & (extra < stop)))
+        if mine.size:
+            tasks.append(_SumTask(variable.name, first, stop, tuple(_read_blocks(variable, mine))))
+    return tasks
+
+
 def _read_blocks(variable: xr.DataArray, positions: np.ndarray) -> list[tuple[int, int]]:
-    """``[start, stop)`` ranges of store positions read at once: whole store chunks (dask chunks along
-    time), about ``READ_BLOCK_BYTES`` each, only those holding a time of the period."""
-    axis = variable.get_axis_num("time")
+    """``[start, stop)`` ranges that hold the store ``positions`` (ascending), read at once: consecutive
+    store chunks (dask chunks along time) holding a position, about ``READ_BLOCK_BYTES`` each, never
+    splitting a chunk, from the first position to the last in them."""
     per_time = variable.dtype.itemsize * int(np.prod([n for d, n in variable.sizes.items() if d != "time"]))
     if variable.chunks is not None:
-        bounds = np.cumsum((0, *variable.chunks[axis]))
+        bounds = np.cumsum((0, *variable.chunks[variable.get_axis_num("time")]))
     else:
         bounds = np.arange(0, variable.sizes["time"] + 1)
-    blocks, start = [], 0
-    for i in range(1, bounds.size):  # close the block when the next chunk would take it past the budget
-        if i + 1 == bounds.size or (bounds[i + 1] - start) * per_time > READ_BLOCK_BYTES:
-            blocks.append((int(start), int(bounds[i])))
-            start = bounds[i]
-    selected = np.zeros(variable.sizes["time"] + 1, dtype=np.int64)
-    selected[positions + 1] = 1
-    selected = np.cumsum(selected)
-    return [(a, b) for a, b in blocks if selected[b] > selected[a]]
+    chunk = np.searchsorted(bounds, positions, side="right") - 1  # the chunk of each position
+    blocks, start = [], int(positions[0])
+    for i in range(1, positions.size):  # a new block at a chunk without positions, or past the budget
+        if chunk[i] != chunk[i - 1] and (
+            chunk[i] > chunk[i - 1] + 1 or (bounds[chunk[i] + 1] - start) * per_time > READ_BLOCK_BYTES
+        ):
+            blocks.append((start, int(positions[i - 1]) + 1))
+            start = int(positions[i])
+    blocks.append((start, int(positions[-1]) + 1))
+    return blocks
 
 
 def _read_block(variable: xr.DataArray, start: int, stop: int) -> np.ndarray:
-    """(stop - start, points) values of the store's times ``start:stop``, dims ``(time, channel..., spatial...)``
-    flattened: the one read of these chunks."""
+    """(stop - start, channel, points) values of the store's times ``start:stop``, dims ``(time,
+    channel..., spatial...)`` flattened: the one read of these chunks."""
     channel, spatial = _order(variable)
     block = variable.isel(time=slice(start, stop)).transpose("time", *channel, *spatial).values
-    return block.reshape(stop - start, -1)
+    return block.reshape(stop - start, _channels(variable), -1)
 
 
-class _Accumulator:
-    """Per-slot float64 sums of one variable in a scratch file, rows ``(slot, channel..., spatial...)``;
-    counts of times per slot; counts of NaN per slot and point, in a second file made at the first NaN."""
+def _sum_slots(task: _SumTask, job: _Job) -> bool:
+    """Pass 1 (a task of ``Engine.map``): the float64 sums of the slots ``task.first:task.stop`` over their
+    times, in time order, NaN left out and counted per point; written to the scratch. Returns whether a
+    NaN was met. The next block is read while one is added.
 
-    def __init__(self, path: Path, n_slots: int, variable: xr.DataArray):
-        channel, spatial = _order(variable)
-        self.name = variable.name
-        self.points = int(np.prod([variable.sizes[d] for d in spatial]))
-        self.size = self.points * int(np.prod([variable.sizes[d] for d in channel]))
-        self.path, self.n_slots = path, n_slots
-        self.counts = np.zeros(n_slots, dtype=np.int64)
-        self.sums = _RowFile(path.with_suffix(".sums"), n_slots, self.size, np.float64)
-        self.nans = None
+    Raises:
+        UserError: an infinite value, naming the variable and its time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
 
-    def add(self, variable: xr.DataArray, start: int, stop: int, primary, extra, block: np.ndarray) -> None:
-        """Add ``block``, the store's times ``start:stop`` (:func:`_read_block`), those in the period."""
-        times = variable["time"].values
-        for offset in range(stop - start):
-            slots = [s for s in (primary[start + offset], extra[start + offset]) if s >= 0]
-            if not slots:
-                continue
-            values = block[offset]
-            if np.isinf(values).any():
-                name = f"variable {self.name}" if self.name is not None else "the truth"
-                raise _infinite_error(name, times[start + offset])
-            missing = np.isnan(values)
-            if missing.any():
-                values = np.where(missing, 0.0, values)
-                if self.nans is None:
-                    self.nans = _RowFile(self.path.with_suffix(".nans"), self.n_slots, self.size, np.int32)
+    variable = job.data[task.name]
+    times = variable["time"].values
+    n = task.stop - task.first
+    sums = np.zeros((n, _channels(variable), _points(variable)))
+    nans = None
+    with ThreadPoolExecutor(1) as reader:
+        pending = reader.submit(_read_block, variable, *task.blocks[0])
+        for i, (start, stop) in enumerate(task.blocks):
+            block = pending.result()
+            if i + 1 < len(task.blocks):
+                pending = reader.submit(_read_block, variable, *task.blocks[i + 1])
+            for offset, position in enumerate(range(start, stop)):
+                slots = [
+                    s - task.first for s in (job.primary[position], job.extra[position]) if task.first <= s < task.stop
+                ]
+                if not slots:
+                    continue
+                values = block[offset]
+                if np.isinf(values).any():
+                    name = f"variable {task.name}" if task.name is not None else "the truth"
+                    raise _infinite_error(name, times[position])
+                missing = np.isnan(values)
+                if missing.any():
+                    values = np.where(missing, 0.0, values)
+                    nans = np.zeros(sums.shape, dtype=np.int32) if nans is None else nans
+                    for slot in slots:
+                        nans[slot] += missing
                 for slot in slots:
-                    self.nans.add(slot, missing)
-            for slot in slots:
-                self.sums.add(slot, values, fresh=self.counts[slot] == 0)
-                self.counts[slot] += 1
+                    sums[slot] += values
+    sums.tofile(_scratch(job.out, task.name, task.first, "sums"))  # (slot, channel, point) float64, C order
+    if nans is not None:
+        nans.tofile(_scratch(job.out, task.name, task.first, "nans"))
+    return nans is not None
 
-    def means(self, slot: int, channel: int) -> np.ndarray:
-        """(points,) float64 mean of ``channel`` over the times in ``slot`` (NaN where none is finite)."""
-        part = slice(channel * self.points, (channel + 1) * self.points)
-        sums = self.sums.read(slot, part)
-        count = self.counts[slot] - (self.nans.read(slot, part) if self.nans is not None else 0)
+
+class _SlotMeans:
+    """Means per slot of one channel of a variable, read from the scratch files of pass 1 (only the
+    channel's values of the slot: one positioned read per file)."""
+
+    def __init__(self, job: _Job, task: _MeanTask):
+        variable = job.data[task.name]
+        self.out, self.task, self.counts = job.out, task, job.counts
+        self.channels, self.points = _channels(variable), _points(variable)
+
+    def _read(self, slot: int, kind: str, dtype) -> np.ndarray:
+        first = slot - slot % self.task.slots_per_task
+        offset = ((slot - first) * self.channels + self.task.channel) * self.points
+        return np.fromfile(_scratch(self.out, self.task.name, first, kind), dtype=dtype, count=self.points,
+                           offset=offset * np.dtype(dtype).itemsize)  # fmt: skip
+
+    def __call__(self, slot: int) -> np.ndarray:
+        """(points,) float64 mean over the times in ``slot`` (NaN where none is finite)."""
+        sums = self._read(slot, "sums", np.float64)
+        count = self.counts[slot]
+        if self.task.has_nan and _scratch(self.out, self.task.name, slot - slot % self.task.slots_per_task,
+                                          "nans").exists():  # fmt: skip
+            count = count - self._read(slot, "nans", np.int32)
         with np.errstate(invalid="ignore", divide="ignore"):
             return sums / count
 
-    def close(self) -> None:
-        for rows in (self.sums, self.nans):
-            if rows is not None:
-                rows.close()
 
-
-class _RowFile:
-    """A (rows, size) array in a file, read and written one (part of a) row at a time with
-    pread/pwrite: the file's pages stay in the page cache, not in this process's memory (as a
-    memory map's would)."""
-
-    def __init__(self, path: Path, rows: int, size: int, dtype):
-        import os
-
-        self.dtype, self.size = np.dtype(dtype), size
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.ftruncate(self.fd, rows * size * self.dtype.itemsize)  # sparse zeros
-
-    def read(self, row: int, part: slice = slice(None)) -> np.ndarray:
-        import os
-
-        start, stop, _ = part.indices(self.size)
-        out = np.empty(stop - start, dtype=self.dtype)
-        view, offset = memoryview(out).cast("B"), (row * self.size + start) * self.dtype.itemsize
-        done = 0
-        while done < view.nbytes:
-            n = os.preadv(self.fd, [view[done:]], offset + done)
-            if n <= 0:
-                raise OSError(f"short read of {self.size} values at row {row}")
-            done += n
-        return out
-
-    def add(self, row: int, values: np.ndarray, fresh: bool = False) -> None:
-        """Add ``values`` to ``row``; ``fresh``: the row holds zeros yet (nothing to read)."""
-        import os
-
-        total = values.astype(self.dtype) if fresh else self.read(row) + values
-        view, offset, done = memoryview(total).cast("B"), row * self.size * self.dtype.itemsize, 0
-        while done < view.nbytes:
-            done += os.pwrite(self.fd, view[done:], offset + done)
-
-    def close(self) -> None:
-        import os
-
-        os.close(self.fd)
-
-
-def _write_variable(array, sums: _Accumulator, variable: xr.DataArray, method, hours, window_days) -> None:
-    """Means, gap filling and smoothing of each (channel, hour) of one variable, written to the zarr ``array``
-    (dims ``(dayofyear, hour, *variable dims but time)``) one output chunk of days at a time, each chunk
-    compressed and written in a thread while the next is computed (at most two chunks in flight)."""
+def _write_means(task: _MeanTask, job: _Job) -> None:
+    """Pass 2 (a task of ``Engine.map``): means, gap filling and smoothing of one channel and hour of a
+    variable, written to its zarr array (dims ``(dayofyear, hour, *variable dims but time)``) one output
+    chunk of days at a time, each chunk compressed and written in a thread while the next is computed
+    (at most two chunks in flight)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import zarr
+
+    array = zarr.open_group(job.out, mode="r+")[task.name]
     with ThreadPoolExecutor(1) as pool:
         pending = []
-        for index, block in _output_chunks(array, sums, variable, method, hours, window_days):
+        for index, block in _output_chunks(array, job, task):
             pending.append(pool.submit(array.__setitem__, index, block))
             if len(pending) > 1:
                 pending.pop(0).result()  # raises a failed write (e.g. a full disk) here
@@ -681,36 +762,35 @@ def _write_variable(array, sums: _Accumulator, variable: xr.DataArray, method, h
             write.result()
 
 
-def _output_chunks(array, sums: _Accumulator, variable: xr.DataArray, method, hours, window_days):
-    """Yield (zarr index, values) of each output chunk of :func:`_write_variable`, in order."""
+def _output_chunks(array, job: _Job, task: _MeanTask):
+    """Yield (zarr index, values) of each output chunk of :func:`_write_means`, in order."""
+    variable = job.data[task.name]
     channel_dims, spatial = _order(variable)
     dims = ["dayofyear", "hour", *[d for d in variable.dims if d != "time"]]
     shape = [variable.sizes[d] for d in spatial]
+    at = dict(zip(channel_dims, np.unravel_index(task.channel, [variable.sizes[d] for d in channel_dims]), strict=True))
+    means, h, n_hours = _SlotMeans(job, task), task.hour, job.hours.size
+    if job.method == "dayofyear_hour":
+        days = _smoothed_days(lambda d: _filled_mean(means, job.counts, d, h, n_hours), job.window_days, task.has_nan)
+    else:
+        mean = means(h if job.method == "hour" else 0)
+        days = (mean for _ in DAYS_OF_YEAR)
     days_per_chunk = array.chunks[0]
-    for channel, index in enumerate(np.ndindex(*[variable.sizes[d] for d in channel_dims])):
-        at = dict(zip(channel_dims, index, strict=True))
-        for h in range(hours.size):
-            if method == "dayofyear_hour":
-                days = _smoothed_days(lambda d, h=h, c=channel: _filled_mean(sums, d, h, hours.size, c), window_days,
-                                      sums.nans is not None)  # fmt: skip
-            else:
-                mean = sums.means(h if method == "hour" else 0, channel)
-                days = (mean for _ in DAYS_OF_YEAR)
-            for day, field in enumerate(days):
-                if day % days_per_chunk == 0:  # a new buffer per chunk: the last one may still be being written
-                    buffer = np.empty((min(days_per_chunk, DAYS_OF_YEAR.size - day), sums.points), dtype=array.dtype)
-                buffer[day % days_per_chunk] = field
-                if day % days_per_chunk == buffer.shape[0] - 1:
-                    region = {"dayofyear": slice(day + 1 - buffer.shape[0], day + 1), "hour": h, **at}
-                    yield tuple(region.get(d, slice(None)) for d in dims), buffer.reshape(-1, *shape)
+    for day, field in enumerate(days):
+        if day % days_per_chunk == 0:  # a new buffer per chunk: the last one may still be being written
+            buffer = np.empty((min(days_per_chunk, DAYS_OF_YEAR.size - day), field.size), dtype=array.dtype)
+        buffer[day % days_per_chunk] = field
+        if day % days_per_chunk == buffer.shape[0] - 1:
+            region = {"dayofyear": slice(day + 1 - buffer.shape[0], day + 1), "hour": h, **at}
+            yield tuple(region.get(d, slice(None)) for d in dims), buffer.reshape(-1, *shape)
 
 
-def _filled_mean(sums: _Accumulator, day: int, h: int, n_hours: int, channel: int) -> np.ndarray:
+def _filled_mean(means: _SlotMeans, counts: np.ndarray, day: int, h: int, n_hours: int) -> np.ndarray:
     """Mean of slot (day 0..365, hour index h); an empty slot from its nearest filled neighbours (periodic),
     as :func:`_fill_gaps_periodic`."""
-    present = sums.counts.reshape(DAYS_OF_YEAR.size, n_hours)[:, h] > 0
+    present = counts.reshape(DAYS_OF_YEAR.size, n_hours)[:, h] > 0
     if present[day]:
-        return sums.means(day * n_hours + h, channel)
+        return means(day * n_hours + h)
     filled = np.flatnonzero(present)
     if filled.size == 0:
         raise UserError("no dayofyear slot has data")
@@ -719,7 +799,7 @@ def _filled_mean(sums: _Accumulator, day: int, h: int, n_hours: int, channel: in
     before = filled[(np.searchsorted(filled, day, side="right") - 1) % filled.size]
     dist_before, dist_after = (day - before) % n, (after - day) % n
     w_before = dist_after / (dist_before + dist_after)
-    lower, upper = sums.means(before * n_hours + h, channel), sums.means(after * n_hours + h, channel)
+    lower, upper = means(before * n_hours + h), means(after * n_hours + h)
     return lower * w_before + upper * (1.0 - w_before)
 
 
@@ -841,13 +921,15 @@ def write_climatology(
     overwrite: bool = False,
     progress: bool = False,
     storage_options: dict | None = None,
+    engine: Engine | None = None,
 ):
     """``s2forecast climatology``: the climatology of a store, streamed over the store once with
     bounded memory (see :func:`compute_climatology` with ``out``), written to the zarr ``out``
     following ``s2forecast.output`` (never over the store, only over a climatology s2forecast
     wrote and only with ``overwrite``; under a temporary name, renamed when complete and only if
     the store was not rewritten meanwhile). ``storage_options``: fsspec options when ``store``
-    is a URL.
+    is a URL. ``engine``: where the work runs (``s2forecast.data.engine``; dask.distributed workers
+    write into the temporary output, which this process renames into place when complete).
 
     Raises:
         FileNotFoundError, ValueError: no store, not a store, an incomplete store, or an
@@ -875,6 +957,7 @@ def write_climatology(
             "history": history(python_call("write_climatology", store), attrs.get("history")),
             **output.attrs,
         }
-        compute_climatology(source, start=start, end=end, window_days=window_days, out=output.tmp, progress=progress)
+        compute_climatology(source, start=start, end=end, window_days=window_days, out=output.tmp, progress=progress,
+                            engine=engine)  # fmt: skip
         check_store_unchanged(store, truth)
         return output.commit()

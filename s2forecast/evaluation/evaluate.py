@@ -62,6 +62,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.engine import Engine
 from s2forecast.evaluation import report, scoring
 from s2forecast.evaluation.climatology import MIN_ACC_YEARS, ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
@@ -134,6 +135,7 @@ def evaluate(
     regions: Sequence[str] | None = None,
     storage_options: dict | None = None,
     config: EvaluationConfig | None = None,
+    engine: Engine | None = None,
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -159,6 +161,8 @@ def evaluate(
         config: the variables, metrics, baselines and regions by name (:class:`EvaluationConfig`);
             default the one made of ``variables`` and ``regions`` (give those in the config instead
             when you pass one).
+        engine: where the blocks of init times are scored (``s2forecast.data.engine``: this process by
+            default, or dask.distributed workers); the same scores either way.
 
     Returns:
         The metrics Dataset as written: per variable ``(metric, source, region, lead_time, [level])``,
@@ -187,7 +191,8 @@ def evaluate(
     with contextlib.ExitStack() as stack:  # on any error every temporary output goes, nothing at --out changes
         for output in outputs:
             stack.enter_context(output)
-        metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress)
+        metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
+                                            engine=engine)  # fmt: skip
         for output in written:
             output.commit()
     return metrics
@@ -198,7 +203,12 @@ class PlotWarning(UserWarning):
 
 
 def _score_and_write(
-    inputs: EvaluationInputs, config: EvaluationConfig, outputs: list[Output], *, progress: bool
+    inputs: EvaluationInputs,
+    config: EvaluationConfig,
+    outputs: list[Output],
+    *,
+    progress: bool,
+    engine: Engine | None = None,
 ) -> tuple[xr.Dataset, list[Output]]:
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile.
@@ -210,7 +220,7 @@ def _score_and_write(
     out = metrics_output.path
     expected = inputs.init_times_with_truth()
     names = config.metrics_for(inputs.ensemble)
-    metrics = _score(inputs, names, config.sources, progress)
+    metrics = _score(inputs, names, config.sources, progress, engine)
     counts = metrics["n_init_times"].values
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
@@ -292,8 +302,10 @@ def _score_and_write(
     return metrics, committed
 
 
-def _score(inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool) -> xr.Dataset:
+def _score(
+    inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool, engine: Engine | None
+) -> xr.Dataset:
     return scoring.score(
         inputs.forecast, inputs.truth, inputs.climatology, inputs.variables, inputs.region_weights, inputs.regions,
-        metrics, sources, progress=progress,
+        metrics, sources, progress=progress, engine=engine,
     )  # fmt: skip

@@ -32,14 +32,19 @@ forecast, the truth at the valid times, persistence, the climatology at the vali
 source's block goes through the metric engine of :mod:`s2forecast.evaluation.metrics`: statistics
 computed once per block and shared between metrics, summed over the init times with truth
 (:class:`~s2forecast.evaluation.metrics.Statistics`), added up over the blocks and finalized once.
+The blocks are the tasks of an ``s2forecast.data.engine.Engine`` (this process, or dask.distributed
+workers); their statistics are added up on the client in the order of the blocks.
 """
 
+import contextlib
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.engine import Engine
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
     LEAD_DIM,
@@ -100,6 +105,7 @@ def score(
     metrics,
     sources,
     progress: bool = False,
+    engine: Engine | None = None,
 ) -> xr.Dataset:
     """Score every source on every region; return the results Dataset (module docstring layout).
 
@@ -113,47 +119,79 @@ def score(
         metrics: metric names (``metrics.METRICS``): the ``metric`` coordinate, and the rank
             histogram's own variable; metrics that need members are scored for the forecast only.
         sources: ``forecast`` and the baselines (``persistence``, ``climatology``), in results order.
+        engine: where the blocks of init times are scored (``s2forecast.data.engine``; default this
+            process); their statistics are added up here in the order of the blocks: the same scores.
     """
     from tqdm.auto import tqdm
 
     init_times = forecast[INIT_DIM].values
-    leads = forecast[LEAD_DIM].values
     member = member_dim(forecast.dims)
     if member:
         check_members(forecast.sizes[member], member)
     metrics = [get_metric(name) for name in metrics]
-    extra_dims = {key: metric.statistic_dims for metric in metrics for key in metric.provides}
     totals: dict[tuple[str, str], Statistics] = {}  # (variable, source) -> statistics of the blocks so far
     per_init = max(forecast[v].isel({INIT_DIM: 0}).size * 8 for v in variables)
-    truth_times = truth[INIT_DIM].values
-    with tqdm(total=init_times.size, desc="evaluate", unit="init", disable=not progress) as bar:
-        for block in _blocks(init_times.size, per_init):
-            init = init_times[block]
-            valid = (init[:, None] + leads[None, :]).ravel()
-            needed = np.union1d(init, valid)
-            present = needed[np.isin(needed, truth_times)]
-            stamps = pd.DatetimeIndex(valid)
-            doys = np.unique(np.asarray(stamps.day_of_year))
-            hours = np.unique(nearest_hours(np.asarray(stamps.hour), clim["hour"].values))
-            for v in variables:
-                f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
-                levels = f["level"].values if "level" in f.dims else None
-                o = truth[v] if levels is None else truth[v].sel(level=levels)
-                o = o.sel({INIT_DIM: present}).astype(np.float64).load()
-                c = clim[v] if levels is None else clim[v].sel(level=levels)
-                c = c.sel(dayofyear=doys, hour=hours).astype(np.float64).load()
-                values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
-                available = xr.DataArray(available, dims=(INIT_DIM, LEAD_DIM))
-                dims = ("region", INIT_DIM, LEAD_DIM) + (() if levels is None else ("level",))
-                for source in sources:
-                    x, axis = (values, 2 if member else None) if source == "forecast" else (arrays[source], None)
-                    wanted = [metric for metric in metrics if axis is not None or not metric.needs_members]
-                    stats = compute_statistics(wanted, x, arrays["truth"], weights, axis, arrays["climatology"])
-                    labelled = {key: xr.DataArray(stat, dims=dims + extra_dims[key]) for key, stat in stats.items()}
-                    chunk = Statistics.of_chunk(labelled, available)
-                    totals[v, source] = totals[v, source] + chunk if (v, source) in totals else chunk
-            bar.update(init.size)
+    blocks = _blocks(init_times.size, per_init)
+    engine = engine if engine is not None else Engine()
+    job = engine.share(_Job(forecast, truth, clim, list(variables), weights, metrics, list(sources)))
+    with (
+        tqdm(total=init_times.size, desc="evaluate", unit="init", disable=not progress) as bar,
+        contextlib.closing(engine.map(_score_block, blocks, job)) as results,
+    ):
+        for block, chunk in zip(blocks, results, strict=True):
+            for key, statistics in chunk.items():
+                totals[key] = totals[key] + statistics if key in totals else statistics
+            bar.update(block.stop - block.start)
     return _results_dataset(forecast, truth, variables, totals, metrics, sources, region_names, member)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every block of one ``score`` shares (sent to each worker once): its arguments."""
+
+    forecast: xr.Dataset
+    truth: xr.Dataset
+    clim: xr.Dataset
+    variables: list
+    weights: np.ndarray
+    metrics: list
+    sources: list
+
+
+def _score_block(block: slice, job: _Job) -> dict[tuple[str, str], Statistics]:
+    """The statistics of one block of init times, per (variable, source): a task of ``Engine.map``.
+    The block is aligned once (forecast, truth at the valid times, persistence, climatology there)
+    and each source goes through the metric engine."""
+    forecast, truth, clim, metrics = job.forecast, job.truth, job.clim, job.metrics
+    leads = forecast[LEAD_DIM].values
+    member = member_dim(forecast.dims)
+    extra_dims = {key: metric.statistic_dims for metric in metrics for key in metric.provides}
+    init = forecast[INIT_DIM].values[block]
+    valid = (init[:, None] + leads[None, :]).ravel()
+    needed = np.union1d(init, valid)
+    truth_times = truth[INIT_DIM].values
+    present = needed[np.isin(needed, truth_times)]
+    stamps = pd.DatetimeIndex(valid)
+    doys = np.unique(np.asarray(stamps.day_of_year))
+    hours = np.unique(nearest_hours(np.asarray(stamps.hour), clim["hour"].values))
+    chunk = {}
+    for v in job.variables:
+        f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
+        levels = f["level"].values if "level" in f.dims else None
+        o = truth[v] if levels is None else truth[v].sel(level=levels)
+        o = o.sel({INIT_DIM: present}).astype(np.float64).load()
+        c = clim[v] if levels is None else clim[v].sel(level=levels)
+        c = c.sel(dayofyear=doys, hour=hours).astype(np.float64).load()
+        values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
+        available = xr.DataArray(available, dims=(INIT_DIM, LEAD_DIM))
+        dims = ("region", INIT_DIM, LEAD_DIM) + (() if levels is None else ("level",))
+        for source in job.sources:
+            x, axis = (values, 2 if member else None) if source == "forecast" else (arrays[source], None)
+            wanted = [metric for metric in metrics if axis is not None or not metric.needs_members]
+            stats = compute_statistics(wanted, x, arrays["truth"], job.weights, axis, arrays["climatology"])
+            labelled = {key: xr.DataArray(stat, dims=dims + extra_dims[key]) for key, stat in stats.items()}
+            chunk[v, source] = Statistics.of_chunk(labelled, available)
+    return chunk
 
 
 def _results_dataset(forecast, truth, variables, totals, metrics, sources, region_names, member) -> xr.Dataset:

@@ -15,6 +15,7 @@ import hashlib
 import os
 import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,7 +263,7 @@ FULL_DISK_POINTS = {  # a write each command makes after claiming its output
     "rollout:zarr": (rollout_module.ForecastFile, "write"),
     "climatology": (xr.Dataset, "to_zarr"),
     "evaluate": (xr.Dataset, "to_netcdf"),
-    "convert-era5": (StoreWriter, "write"),
+    "convert-era5": (StoreWriter, "mark_written"),  # flags each slab written (a worker may write its data)
     "generate-swe": (StoreWriter, "write"),
 }
 
@@ -355,7 +356,7 @@ KILL_POINTS = {  # where each writer is killed: (object, attribute, calls that g
     "rollout:zarr": (rollout_module.ForecastFile, "write", 1),
     "climatology": (Output, "commit", 0),  # written in full, not yet renamed into place
     "evaluate": (Output, "commit", 0),
-    "convert-era5": (StoreWriter, "write", 1),  # after the first of four time slabs
+    "convert-era5": (StoreWriter, "mark_written", 1),  # after the first of four time slabs
     "generate-swe": (StoreWriter, "write", 1),  # after the first of two trajectories
 }
 
@@ -494,11 +495,13 @@ def test_store_rewritten_while_it_is_read(inputs, tmp_path, capsys, monkeypatch,
     opened = generation(store)
     target, name = REWRITE_POINTS[reader]
     real = getattr(target, name)
+    once = threading.Lock()  # stats and climatology read parts in two threads (s2forecast.data.engine)
 
     def rewrite_then_read(*args, **kwargs):
-        if generation(store) == opened:  # another command overwrites the store mid-read
-            generate_swe(store, 8, 16, trajectories=2, steps=3, seed=1, solver_dt_seconds=1800, overwrite=True,
-                         progress=False)  # fmt: skip
+        with once:
+            if generation(store) == opened:  # another command overwrites the store mid-read
+                generate_swe(store, 8, 16, trajectories=2, steps=3, seed=1, solver_dt_seconds=1800, overwrite=True,
+                             progress=False)  # fmt: skip
         return real(*args, **kwargs)
 
     monkeypatch.setattr(target, name, rewrite_then_read)

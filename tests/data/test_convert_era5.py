@@ -376,15 +376,15 @@ def test_times_differ_between_variables(tmp_path):
 
 def _count_writes(monkeypatch, fail_on: int | None = None) -> list[int]:
     starts: list[int] = []
-    original = StoreWriter.write
+    original = StoreWriter.mark_written  # the writer flags each slab once its data is written
 
-    def write(self, slab, start):
+    def mark_written(self, start, stop):
         starts.append(start)
         if fail_on is not None and len(starts) == fail_on:
             raise RuntimeError("simulated crash")
-        original(self, slab, start)
+        original(self, start, stop)
 
-    monkeypatch.setattr(StoreWriter, "write", write)
+    monkeypatch.setattr(StoreWriter, "mark_written", mark_written)
     return starts
 
 

@@ -159,3 +159,29 @@ def test_an_infinite_value_is_the_message_alone(tmp_path, time):
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=r"geopotential at 500 hPa has infinite values"):
             stats_module.compute_stats(tmp_path / "wb2.zarr", out=tmp_path / "stats.zarr")
+
+
+def test_stats_in_parts_read_the_earlier_times_of_their_first_tendencies_and_equal_one_part(tmp_path, monkeypatch):
+    """Parts of 2 blocks (s2forecast.data.engine's tasks): a part's first tendency pairs with the last time
+    of the part before, read again by it; the statistics are those of the definition."""
+    ds = wb2_store(tmp_path / "wb2.zarr")
+    monkeypatch.setattr(stats_module, "CHUNK_BYTES", 1)  # one time step per block
+    monkeypatch.setattr(stats_module, "PART_BLOCKS", 2)  # parts [0, 2), [2, 4), [4, 6), [6, 8), [8, 9)
+    reads = []
+    block = stats_module._block
+
+    def counting(var):
+        if "time" in var.dims:
+            reads.extend(var["time"].values)
+        return block(var)
+
+    monkeypatch.setattr(stats_module, "_block", counting)
+    stats = stats_module.compute_stats(tmp_path / "wb2.zarr", out=tmp_path / "stats.zarr")
+    times = ds["time"].values
+    # the last time of each part but the last (1, 3, 5, 7) pairs with the first of the next: read again by it
+    assert sorted(reads) == sorted(list(times) * 2 + list(times[[1, 3, 5, 7]]) * 2)
+    expected = two_pass(ds, 1)
+    for key in stats_module.STAT_NAMES:
+        np.testing.assert_allclose(
+            stats[key].values, expected[key].sel(channel=stats["channel"]), rtol=1e-10, err_msg=key
+        )

@@ -70,15 +70,15 @@ def test_sharded_store_trains_through_the_datamodule(monthly, tmp_path):  # noqa
 
 def _crash_on_second_slab(monkeypatch) -> list[int]:
     starts: list[int] = []
-    original = StoreWriter.write
+    original = StoreWriter.mark_written  # the writer flags each slab once its data is written
 
-    def write(self, slab, start):
+    def mark_written(self, start, stop):
         starts.append(start)
         if len(starts) == 2:
             raise RuntimeError("simulated crash")
-        original(self, slab, start)
+        original(self, start, stop)
 
-    monkeypatch.setattr(StoreWriter, "write", write)
+    monkeypatch.setattr(StoreWriter, "mark_written", mark_written)
     return starts
 
 

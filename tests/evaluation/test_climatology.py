@@ -318,13 +318,13 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
     monkeypatch.setattr(module, "READ_BLOCK_BYTES", 3 * 16 * 2 * lon.size * lat.size * 4)  # 3 chunks a block
     monkeypatch.setattr(module, "OUTPUT_CHUNK_BYTES", 50 * lon.size * lat.size * 4)  # 50 days a chunk
     blocks = []
-    real_add = module._Accumulator.add
+    real_read = module._read_block
 
-    def add(self, variable, start, stop, *args):
+    def read(variable, start, stop):
         blocks.append((variable.name, start, stop))
-        return real_add(self, variable, start, stop, *args)
+        return real_read(variable, start, stop)
 
-    monkeypatch.setattr(module._Accumulator, "add", add)
+    monkeypatch.setattr(module, "_read_block", read)
     write_climatology(store, tmp_path / "clim.zarr")
 
     clim = open_climatology(tmp_path / "clim.zarr")
@@ -337,7 +337,7 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
     starts = [start for name, start, _ in blocks if name == "temperature"]
     assert starts == list(range(0, times.size, 48))  # each chunk read once, in blocks of 3 chunks
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clim.zarr", "wb2.zarr"]
-    assert not (tmp_path / "clim.zarr" / ".climatology-scratch").exists()
+    assert not (tmp_path / "clim.zarr" / module.SCRATCH).exists()
 
     for name, values in (("temperature", temperature), ("surface_pressure", surface)):
         expected = direct_climatology(values.astype(np.float64), times).swapaxes(-1, -2)  # (..., lat, lon)

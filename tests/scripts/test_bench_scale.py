@@ -12,7 +12,7 @@ import xarray as xr
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "scripts" / "bench_scale.py"
 KEYS = {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s", "raw_peak_rss_mb"}
-KEYS |= {"raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load"}
+KEYS |= {"raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load", "workers"}
 
 
 @pytest.mark.slow  # two stores, three subprocesses each
@@ -32,6 +32,7 @@ def test_bench_scale_prints_a_line_per_case_and_length(tmp_path):
             and row["channels"] == 5
             and row["data_mb"] == round(4 * row["steps"] * 9 * 16 * 5 / 1e6, 1)
         )
+        assert row["workers"] == 0  # one process (--workers N adds rows with dask.distributed workers)
         assert row["wall_s"] > 0 and row["peak_rss_mb"] > 0 and row["raw_wall_s"] > 0 and row["ratio"] > 0
     # the store is in WeatherBench2's layout, and stats read it
     store = xr.open_zarr(tmp_path / "wb2_9x16_4.zarr")

@@ -1,0 +1,291 @@
+"""Where the data work runs: in this process, or on dask.distributed workers (``--workers``, ``--scheduler``).
+
+The commands that stream over stores (``stats``, ``climatology``, ``evaluate``, ``convert-era5``)
+cut their work into tasks: a picklable function applied to a small description of one chunk of
+the work (index ranges into a store, never its arrays) that returns the chunk's partial result
+(``Moments``, metric ``Statistics``, ...) or writes a region of an output the client created.
+``Engine.map`` runs the tasks and hands their results back in the order of the chunks, and the
+client combines them. In one process and on a cluster the same function reduces the same chunks,
+and the client combines the same partial results in the same order: the same numbers.
+
+- ``Engine()``: the tasks run in this process, ``THREADS`` at a time (one reads its chunk while
+  another reduces).
+- ``Engine(workers=N)``: a ``distributed.LocalCluster`` of N worker processes of one thread each,
+  started at the first task and closed with the engine.
+- ``Engine(scheduler=ADDRESS)``: a running ``dask scheduler`` (``tcp://host:8786``, or the JSON
+  file its ``--scheduler-file`` wrote) whose workers the user started (README, "Scale"). They
+  must see the same files as this process (a shared file system), by the same absolute paths
+  (the commands make their paths absolute), and run the same s2forecast.
+
+Worker processes are spawned: a Python script that makes ``Engine(workers=N)`` needs the
+``if __name__ == "__main__":`` guard (each worker imports the script's main module).
+
+Memory stays bounded: at most ``window`` tasks are submitted and not yet consumed. A worker that
+dies is replaced and its tasks run again elsewhere (dask.distributed reschedules them; a task
+that kills several workers, the scheduler's ``distributed.scheduler.allowed-failures``, fails
+the run). A scheduler that cannot be reached, or that is lost during the work, is a ``UserError``
+in one line; the commands write their outputs under the output policy (``s2forecast.output``),
+so such a run leaves nothing behind.
+"""
+
+import contextlib
+import json
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
+
+from s2forecast.user_errors import UserError, one_line
+
+THREADS = 2  # tasks at once in this process: one reads while the other reduces
+CONNECT_TIMEOUT_S = 20  # how long to wait for a --scheduler to answer
+DRAIN_TIMEOUT_S = 60  # how long a failed run waits for its tasks still running on workers
+INSTALL = "pip install 's2forecast[distributed]' (or distributed, the version of your dask)"
+START_ONE = "start one with `dask scheduler` (and `dask worker ADDRESS`), or use --workers N for a local cluster"
+
+
+class Shared:
+    """A value every task of a ``map`` receives (``Engine.share``): sent to each worker once, not per task."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Engine:
+    """Runs tasks in this process or on dask.distributed workers (module docstring).
+
+    Cheap to make: a cluster is started, or the scheduler reached, at the first ``share`` or
+    ``map``, so that a command checks its inputs and claims its outputs before. Use it as a
+    context manager (``close`` on exit).
+
+    Args:
+        scheduler: the address of a running dask scheduler (``tcp://host:8786``, ``host:8786``)
+            or the JSON scheduler file of ``dask scheduler --scheduler-file``.
+        workers: worker processes of a local cluster started for this engine (>= 1).
+
+    Raises:
+        UserError: both given, ``workers`` < 1, or dask.distributed not installed.
+    """
+
+    def __init__(self, scheduler: str | None = None, workers: int | None = None):
+        if scheduler is not None and workers is not None:
+            raise UserError(
+                f"--scheduler {scheduler} and --workers {workers} exclude each other: use a running scheduler "
+                "(--scheduler) or a local cluster (--workers), not both"
+            )
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise UserError(f"--workers must be an integer >= 1, got {workers!r}")
+        if scheduler is not None or workers is not None:
+            try:
+                import distributed  # noqa: F401
+            except ImportError:
+                option = "--scheduler" if scheduler is not None else "--workers"
+                raise UserError(f"{option} needs dask.distributed, which is not installed: {INSTALL}") from None
+        self.scheduler, self.workers = scheduler, workers
+        self._client = self._cluster = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.scheduler is not None or self.workers is not None
+
+    @property
+    def where(self) -> str:
+        """Where the tasks run, for messages."""
+        if self.scheduler is not None:
+            return f"the dask scheduler at {self.scheduler}"
+        if self.workers is not None:
+            return f"a local dask cluster of {self.workers} worker process(es)"
+        return "this process"
+
+    # --- connecting ---------------------------------------------------------------------------
+
+    def connect(self):
+        """The ``distributed.Client``, connected at the first call (a command that creates its output
+        before its first task calls it first); None in this process."""
+        if not self.distributed:
+            return None
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+    def _connect(self):
+        """The client; not dask's default scheduler: the command's own dask computations (opening
+        files, small reductions) stay in this process, only the tasks of ``map`` go to the workers."""
+        from distributed import Client, LocalCluster
+
+        _quiet_logs()
+        if self.workers is not None:
+            # workers spill to dask's temporary directory (the system's), never to the current directory
+            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                         dashboard_address=None, silence_logs=logging.ERROR)  # fmt: skip
+            return Client(self._cluster, set_as_default=False)
+        try:
+            if self.scheduler.endswith(".json"):
+                file = _scheduler_file(self.scheduler)
+                return Client(scheduler_file=file, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            return Client(self.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        except UserError:
+            raise
+        except Exception as error:  # OSError (timed out, refused), ValueError (no port), garbage answers
+            reason = one_line(str(error)) or type(error).__name__
+            raise UserError(f"cannot reach the dask scheduler at {self.scheduler}: {reason}; {START_ONE}") from None
+
+    def close(self) -> None:
+        """Disconnect; stop a local cluster this engine started."""
+        client, cluster, self._client, self._cluster = self._client, self._cluster, None, None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        with contextlib.suppress(Exception):  # a lost scheduler: nothing left to tell it
+            if client is not None:
+                client.close(timeout=5)
+        if cluster is not None:
+            cluster.close(timeout=20)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    # --- running tasks ------------------------------------------------------------------------
+
+    def share(self, value) -> Shared:
+        """``value`` as an argument of every task of a ``map``: sent to each worker once, not per task.
+
+        On a cluster it is the result of a task of its own (not scattered data): were every worker
+        holding it to die, the scheduler would make it again."""
+        client = self.connect()
+        shared = Shared(value)
+        if client is None:
+            return shared
+        with self._lost_scheduler():
+            return client.submit(_identity, shared, pure=False)
+
+    def map(self, function: Callable, items: Iterable, *args, window: int | None = None) -> Iterator:
+        """``function(item, *args)`` for each item, yielded in the order of ``items``.
+
+        Args:
+            function: a module-level function (workers import it by name); its arguments and
+                result are pickled to and from the workers.
+            args: the same for every task; ``share`` large ones.
+            window: tasks submitted and not yet consumed (default: ``THREADS`` here, twice the
+                workers' threads on a cluster); bounds the memory of results waiting their turn.
+
+        Raises:
+            what a task raised (a ``UserError`` on a worker is one here); ``UserError`` when the
+            scheduler is lost or a task kills worker after worker.
+        """
+        client = self.connect()
+        if client is None:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="s2forecast-task")
+            submit, window = self._pool.submit, window or THREADS
+        else:
+            with self._lost_scheduler():
+                threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+            window = window or max(2, 2 * threads)
+
+            def submit(function, item, *args):
+                return client.submit(_on_worker, function, item, *args, pure=False)
+
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(submit(_call, function, item, *args))
+                if len(pending) >= window:
+                    yield self._result(pending.popleft())
+            while pending:
+                yield self._result(pending.popleft())
+        finally:
+            self._drain(pending)
+
+    def _drain(self, pending: deque) -> None:
+        """After an error (or when the consumer stops early): let the tasks that already run finish, so
+        that none writes into an output the caller is about to discard; drop the others."""
+        if not pending:
+            return
+        if self._client is None:
+            for future in pending:
+                future.cancel()  # those not started yet
+            wait(pending)
+            return
+        from distributed import wait as wait_distributed
+
+        with contextlib.suppress(Exception):  # a lost scheduler: nothing to wait for
+            wait_distributed(list(pending), timeout=DRAIN_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            self._client.cancel(list(pending))
+
+    def _result(self, future):
+        if self._client is None:
+            return future.result()
+        with self._lost_scheduler():
+            return future.result()
+
+    @contextlib.contextmanager
+    def _lost_scheduler(self):
+        """Lost connections and workers killed too often, as one-line ``UserError``s."""
+        from concurrent.futures import CancelledError
+
+        from distributed.scheduler import KilledWorker
+
+        try:
+            yield
+        except KilledWorker as error:
+            raise UserError(
+                f"a task killed dask worker after worker on {self.where} ({one_line(str(error))}): "
+                "out of memory? give the workers more memory (dask worker --memory-limit) or use fewer per machine"
+            ) from None
+        except (CancelledError, OSError) as error:
+            if isinstance(error, OSError) and self._client is not None and self._client.status == "running":
+                raise  # a task's own OSError (a file it could not read): the worker's error, as it is
+            raise UserError(
+                f"lost {self.where} during the computation ({type(error).__name__}: "
+                f"{one_line(str(error)) or 'connection closed'}); nothing was written: {START_ONE}, then rerun"
+            ) from None
+
+
+def _identity(value):
+    return value
+
+
+def _call(function: Callable, item, *args):
+    """``function(item, *args)`` with each ``Shared`` argument unwrapped."""
+    return function(item, *(arg.value if isinstance(arg, Shared) else arg for arg in args))
+
+
+def _on_worker(call: Callable, function: Callable, item, *args):
+    """A task on a dask worker. Dask arrays inside it are computed right there, in the task's thread
+    (the worker's default would send them to the scheduler as tasks of their own, and wait): set for
+    the worker process once, not per task, so that tasks in a worker's other threads never see it
+    switched back."""
+    import dask
+
+    if dask.config.get("scheduler", None) != "synchronous":
+        dask.config.set(scheduler="synchronous")
+    return call(function, item, *args)
+
+
+def _scheduler_file(path: str) -> str:
+    if not Path(path).is_file():
+        raise UserError(
+            f"--scheduler {path}: no such scheduler file (it is written by `dask scheduler --scheduler-file "
+            f"{path}`); give the scheduler's address (tcp://HOST:8786) or the file it wrote"
+        )
+    try:
+        json.loads(Path(path).read_text())["address"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"--scheduler {path} is not a dask scheduler file (JSON with an 'address')") from None
+    return path
+
+
+def _quiet_logs() -> None:
+    """dask.distributed's own log lines (reconnection attempts, closing workers) would bury the
+    one line a lost scheduler ends with: only its critical messages are shown."""
+    for name in ("distributed", "distributed.client", "distributed.scheduler", "distributed.nanny",
+                 "distributed.worker", "distributed.core", "distributed.batched"):  # fmt: skip
+        logging.getLogger(name).setLevel(logging.CRITICAL)

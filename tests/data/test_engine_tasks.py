@@ -1,0 +1,84 @@
+"""``s2forecast.data.engine`` in this process: results in the order of the tasks, at most ``window`` tasks
+outstanding, a failing task's error raised only once the tasks already running have finished, and the
+option checks of ``Engine`` (the cluster side: tests/commands/test_distributed.py)."""
+
+import sys
+import threading
+import time
+
+import pytest
+
+from s2forecast.data.engine import Engine, Shared
+from s2forecast.user_errors import UserError
+
+
+def test_results_come_in_the_order_of_the_tasks():
+    def late_first(item, offset):
+        time.sleep(0.02 * (5 - item))  # the first tasks finish last
+        return item + offset
+
+    with Engine() as engine:
+        assert list(engine.map(late_first, range(6), 10)) == [10, 11, 12, 13, 14, 15]
+
+
+def test_at_most_window_tasks_are_outstanding():
+    started, consumed = [], []
+
+    def task(item):
+        started.append(item)
+        return item
+
+    with Engine() as engine:
+        for item in engine.map(task, range(10), window=3):
+            time.sleep(0.01)  # every started task has had time to run
+            assert len(started) - len(consumed) <= 3
+            consumed.append(item)
+    assert consumed == list(range(10))
+
+
+def test_a_shared_value_reaches_every_task_unwrapped():
+    table = {"a": 1}
+    with Engine() as engine:
+        shared = engine.share(table)
+        assert isinstance(shared, Shared)
+        assert list(engine.map(lambda key, values: values[key], ["a", "a"], shared)) == [1, 1]
+
+
+def test_an_error_waits_for_the_running_tasks_and_drops_the_rest():
+    running, done, lock = [], [], threading.Lock()
+
+    def task(item):
+        with lock:
+            running.append(item)
+        if item == 0:
+            raise UserError("task 0 failed")
+        time.sleep(0.2)
+        done.append(item)
+        return item
+
+    with Engine() as engine, pytest.raises(UserError, match="task 0 failed"):
+        list(engine.map(task, range(20), window=2))
+        # the task running beside task 0 finished before the error came out; none started after
+    assert done == running[1:] and len(running) <= 3
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"scheduler": "tcp://127.0.0.1:8786", "workers": 2}, "--scheduler tcp://127.0.0.1:8786 and --workers 2 "
+         "exclude each other"),
+        ({"workers": 0}, "--workers must be an integer >= 1, got 0"),
+        ({"workers": True}, "--workers must be an integer >= 1, got True"),
+    ],
+)  # fmt: skip
+def test_bad_engine_arguments(options, message):
+    with pytest.raises(UserError, match=message):
+        Engine(**options)
+
+
+def test_without_dask_distributed_the_options_name_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed raises ImportError
+    with pytest.raises(UserError, match=r"--workers needs dask.distributed, which is not installed: pip install "):
+        Engine(workers=2)
+    with Engine() as engine:  # this process needs no dask.distributed
+        assert list(engine.map(abs, [-1, -2])) == [1, 2]
