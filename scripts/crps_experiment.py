@@ -1,20 +1,34 @@
 #!/usr/bin/env python
-"""Issue 17's shallow-water experiment: the S2 neighborhood model trained with MSE against the
-same model trained as a 4-member ensemble with the fair CRPS, with the same optimizer steps.
+"""Issues 17 and 30's shallow-water experiment: the S2 neighborhood model trained with MSE against
+the same model trained as an ensemble with the CRPS, in several variants, with the same budget.
 
-Everything goes through the product's own commands, as a user would run them:
-1. ``s2forecast fit`` twice: ``configs/swe/s2_neighborhood.yaml`` (MSE), and the same with
-   ``configs/swe/s2_neighborhood_crps.yaml`` layered on (noise channels, loss crps, 4 members);
-   both at the ablation's CPU size (width 64, 4 layers), on trajectories [0, train) of the store;
-2. ``s2forecast rollout`` from every hour of the first 12 h of each validation trajectory, 24
-   steps: the MSE model deterministic, the CRPS model with ``--members`` members;
-3. ``s2forecast evaluate`` of both against the store (the CRPS model: CRPS, ensemble-mean RMSE,
-   spread, spread-skill; the MSE model: RMSE, and its CRPS, which for one member is the MAE);
-4. the spherical-harmonic power spectra of truth, the MSE forecast and one CRPS member at the
-   last lead (``s2forecast.evaluation.spectra``).
+Variants (``--variants``; each CRPS variant is a config layered on ``s2_neighborhood_crps.yaml``):
+- ``mse``: ``configs/swe/s2_neighborhood.yaml``, deterministic, the reference;
+- ``crps``: + ``s2_neighborhood_crps.yaml``: 8 smooth spherical noise fields into the adaptive
+  norms, fair CRPS, 4 members (issue 17's model);
+- ``fgn``: + ``s2_neighborhood_crps_fgn.yaml``: a 32-dimensional noise vector into the norms;
+- ``latent``: + ``s2_neighborhood_crps_latent.yaml``: the noise fields added to the latent state;
+- ``white_ar1``: + ``s2_neighborhood_crps_white_ar1.yaml``: white noise fields, AR(1) rho = 0.5
+  over the rollout steps;
+- ``losses``: + ``s2_neighborhood_crps_losses.yaml``: today's noise, almost-fair CRPS (alpha
+  0.95) + 0.02 spectral CRPS, 2-step rollouts from the 4th epoch.
 
-One JSON line per model and lead (``--work`` keeps runs, forecasts and metrics; a finished step
-is not redone); ``--table`` / ``--plot`` summarize the lines.
+Every variant gets the same budget: ``--steps`` optimizer steps of the configs' batch (4) and
+members (4), width ``--embed-dim``, 4 layers, on trajectories [0, train) of the store; each seed
+of ``--seeds`` is a separate run (training seed and forecast seed). Everything goes through the
+product's own commands, as a user would run them:
+1. ``s2forecast fit`` of each variant and seed;
+2. ``s2forecast rollout`` from every hour of the first ``--init-hours`` hours of each validation
+   trajectory, ``--leads`` steps: the MSE model deterministic, the CRPS variants with
+   ``--members`` members;
+3. ``s2forecast evaluate`` against the store (CRPS, ensemble-mean RMSE, spread, spread-skill;
+   the MSE model: RMSE, and its CRPS, which for one member is the MAE);
+4. the spherical-harmonic power spectra of truth, the MSE forecast and one member at the last
+   lead (``s2forecast.evaluation.spectra``).
+
+One JSON line per variant, seed and lead (``--work`` keeps runs, forecasts and metrics; a
+finished step is not redone); ``--table`` / ``--plot`` summarize the lines: the scores per lead,
+and the issue's targets per variant.
 
     python scripts/crps_experiment.py --store data/swe_64x128_36h.zarr --work runs/crps_experiment > crps.jsonl
     python scripts/crps_experiment.py --table crps.jsonl --plot docs/images/crps_experiment.png
@@ -31,9 +45,16 @@ import numpy as np
 import xarray as xr
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = {
-    "mse": [REPO / "configs/swe/s2_neighborhood.yaml"],
-    "crps": [REPO / "configs/swe/s2_neighborhood.yaml", REPO / "configs/swe/s2_neighborhood_crps.yaml"],
+SWE = REPO / "configs" / "swe"
+MSE = [SWE / "s2_neighborhood.yaml"]
+CRPS = [*MSE, SWE / "s2_neighborhood_crps.yaml"]
+VARIANTS = {
+    "mse": MSE,
+    "crps": CRPS,
+    "fgn": [*CRPS, SWE / "s2_neighborhood_crps_fgn.yaml"],
+    "latent": [*CRPS, SWE / "s2_neighborhood_crps_latent.yaml"],
+    "white_ar1": [*CRPS, SWE / "s2_neighborhood_crps_white_ar1.yaml"],
+    "losses": [*CRPS, SWE / "s2_neighborhood_crps_losses.yaml"],
 }
 FIELDS = ("geopotential_height", "vorticity")
 
@@ -51,79 +72,85 @@ def trajectory_starts(store: Path) -> dict[int, np.datetime64]:
     return {int(k): times[np.argmax(trajectory == k)] for k in np.unique(trajectory)}
 
 
-def train(model: str, args) -> Path:
-    run_dir = args.work / "runs"
-    checkpoint = next(iter(sorted((run_dir / model).glob("version_*/checkpoints/last.ckpt"))), None)
+def run_name(variant: str, seed: int) -> str:
+    return f"{variant}_seed{seed}"
+
+
+def train(variant: str, seed: int, args) -> Path:
+    run_dir, name = args.work / "runs", run_name(variant, seed)
+    checkpoint = next(iter(sorted((run_dir / name).glob("version_*/checkpoints/last.ckpt"))), None)
     if checkpoint is not None:
         return checkpoint
     started = time.perf_counter()
-    configs = [part for config in CONFIGS[model] for part in ("--config", config)]
+    configs = [part for config in VARIANTS[variant] for part in ("--config", config)]
+    members = ["--model.members", str(args.train_members)] if args.train_members and variant != "mse" else []
     run(["fit", *configs,
          "--data.init_args.store", args.store, "--data.init_args.train_trajectories", f"[0, {args.train}]",
          "--data.init_args.val_trajectories", f"[{args.train}, {args.trajectories}]",
          "--data.init_args.test_trajectories", "null", "--data.init_args.num_workers", "0",
-         "--model.network.embed_dim", str(args.embed_dim), "--model.network.num_layers", "4",
+         "--model.network.embed_dim", str(args.embed_dim), "--model.network.num_layers", "4", *members,
          "--trainer.max_steps", str(args.steps), "--trainer.max_epochs", "-1", "--trainer.enable_progress_bar", "false",
          "--trainer.limit_val_batches", "0", "--trainer.logger.init_args.save_dir", run_dir,
-         "--trainer.logger.init_args.name", model, "--seed_everything", str(args.seed)])  # fmt: skip
-    (run_dir / model / "train_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
-    return next(iter(sorted((run_dir / model).glob("version_*/checkpoints/last.ckpt"))))
+         "--trainer.logger.init_args.name", name, "--seed_everything", str(seed)])  # fmt: skip
+    (run_dir / name / "train_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    return next(iter(sorted((run_dir / name).glob("version_*/checkpoints/last.ckpt"))))
 
 
-def forecast(model: str, checkpoint: Path, args) -> Path:
-    out = args.work / f"forecast_{model}.nc"
+def forecast(variant: str, seed: int, checkpoint: Path, args) -> Path:
+    out = args.work / f"forecast_{run_name(variant, seed)}.nc"
     if out.exists():
         return out
     starts = trajectory_starts(args.store)
-    inits = [starts[k] + np.timedelta64(h, "h") for k in range(args.train, args.trajectories) for h in range(13)]
+    inits = [starts[k] + np.timedelta64(h, "h") for k in range(args.train, args.trajectories)
+             for h in range(args.init_hours)]  # fmt: skip
     times = ",".join(str(t.astype("datetime64[h]")) for t in inits)
-    members = ["--members", str(args.members), "--seed", str(args.seed)] if model == "crps" else []
-    run(["rollout", "--ckpt", checkpoint, "--store", args.store, "--steps", "24", "--init-times", times,
+    members = ["--members", str(args.members), "--seed", str(seed)] if variant != "mse" else []
+    run(["rollout", "--ckpt", checkpoint, "--store", args.store, "--steps", str(args.leads), "--init-times", times,
          "--out", out, "--no-progress", *members])  # fmt: skip
     return out
 
 
-def scores(model: str, forecast_path: Path, args) -> Path:
-    """``s2forecast evaluate`` of one model's forecast (global region). The MSE model's forecast is
+def scores(variant: str, seed: int, forecast_path: Path, args) -> Path:
+    """``s2forecast evaluate`` of one run's forecast (global region). The MSE model's forecast is
     scored as an ensemble of two identical members, for which the fair CRPS is exactly the
     mean absolute error (the CRPS of a deterministic forecast) and the spread is 0."""
-    out = args.work / f"metrics_{model}.nc"
+    out = args.work / f"metrics_{run_name(variant, seed)}.nc"
     if out.exists():
         return out
-    if model == "mse":
+    if variant == "mse":
         single = xr.open_dataset(forecast_path)
         doubled = xr.concat([single, single], dim="realization").transpose("time", "prediction_timedelta", ...)
-        forecast_path = args.work / "forecast_mse_as_two_members.nc"
+        forecast_path = args.work / f"forecast_{run_name(variant, seed)}_as_two_members.nc"
         doubled.to_netcdf(forecast_path)
     run(["evaluate", "--forecast", forecast_path, "--truth", args.store, "--out", out, "--regions", "global",
-         "--no-progress", "--map-leads", "1", "24"])  # fmt: skip
+         "--no-progress", "--no-plots", "--map-leads", "1", str(args.leads)])  # fmt: skip
     return out
 
 
-def summary(model: str, metrics_path: Path, args) -> list[dict]:
+def summary(variant: str, seed: int, metrics_path: Path, args) -> list[dict]:
     """One JSON-able row per lead: ensemble-mean RMSE, CRPS, spread, spread-skill per field; and,
-    at the last lead, the forecast's (one member's) spherical-harmonic power over the truth's in
-    the upper half of the degrees the truth resolves (1: small scales kept; < 1: blurred)."""
+    at the last lead, the forecast's (one member's) spherical-harmonic power per degree and the
+    truth's, and their ratio over the upper half of the degrees the truth resolves (1: small
+    scales kept; < 1: blurred)."""
     from s2forecast.evaluation.report import open_results
 
     results = open_results(metrics_path)
     rows = []
     hours = results["lead_hours"].values
-    train_seconds = (args.work / "runs" / model / "train_seconds.txt").read_text().strip()
+    train_seconds = (args.work / "runs" / run_name(variant, seed) / "train_seconds.txt").read_text().strip()
     for k, lead in enumerate(hours):
-        row = {"model": model, "lead_hours": float(lead), "n_init_times": int(results["n_init_times"].values[k]),
-               "train_seconds": float(train_seconds), "steps": args.steps}  # fmt: skip
+        row = {"model": variant, "seed": seed, "lead_hours": float(lead),
+               "n_init_times": int(results["n_init_times"].values[k]), "train_seconds": float(train_seconds),
+               "steps": args.steps}  # fmt: skip
         for field in FIELDS:
-            scores = results[field].sel(source="forecast", region="global").isel(lead_time=k)
+            field_scores = results[field].sel(source="forecast", region="global").isel(lead_time=k)
             for metric in ("ensemble_mean_rmse", "crps", "spread", "spread_skill"):
-                row[f"{metric}_{field}"] = float(scores.sel(metric=metric))
+                row[f"{metric}_{field}"] = float(field_scores.sel(metric=metric))
         rows.append(row)
     for field in FIELDS:
         power = results[f"{field}_sh_power"].isel(spectrum_lead_time=-1)
         degrees, truth = power["degree"].values, power.sel(spectrum_source="truth").values
-        # the truth's resolved band: degrees with power above 1e-8 of its peak (the SWE solver's
-        # spectral truncation leaves round-off above it); small scales: its upper half
-        resolved = degrees[truth > 1e-8 * truth.max()].max()
+        resolved = resolved_degree(truth)
         small = (degrees >= resolved / 2) & (degrees <= resolved)
         ratio = power.sel(spectrum_source="forecast").values[small].sum() / power.sel(
             spectrum_source="truth").values[small].sum()  # fmt: skip
@@ -134,54 +161,116 @@ def summary(model: str, metrics_path: Path, args) -> list[dict]:
     return rows
 
 
+def resolved_degree(truth: np.ndarray) -> int:
+    """The highest degree with power above 1e-8 of the truth's peak over l >= 1 (the SWE solver's
+    spectral truncation leaves round-off above it; l = 0, height's global mean, is no scale)."""
+    return int(np.flatnonzero(truth > 1e-8 * truth[1:].max()).max())
+
+
+def runs(rows: list[dict]) -> dict[str, list[list[dict]]]:
+    """{variant: [the rows of one seed, by lead]}, in the order the variants first appear (rows of
+    issue 17's file have no seed: seed 0)."""
+    grouped: dict[str, dict[int, list[dict]]] = {}
+    for row in rows:
+        grouped.setdefault(row["model"], {}).setdefault(row.get("seed", 0), []).append(row)
+    return {model: list(seeds.values()) for model, seeds in grouped.items()}
+
+
 def table(rows: list[dict], leads=(1, 6, 12, 24)) -> str:
-    """Markdown: per model and lead, ensemble-mean RMSE and CRPS of height (m) and vorticity
-    (1e-6 s**-1), spread-skill; the small-scale power ratio at the last lead."""
-    head = ("| model | lead (h) | RMSE h (m) | CRPS h (m) | spread/skill h | RMSE ζ | CRPS ζ | spread/skill ζ |"
-            "\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    """Markdown: per variant, seed and lead, ensemble-mean RMSE and CRPS of height (m) and
+    vorticity (1e-6 s**-1), spread-skill (the leads in ``leads``, the first and the last)."""
+    head = ("| model | seed | lead (h) | RMSE h (m) | CRPS h (m) | spread/skill h | RMSE ζ | CRPS ζ | spread/skill ζ |"
+            "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    present = sorted({row["lead_hours"] for row in rows})
+    shown = {lead for lead in leads if lead in present} | {present[0], present[-1]}
     lines = [head]
     for row in rows:
-        if row["lead_hours"] not in leads:
+        if row["lead_hours"] not in shown:
             continue
         h, z = "geopotential_height", "vorticity"
-        cells = [row["model"], f"{row['lead_hours']:g}", f"{row[f'ensemble_mean_rmse_{h}']:.2f}",
-                 f"{row[f'crps_{h}']:.2f}", f"{row[f'spread_skill_{h}']:.2f}",
+        cells = [row["model"], str(row.get("seed", 0)), f"{row['lead_hours']:g}",
+                 f"{row[f'ensemble_mean_rmse_{h}']:.2f}", f"{row[f'crps_{h}']:.2f}", f"{row[f'spread_skill_{h}']:.2f}",
                  f"{row[f'ensemble_mean_rmse_{z}'] * 1e6:.3f}", f"{row[f'crps_{z}'] * 1e6:.3f}",
                  f"{row[f'spread_skill_{z}']:.2f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def targets(rows: list[dict]) -> str:
+    """Markdown: issue 30's targets per variant and seed, against the MSE run of the same seed
+    (or seed 0's): spread-skill range at leads >= 3 h (target 0.9-1.1); the range of a member's
+    power over the truth's at the last lead over the degrees 4 <= l <= the truth's resolved degree,
+    and how many of them are within 0.75-1.25 (target: all); the worst ensemble-mean RMSE over the
+    MSE model's at leads >= 12 h (target <= 1); the worst CRPS over the MSE model's MAE (target
+    <= 0.8). Fields: h (height), ζ (vorticity)."""
+    grouped = runs(rows)
+    reference = {seed_rows[0].get("seed", 0): seed_rows for seed_rows in grouped.get("mse", [])}
+    head = ("| model | seed | spread/skill h | spread/skill ζ | power ratio h | power ratio ζ | RMSE / MSE's | "
+            "CRPS / MSE's MAE |\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    lines = [head]
+    for model, seeds in grouped.items():
+        if model == "mse":
+            continue
+        for mine in seeds:
+            seed = mine[0].get("seed", 0)
+            mse = reference.get(seed) or next(iter(reference.values()), None)
+            cells = [model, str(seed)]
+            for field in FIELDS:
+                skill = [r[f"spread_skill_{field}"] for r in mine if r["lead_hours"] >= 3]
+                cells.append(f"{min(skill):.2f}-{max(skill):.2f}" if skill else "-")
+            for field in FIELDS:
+                member = np.asarray(mine[-1][f"sh_power_forecast_{field}"])
+                truth = np.asarray(mine[-1][f"sh_power_truth_{field}"])
+                ratio = member[4 : resolved_degree(truth) + 1] / truth[4 : resolved_degree(truth) + 1]
+                inside = int(((ratio >= 0.75) & (ratio <= 1.25)).sum())
+                cells.append(f"{ratio.min():.2f}-{ratio.max():.3g} ({inside}/{ratio.size})" if ratio.size else "-")
+            if mse is None:
+                cells += ["-", "-"]
+            else:
+                by_lead = {r["lead_hours"]: r for r in mse}
+                pairs = [(r, by_lead[r["lead_hours"]]) for r in mine if r["lead_hours"] in by_lead]
+                rmse = [r[f"ensemble_mean_rmse_{f}"] / m[f"ensemble_mean_rmse_{f}"]
+                        for r, m in pairs if r["lead_hours"] >= 12 for f in FIELDS]  # fmt: skip
+                crps = [r[f"crps_{f}"] / m[f"crps_{f}"] for r, m in pairs for f in FIELDS]
+                cells += [f"{max(rmse):.3f}" if rmse else "-", f"{max(crps):.3f}" if crps else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict], path: Path) -> None:
+    """CRPS and ensemble-mean RMSE of vorticity, spread-skill of both fields and one member's
+    vorticity spectrum against the truth's at the last lead; each variant's first seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-    styles = {"mse": ("tab:orange", "MSE model"), "crps": ("tab:blue", "CRPS ensemble (8 members)")}
-    for model, (color, label) in styles.items():
-        mine = [r for r in rows if r["model"] == model]
+    colors = plt.get_cmap("tab10").colors
+    grouped = runs(rows)
+    for i, (model, seeds) in enumerate(grouped.items()):
+        mine, color = seeds[0], colors[i % len(colors)]
         hours = [r["lead_hours"] for r in mine]
-        axes[0].plot(hours, [r["crps_vorticity"] * 1e6 for r in mine], color=color, label=label)
-        axes[1].plot(hours, [r["ensemble_mean_rmse_vorticity"] * 1e6 for r in mine], color=color, label=label)
-        if model == "crps":
-            for field, style in (("vorticity", "-"), ("geopotential_height", "--")):
-                axes[2].plot(hours, [r[f"spread_skill_{field}"] for r in mine], style, color=color, label=field)
-        last = mine[-1]
-        power = np.asarray(last["sh_power_forecast_vorticity"])
-        member = "MSE model" if model == "mse" else "CRPS model, one member"
-        axes[3].loglog(np.arange(1, power.size), power[1:], color=color, label=member)
-    truth = np.asarray([r for r in rows if r["model"] == "mse"][-1]["sh_power_truth_vorticity"])
+        axes[0].plot(hours, [r["crps_vorticity"] * 1e6 for r in mine], color=color, label=model)
+        axes[1].plot(hours, [r["ensemble_mean_rmse_vorticity"] * 1e6 for r in mine], color=color, label=model)
+        if model != "mse":
+            axes[2].plot(hours, [r["spread_skill_vorticity"] for r in mine], "-", color=color, label=f"{model} ζ")
+            axes[2].plot(hours, [r["spread_skill_geopotential_height"] for r in mine], "--", color=color,
+                         label=f"{model} h")  # fmt: skip
+        power = np.asarray(mine[-1]["sh_power_forecast_vorticity"])
+        axes[3].loglog(np.arange(1, power.size), power[1:], color=color, label=model if model == "mse" else
+                       f"{model}, one member")  # fmt: skip
+    truth = np.asarray(next(iter(grouped.values()))[0][-1]["sh_power_truth_vorticity"])
     axes[3].loglog(np.arange(1, truth.size), truth[1:], "k--", label="truth")
     axes[3].set_ylim(bottom=truth[1:].max() * 1e-6)
-    axes[2].axhspan(0.8, 1.2, color="0.9")
+    axes[2].axhspan(0.9, 1.1, color="0.9")
+    last = next(iter(grouped.values()))[0][-1]["lead_hours"]
     titles = ("CRPS of vorticity (1e-6 s⁻¹)", "ensemble-mean RMSE of vorticity (1e-6 s⁻¹)",
-              "spread / skill (CRPS model)", "vorticity power per degree at 24 h")  # fmt: skip
+              "spread / skill (ζ solid, h dashed)", f"vorticity power per degree at {last:g} h")  # fmt: skip
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     for ax in axes[:3]:
         ax.set_xlabel("lead time (h)")
     axes[3].set_xlabel("total wavenumber l")
@@ -193,29 +282,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, help="SWE store (generate-swe + stats), e.g. 64x128, 12 trajectories")
     parser.add_argument("--work", type=Path, help="directory for runs, forecasts and metrics")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="which models to train and score (default: all)")  # fmt: skip
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="a run per variant and seed")
     parser.add_argument("--trajectories", type=int, default=12, help="trajectories in the store")
     parser.add_argument("--train", type=int, default=10, help="trajectories [0, train) train, the rest validate")
-    parser.add_argument("--steps", type=int, default=360, help="optimizer steps of both models")
+    parser.add_argument("--steps", type=int, default=360, help="optimizer steps of every model (the budget)")
     parser.add_argument("--embed-dim", type=int, default=64)
-    parser.add_argument("--members", type=int, default=8, help="members of the CRPS model's forecasts")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-members", type=int, default=0,
+                        help="members per sample in training (default: the configs', 4)")  # fmt: skip
+    parser.add_argument("--members", type=int, default=8, help="members of the CRPS variants' forecasts")
+    parser.add_argument("--leads", type=int, default=24, help="forecast steps (hours)")
+    parser.add_argument("--init-hours", type=int, default=13,
+                        help="initializations at hours 0..N-1 of every validation trajectory")  # fmt: skip
     parser.add_argument("--stage", choices=["forecast", "all"], default="all",
                         help="forecast: train and forecast only (scoring later)")  # fmt: skip
-    parser.add_argument("--table", type=Path, help="print the Markdown table of a file of JSON lines and exit")
+    parser.add_argument("--table", type=Path, help="print the Markdown tables of a file of JSON lines and exit")
     parser.add_argument("--plot", type=Path, help="with --table: PNG of the lines")
     args = parser.parse_args()
     if args.table:
         rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
-        print(table(rows))
+        print(table(rows) + "\n\n" + targets(rows))
         if args.plot:
             plot(rows, args.plot)
         return
+    if args.store is None or args.work is None:
+        parser.error("--store and --work are needed to run the experiment (or --table to summarize one)")
     args.work.mkdir(parents=True, exist_ok=True)
-    for model in ("mse", "crps"):
-        path = forecast(model, train(model, args), args)
-        if args.stage == "all":
-            for row in summary(model, scores(model, path, args), args):
-                print(json.dumps(row), flush=True)
+    for seed in args.seeds:
+        for variant in args.variants:
+            path = forecast(variant, seed, train(variant, seed, args), args)
+            if args.stage == "all":
+                for row in summary(variant, seed, scores(variant, seed, path, args), args):
+                    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ default the network predicts the tendency in units of the tendency spread
 ``rollout`` is a generator over that step (as graphcast's rollout), yielding one lead at a
 time: training differentiates through it, inference writes each lead as it comes.
 ``ensemble_rollout`` rolls every sample out as ``members`` members of a stochastic network
-(each draws its own noise), for the CRPS in training and for ensemble forecasts alike; members
-may also start from initial states of their own (initial-condition ensembles of any model).
+(each draws its own noise, carried from step to step where the noise is correlated in time), for
+the CRPS in training and for ensemble forecasts alike; members may also start from initial states
+of their own (initial-condition ensembles of any model).
 
 Normalization statistics and the data layout come from a ``DataSpec`` (built by
 ``training.data_info`` from the training DataModule, stored in every checkpoint), so a
@@ -116,10 +117,13 @@ class Forecaster(nn.Module):
         """Whether the network draws noise (``network.noise_channels`` > 0): members differ."""
         return getattr(self.net, "noise", None) is not None
 
-    def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
+    def sample_noise(
+        self, batch: int, generator: torch.Generator | None = None, previous: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         """The noise input of ``batch`` forecasts (None for a deterministic network); ``generator``
-        (on the model's device) for reproducible draws, None for the global random state."""
-        return self.net.sample_noise(batch, generator) if self.stochastic else None
+        (on the model's device) for reproducible draws, None for the global random state;
+        ``previous``: the last step's noise (``network.noise_correlation``: AR(1) in time)."""
+        return self.net.sample_noise(batch, generator, previous) if self.stochastic else None
 
     def rollout(
         self,
@@ -139,13 +143,16 @@ class Forecaster(nn.Module):
             static: (batch, static_channels, nlat, nlon).
             forcings: (batch, >= history + steps, forcing_channels, nlat, nlon) from the first
                 input time on.
-            generator: the noise of a stochastic network (``sample_noise``), one draw per step.
+            generator: the noise of a stochastic network (``sample_noise``), one draw per step;
+                each step's noise continues from the last one's (the AR(1) of
+                ``network.noise_correlation``), so a rollout is reproducible from the generator.
         """
         history = states.shape[1]
         if forcings.shape[1] < history + steps:
             raise UserError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
+        noise = None
         for k in range(steps):
-            noise = self.sample_noise(len(states), generator)
+            noise = self.sample_noise(len(states), generator, previous=noise)
             prediction = self.step(states, static, forcings[:, k : k + history + 1], noise)
             yield prediction
             states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)

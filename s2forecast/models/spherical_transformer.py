@@ -32,6 +32,7 @@ from s2forecast.nn import (
     S2BallSparseAttention,
     S2NeighborhoodAttention,
     SphericalNoise,
+    VectorNoise,
     build_position_embedding,
 )
 from s2forecast.ops import default_radius
@@ -39,6 +40,8 @@ from s2forecast.user_errors import UserError
 
 ATTENTION_KINDS = ("neighborhood", "global", "ball")
 NORMS = ("instance", "layer", "none")
+NOISE_KINDS = ("field", "vector")
+NOISE_INJECTIONS = ("norm", "latent")
 GRID_BOUND_EMBEDDINGS = ("ape", "rpe", "rope")
 
 
@@ -156,9 +159,20 @@ class SphericalTransformer(nn.Module):
         ball_options: keyword arguments of ``S2BallSparseAttention`` for "ball" layers
             (ball_size, block_size, top_k, group_size, branches, select_block,
             compression_window).
-        noise_channels: > 0 makes the model stochastic (ensemble members): every forward
-            draws that many unit-variance spherical random fields on the latent grid
-            (``s2forecast.nn.SphericalNoise``) that condition every block's norms (AdaLN).
+        noise_channels: > 0 makes the model stochastic (ensemble members): every step draws
+            that many unit-variance noise channels (``s2forecast.nn.noise``); the options below
+            say which noise and where it enters. Everything the noise enters through is
+            zero-initialized, so a new stochastic model computes the deterministic one.
+        noise_kind: "field": spherical random fields on the latent grid (``SphericalNoise``);
+            "vector": a Gaussian vector per sample, global (FGN; ``VectorNoise``).
+        noise_injection: "norm": the noise conditions every block's norms (adaptive norms,
+            AdaLN: scale and shift pointwise linear in the noise); "latent": a pointwise linear
+            map of the noise is added to the latent state after the encoder.
+        noise_alpha, noise_tau: the fields' spectrum, coefficient std of degree l proportional
+            to (l (l + 1) + tau**2)**(-alpha/2): 2 and 3 are smooth, alpha 0 is white, tau 0 a
+            power law ("field" only).
+        noise_correlation: AR(1) correlation rho of the noise between rollout steps, in [0, 1]
+            (0: independent draws every step).
     """
 
     def __init__(
@@ -185,10 +199,19 @@ class SphericalTransformer(nn.Module):
         backend: str = "auto",
         ball_options: dict | None = None,
         noise_channels: int = 0,
+        noise_kind: str = "field",
+        noise_injection: str = "norm",
+        noise_alpha: float = 2.0,
+        noise_tau: float = 3.0,
+        noise_correlation: float = 0.0,
     ):
         super().__init__()
         if noise_channels < 0:
             raise UserError(f"noise_channels must be >= 0, got {noise_channels}")
+        if noise_kind not in NOISE_KINDS:
+            raise UserError(f"noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
+        if noise_injection not in NOISE_INJECTIONS:
+            raise UserError(f"noise_injection must be one of {NOISE_INJECTIONS}, got {noise_injection!r}")
         if scale_factor < 1:
             raise UserError(f"scale_factor must be >= 1, got {scale_factor}")
         self.config = {
@@ -230,9 +253,17 @@ class SphericalTransformer(nn.Module):
                     embed_dim, num_heads, self.latent, theta, use_qknorm=use_qknorm, position_embedding=relative,
                     backend=backend,
                 )  # fmt: skip
-            blocks.append(PreNormBlock(layer, embed_dim, mlp_ratio, activation, norm, noise_channels))
+            conditioned = noise_channels if noise_injection == "norm" else 0
+            blocks.append(PreNormBlock(layer, embed_dim, mlp_ratio, activation, norm, conditioned))
         self.blocks = nn.ModuleList(blocks)
-        self.noise = SphericalNoise(self.latent, noise_channels) if noise_channels else None
+        self.noise, self.noise_projection = None, None
+        if noise_channels and noise_kind == "field":
+            self.noise = SphericalNoise(self.latent, noise_channels, noise_alpha, noise_tau, noise_correlation)
+        elif noise_channels:
+            self.noise = VectorNoise(noise_channels, noise_correlation)
+        if noise_channels and noise_injection == "latent":
+            self.noise_projection = nn.Conv2d(noise_channels, embed_dim, 1, bias=False)  # the noise is zero-mean
+            nn.init.zeros_(self.noise_projection.weight)
         self.resample = ResampleS2(
             *self.latent.shape, *grid.shape, grid_in=_th_grid(self.latent), grid_out=_th_grid(grid)
         )
@@ -245,8 +276,9 @@ class SphericalTransformer(nn.Module):
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """x: (batch, in_channels, nlat, nlon) -> (batch, out_channels, nlat, nlon).
 
-        noise: (batch, noise_channels, latent nlat, latent nlon) for a stochastic model
-            (``sample_noise``); drawn from the global random state when not given.
+        noise: (batch, noise_channels, latent nlat, latent nlon) fields or (batch,
+            noise_channels, 1, 1) vectors for a stochastic model (``sample_noise``); drawn from
+            the global random state when not given.
         """
         dtype = x.dtype
         if self.noise is not None and noise is None:
@@ -256,6 +288,9 @@ class SphericalTransformer(nn.Module):
             h = self.encoder(x)
         if self.position_embedding is not None:
             h = self.position_embedding(h)
+        if self.noise_projection is not None:
+            h = h + self.noise_projection(noise.to(h.dtype))
+            noise = None  # it entered here; the blocks are unconditioned
         for block in self.blocks:
             h = block(h, noise)
         with torch.autocast(x.device.type, enabled=False):
@@ -263,9 +298,12 @@ class SphericalTransformer(nn.Module):
             out = edges_to_centres(out) if self.midpoint else out
         return out.to(dtype)
 
-    def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
-        """The noise input of ``batch`` members (None for a deterministic model)."""
-        return None if self.noise is None else self.noise(batch, generator)
+    def sample_noise(
+        self, batch: int, generator: torch.Generator | None = None, previous: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """The noise input of ``batch`` members (None for a deterministic model); ``previous``: the
+        last rollout step's noise, which a temporally correlated noise continues from."""
+        return None if self.noise is None else self.noise(batch, generator, previous)
 
     def on_grid(self, grid: Grid) -> "SphericalTransformer":
         """The same weights on another data grid (neural-operator property)."""

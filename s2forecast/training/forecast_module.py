@@ -23,7 +23,8 @@ from s2forecast.data.fields import Batch
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
-from s2forecast.training.losses import ensemble_loss, weighted_mse
+from s2forecast.nn import SphericalHarmonicAnalysis
+from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
 from s2forecast.user_errors import UserError
 
 LEVEL_WEIGHTINGS = ("pressure", "none")
@@ -64,7 +65,7 @@ def current_hparams(hparams: dict) -> dict:
 
 def option_problems(
     network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
-    members, loss, crps_mse_weight,
+    members, loss, crps_mse_weight, crps_alpha=1.0, crps_spectral_weight=0.0,
 ) -> list[str]:  # fmt: skip
     """What is wrong with ForecastModule's options (its arguments of the same names), each problem
     naming its configuration key (``model.lr``) and the fix; empty when nothing is."""
@@ -82,6 +83,10 @@ def option_problems(
         )
     if not crps_mse_weight >= 0:
         problems.append(f"model.crps_mse_weight must be >= 0, got {crps_mse_weight}")
+    if not 0 <= crps_alpha <= 1:
+        problems.append(f"model.crps_alpha must be in [0, 1] (1: the fair CRPS, 0: the standard one), got {crps_alpha}")
+    if not crps_spectral_weight >= 0:
+        problems.append(f"model.crps_spectral_weight must be >= 0 (0: no spectral CRPS), got {crps_spectral_weight}")
     if data is None:
         problems.append("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
     if not lr > 0:
@@ -143,9 +148,15 @@ class ForecastModule(pl.LightningModule):
             decay to min_lr_ratio * lr over the run's optimizer steps.
         members: ensemble members per sample trained together (a stochastic network:
             ``network.noise_channels`` > 0); members are a batch dimension on each rank.
-        loss: "mse" (deterministic) or "crps" (the fair ensemble CRPS over ``members``
-            members, area- and channel-weighted as the MSE: ``training.losses``).
+        loss: "mse" (deterministic) or "crps" (the almost-fair ensemble CRPS over ``members``
+            members, area- and channel-weighted as the MSE: ``training.losses``). With
+            ``rollout_max`` > 1 the members are rolled out independently over the steps and the
+            CRPS is averaged over them, as the MSE (multi-step CRPS fine-tuning).
         crps_mse_weight: with "crps", add this times the MSE of the ensemble mean.
+        crps_alpha: with "crps", AIFS-CRPS's alpha in [0, 1]: alpha x fair CRPS + (1 - alpha) x
+            standard CRPS (1: the fair CRPS; ``losses.almost_fair_crps``).
+        crps_spectral_weight: with "crps", add this times the CRPS of the fields' spherical
+            harmonic coefficients (the data grid's own quadrature; ``losses.spectral_crps``).
         init_from: fine-tuning: start from the network weights of this checkpoint (read
             weights-only), with this run's data, statistics, schedule and optimizer; the grid may
             differ where the network's weights do not depend on it (S2 models without grid-bound
@@ -171,11 +182,13 @@ class ForecastModule(pl.LightningModule):
         members: int = 1,
         loss: str = "mse",
         crps_mse_weight: float = 0.0,
+        crps_alpha: float = 1.0,
+        crps_spectral_weight: float = 0.0,
     ):
         super().__init__()
         problems = option_problems(
             network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
-            members, loss, crps_mse_weight,
+            members, loss, crps_mse_weight, crps_alpha, crps_spectral_weight,
         )  # fmt: skip
         if problems:  # all at once, each naming its key: a run costs seconds before it gets here
             raise UserError("; ".join(problems))
@@ -192,6 +205,7 @@ class ForecastModule(pl.LightningModule):
         area = self.grid.area_weights.float()[:, None].expand(self.grid.shape)
         self.register_buffer("area", area / area.mean(), persistent=False)
         self.register_buffer("channel_weights", self._channel_weights(), persistent=False)
+        self.analysis = SphericalHarmonicAnalysis(self.grid) if crps_spectral_weight else None
         self.rollout = rollout_start
         self._mse_sums: dict[str, list] = {}
 
@@ -236,11 +250,17 @@ class ForecastModule(pl.LightningModule):
 
     def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Quadrature- and channel-weighted MSE of (batch, steps, channels, nlat, nlon) tensors, or
-        for an ensemble model the fair CRPS of (batch, members, steps, ...) against the target."""
+        for an ensemble model the almost-fair CRPS of (batch, members, steps, ...) against the
+        target (plus its spectral CRPS and its mean's MSE, as configured)."""
         weights = self.channel_weights[:, None, None] * self.quadrature
-        if self.probabilistic:
-            return ensemble_loss(prediction, target, weights, self.hparams.crps_mse_weight)
-        return weighted_mse(prediction, target, weights)
+        if not self.probabilistic:
+            return weighted_mse(prediction, target, weights)
+        hparams = self.hparams
+        loss = ensemble_loss(prediction, target, weights, hparams.crps_mse_weight, hparams.crps_alpha)
+        if self.analysis is not None:
+            spectral = spectral_crps(prediction, target, self.analysis, self.channel_weights, hparams.crps_alpha)
+            loss = loss + hparams.crps_spectral_weight * spectral
+        return loss
 
     # --- Lightning hooks ----------------------------------------------------------------
     def on_train_epoch_start(self) -> None:

@@ -1,11 +1,15 @@
 """Probabilistic forecasts end to end (issue 17): an ensemble model trained with the fair CRPS
 through the Lightning CLI, `rollout --members` writing the realization dimension, reproducible
-from a seed, and `evaluate` scoring it with CRPS and spread."""
+from a seed, and `evaluate` scoring it with CRPS and spread; issue 30's variant configs fitted and
+forecast the same way."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import xarray as xr
+import yaml
 from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
@@ -54,6 +58,9 @@ def refused(argv, capsys) -> str:
     return lines[0]
 
 
+ENSEMBLE_OPTIONS = ["--model.loss", "crps", "--model.members", "2", "--model.network.noise_channels", "2"]
+
+
 def test_ensemble_options_bad_values(swe_store, mse_run_1_epoch, tmp_path, capsys):
     base = tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1")
     assert "needs a stochastic network: set model.network.noise_channels" in refused(
@@ -62,6 +69,8 @@ def test_ensemble_options_bad_values(swe_store, mse_run_1_epoch, tmp_path, capsy
         ["fit", *base, "--model.loss", "crps", "--model.network.noise_channels", "2"], capsys)  # fmt: skip
     assert "model.loss must be one of ('mse', 'crps'), got 'mae'" in refused(["fit", *base, "--model.loss", "mae"],
                                                                              capsys)  # fmt: skip
+    assert "noise_kind must be one of ('field', 'vector'), got 'gaussian'" in refused(
+        ["fit", *base, *ENSEMBLE_OPTIONS, "--model.network.noise_kind", "gaussian"], capsys)  # fmt: skip
     assert not (tmp_path / "runs").exists()
     deterministic = mse_run_1_epoch.checkpoint  # a deterministic model: `fit` of tiny_args, once per session
     message = refused(["rollout", "--ckpt", deterministic, "--store", swe_store, "--steps", "1", "--init-times",
@@ -83,3 +92,34 @@ def test_checkpoints_with_ensemble_size_resume_as_members(swe_store):
     module = ForecastModule(**current_hparams(old))
     assert module.hparams.members == 3 and "ensemble_size" not in module.hparams
     assert "ensemble_size" in old  # the checkpoint's own dict is left as it is
+
+
+CONFIGS = Path(__file__).parents[2] / "configs" / "swe"
+VARIANTS = {  # issue 30's variants, as the configs layered on the CRPS config set them
+    "fgn": ["s2_neighborhood_crps_fgn.yaml"],
+    "white-ar1+losses": ["s2_neighborhood_crps_white_ar1.yaml", "s2_neighborhood_crps_losses.yaml"],
+}
+
+
+@pytest.mark.parametrize("configs", VARIANTS.values(), ids=VARIANTS.keys())
+def test_variant_configs_fit_and_forecast(configs, swe_store, tmp_path):
+    """`fit` with each variant's config on the CRPS config (tiny: width 16, 2 members, 2 epochs, the
+    second with 2-step rollouts: multi-step CRPS), then a reproducible 2-member `rollout`."""
+    layered = [part for name in ["s2_neighborhood_crps.yaml", *configs] for part in ("--config", str(CONFIGS / name))]
+    cli(["fit", *tiny_args(swe_store, tmp_path, *layered, "--model.members", "2", "--model.network.embed_dim", "16",
+                           "--model.network.num_layers", "2", "--model.rollout_every_epochs", "1",
+                           "--trainer.max_epochs", "2")])  # fmt: skip
+    checkpoint = next((tmp_path / "runs").rglob("last.ckpt"))
+    state = torch.load(checkpoint, weights_only=True)
+    hparams = state["hyper_parameters"]
+    assert state["global_step"] > 0 and state["rollout"] == 2 and hparams["loss"] == "crps"
+    for name in configs:  # the variant's options reached the model
+        model = yaml.safe_load((CONFIGS / name).read_text())["model"]
+        network = model.pop("network", {})
+        model.pop("rollout_every_epochs", None)  # overridden above
+        assert {key: hparams["network"][key] for key in network} == network
+        assert {key: hparams[key] for key in model} == model
+    a = rollout(checkpoint, swe_store, tmp_path / "a.nc", "--members", "2", "--seed", "3")
+    b = rollout(checkpoint, swe_store, tmp_path / "b.nc", "--members", "2", "--seed", "3")
+    np.testing.assert_array_equal(a["vorticity"].values, b["vorticity"].values)
+    assert np.isfinite(a["vorticity"].values).all()

@@ -1,0 +1,55 @@
+"""Spherical harmonic analysis of real fields on any grid s2forecast knows, with the grid's own
+quadrature: differentiable, for losses on spectral coefficients (the spectral CRPS).
+
+c_lm = int f Y_lm^* dOmega = 2 pi sum_j w_j P_lm(cos colat_j) F_m(colat_j), F_m the Fourier
+coefficients of row j (``rfft``, norm "forward"), P_lm torch-harmonics' orthonormal associated
+Legendre functions, w_j the grid's latitude quadrature (``geometry.latitude_quadrature``:
+torch-harmonics' rules for equiangular and Gauss-Legendre grids, bit for bit, so the
+coefficients are those of torch-harmonics' ``RealSHT``; Fejer's first rule for WeatherBench2's
+cell-centred grids, which torch-harmonics has no rule for). Degrees are truncated as
+torch-harmonics does (``truncate_sht``), to those whose squares the rule integrates exactly:
+what ``evaluation.spectra.spherical_harmonic_power`` computes in NumPy for the scores.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch_harmonics.legendre import legpoly
+from torch_harmonics.truncation import truncate_sht
+
+from s2forecast.geometry import Grid
+from s2forecast.geometry.quadrature import latitude_quadrature
+
+
+class SphericalHarmonicAnalysis(nn.Module):
+    """Orthonormal spherical harmonic coefficients of (..., nlat, nlon) fields on ``grid`` (rows
+    north to south, as the grid's colatitudes).
+
+    Attributes:
+        lmax, mmax: degrees 0..lmax-1 and orders 0..mmax-1 (m <= l; the others are 0).
+    """
+
+    def __init__(self, grid: Grid):
+        super().__init__()
+        kind = "legendre-gauss" if grid.kind == "legendre-gauss" else "equiangular"
+        # Gauss-Legendre integrates degree 2 nlat - 1 exactly; the equiangular rules ~nlat - 1
+        exact = grid.nlat if kind == "legendre-gauss" else (grid.nlat + 1) // 2
+        self.grid = grid
+        self.lmax, self.mmax = truncate_sht(grid.nlat, grid.nlon, lmax=exact, grid=kind)
+        colats, weights = latitude_quadrature(grid.nlat, grid.kind)
+        x = torch.from_numpy(colats).cos()
+        legendre = legpoly(self.mmax, self.lmax, x, norm="ortho", csphase=False)  # (mmax, lmax, nlat)
+        kernel = 2 * math.pi * legendre * torch.from_numpy(weights)
+        self.register_buffer("kernel", kernel.float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., nlat, nlon) real -> (..., lmax, mmax) complex coefficients (float32 or wider)."""
+        if tuple(x.shape[-2:]) != self.grid.shape:
+            raise ValueError(f"fields of shape {tuple(x.shape[-2:])} on a {self.grid.shape} analysis")
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        with torch.autocast(x.device.type, enabled=False):  # a loss term: in fp32 under bf16 training
+            fourier = torch.fft.rfft(x.to(dtype), dim=-1, norm="forward")[..., : self.mmax]  # (..., nlat, mmax)
+            parts = torch.view_as_real(fourier)  # (..., nlat, mmax, 2)
+            coefficients = torch.einsum("mlj,...jmc->...lmc", self.kernel.to(dtype), parts)
+        return torch.view_as_complex(coefficients.contiguous())
