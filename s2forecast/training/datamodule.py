@@ -117,6 +117,8 @@ class FieldDataModule(pl.LightningDataModule):
             raise UserError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
             raise UserError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+        if not (isinstance(spec.rollout, int) and spec.rollout >= 1):  # 0 serves inputs alone: inference only
+            raise UserError(f"rollout_steps must be an integer >= 1 (targets per sample), got {spec.rollout!r}")
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
             raise UserError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")

@@ -228,12 +228,16 @@ class ForecastModule(pl.LightningModule):
         increase = self.current_epoch // every if every > 0 else 0
         self.rollout = min(self.hparams.rollout_max, self.hparams.rollout_start + increase)
 
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        if batch.targets.shape[1] < self.rollout:
+    def setup(self, stage: str) -> None:
+        """Before the first batch: the training rollout needs as many targets as rollout_max."""
+        targets = self.forecaster.data.rollout_steps
+        if stage == "fit" and targets < self.hparams.rollout_max:
             raise UserError(
-                f"training rollout is {self.rollout} steps but batches hold {batch.targets.shape[1]} targets; "
-                "raise the DataModule's rollout_steps to at least rollout_max"
+                f"model.rollout_max is {self.hparams.rollout_max} steps but the data's rollout_steps is {targets}: "
+                "raise data rollout_steps to at least rollout_max, or lower rollout_max"
             )
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         prediction = self.ensemble(batch, self.rollout) if self.probabilistic else self(batch, self.rollout)
         loss = self.loss(prediction, batch.targets[:, : self.rollout])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.inputs))
