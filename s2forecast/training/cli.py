@@ -28,6 +28,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.strategies import Strategy
 
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
+from s2forecast.training.config_code import refuse_code
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
@@ -77,6 +78,11 @@ class ForecastCLI(LightningCLI):
         except UnicodeDecodeError as error:  # a binary file given as --config
             problems = [problem for problem in map(yaml_problem, config_files(args)) if problem]
             raise ConfigError(problems[0] if problems else f"a --config file is not UTF-8 text: {error}") from error
+
+    def before_instantiate_classes(self) -> None:
+        """No function named in the configuration (``config_code``): checked after the
+        checkpoint's hyper-parameters are merged in, before anything is built."""
+        refuse_code(self.config)
 
     def instantiate_classes(self) -> None:
         """Build the objects. What a constructor or ``data_info`` raises (e.g. for a store that does
