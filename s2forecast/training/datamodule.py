@@ -15,6 +15,7 @@ import torch
 
 from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, check_read_threads
 from s2forecast.data.swe import SWE_VARIABLES
+from s2forecast.training.splits import check_overlap
 from s2forecast.user_errors import UserError
 
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
@@ -93,6 +94,8 @@ class FieldDataModule(pl.LightningDataModule):
             public Google Cloud Storage).
         read_threads: chunks of a sample (its variables x time steps) each process reads at once;
             1: one after another. Over a URL every chunk is a request, so their latencies overlap.
+        allow_overlap: splits that share trajectories or times are refused (``training.splits``);
+            true: used anyway, with a warning.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class FieldDataModule(pl.LightningDataModule):
         stats: str | None = None,
         storage_options: dict | None = None,
         read_threads: int = READ_THREADS,
+        allow_overlap: bool = False,
     ):
         super().__init__()
         self.read_threads = check_read_threads(read_threads)
@@ -122,6 +126,7 @@ class FieldDataModule(pl.LightningDataModule):
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
             raise UserError(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
+        check_overlap(splits, allow_overlap)
         self.store, self.spec, self.splits = str(store), spec, splits
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
@@ -237,8 +242,8 @@ class ERA5DataModule(FieldDataModule):
         forcings: analytic forcings (``s2forecast.data.forcings.FORCINGS``).
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads:
-            see ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads,
+            allow_overlap: see ``FieldDataModule``.
     """
 
     def __init__(
@@ -262,6 +267,7 @@ class ERA5DataModule(FieldDataModule):
         stats: str | None = None,
         storage_options: dict | None = None,
         read_threads: int = READ_THREADS,
+        allow_overlap: bool = False,
     ):
         spec = SampleSpec(
             tuple(variables),
@@ -276,7 +282,7 @@ class ERA5DataModule(FieldDataModule):
         splits = {name: {"start": p[0], "end": p[1]} for name, p in periods.items() if p is not None}
         super().__init__(
             store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
-            read_threads=read_threads,
+            read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()
 
@@ -290,8 +296,8 @@ class SWEDataModule(FieldDataModule):
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_trajectories, val_trajectories, test_trajectories: [first, stop) trajectory
             indices; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads:
-            see ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads,
+            allow_overlap: see ``FieldDataModule``.
     """
 
     def __init__(
@@ -312,12 +318,13 @@ class SWEDataModule(FieldDataModule):
         stats: str | None = None,
         storage_options: dict | None = None,
         read_threads: int = READ_THREADS,
+        allow_overlap: bool = False,
     ):
         spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
         ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
         splits = {name: {"trajectories": tuple(r)} for name, r in ranges.items() if r is not None}
         super().__init__(
             store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
-            read_threads=read_threads,
+            read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()
