@@ -23,6 +23,7 @@ from s2forecast.data.fields import Batch
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
+from s2forecast.training.checkpoints import reopen_cut_epoch
 from s2forecast.training.losses import ensemble_loss, weighted_mse
 from s2forecast.user_errors import UserError
 
@@ -293,6 +294,7 @@ class ForecastModule(pl.LightningModule):
         checkpoint["static_fields"] = self._static_fields()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        reopen_cut_epoch(checkpoint)  # before Lightning restores its loops from it
         self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)
         self.forecaster.static_fields = checkpoint_static_fields(checkpoint, self.forecaster)
 
@@ -329,3 +331,14 @@ class ForecastModule(pl.LightningModule):
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        """The learning rate of the first step from this fit's schedule. A resumed optimizer holds
+        the rate the previous fit's plan set after its last step (0.0 at the end of a decay that
+        a larger max_steps now extends); the scheduler only sets the next one after a step."""
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                groups = scheduler.optimizer.param_groups
+                for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+                    group["lr"] = base * factor(scheduler.last_epoch)
