@@ -156,7 +156,7 @@ def longitudes_from_zero(ds: xr.Dataset) -> xr.Dataset:
 
     The networks are equivariant only to column shifts by a multiple of their latent grid's
     stride (``scale_factor``, the patch size), not to any shift: the same data stored from
-    -180 and from 0 on a 30-column grid (a 15-column shift) gave forecasts 0.55 K apart. So
+    -180 and from 0 on a 30-column grid (a 15-column shift) gave forecasts 0.55 K apart (issue 29). So
     every reader puts the columns in this one order. Lazy: an index permutation reads no data.
     """
     if "longitude" not in ds.coords or ds["longitude"].ndim != 1 or ds.sizes["longitude"] < 2:
