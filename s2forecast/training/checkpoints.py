@@ -9,6 +9,13 @@ CSVLogger; for the WandbLogger ``name`` is its project), in any of its versions
 (``<save_dir>/<name>/*/checkpoints/``); without a logger, ``<default_root_dir>/checkpoints``.
 Each start of a CSVLogger run makes a new ``version_N``, so resuming means "the latest version
 of this experiment", never another experiment's directory.
+
+A run that stops at ``max_steps`` in the middle of an epoch still runs Lightning's end of that
+epoch, and a checkpoint saved then (``save_last`` at the end of training) records the epoch as
+completed although its last batch never came: resumed with a larger ``max_steps``, Lightning
+would start the next epoch and the rest of this one would never be trained.
+``reopen_cut_epoch`` marks such an epoch as in progress when the checkpoint is loaded, so the
+resumed run serves the rest of it, in its order (``datamodule.ResumableLoader``).
 """
 
 import re
@@ -62,3 +69,19 @@ def last_checkpoint(trainer) -> Path:
             "trainer.logger.init_args.name to the experiment to resume, or pass a checkpoint file"
         )
     return max(found, key=lambda path: path.stat().st_mtime)
+
+
+def reopen_cut_epoch(checkpoint: dict) -> None:
+    """Mark the epoch of ``checkpoint`` as in progress if Lightning recorded it as completed
+    although its last batch was never served (a stop at ``max_steps``; module docstring): the
+    state of a checkpoint saved after that batch within the epoch."""
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+    if not epochs or not batches or batches.get("is_last_batch", True) or not batches["current"]["completed"]:
+        return
+    if epochs["current"]["completed"] < epochs["current"]["ready"]:
+        return  # saved within the epoch: Lightning resumes it itself
+    for counter in ("total", "current"):
+        epochs[counter]["processed"] -= 1
+        epochs[counter]["completed"] -= 1
+    checkpoint["epoch"] = checkpoint.get("epoch", 1) - 1

@@ -29,7 +29,9 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
 
+from s2forecast.training.checkpoint_model import describe, differences
 from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
+from s2forecast.training.config_code import refuse_code
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
@@ -103,6 +105,11 @@ class ForecastCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data", "model.data", compute_fn=data_info, apply_on="instantiate")
+        parser.add_argument(
+            "--model_from_ckpt", type=bool, default=False,
+            help="take the model's hyper-parameters from the --ckpt_path file instead of the config's model section "
+            "(without it they must be the checkpoint's: training/checkpoint_model.py)",
+        )  # fmt: skip
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -127,6 +134,11 @@ class ForecastCLI(LightningCLI):
             problems = [problem for problem in map(yaml_problem, config_files(args)) if problem]
             raise ConfigError(problems[0] if problems else f"a --config file is not UTF-8 text: {error}") from error
 
+    def before_instantiate_classes(self) -> None:
+        """No function named in the configuration (``config_code``): checked after the
+        checkpoint's hyper-parameters are merged in, before anything is built."""
+        refuse_code(self.config)
+
     def instantiate_classes(self) -> None:
         """Build the objects. What a constructor or ``data_info`` raises (e.g. for a store that does
         not exist) is reported as itself: jsonargparse wraps it in "Call to compute_fn of link ..."
@@ -142,15 +154,26 @@ class ForecastCLI(LightningCLI):
             raise cause from None
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning's reading of the model's hyper-parameters from ``--ckpt_path`` before the
-        model is built, through ``read_checkpoint`` (so a URL or an unsafe file fails here, with
-        one line). "last" is resolved once the logger exists (``_prepare_checkpoint_loading``)."""
+        """With ``--model_from_ckpt true``, Lightning's reading of the model's hyper-parameters
+        from ``--ckpt_path`` before the model is built, through ``read_checkpoint`` (so a URL or an
+        unsafe file fails here, with one line); without it the config's model is built and
+        compared with the checkpoint's once the file is known (``_prepare_checkpoint_loading``)."""
         subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path is None or str(ckpt_path) in SPECIAL_CKPT_PATHS:
+        config = self.config[subcommand] if subcommand else {}
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path is not None and str(ckpt_path) not in SPECIAL_CKPT_PATHS:
+            # a URL, a missing or unsafe file: one line before anything is built
+            self._ckpt_hparams = (str(ckpt_path), read_checkpoint(ckpt_path).get("hyper_parameters") or {})
+        if not config.get("model_from_ckpt"):
             return
-        hparams = current_hparams(read_checkpoint(ckpt_path).get("hyper_parameters", {}))
+        if ckpt_path is None or str(ckpt_path) in SPECIAL_CKPT_PATHS:
+            raise UserError(
+                f"--model_from_ckpt true needs a checkpoint file in --ckpt_path, got {ckpt_path}; pass the file "
+                "(runs/NAME/version_N/checkpoints/last.ckpt)"
+            )
+        hparams = current_hparams(self._ckpt_hparams[1])
         hparams.pop("_instantiator", None)
+        hparams.pop("init_from", None)  # the weights come from the checkpoint (that file may be gone)
         if not hparams:
             return
         if "_class_path" in hparams:
@@ -175,6 +198,18 @@ class ForecastCLI(LightningCLI):
             strategy.checkpoint_io = WeightsOnlyCheckpointIO(strategy.checkpoint_io)
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = str(last_checkpoint(self.trainer))
+        if config.get("ckpt_path") and str(config["ckpt_path"]) not in SPECIAL_CKPT_PATHS:
+            self._check_checkpoint_model(str(config["ckpt_path"]))
+
+    def _check_checkpoint_model(self, path: str) -> None:
+        """The model built must be the checkpoint's (``checkpoint_model``): never another's
+        weights or schedule without a word, never a size-mismatch traceback."""
+        known = getattr(self, "_ckpt_hparams", None)
+        theirs = known[1] if known and known[0] == path else read_checkpoint(path).get("hyper_parameters") or {}
+        theirs = current_hparams(theirs)
+        found = differences(dict(self.model.hparams), theirs, self.subcommand) if theirs else []
+        if found:
+            raise UserError(f"--ckpt_path {path} is another model than this run's: {describe(found)}")
 
     def _before_run(self) -> None:
         self._prepare_checkpoint_loading()

@@ -15,6 +15,7 @@ import torch
 
 from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, check_read_threads
 from s2forecast.data.swe import SWE_VARIABLES
+from s2forecast.training.splits import check_overlap
 from s2forecast.user_errors import UserError
 
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
@@ -95,6 +96,8 @@ class FieldDataModule(pl.LightningDataModule):
             public Google Cloud Storage).
         read_threads: chunks of a sample (its variables x time steps) each process reads at once;
             1: one after another. Over a URL every chunk is a request, so their latencies overlap.
+        allow_overlap: splits that share trajectories or times are refused (``training.splits``);
+            true: used anyway, with a warning.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class FieldDataModule(pl.LightningDataModule):
         stats: str | None = None,
         storage_options: dict | None = None,
         read_threads: int = READ_THREADS,
+        allow_overlap: bool = False,
     ):
         super().__init__()
         problems = []  # all at once, each naming its key
@@ -123,11 +127,16 @@ class FieldDataModule(pl.LightningDataModule):
             problems.append(f"data.init_args.batch_size must be an integer >= 1, got {batch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
             problems.append(f"data.init_args.num_workers must be an integer >= 0, got {num_workers!r}")
+        if not (isinstance(spec.rollout, int) and spec.rollout >= 1):  # 0 serves inputs alone: inference only
+            problems.append(
+                f"data.init_args.rollout_steps must be an integer >= 1 (targets per sample), got {spec.rollout!r}"
+            )
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
             problems.append(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")
         if problems:
             raise UserError("; ".join(problems))
+        check_overlap(splits, allow_overlap)
         self.store, self.spec, self.splits = str(store), spec, splits
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.nan_policy, self.seed = nan_policy, seed
@@ -254,8 +263,8 @@ class ERA5DataModule(FieldDataModule):
         forcings: analytic forcings (``s2forecast.data.forcings.FORCINGS``).
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads:
-            see ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads,
+            allow_overlap: see ``FieldDataModule``.
     """
 
     def __init__(
@@ -279,6 +288,7 @@ class ERA5DataModule(FieldDataModule):
         stats: str | None = None,
         storage_options: dict | None = None,
         read_threads: int = READ_THREADS,
+        allow_overlap: bool = False,
     ):
         spec = SampleSpec(
             tuple(variables),
@@ -293,7 +303,7 @@ class ERA5DataModule(FieldDataModule):
         splits = {name: {"start": p[0], "end": p[1]} for name, p in periods.items() if p is not None}
         super().__init__(
             store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
-            read_threads=read_threads,
+            read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()
 
@@ -307,8 +317,8 @@ class SWEDataModule(FieldDataModule):
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_trajectories, val_trajectories, test_trajectories: [first, stop) trajectory
             indices; None: unused.
-        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads:
-            see ``FieldDataModule``.
+        batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads,
+            allow_overlap: see ``FieldDataModule``.
     """
 
     def __init__(
@@ -329,12 +339,13 @@ class SWEDataModule(FieldDataModule):
         stats: str | None = None,
         storage_options: dict | None = None,
         read_threads: int = READ_THREADS,
+        allow_overlap: bool = False,
     ):
         spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
         ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
         splits = {name: {"trajectories": tuple(r)} for name, r in ranges.items() if r is not None}
         super().__init__(
             store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
-            read_threads=read_threads,
+            read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()

@@ -24,6 +24,7 @@ from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
 from s2forecast.nn import SphericalHarmonicAnalysis
+from s2forecast.training.checkpoints import reopen_cut_epoch
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
 from s2forecast.user_errors import UserError
 
@@ -268,12 +269,16 @@ class ForecastModule(pl.LightningModule):
         increase = self.current_epoch // every if every > 0 else 0
         self.rollout = min(self.hparams.rollout_max, self.hparams.rollout_start + increase)
 
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        if batch.targets.shape[1] < self.rollout:
+    def setup(self, stage: str) -> None:
+        """Before the first batch: the training rollout needs as many targets as rollout_max."""
+        targets = self.forecaster.data.rollout_steps
+        if stage == "fit" and targets < self.hparams.rollout_max:
             raise UserError(
-                f"training rollout is {self.rollout} steps but batches hold {batch.targets.shape[1]} targets; "
-                "raise the DataModule's rollout_steps to at least rollout_max"
+                f"model.rollout_max is {self.hparams.rollout_max} steps but the data's rollout_steps is {targets}: "
+                "raise data rollout_steps to at least rollout_max, or lower rollout_max"
             )
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         prediction = self.ensemble(batch, self.rollout) if self.probabilistic else self(batch, self.rollout)
         loss = self.loss(prediction, batch.targets[:, : self.rollout])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.inputs))
@@ -329,6 +334,7 @@ class ForecastModule(pl.LightningModule):
         checkpoint["static_fields"] = self._static_fields()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        reopen_cut_epoch(checkpoint)  # before Lightning restores its loops from it
         self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)
         self.forecaster.static_fields = checkpoint_static_fields(checkpoint, self.forecaster)
 
@@ -365,3 +371,14 @@ class ForecastModule(pl.LightningModule):
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        """The learning rate of the first step from this fit's schedule. A resumed optimizer holds
+        the rate the previous fit's plan set after its last step (0.0 at the end of a decay that
+        a larger max_steps now extends); the scheduler only sets the next one after a step."""
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                groups = scheduler.optimizer.param_groups
+                for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+                    group["lr"] = base * factor(scheduler.last_epoch)

@@ -38,3 +38,23 @@ def test_probe_lists_its_matrix():
     names = result.stdout.splitlines()
     assert len(names) >= 200 and len(set(names)) == len(names)
     assert "rollout ckpt <- ckpt_malicious" in names and "convert-era5 <- era5_degC_as_K" in names
+
+
+@pytest.mark.slow  # the probe script, end to end
+def test_probe_judges_lost_files_wrong_forecasts_and_printed_text(tmp_path):
+    """Issue 29's training-side cases: a planted symlink must not lose the user's file, the help
+    must not show a crafted cache, a store in another longitude convention must forecast the same."""
+    only = ["fit --help <- symlink", "fit --help <- crafted cache with the old key", "store_lon_west",
+            "LambdaCallback on_fit_start: builtins.print"]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "probe_inputs.py"), "--workdir", str(tmp_path),
+         *(arg for name in only for arg in ("--only", name))],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    cases, summary = {case["name"]: case for case in lines[:-1]}, lines[-1]["summary"]
+    assert len(cases) == 4 and result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name, case in cases.items():
+        assert not case["lost"] and not case["silent"] and not case["leftovers"], case
+        assert case["outcome"] == ("error" if "LambdaCallback" in name else "ok"), case
+    assert summary["tracebacks"] == summary["silent_wrong_results"] == summary["lost_or_replaced"] == 0

@@ -350,10 +350,14 @@ def test_different_grid(tmp_path, truth_path, truth_ds):
     path = write_nc(forecast, tmp_path / "f.nc")
     with pytest.raises(ValueError, match="different grids: forecast 5 latitudes"):
         evaluate(path, truth_path, tmp_path / "m.nc", plots=False, progress=False)
-    shifted = perfect_forecast(truth_ds).assign_coords(longitude=LON - 180.0)
-    with pytest.raises(ValueError, match="lon % 360"):
-        evaluate(write_nc(shifted, tmp_path / "g.nc"), truth_path, tmp_path / "m.nc", plots=False, progress=False)
     assert not (tmp_path / "m.nc").exists()
+    # the same forecast written in -180..180 (issue 29): read in the truth's column order, a perfect score
+    west = perfect_forecast(truth_ds).roll(longitude=6, roll_coords=True)
+    west = west.assign_coords(
+        longitude=np.where(west["longitude"] >= 180.0, west["longitude"] - 360.0, west["longitude"])
+    )
+    metrics = evaluate(write_nc(west, tmp_path / "g.nc"), truth_path, tmp_path / "m.nc", plots=False, progress=False)
+    np.testing.assert_allclose(score(metrics, "2m_temperature", "rmse", "forecast"), 0.0, atol=1e-9)
 
 
 def test_missing_paths(tmp_path, truth_path, perfect_path):

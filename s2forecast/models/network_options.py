@@ -1,0 +1,91 @@
+"""Checks of a network's options (``model.network`` of a config) before the network is built.
+
+The options reach ``build_network`` as a plain dict (any YAML value), so a string width or a
+zero head count would otherwise fail deep inside a layer's constructor (TypeError,
+ZeroDivisionError, "negative dimension"). Each option is checked against the type annotation of
+the network's constructor and the sizes against their ranges, and refused with one line naming
+the option.
+"""
+
+import inspect
+import types
+import typing
+
+from s2forecast.user_errors import UserError
+
+AT_LEAST_ONE = ("embed_dim", "num_layers", "num_heads", "scale_factor", "patch_size")
+POSITIVE = ("mlp_ratio", "theta")
+NON_NEGATIVE = ("window", "noise_channels")
+
+
+def check_network_options(architecture: str, cls: type, options: dict) -> None:
+    """Raise a UserError naming the first of ``options`` of ``cls`` that has the wrong type or range."""
+    hints = typing.get_type_hints(cls.__init__)
+    for name, value in options.items():
+        if name in hints and not matches(value, hints[name]):
+            raise UserError(
+                f"network option {name} of the {architecture!r} network must be {describe(hints[name])}, got {value!r}"
+            )
+    values = {p.name: p.default for p in inspect.signature(cls).parameters.values()} | options
+    for name in AT_LEAST_ONE:
+        if name in values and values[name] < 1:
+            raise UserError(f"network option {name} must be >= 1, got {values[name]}")
+    for name in POSITIVE:
+        if values.get(name) is not None and not values[name] > 0:
+            raise UserError(f"network option {name} must be > 0, got {values[name]}")
+    for name in NON_NEGATIVE:
+        if name in values and values[name] < 0:
+            raise UserError(f"network option {name} must be >= 0, got {values[name]}")
+    if values.get("global_every") is not None and values["global_every"] < 1:
+        raise UserError(f"network option global_every must be >= 1 or null, got {values['global_every']}")
+    if values["embed_dim"] % values["num_heads"]:
+        raise UserError(
+            f"network option embed_dim={values['embed_dim']} is not divisible by num_heads={values['num_heads']}: "
+            "each head takes an equal share of the width"
+        )
+
+
+def matches(value, annotation) -> bool:
+    """Whether ``value`` (as YAML gives it: lists for tuples) is of the type ``annotation``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, arg) for arg in args)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if annotation is dict or origin is dict:
+        return isinstance(value, dict)
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(matches, value, args))
+        return all(matches(item, args[0]) for item in value) if args else True
+    return True
+
+
+def describe(annotation) -> str:
+    """``annotation`` in words: "an integer", "a string or a list of str", ..."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(arg) for arg in args)
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+    if annotation in words:
+        return words[annotation]
+    if annotation is dict or origin is dict:
+        return "a mapping"
+    plural = {int: "integers", float: "numbers", str: "strings"}
+    if origin is tuple and args and args[-1] is not Ellipsis and len(set(args)) == 1 and args[0] in plural:
+        return f"a list of {len(args)} {plural[args[0]]}"
+    if origin in (list, tuple) and args and args[0] in plural:
+        return f"a list of {plural[args[0]]}"
+    if origin in (list, tuple):
+        return "a list"
+    return str(annotation)

@@ -1,0 +1,54 @@
+"""Refusing configurations that would run code other than constructors.
+
+jsonargparse resolves a value of a ``Callable`` parameter from an import path: a YAML
+``LambdaCallback`` with ``on_fit_start: os.system`` parses into the function ``os.system``,
+which Lightning then calls. A configuration (perhaps a file from someone else) may build
+classes, but must never name a function to call: after parsing (and after ``--ckpt_path``'s
+hyper-parameters are merged in), before anything is instantiated, ``refuse_code`` walks the
+whole configuration and refuses any callable value (function, builtin, method, class object,
+partial) and any ``class_path`` from Python's standard library (``os``, ``subprocess``,
+``builtins``, ...: nothing a run is configured with lives there).
+"""
+
+import sys
+
+from jsonargparse import Namespace
+from jsonargparse.typing import Path as ConfigPath
+
+from s2forecast.user_errors import UserError
+
+STDLIB = frozenset(sys.stdlib_module_names) | {"builtins", "__main__"}
+
+
+def refuse_code(config: Namespace) -> None:
+    """Raise a UserError naming the first key of ``config`` whose value is a callable or a
+    standard-library class_path (the subcommand's prefix, ``fit.``, left out)."""
+    for key, value in _values(config, ""):
+        key = key.partition(".")[2] if key.split(".")[0] in ("fit", "validate", "test", "predict") else key
+        if isinstance(value, ConfigPath) or not callable(value):
+            if key.endswith("class_path") and isinstance(value, str) and value.split(".")[0] in STDLIB:
+                raise UserError(
+                    f"{key}: {value!r} is from Python's standard library, and a configuration may only name classes "
+                    "of s2forecast, Lightning, torch or your own modules"
+                )
+            continue
+        name = f"{getattr(value, '__module__', None) or '?'}.{getattr(value, '__qualname__', type(value).__name__)}"
+        raise UserError(
+            f"{key}: {name} is a function, and a configuration never names code to call (it could run anything); "
+            "remove it, or write a Callback class in your own module and give its class_path"
+        )
+
+
+def _values(value, key: str):
+    """(dotted key, value) of every leaf of ``value``, lists indexed as ``key[i]``."""
+    if isinstance(value, Namespace):
+        for name, item in vars(value).items():
+            yield from _values(item, f"{key}.{name}" if key else name)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _values(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _values(item, f"{key}[{index}]")
+    else:
+        yield key, value

@@ -1,0 +1,62 @@
+"""Issue 29: a run stopped by max_steps in the middle of an epoch and continued with a larger
+max_steps (`--ckpt_path last`) trains the rest of that epoch, in its order, at the learning rates
+of the larger run: it ends bit-identical to a run that went to the larger max_steps at once."""
+
+import pytorch_lightning as pl
+import torch
+from session_fixtures import tiny_args
+
+from s2forecast.cli import main as cli
+from s2forecast.training.checkpoints import read_checkpoint
+
+# no validation: Lightning then saves last.ckpt when training ends, after closing the cut epoch.
+# warmup_steps 6: the schedules of a 7-step and a 10-step fit agree on steps 0-6 (warm-up, then
+# the peak at step 6), so the 10-step run is the reference for every step; from step 7 the cosine
+# decays to 0 at step 7 in the 7-step plan but only at step 10 in the 10-step one.
+COMMON = ["--data.init_args.val_trajectories", "null", "--trainer.limit_val_batches", "0",
+          "--model.warmup_steps", "6", "--trainer.callbacks+=test_resume_max_steps.Seen"]  # fmt: skip
+
+
+class Seen(pl.Callback):
+    """(step, batch index, samples, learning rate) of every training batch."""
+
+    rows: list[tuple] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        Seen.rows.append((trainer.global_step, batch_idx, batch.init_times.tolist(), lr))
+
+
+def identical(a, b, where: str) -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            identical(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            identical(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_store, tmp_path):
+    Seen.rows = []
+    cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *COMMON, "--trainer.max_steps", "10")])
+    straight = Seen.rows
+    Seen.rows = []
+    split = tiny_args(swe_store, tmp_path / "split", *COMMON)
+    cli(["fit", *split, "--trainer.max_steps", "7"])
+    (cut,) = (tmp_path / "split").rglob("last.ckpt")
+    assert read_checkpoint(cut)["global_step"] == 7  # epoch 1, after 2 of its 5 batches
+    cli(["fit", *split, "--trainer.max_steps", "10", "--ckpt_path", "last"])
+    resumed = Seen.rows[7:]
+    assert [row[:2] for row in resumed] == [(7, 2), (8, 3), (9, 4)]  # the rest of epoch 1
+    assert resumed == straight[7:]  # its samples, at the 10-step run's learning rates
+    a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
+    b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
+    assert a["global_step"] == b["global_step"] == 10
+    for key in ("state_dict", "optimizer_states", "lr_schedulers", "rollout", "epoch"):
+        identical(a[key], b[key], key)
