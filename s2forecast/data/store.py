@@ -39,6 +39,7 @@ import xarray as xr
 
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
+from s2forecast.times import format_time
 from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
@@ -241,10 +242,29 @@ def open_store(
             f"store {path} is incomplete (attribute {COMPLETE_ATTR}={ds.attrs.get(COMPLETE_ATTR)!r}): a writer was "
             "interrupted; rerun the same convert-era5 / generate-swe command to finish it"
         )
+    if require_complete:
+        _check_written(ds, path)
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
             raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
     return to_model_order(ds)
+
+
+def _check_written(ds: xr.Dataset, path) -> None:
+    """Refuse a store whose ``written`` flags say some time steps were never written, whatever its
+    completeness attribute says (a store of an older writer, or one whose attribute was lost, has
+    none): their chunks are missing and would read as fill values."""
+    if "written" not in ds.variables or ds["written"].dims != ("time",):
+        return
+    written = np.asarray(ds["written"].values).astype(bool)
+    if written.all():
+        return
+    first = ds["time"].values[np.flatnonzero(~written)[0]]
+    raise UserError(
+        f"store {path} has {int((~written).sum())} of {written.size} time steps that were never written (its "
+        f"'written' flags; the first at {format_time(first)}): a writer was interrupted; rerun the same convert-era5 / "
+        "generate-swe command to finish it"
+    )
 
 
 def remote_reason(error: BaseException) -> str:
