@@ -115,7 +115,7 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     """Explicit initialization times, or every ``every_hours`` from start to end (inclusive).
 
     Args:
-        times: explicit times (strings or datetime64); take precedence over start/end.
+        times: explicit times (strings or datetime64); refused with start, end or every_hours.
         start, end: inclusive range; with ``every_hours`` None, the ``available`` times in it.
         every_hours: hours between initialization times (> 0).
         available: (n,) datetime64[ns] times of the store.
@@ -124,6 +124,14 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
         ValueError: a time that is not a time, start or end missing, or ``every_hours`` <= 0.
     """
     if times:
+        given = [
+            name for name, value in (("--start", start), ("--end", end), ("--every", every_hours)) if value is not None
+        ]
+        if given:
+            raise UserError(
+                f"--init-times lists the initialization times, so {' and '.join(given)} would be ignored; give either "
+                "--init-times or --start/--end (with --every), not both"
+            )
         return np.array([parse_time(t, "initialization time") for t in times])
     if start is None or end is None:
         raise UserError("give --init-times, or --start and --end (and optionally --every)")
@@ -140,6 +148,17 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     if not every_hours > 0 or step < np.timedelta64(1, "s"):
         raise UserError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
     return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
+
+
+def check_unique_times(init_times: np.ndarray) -> None:
+    """Refuse repeated initialization times: the forecast file would hold one twice, which every reader
+    (``evaluate`` first) refuses."""
+    unique, counts = np.unique(init_times, return_counts=True)
+    if (counts > 1).any():
+        raise UserError(
+            f"initialization time {format_time(unique[counts > 1][0])} is given {int(counts[counts > 1][0])} times; "
+            "list each initialization time once"
+        )
 
 
 def rollout(
@@ -175,6 +194,7 @@ def rollout(
         raise UserError(f"steps must be >= 1, got {steps}")
     if len(init_times) == 0:
         raise UserError("no initialization times selected")
+    check_unique_times(np.asarray(init_times, dtype="datetime64[ns]"))
     ranks = Ranks.from_environment() if ranks is None else ranks
     if ranks.many and options.fmt != "zarr":
         raise UserError(
