@@ -23,6 +23,7 @@ import torch
 import xarray as xr
 
 from s2forecast.data.forcings import forcing_channels, forcing_fields
+from s2forecast.data.plausibility import check_store_plausible
 from s2forecast.data.stats import ChannelStats, channel_names, check_time_axis, load_stats
 from s2forecast.data.store import STATIC_VARIABLES, check_units, describe, open_store
 from s2forecast.geometry import Grid
@@ -209,6 +210,10 @@ class FieldDataset(torch.utils.data.Dataset):
         if trajectories is not None and trajectory is None:
             raise UserError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
         self.samples = self._sample_indices(start, end, trajectory, trajectories)
+        # values in the units they claim, judged on the first sample's first state alone: cheap, and
+        # mislabeled units (°C as K) are wrong at every time
+        own_static = [name for name in self.static_names if name not in self.given_static]
+        check_store_plausible(ds, self.path, [*spec.variables, *own_static], int(self.samples[0][0]))
         self._store: xr.Dataset | None = None
         self._pid = None
         self._pool: ThreadPoolExecutor | None = None

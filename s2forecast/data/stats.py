@@ -34,6 +34,7 @@ import zarr
 from tqdm.auto import tqdm
 
 from s2forecast.data.moments import Moments
+from s2forecast.data.plausibility import check_store_plausible
 from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.times import format_time
@@ -136,6 +137,7 @@ def compute_stats(
     weights = weights.sel(latitude=ds["latitude"].values).values  # (lat,) in the order blocks are read
     first = int(np.searchsorted(times, selected[0]))
     selection = slice(first, first + selected.size)  # selected times are consecutive in the store
+    check_store_plausible(ds.isel(time=selection), path, info.variables + info.static)  # °C labelled K, ...
     block = time_chunk(ds)
     names, rows, time_dependent = [], [], []
     # a bar on a terminal only (disable=None): logs and pipes get the result lines alone
