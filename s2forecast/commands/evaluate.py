@@ -52,6 +52,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOURS",
         help="leads of the map panels (default: first and last)",
     )
+    parser.add_argument(
+        "--nan", choices=["skip", "error"], default="skip",
+        help="NaN or infinite forecast or truth values: skip scores the finite points, counts the others per lead "
+        "(in the metrics file) and warns; error refuses them (default: skip)",
+    )  # fmt: skip
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
     storage_options(parser)
     parser.add_argument(
@@ -85,6 +90,7 @@ def run(args: argparse.Namespace) -> None:
         command=shlex.join(["s2forecast", *sys.argv[1:]]) if sys.argv[1:2] == ["evaluate"] else None,
         storage_options=args.storage_options,
         config=config,
+        nan=args.nan,
     )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")

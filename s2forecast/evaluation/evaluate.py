@@ -87,6 +87,13 @@ MISSING_TRUTH = (
     "NaN where n_init_times is 0"
 )
 
+NONFINITE = {
+    "skip": "NaN or infinite forecast and truth values are left out of each init time's area means, the weights "
+    "renormalised over the finite points (WeatherBench2's skipna); a point where one ensemble member is not finite "
+    "is left out for every member; counts per lead: <field>_nonfinite_forecast, <field>_nonfinite_truth",
+    "error": "refused (--nan error): the scored forecast and truth values are all finite",
+}
+
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
     """The metrics NetCDF, its CSV and (with ``plots``) its plots directory, claimed under the
@@ -133,6 +140,7 @@ def evaluate(
     command: str | None = None,
     storage_options: dict | None = None,
     config: EvaluationConfig | None = None,
+    nan: str = "skip",
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -159,6 +167,10 @@ def evaluate(
         config: the variables, metrics, baselines and regions by name (:class:`EvaluationConfig`);
             default the one made of ``variables`` and ``regions`` (give those in the config instead
             when you pass one).
+        nan: NaN or infinite forecast or truth values: "skip" scores the finite points (each init
+            time's area weights renormalised over them, WeatherBench2's skipna), records the counts
+            per lead as ``<field>_nonfinite_forecast`` and ``<field>_nonfinite_truth`` and warns
+            (:class:`~s2forecast.evaluation.scoring.NonFiniteWarning`); "error" refuses them.
 
     Returns:
         The metrics Dataset as written: per variable ``(metric, source, region, lead_time, [level])``,
@@ -178,6 +190,8 @@ def evaluate(
         config = EvaluationConfig(variables=variables, regions=regions)
     elif variables is not None or regions is not None:
         raise UserError("give variables and regions in the EvaluationConfig when you pass one, not beside it")
+    if nan not in scoring.NAN_POLICIES:
+        raise UserError(f"nan must be one of {scoring.NAN_POLICIES}, got {nan!r}")
     out = Path(out)
     inputs = EvaluationInputs.open(
         forecast, truth, climatology, config=config, map_leads=map_leads, climatology_period=climatology_period,
@@ -189,7 +203,7 @@ def evaluate(
             stack.enter_context(output)
         command = command or f"evaluate({inputs.forecast_name!r}, ...) (Python)"
         metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
-                                            command=command)  # fmt: skip
+                                            command=command, nan=nan)  # fmt: skip
         for output in written:
             output.commit()
     return metrics
@@ -200,7 +214,13 @@ class PlotWarning(UserWarning):
 
 
 def _score_and_write(
-    inputs: EvaluationInputs, config: EvaluationConfig, outputs: list[Output], *, progress: bool, command: str
+    inputs: EvaluationInputs,
+    config: EvaluationConfig,
+    outputs: list[Output],
+    *,
+    progress: bool,
+    command: str,
+    nan: str = "skip",
 ) -> tuple[xr.Dataset, list[Output]]:
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile.
@@ -212,7 +232,7 @@ def _score_and_write(
     out = metrics_output.path
     expected = inputs.init_times_with_truth()
     names = config.metrics_for(inputs.ensemble)
-    metrics = _score(inputs, names, config.sources, progress)
+    metrics = _score(inputs, names, config.sources, progress, nan)
     counts = metrics["n_init_times"].values
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
@@ -240,6 +260,7 @@ def _score_and_write(
         **NOTES,
         **{name: BASELINES[name] for name in config.baselines if BASELINES[name]},
         "missing_truth": MISSING_TRUTH,
+        "nonfinite_values": NONFINITE[nan],
         "csv": str(csv_path.resolve()),
     }
     if spectra.data_vars:
@@ -281,8 +302,10 @@ def _score_and_write(
     return metrics, committed
 
 
-def _score(inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool) -> xr.Dataset:
+def _score(
+    inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool, nan: str = "skip"
+) -> xr.Dataset:
     return scoring.score(
         inputs.forecast, inputs.truth, inputs.climatology, inputs.variables, inputs.region_weights, inputs.regions,
-        metrics, sources, progress=progress,
+        metrics, sources, progress=progress, nan=nan,
     )  # fmt: skip
