@@ -54,6 +54,7 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # failed writes, reported as one line naming the output (permissions only when on the output)
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 _PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM)
+NETCDF_WRITE_ERROR = "NetCDF: HDF error"  # netCDF4's words for any failed HDF5 write
 DISCARD_ATTEMPTS = 10  # removals of a temporary output that writer threads may still be filling
 
 
@@ -483,4 +484,18 @@ class Output:
             raise OSError(
                 f"could not write {self.path}: {error.strerror or error}; nothing was changed at {self.path}"
             ) from error
+        if isinstance(error, OSError | RuntimeError) and NETCDF_WRITE_ERROR in str(error):
+            # netCDF4 reports a failed HDF5 write (a full disk, a quota) as this alone, without errno
+            raise OSError(
+                f"could not write {self.path}: {NETCDF_WRITE_ERROR} (disk full? {_free_space(self.path.parent)} free "
+                f"there); nothing was changed at {self.path}"
+            ) from error
         return False
+
+
+def _free_space(directory: Path) -> str:
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return "unknown space"
+    return f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free} bytes"
