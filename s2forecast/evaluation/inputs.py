@@ -17,7 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
-from s2forecast.data.store import normalize_units, to_model_order
+from s2forecast.data.store import normalize_units, open_zarr, to_model_order
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.config import EvaluationConfig
 from s2forecast.evaluation.metrics import (
@@ -132,10 +132,7 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
 
 def _open_forecast_file(path: Path) -> xr.Dataset:
     if path.is_dir() or path.suffix == ".zarr":
-        try:
-            return xr.open_zarr(path, consolidated=True)
-        except (KeyError, ValueError, FileNotFoundError):
-            return xr.open_zarr(path, consolidated=False)
+        return open_zarr(path, chunks={})  # dask in the store's own chunks
     with warnings.catch_warnings():  # one init per dask chunk on purpose (streamed blocks); any file layout is fine
         warnings.filterwarnings("ignore", message="The specified chunks separate the stored chunks")
         return xr.open_dataset(path, chunks={INIT_DIM: 1})
