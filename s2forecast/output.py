@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
 MARKER_ATTR = "s2forecast_artifact"
@@ -251,6 +252,16 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
             raise UserError(f"{option} {path} contains the input {given}; write to another path")
 
 
+def check_local(path, option: str = "--out") -> None:
+    """Refuse a URL as an output: outputs are written beside the target and renamed into place (rule 3),
+    which a remote store cannot do."""
+    if is_url(path):
+        raise UserError(
+            f"{option} {path} is a URL; s2forecast writes its outputs to local paths only: write to a local path "
+            "and copy the result there"
+        )
+
+
 def foreign_error(path: Path, option: str = "--out") -> UserError:
     """The error for an existing ``path`` that s2forecast did not write."""
     return UserError(
@@ -357,6 +368,7 @@ class Output:
         owned: Callable[[Path], bool] = written_by_s2forecast,
         make_parent: bool = False,
     ):
+        check_local(path, option)
         self.path, self.kind, self.directory = Path(path), kind, directory
         self.overwrite, self.option, self.owned = overwrite, option, owned
         check_target(self.path, inputs, option)

@@ -5,7 +5,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from s2forecast.commands.arguments import nonnegative_float, path_or_url, storage_options, timestamp
+from s2forecast.commands.arguments import local_output, nonnegative_float, path_or_url, storage_options, timestamp
 from s2forecast.user_errors import UserError
 
 HELP = "score forecasts against truth, persistence, climatology"
@@ -13,18 +13,19 @@ HELP = "score forecasts against truth, persistence, climatology"
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--forecast", required=True, type=Path, metavar="FORECAST.nc", help="forecast NetCDF or zarr (WB2 layout)"
-    )
+        "--forecast", required=True, type=path_or_url, metavar="FORECAST.nc",
+        help="forecast NetCDF or zarr (WB2 layout); a zarr store may be a URL",
+    )  # fmt: skip
     parser.add_argument(
         "--truth", required=True, type=path_or_url, metavar="STORE.zarr",
         help="truth store: a local path or URL (gs://, s3://, https://), zarr v2 or v3",
     )  # fmt: skip
     parser.add_argument(
         "--climatology",
-        type=Path,
+        type=path_or_url,
         metavar="CLIM.zarr",
         help="WB2-layout climatology (dayofyear, hour, [level], latitude, longitude), e.g. a WeatherBench2 "
-        "climatology zarr (default: computed from the truth store)",
+        "climatology zarr, local or at a URL (default: computed from the truth store)",
     )
     parser.add_argument(
         "--climatology-start",
@@ -35,7 +36,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--climatology-end", type=timestamp, metavar="DATE", help="last truth time of a computed climatology, inclusive"
     )
-    parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
+    parser.add_argument("--out", required=True, type=local_output, metavar="METRICS.nc", help="metrics NetCDF to write")
     parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
     parser.add_argument(
         "--regions", nargs="+", action="extend", metavar="REGION",

@@ -4,6 +4,7 @@ import argparse
 
 from s2forecast.commands.arguments import (
     device,
+    local_output,
     nonnegative_int,
     path_or_url,
     positive_float,
@@ -33,7 +34,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--every", type=positive_float, help="hours between initialization times (default: every store time)"
     )
-    parser.add_argument("--out", required=True, help="FORECAST.nc, or a .zarr directory with --format zarr")
+    parser.add_argument(
+        "--out", required=True, type=local_output, help="FORECAST.nc, or a .zarr directory with --format zarr"
+    )
     parser.add_argument("--format", choices=["netcdf", "zarr"], default="netcdf")
     parser.add_argument(
         "--shards", type=positive_int, metavar="N",

@@ -37,8 +37,8 @@ from s2forecast.data.moments import Moments
 from s2forecast.data.plausibility import check_store_plausible
 from s2forecast.data.store import COMPLETE_ATTR, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
-from s2forecast.times import format_time
-from s2forecast.user_errors import UserError
+from s2forecast.times import format_time, parse_time
+from s2forecast.user_errors import UserError, one_line
 
 STATS_GROUP = "stats"
 STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
@@ -212,9 +212,10 @@ def check_time_axis(times: np.ndarray, path) -> None:
 
 def _parse_time(value, option: str) -> np.datetime64:
     try:
-        return np.datetime64(pd.Timestamp(value), "ns")
+        pd.Timestamp(value)
     except (ValueError, TypeError):
         raise UserError(f"{option} {value!r} is not a date; use e.g. 2020-01-01 or 2020-01-01T06") from None
+    return parse_time(value, option)  # refuses a date datetime64[ns] cannot hold (numpy would wrap it around)
 
 
 def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.datetime64]:
@@ -441,7 +442,14 @@ def load_stats(
         else:
             stats = xr.open_zarr(path, group=STATS_GROUP, chunks=None)
         stats["channel"]
-    except (FileNotFoundError, KeyError, ValueError, OSError):
+    except (FileNotFoundError, KeyError, ValueError, OSError) as error:
+        where = Path(stats_path) if stats_path is not None else Path(path) / STATS_GROUP
+        if not is_url(str(where)) and where.exists() and not isinstance(error, KeyError):  # there, but unreadable
+            raise UserError(
+                f"cannot read the statistics {where}: {type(error).__name__}: {one_line(str(error)) or 'no reason'}; "
+                f"write them again with `s2forecast stats`"
+                + (f" (--out {stats_path} --overwrite)" if stats_path is not None else f" on {path}")
+            ) from None
         if stats_path is not None:
             raise UserError(f"{stats_path} holds no statistics; write them with `s2forecast stats STORE --out "
                              f"{stats_path}`") from None  # fmt: skip

@@ -273,6 +273,23 @@ def open_store(
     return to_model_order(ds)
 
 
+def open_url(url: str, what: str, storage_options: dict | None = None, chunks=None) -> xr.Dataset:
+    """A zarr dataset at a URL that is not a store of this layout (a forecast, a climatology), as
+    ``open_zarr`` opens it; one line naming ``what`` and why when it cannot be read."""
+    _check_protocol(url)
+    if url.rstrip("/").endswith(".nc"):
+        raise UserError(
+            f"the {what} {url} is a NetCDF file at a URL: s2forecast reads zarr stores at URLs; download the file "
+            "and pass its local path"
+        )
+    try:
+        return open_zarr(url, chunks, storage_options=storage_options or {})
+    except UserError:
+        raise
+    except Exception as error:
+        raise UserError(f"cannot read the {what} at {url}: {remote_reason(error)}") from None
+
+
 def open_zarr(path, chunks=None, **options) -> xr.Dataset:
     """``xarray.open_zarr`` with consolidated metadata, or without when the store has none; a chunk size
     of 0 in the metadata is refused in one line (``_check_chunks``) instead of dask's or zarr's

@@ -67,7 +67,15 @@ from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, Eva
 from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
 from s2forecast.evaluation.metrics import INIT_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
-from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
+from s2forecast.output import (
+    MARKER_ATTR,
+    Output,
+    check_local,
+    check_target,
+    check_unchanged,
+    file_sha256,
+    netcdf_attributes,
+)
 from s2forecast.user_errors import UserError, one_line
 
 __all__ = ["EvaluationConfig", "EvaluationInputs", "evaluate", "format_table", "metrics_table", "open_forecast",
@@ -192,6 +200,7 @@ def evaluate(
         raise UserError("give variables and regions in the EvaluationConfig when you pass one, not beside it")
     if nan not in scoring.NAN_POLICIES:
         raise UserError(f"nan must be one of {scoring.NAN_POLICIES}, got {nan!r}")
+    check_local(out)
     out = Path(out)
     inputs = EvaluationInputs.open(
         forecast, truth, climatology, config=config, map_leads=map_leads, climatology_period=climatology_period,

@@ -187,7 +187,12 @@ class InitialConditions:
         with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:
             store = convert_era5([Path(source)], Path(tmp) / "initial_conditions.zarr", variables, layout.levels,
                                  progress=False)  # fmt: skip
-            yield cls(source, open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
+            try:
+                yield cls(source, open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
+            except UserError as error:  # name the user's file, not the temporary store made of it
+                if str(store) not in str(error):
+                    raise
+                raise type(error)(str(error).replace(str(store), f"{source} (converted)")) from None
 
     def check(self, init_times: np.ndarray) -> None:
         """Raises ValueError unless every initialization time has its inputs (before anything is written)."""

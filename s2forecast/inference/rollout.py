@@ -39,7 +39,7 @@ from s2forecast.inference.ranks import Ranks, collectively
 from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, file_sha256
-from s2forecast.times import format_time, parse_time
+from s2forecast.times import check_span, format_time, parse_time
 from s2forecast.user_errors import UserError
 
 __all__ = ["RolloutOptions", "checkpoint_stats", "init_times_from", "load_forecaster", "open_inputs",
@@ -147,6 +147,13 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     step = np.timedelta64(int(round(every_hours * 3600)), "s")
     if not every_hours > 0 or step < np.timedelta64(1, "s"):
         raise UserError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
+    count = int((hi - lo) // step) + 1  # before the array: each must be a store time, so at most the store's count
+    if available is not None and count > len(available):
+        raise UserError(
+            f"--start {format_time(lo)} --end {format_time(hi)} --every {every_hours:g} make {count} initialization "
+            f"times, more than the {len(available)} times of the store (each must be one of them); choose a larger "
+            "--every or a shorter period"
+        )
     return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
 
 
@@ -242,7 +249,10 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
             def create() -> tuple[Forecaster, np.ndarray, ForecastFile]:
                 on_grid = model if initial.dataset.grid == model.grid else model.on_grid(initial.dataset.grid)
                 initial.check(init_times)  # every initialization time has its inputs: fail before writing anything
-                leads = (np.arange(1, steps + 1) * initial.dataset.step).astype("timedelta64[ns]")
+                step = initial.dataset.step
+                what = f"--steps {steps} of {step / np.timedelta64(1, 'h'):g} h"
+                check_span(init_times.max(), steps * int(step / np.timedelta64(1, "ns")), what, "forecast fewer steps")
+                leads = (np.arange(1, steps + 1) * step).astype("timedelta64[ns]")
                 if first:
                     writer = open_forecast_file(output, on_grid, initial, checkpoint, init_times, leads, options)
                 else:

@@ -56,3 +56,24 @@ def test_init_times_alone_and_a_range_alone_still_work():
     assert list(init_times_from(["2000-01-01T06"])) == [np.datetime64("2000-01-01T06", "ns")]
     available = np.arange(4).astype("timedelta64[h]") + np.datetime64("2000-01-01T00", "ns")
     assert init_times_from(None, "2000-01-01T01", "2000-01-01T02", None, available).size == 2
+
+
+@pytest.mark.parametrize(
+    ("times", "steps", "expected"),
+    [
+        (["--init-times", "2000-01-01T00"], "1000000000000",
+         "--steps 1000000000000 of 1 h span 1.14e+08 years from 2000-01-01T00, past 2262-04-11"),
+        (["--start", "2000-01-01", "--end", "2200-01-01", "--every", "0.001"], "1",
+         "--start 2000-01-01T00 --end 2200-01-01T00 --every 0.001 make 1577858401 initialization times, more than "
+         "the 21 times of the store"),
+        (["--start", "2000-01-01", "--end", "3000-01-01"], "1",
+         "argument --end: '3000-01-01' is outside the dates a datetime64[ns] time axis holds"),
+    ],
+)  # fmt: skip
+def test_axes_too_long_to_make_are_refused_with_their_size(mse_run_1_epoch, swe_store, tmp_path, capsys, times,
+                                                           steps, expected):  # fmt: skip
+    argv = rollout_args(mse_run_1_epoch, swe_store, tmp_path / "f.nc", *times)
+    argv[argv.index("--steps") + 1] = steps
+    message = refused(argv, capsys)
+    assert expected in message and "out of memory" not in message, message
+    assert list(tmp_path.iterdir()) == []

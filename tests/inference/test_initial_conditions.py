@@ -83,3 +83,14 @@ def test_initial_conditions_missing_a_variable_is_one_line(era5_model, tmp_path,
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
     assert len(err) == 1 and "2m_temperature" in err[0] and "not in the inputs" in err[0], err
     assert not (tmp_path / "f.nc").exists()
+
+
+def test_errors_about_netcdf_initial_conditions_name_the_file(era5_model, tmp_path, capsys):
+    root, store, ckpt = era5_model
+    source = cds_t2m(tmp_path / "analysis.nc", pd.date_range("2031-07-01", periods=2, freq="6h").values)
+    with pytest.raises(SystemExit):
+        run_rollout(ckpt, source, "2031-07-02T00", tmp_path / "f.nc")
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and f"are not in the store {source} (converted) (it covers 2031-07-01T00 .." in err[0], err
+    assert "s2forecast-initial-conditions-" not in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["analysis.nc"]
