@@ -113,7 +113,8 @@ def compute_stats(
             )
         _check_replaceable(Path(path))
     else:
-        out_output = Output(out, "stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
+        claim = dict(kind="stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
+        Output(out, **claim).discard()  # a bad --out is refused before the reading; claimed again to be written
     times = ds["time"].values
     check_time_axis(times, path)
     lo, hi = _period(start, end, times, path)
@@ -176,7 +177,7 @@ def compute_stats(
     if out is None:
         write_stats(path, stats)
         return stats
-    with out_output:
+    with Output(out, **claim) as out_output:
         stats.attrs["source"] = str(path)
         stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
         out_output.commit()

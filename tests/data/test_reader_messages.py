@@ -67,8 +67,9 @@ def test_a_time_axis_too_long_to_make_is_refused_with_its_size(tmp_path, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_dates_past_2262_are_refused_not_wrapped_around(swe_store, capsys):
-    message = refused(["stats", swe_store, "--start", "3000-01-01"], capsys)
+def test_dates_past_2262_are_refused_not_wrapped_around(swe_store, tmp_path, capsys):
+    message = refused(["stats", swe_store, "--start", "3000-01-01", "--out", tmp_path / "stats.zarr"], capsys)
     assert "--start '3000-01-01' is outside the dates a datetime64[ns] time axis holds (1677-09-21 .. 2262-04-11)" in (
         message
     )
+    assert list(tmp_path.iterdir()) == []  # nor a temporary --out left behind by the refusal

@@ -51,6 +51,7 @@ def test_every_reader_refuses_values_in_other_units(mm_as_m, mse_run_1_epoch, tm
     for name, argv in commands.items():
         message = refused(argv, capsys)
         assert f"store {mm_as_m}: " in message and re.search(MM_AS_M, message), (name, message)
+        assert "does not fit checkpoint" not in message, message  # the store's values, not the checkpoint
     assert sorted(p.name for p in (mm_as_m / "stats").iterdir()) == before
     assert not (tmp_path / "clim.zarr").exists() and not (tmp_path / "f.nc").exists()
 
