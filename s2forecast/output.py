@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
 MARKER_ATTR = "s2forecast_artifact"
@@ -54,6 +55,7 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # failed writes, reported as one line naming the output (permissions only when on the output)
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 _PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM)
+NETCDF_WRITE_ERROR = "NetCDF: HDF error"  # netCDF4's words for any failed HDF5 write
 DISCARD_ATTEMPTS = 10  # removals of a temporary output that writer threads may still be filling
 
 
@@ -250,6 +252,16 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
             raise UserError(f"{option} {path} contains the input {given}; write to another path")
 
 
+def check_local(path, option: str = "--out") -> None:
+    """Refuse a URL as an output: outputs are written beside the target and renamed into place (rule 3),
+    which a remote store cannot do."""
+    if is_url(path):
+        raise UserError(
+            f"{option} {path} is a URL; s2forecast writes its outputs to local paths only: write to a local path "
+            "and copy the result there"
+        )
+
+
 def foreign_error(path: Path, option: str = "--out") -> UserError:
     """The error for an existing ``path`` that s2forecast did not write."""
     return UserError(
@@ -356,6 +368,7 @@ class Output:
         owned: Callable[[Path], bool] = written_by_s2forecast,
         make_parent: bool = False,
     ):
+        check_local(path, option)
         self.path, self.kind, self.directory = Path(path), kind, directory
         self.overwrite, self.option, self.owned = overwrite, option, owned
         check_target(self.path, inputs, option)
@@ -483,4 +496,18 @@ class Output:
             raise OSError(
                 f"could not write {self.path}: {error.strerror or error}; nothing was changed at {self.path}"
             ) from error
+        if isinstance(error, OSError | RuntimeError) and NETCDF_WRITE_ERROR in str(error):
+            # netCDF4 reports a failed HDF5 write (a full disk, a quota) as this alone, without errno
+            raise OSError(
+                f"could not write {self.path}: {NETCDF_WRITE_ERROR} (disk full? {_free_space(self.path.parent)} free "
+                f"there); nothing was changed at {self.path}"
+            ) from error
         return False
+
+
+def _free_space(directory: Path) -> str:
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return "unknown space"
+    return f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free} bytes"

@@ -32,7 +32,13 @@ def parse_time(value, what: str = "time") -> np.datetime64:
         raise UserError(f"{what} {value!r} is not a time; write it as YYYY-MM-DD or YYYY-MM-DDTHH, e.g. {EXAMPLE}")
     if stamp.tzinfo is not None:
         stamp = stamp.tz_convert("UTC").tz_localize(None)
-    return np.datetime64(stamp.asm8, "ns")
+    try:
+        return np.datetime64(stamp.as_unit("ns").asm8, "ns")  # numpy would wrap a later date around silently
+    except (ValueError, OverflowError):
+        raise UserError(
+            f"{what} {value!r} is outside the dates a datetime64[ns] time axis holds ({pd.Timestamp.min.date()} .. "
+            f"{pd.Timestamp.max.date()})"
+        ) from None
 
 
 def format_time(value) -> str:
@@ -51,3 +57,22 @@ def format_times(values, limit: int = 5) -> str:
     values = list(np.asarray(values).ravel())
     shown = ", ".join(format_time(value) for value in values[:limit])
     return shown if len(values) <= limit else f"{shown} and {len(values) - limit} more"
+
+
+LAST_TIME = np.datetime64(np.iinfo(np.int64).max, "ns")  # 2262-04-11T23:47:16.854775807
+YEAR_NS = 365.25 * 86400e9
+
+
+def check_span(start, span_ns: int, what: str, fix: str) -> None:
+    """Refuse times that ``datetime64[ns]`` cannot hold, before any array of them is made: ``start``
+    plus ``span_ns`` nanoseconds (a Python int: no overflow) past ``LAST_TIME``.
+
+    Args:
+        what: what spans them, e.g. "--steps 1000000000000 of 1 h"; fix: how to stay inside.
+    """
+    first = int(np.datetime64(start, "ns").astype(np.int64))
+    if first + span_ns > int(LAST_TIME.astype(np.int64)):
+        raise UserError(
+            f"{what} span {span_ns / YEAR_NS:.3g} years from {format_time(start)}, past "
+            f"{LAST_TIME.astype('datetime64[D]')} (the last date a datetime64[ns] time axis holds); {fix}"
+        )

@@ -277,6 +277,7 @@ def build_workspace(root: Path) -> dict[str, Path]:
         pickle.dump(state, f)  # torch.load reads plain pickles too
     p["ckpt_url"] = "http://127.0.0.1:9/model.ckpt"
     build_training_workspace(p)
+    build_issue29_data_inputs(p, root)
     return p
 
 
@@ -578,7 +579,180 @@ def value_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return [*reader_cases(), *convert_cases(), *forecast_cases(), *checkpoint_cases(), *output_cases(),
-            *value_cases(), *training_cases()]  # fmt: skip
+            *value_cases(), *training_cases(), *issue29_data_cases()]  # fmt: skip
+
+
+# === issue 29: the data, evaluation and inference cases (non-finite values, units, unwritten times,
+# init times, damaged stores, URLs, huge axes) ========================================================
+
+
+def _zarr_json_edit(store: Path, name: str, edit) -> None:
+    """Apply ``edit(metadata)`` to variable ``name``'s zarr v3 metadata and its consolidated copy."""
+    own = store / name / "zarr.json"
+    own.write_text(json.dumps(edit(json.loads(own.read_text()))))
+    root = json.loads((store / "zarr.json").read_text())
+    consolidated = root["consolidated_metadata"]["metadata"]
+    consolidated[name] = edit(consolidated[name])
+    (store / "zarr.json").write_text(json.dumps(root))
+
+
+def _mount_full_disk(root: Path) -> Path:
+    """A 16 KiB tmpfs (root only), unmounted at exit; a plain directory where mounting is not allowed."""
+    import atexit
+    import subprocess
+
+    path = Path(tempfile.mkdtemp(prefix="s2forecast-probe-full-"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode == 0:
+        # lazily: HDF5 may keep the file it failed to close open until the process ends
+        atexit.register(lambda: (subprocess.run(["umount", "-l", str(path)], capture_output=True),
+                                 shutil.rmtree(path, ignore_errors=True)))  # fmt: skip
+    else:
+        atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def build_issue29_data_inputs(p: dict, root: Path) -> None:
+    """Bad variants for the issue-29 cases, from the good inputs ``build_workspace`` made."""
+    import zarr
+
+    def variant(name: str, edit=None) -> Path:
+        path = root / f"{name}.zarr"
+        shutil.copytree(p["store"], path)
+        if edit is not None:
+            edit(path)
+        return path
+
+    def mm_as_m(path):  # layer depth in mm, labelled m
+        depth = zarr.open_group(str(path), mode="r+")["geopotential_height"]
+        depth[:] = depth[:] * 1000.0
+
+    def unwritten(path):  # an interrupted writer's store that lost its completeness attribute
+        group = zarr.open_group(str(path), mode="r+")
+        del group.attrs["s2forecast_complete"]
+        written = group["written"][:]
+        written[3:] = False
+        group["written"][:] = written
+        zarr.consolidate_metadata(str(path))
+
+    def chunk0(path):
+        def zero(meta):
+            meta["chunk_grid"]["configuration"]["chunk_shape"][0] = 0
+            return meta
+
+        _zarr_json_edit(path, "vorticity", zero)
+
+    p["store_mm_as_m"] = variant("store_mm_as_m", mm_as_m)
+    p["store_unwritten"] = variant("store_unwritten", unwritten)
+    p["store_chunk0"] = variant("store_chunk0", chunk0)
+    ds = xr.open_zarr(p["store"]).load().drop_encoding()
+    ds.attrs = {}
+    p["store_string_time"] = root / "store_string_time.zarr"
+    import warnings
+
+    with warnings.catch_warnings():  # zarr: fixed-length strings have no v3 specification (the point here)
+        warnings.simplefilter("ignore")
+        ds.assign_coords(time=[str(t)[:19] for t in ds["time"].values]).to_zarr(p["store_string_time"],
+                                                                                 zarr_format=3)  # fmt: skip
+    p["store_pickle"] = root / "store_pickle.zarr"
+    ds.to_zarr(p["store_pickle"], zarr_format=2, consolidated=True)
+    consolidated = json.loads((p["store_pickle"] / ".zmetadata").read_text())
+    for name in ds.data_vars:  # every array: zarr reads them concurrently
+        meta = json.loads((p["store_pickle"] / name / ".zarray").read_text())
+        meta["filters"] = [{"id": "pickle", "protocol": 5}]
+        (p["store_pickle"] / name / ".zarray").write_text(json.dumps(meta))
+        consolidated["metadata"][f"{name}/.zarray"] = meta
+    (p["store_pickle"] / ".zmetadata").write_text(json.dumps(consolidated))
+
+    # forecasts with one non-finite pixel: deterministic, in the truth, in one ensemble member
+    forecast = xr.open_dataset(p["forecast"]).load()
+    forecast.attrs = {}
+    bad = forecast.copy(deep=True)
+    bad["vorticity"][0, 0, 2, 3] = np.inf
+    p["forecast_inf_pixel"] = root / "forecast_inf_pixel.nc"
+    bad.to_netcdf(p["forecast_inf_pixel"])
+    members = xr.concat([forecast, forecast * 1.01], dim="realization").transpose("time", "prediction_timedelta", ...)
+    members["vorticity"][0, 1, 1, 2, 3] = np.nan
+    p["forecast_member_nan"] = root / "forecast_member_nan.nc"
+    members.to_netcdf(p["forecast_member_nan"])
+    forecast.close()
+
+    # statistics that are there but unreadable
+    p["stats_damaged"] = root / "stats_damaged.zarr"
+    shutil.copytree(p["store"] / "stats", p["stats_damaged"])
+    (p["stats_damaged"] / "zarr.json").write_text("{ not json")
+    p["full_disk"] = _mount_full_disk(root)
+    p["url_nothing"] = "http://127.0.0.1:9"
+
+
+def issue29_data_cases() -> list[Case]:
+    roll = ["rollout", "--ckpt", "{ckpt}", "--store", "{store}", "--steps", "1", "--out", "{out}/f.nc", "--no-progress"]
+    init = ["--init-times", "2000-01-01T00"]
+    evaluate = ["evaluate", "--truth", "{store}", "--out", "{out}/m.nc", "--no-plots", "--no-progress"]
+    readers = {
+        "stats": lambda s: ["stats", s, "--out", "{out}/stats.zarr"],
+        "climatology": lambda s: ["climatology", s, "--out", "{out}/clim.zarr"],
+        "rollout": lambda s: [*roll[:4], s, *roll[5:], *init],
+        "evaluate-truth": lambda s: [
+            "evaluate",
+            "--forecast",
+            "{forecast}",
+            "--truth",
+            s,
+            "--out",
+            "{out}/m.nc",
+            "--no-plots",
+            "--no-progress",
+        ],  # fmt: skip
+        "fit": lambda s: ["fit", "--config", "{config}", "--data.init_args.store", s],
+    }
+    cases = []
+    for variant in ("store_mm_as_m", "store_unwritten", "store_chunk0", "store_string_time", "store_pickle"):
+        for reader, argv in readers.items():
+            cases.append(Case(f"issue29 {reader} <- {variant}", argv("{" + variant + "}"), "error"))
+    cases += [
+        Case("issue29 evaluate <- forecast_inf_pixel", [*evaluate, "--forecast", "{forecast_inf_pixel}"], "ok"),
+        Case("issue29 evaluate --nan error <- forecast_inf_pixel",
+             [*evaluate, "--forecast", "{forecast_inf_pixel}", "--nan", "error"]),
+        Case("issue29 evaluate <- forecast_member_nan", [*evaluate, "--forecast", "{forecast_member_nan}"], "ok"),
+        Case("issue29 evaluate --nan bogus", [*evaluate, "--forecast", "{forecast}", "--nan", "bogus"]),
+        Case("issue29 evaluate --nan error <- store_nan (truth)",
+             ["evaluate", "--forecast", "{forecast}", "--truth", "{store_nan}", "--out", "{out}/m.nc", "--no-plots",
+              "--no-progress", "--nan", "error"]),
+        Case("issue29 rollout --init-times T,T", [*roll, "--init-times", "2000-01-01T00,2000-01-01T00"]),
+        Case("issue29 rollout --init-times with --start/--end",
+             [*roll, *init, "--start", "2000-01-01T00", "--end", "2000-01-01T03"]),
+        Case("issue29 rollout --init-times with --every", [*roll, *init, "--every", "1"]),
+        Case("issue29 rollout --out on a full disk", [*roll[:5], "--steps", "3", "--out", "{full_disk}/f.nc",
+                                                      "--no-progress", "--start", "2000-01-01T00", "--end",
+                                                      "2000-01-01T03"],
+             "either"),  # refused where a 16 KiB tmpfs could be mounted (root); else it fits
+        Case("issue29 evaluate --forecast URL", [*evaluate, "--forecast", "{url_nothing}/forecast.zarr"]),
+        Case("issue29 evaluate --forecast NetCDF URL", [*evaluate, "--forecast", "{url_nothing}/forecast.nc"]),
+        Case("issue29 evaluate --climatology URL",
+             [*evaluate, "--forecast", "{forecast}", "--climatology", "{url_nothing}/clim.zarr"]),
+        Case("issue29 evaluate --out URL", [*evaluate[:3], "--forecast", "{forecast}", "--out", "http://x/m.nc"]),
+        Case("issue29 rollout --out URL", [*roll[:7], *init, "--out", "http://x/f.nc"]),
+        Case("issue29 climatology --out URL", ["climatology", "{store}", "--out", "http://x/c.zarr"]),
+        Case("issue29 stats --out URL", ["stats", "{store}", "--out", "http://x/s.zarr"]),
+        Case("issue29 fit trajectories not in the store",
+             ["fit", "--config", "{config}", "--data.init_args.train_trajectories", "[5, 7]"]),
+        Case("issue29 fit empty trajectory range",
+             ["fit", "--config", "{config}", "--data.init_args.train_trajectories", "[1, 1]"]),
+        Case("issue29 fit unreadable statistics",
+             ["fit", "--config", "{config}", "--data.init_args.stats", "{stats_damaged}"]),
+        Case("issue29 generate-swe --steps 1e12",
+             ["generate-swe", "--out", "{out}/s.zarr", "--nlat", "8", "--nlon", "16", "--steps", "1000000000000"]),
+        Case("issue29 generate-swe --trajectories 1e12",
+             ["generate-swe", "--out", "{out}/s.zarr", "--nlat", "8", "--nlon", "16", "--trajectories",
+              "1000000000000"]),
+        Case("issue29 rollout --steps 1e12", [*roll[:5], "--steps", "1000000000000", *roll[7:], *init]),
+        Case("issue29 rollout --every 1 s for 200 years",
+             [*roll, "--start", "2000-01-01", "--end", "2200-01-01", "--every", "0.0003"]),
+        Case("issue29 rollout --end 3000", [*roll, "--start", "2000-01-01", "--end", "3000-01-01"]),
+        Case("issue29 stats --start 3000", ["stats", "{store}", "--start", "3000-01-01", "--out", "{out}/s.zarr"]),
+    ]  # fmt: skip
+    return cases
 
 
 # --- issue 29, training and CLI side: help cache, checkpoint vs config, overlapping splits, ---------

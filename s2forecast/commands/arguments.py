@@ -36,7 +36,9 @@ def timestamp(text: str) -> str:
         from s2forecast.times import format_time, parse_time
 
         return format_time(parse_time(text))
-    except ValueError:
+    except ValueError as error:
+        if "outside the dates" in str(error):  # a date, but one a time axis cannot hold: say so
+            raise argparse.ArgumentTypeError(str(error).removeprefix("time ")) from None
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a time; write it as YYYY-MM-DD or YYYY-MM-DDTHH, e.g. {EXAMPLE}"
         ) from None
@@ -94,6 +96,20 @@ def path_or_url(text: str):
     from s2forecast.urls import is_url
 
     return text if is_url(text) else Path(text)
+
+
+def local_output(text: str):
+    """An output path (``Path``): never a URL, which every writer's write-beside-then-rename cannot do."""
+    from pathlib import Path
+
+    from s2forecast.urls import is_url
+
+    if is_url(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a URL; s2forecast writes its outputs to local paths only: write to a local path and copy "
+            "the result there"
+        )
+    return Path(text)
 
 
 def resolve_device(text: str) -> str:

@@ -2,14 +2,14 @@
 
 import argparse
 
-from s2forecast.commands.arguments import engine, engine_options, storage_options
+from s2forecast.commands.arguments import engine, engine_options, local_output, storage_options
 
 HELP = "day-of-year x hour climatology of a store (WeatherBench2)"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="a store: local path or URL, zarr v2 or v3")
-    parser.add_argument("--out", required=True, help="CLIM.zarr")
+    parser.add_argument("--out", required=True, type=local_output, help="CLIM.zarr")
     parser.add_argument("--start", help="first time of the period")
     parser.add_argument("--end", help="last time, inclusive")
     parser.add_argument("--overwrite", action="store_true", help="replace a climatology s2forecast wrote at --out")

@@ -2,9 +2,8 @@
 
 import argparse
 import sys
-from pathlib import Path
 
-from s2forecast.commands.arguments import engine, engine_options, nonnegative_int, positive_int
+from s2forecast.commands.arguments import engine, engine_options, local_output, nonnegative_int, positive_int
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.user_errors import UserError
 
@@ -19,7 +18,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="ERA5 NetCDF files from the Copernicus CDS (or cfgrib-readable GRIB), or directories of them; "
         "split by month and/or variable is fine",
     )
-    parser.add_argument("--out", required=True, type=Path, metavar="STORE.zarr", help="zarr store to write")
+    parser.add_argument("--out", required=True, type=local_output, metavar="STORE.zarr", help="zarr store to write")
     parser.add_argument(
         "--variables",
         nargs="+",

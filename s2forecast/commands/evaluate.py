@@ -7,6 +7,7 @@ from pathlib import Path
 from s2forecast.commands.arguments import (
     engine,
     engine_options,
+    local_output,
     nonnegative_float,
     path_or_url,
     storage_options,
@@ -19,18 +20,19 @@ HELP = "score forecasts against truth, persistence, climatology"
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--forecast", required=True, type=Path, metavar="FORECAST.nc", help="forecast NetCDF or zarr (WB2 layout)"
-    )
+        "--forecast", required=True, type=path_or_url, metavar="FORECAST.nc",
+        help="forecast NetCDF or zarr (WB2 layout); a zarr store may be a URL",
+    )  # fmt: skip
     parser.add_argument(
         "--truth", required=True, type=path_or_url, metavar="STORE.zarr",
         help="truth store: a local path or URL (gs://, s3://, https://), zarr v2 or v3",
     )  # fmt: skip
     parser.add_argument(
         "--climatology",
-        type=Path,
+        type=path_or_url,
         metavar="CLIM.zarr",
         help="WB2-layout climatology (dayofyear, hour, [level], latitude, longitude), e.g. a WeatherBench2 "
-        "climatology zarr (default: computed from the truth store)",
+        "climatology zarr, local or at a URL (default: computed from the truth store)",
     )
     parser.add_argument(
         "--climatology-start",
@@ -41,7 +43,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--climatology-end", type=timestamp, metavar="DATE", help="last truth time of a computed climatology, inclusive"
     )
-    parser.add_argument("--out", required=True, type=Path, metavar="METRICS.nc", help="metrics NetCDF to write")
+    parser.add_argument("--out", required=True, type=local_output, metavar="METRICS.nc", help="metrics NetCDF to write")
     parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")
     parser.add_argument(
         "--regions", nargs="+", action="extend", metavar="REGION",
@@ -59,6 +61,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOURS",
         help="leads of the map panels (default: first and last)",
     )
+    parser.add_argument(
+        "--nan", choices=["skip", "error"], default="skip",
+        help="NaN or infinite forecast or truth values: skip scores the finite points, counts the others per lead "
+        "(in the metrics file) and warns; error refuses them (default: skip)",
+    )  # fmt: skip
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNGs")
     storage_options(parser)
     engine_options(parser)
@@ -94,6 +101,7 @@ def run(args: argparse.Namespace) -> None:
             storage_options=args.storage_options,
             config=config,
             engine=runner,
+            nan=args.nan,
         )
     print(format_table(metrics))
     print(f"climatology: {metrics.attrs['climatology_source']} (method {metrics.attrs['climatology_method']})")

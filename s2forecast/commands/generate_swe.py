@@ -2,14 +2,14 @@
 
 import argparse
 
-from s2forecast.commands.arguments import nonnegative_int, positive_int
+from s2forecast.commands.arguments import local_output, nonnegative_int, positive_int
 from s2forecast.data.defaults import SWE_BATCH
 
 HELP = "integrate shallow-water trajectories into a store"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="zarr store to write")
+    parser.add_argument("--out", required=True, type=local_output, help="zarr store to write")
     parser.add_argument("--nlat", type=positive_int, default=32)
     parser.add_argument("--nlon", type=positive_int, default=64)
     parser.add_argument("--grid", default="equiangular", choices=["equiangular", "legendre-gauss"])

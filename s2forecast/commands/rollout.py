@@ -5,6 +5,7 @@ from pathlib import PurePath
 
 from s2forecast.commands.arguments import (
     device,
+    local_output,
     nonnegative_int,
     path_or_url,
     positive_float,
@@ -54,7 +55,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--every", type=positive_float, help="hours between initialization times (default: every store time)"
     )
-    parser.add_argument("--out", required=True, help="FORECAST.nc (NetCDF) or FORECAST.zarr (a zarr directory)")
+    parser.add_argument(
+        "--out", required=True, type=local_output, help="FORECAST.nc (NetCDF) or FORECAST.zarr (a zarr directory)"
+    )
     parser.add_argument(
         "--format", choices=FORMATS, help="default: from the --out suffix (.zarr: zarr, anything else: netcdf)"
     )

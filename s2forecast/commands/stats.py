@@ -2,7 +2,7 @@
 
 import argparse
 
-from s2forecast.commands.arguments import engine, engine_options, storage_options
+from s2forecast.commands.arguments import engine, engine_options, local_output, storage_options
 
 HELP = "normalization statistics of a store (into it, or --out)"
 
@@ -10,7 +10,9 @@ HELP = "normalization statistics of a store (into it, or --out)"
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="a store: local path or URL (gs://, s3://, https://), zarr v2 or v3")
     parser.add_argument(
-        "--out", help="write the statistics to this zarr of their own (required for a store s2forecast did not write)"
+        "--out",
+        type=local_output,
+        help="write the statistics to this zarr of their own (required for a store s2forecast did not write)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace statistics s2forecast wrote at --out")
     storage_options(parser)

@@ -23,6 +23,7 @@ import torch
 import xarray as xr
 
 from s2forecast.data.forcings import forcing_channels, forcing_fields
+from s2forecast.data.plausibility import check_store_plausible
 from s2forecast.data.stats import ChannelStats, channel_names, check_time_axis, load_stats
 from s2forecast.data.store import STATIC_VARIABLES, check_units, describe, open_store
 from s2forecast.geometry import Grid
@@ -209,6 +210,10 @@ class FieldDataset(torch.utils.data.Dataset):
         if trajectories is not None and trajectory is None:
             raise UserError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
         self.samples = self._sample_indices(start, end, trajectory, trajectories)
+        # values in the units they claim, judged on the first sample's first state alone: cheap, and
+        # mislabeled units (°C as K) are wrong at every time
+        own_static = [name for name in self.static_names if name not in self.given_static]
+        check_store_plausible(ds, self.path, [*spec.variables, *own_static], int(self.samples[0][0]))
         self._store: xr.Dataset | None = None
         self._pid = None
         self._pool: ThreadPoolExecutor | None = None
@@ -271,6 +276,8 @@ class FieldDataset(torch.utils.data.Dataset):
             valid &= same
             if trajectories is not None:
                 valid &= (trajectory >= trajectories[0]) & (trajectory < trajectories[1])
+        if not valid.any() and trajectories is not None:
+            raise UserError(self._no_trajectory_sample(trajectory, trajectories))
         if not valid.any():
             in_range = (times >= lo) & (times <= hi)
             diffs = np.unique(np.diff(times[in_range])) if in_range.sum() > 1 else []
@@ -287,6 +294,25 @@ class FieldDataset(torch.utils.data.Dataset):
             )
         # index of every needed time for each valid t0
         return position[valid]
+
+    def _no_trajectory_sample(self, trajectory: np.ndarray, trajectories: tuple[int, int]) -> str:
+        """Why trajectories [first, stop) hold no sample: an empty range, none of the store's, or too short."""
+        first, stop = trajectories
+        held = np.unique(trajectory)
+        if stop <= first:
+            return f"trajectories [{first}, {stop}) is an empty range: give [first, stop), first < stop (stop excluded)"
+        inside = held[(held >= first) & (held < stop)]
+        if inside.size == 0:
+            return (
+                f"trajectories [{first}, {stop}) are not in {self.path}: it holds trajectories {held.min()}.."
+                f"{held.max()} (give [first, stop), stop excluded)"
+            )
+        longest = max(int((trajectory == k).sum()) for k in inside)
+        return (
+            f"no sample of {self.spec.history} input and {self.spec.rollout} target states {self.spec.step_hours:g} h "
+            f"apart fits in trajectories [{first}, {stop}) of {self.path}: the longest holds {longest} times; lower "
+            "the history, rollout steps or step, or choose other trajectories"
+        )
 
     # --- reading -------------------------------------------------------------------------
     @property

@@ -47,7 +47,7 @@ class Bounds:
 
     low: float
     high: float
-    statistic: str = "median"  # "median", "min", "max" or "range" (max - min); NaN values are ignored
+    statistic: str = "median"  # "median", "min", "max" or "range" (max - min); non-finite values are ignored
 
 
 _WIND = (Bounds(-50.0, 50.0), Bounds(-200.0, 200.0, "min"), Bounds(-200.0, 200.0, "max"))
@@ -147,7 +147,7 @@ def _number(x: float) -> str:
 
 
 def _statistic(values: np.ndarray, statistic: str) -> float:
-    finite = values[~np.isnan(values)]
+    finite = values[np.isfinite(values)]  # infinities are refused by every reader's own check, naming them
     if finite.size == 0:
         return math.nan
     return float({"median": np.median, "min": np.min, "max": np.max, "range": np.ptp}[statistic](finite))
@@ -158,8 +158,8 @@ def field_problem(name: str, field: np.ndarray, level: float | None = None) -> s
 
     Args:
         name: WeatherBench2 variable name (one without bounds is always plausible).
-        field: (latitude, longitude) values at one time (and ``level`` hPa); NaN are ignored,
-            an all-NaN field is not judged here.
+        field: (latitude, longitude) values at one time (and ``level`` hPa); NaN and infinities
+            are ignored, a field without a finite value is not judged here.
 
     Returns:
         e.g. "median 12.3 is outside the plausible range 150..350 K for temperature; the values
@@ -256,3 +256,27 @@ def has_canonical_units(name: str, units: str | None) -> bool:
     if units is None or name not in VARIABLES:
         return True
     return normalize_units(str(units)) == normalize_units(VARIABLES[name][0])
+
+
+def check_store_plausible(ds: xr.Dataset, path, names, time_index=None) -> None:
+    """The fields ``names`` of an opened store plausible in the units they are labelled with: every
+    reader of physical fields calls it (statistics, climatologies, training samples, initial
+    conditions), so °C labelled K is refused before it becomes "K" statistics or forecasts.
+
+    Variables labelled in other than their canonical units are not judged here (readers that need
+    canonical units refuse them by label: ``store.check_units``).
+
+    Args:
+        ds: the store (``store.open_store``: lazy, so only the sampled fields are read).
+        path: the store, for messages.
+        names: its variables and static fields to check.
+        time_index: judge only this time (a cheap check of one sample); default the first,
+            middle and last time.
+    """
+    for name in names:
+        var = ds[name]
+        if not has_canonical_units(name, var.attrs.get("units")):
+            continue
+        if time_index is not None and "time" in var.dims:
+            var = var.isel(time=[time_index])
+        check_plausible(var, name, f"store {path}: variable {name}")

@@ -41,11 +41,12 @@ from tqdm.auto import tqdm
 
 from s2forecast.data.engine import Engine
 from s2forecast.data.moments import Moments
+from s2forecast.data.plausibility import check_store_plausible
 from s2forecast.data.store import COMPLETE_ATTR, StoreInfo, check_store_unchanged, describe, is_url, open_store
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.provenance import describe_input, history, python_call
-from s2forecast.times import format_time
-from s2forecast.user_errors import UserError
+from s2forecast.times import format_time, parse_time
+from s2forecast.user_errors import UserError, one_line
 
 STATS_GROUP = "stats"
 STAT_NAMES = ("mean", "std", "tendency_mean", "tendency_std")
@@ -126,13 +127,14 @@ def compute_stats(
             )
         _check_replaceable(Path(path))
     else:
-        out_output = Output(out, "stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
-    with out_output if out is not None else contextlib.nullcontext():  # an error: no temporary output left
-        stats = _statistics(ds, info, path, start, end, step_hours, progress, engine)
-        check_store_unchanged(path, ds)
-        if out is None:
-            write_stats(path, stats)
-            return stats
+        claim = dict(kind="stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
+        Output(out, **claim).discard()  # a bad --out is refused before the reading; claimed again to be written
+    stats = _statistics(ds, info, path, start, end, step_hours, progress, engine)
+    check_store_unchanged(path, ds)
+    if out is None:
+        write_stats(path, stats)
+        return stats
+    with Output(out, **claim) as out_output:
         stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
         out_output.commit()
     return stats
@@ -165,6 +167,7 @@ def _statistics(
     weights = weights.sel(latitude=ds["latitude"].values).values  # (lat,) in the order blocks are read
     first = int(np.searchsorted(times, selected[0]))
     selection = slice(first, first + selected.size)  # selected times are consecutive in the store
+    check_store_plausible(ds.isel(time=selection), path, info.variables + info.static)  # °C labelled K, ...
     engine = engine if engine is not None else Engine()
     job = engine.share(_Job(ds, selection, selected, step, weights, time_chunk(ds)))
     parts = [part for name in info.variables for part in _parts(name, selected, pairs, step, time_chunk(ds))]
@@ -243,9 +246,10 @@ def check_time_axis(times: np.ndarray, path) -> None:
 
 def _parse_time(value, option: str) -> np.datetime64:
     try:
-        return np.datetime64(pd.Timestamp(value), "ns")
+        pd.Timestamp(value)
     except (ValueError, TypeError):
         raise UserError(f"{option} {value!r} is not a date; use e.g. 2020-01-01 or 2020-01-01T06") from None
+    return parse_time(value, option)  # refuses a date datetime64[ns] cannot hold (numpy would wrap it around)
 
 
 def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.datetime64]:
@@ -515,7 +519,14 @@ def load_stats(
         else:
             stats = xr.open_zarr(path, group=STATS_GROUP, chunks=None)
         stats["channel"]
-    except (FileNotFoundError, KeyError, ValueError, OSError):
+    except (FileNotFoundError, KeyError, ValueError, OSError) as error:
+        where = Path(stats_path) if stats_path is not None else Path(path) / STATS_GROUP
+        if not is_url(str(where)) and where.exists() and not isinstance(error, KeyError):  # there, but unreadable
+            raise UserError(
+                f"cannot read the statistics {where}: {type(error).__name__}: {one_line(str(error)) or 'no reason'}; "
+                f"write them again with `s2forecast stats`"
+                + (f" (--out {stats_path} --overwrite)" if stats_path is not None else f" on {path}")
+            ) from None
         if stats_path is not None:
             raise UserError(f"{stats_path} holds no statistics; write them with `s2forecast stats STORE --out "
                              f"{stats_path}`") from None  # fmt: skip

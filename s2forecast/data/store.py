@@ -30,6 +30,7 @@ read). Such a store is read-only to s2forecast: nothing is ever written into it 
 statistics go to their own path: ``s2forecast stats STORE --out STATS``).
 """
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +40,28 @@ import numpy as np
 import xarray as xr
 
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
+from s2forecast.times import format_time
 from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
 if TYPE_CHECKING:  # imported where used: geometry imports torch, which dask workers reading stores need not
     from s2forecast.geometry import Grid
+
+
+class _AbandonedZarrReads(logging.Filter):
+    """zarr 3 reads a group's members in concurrent tasks (``_getitem_semaphore``) and, when one fails
+    (a store whose metadata it cannot parse, e.g. a pickle codec), raises that error and abandons the
+    others: asyncio then logs each of their exceptions, the same failure, as "Task exception was never
+    retrieved" with a traceback when they are garbage-collected, after the one-line refusal. Only those
+    records are dropped: the error itself is raised and reported."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("exception was never retrieved" in text and "_getitem_semaphore" in text)
+
+
+if not any(isinstance(f, _AbandonedZarrReads) for f in logging.getLogger("asyncio").filters):
+    logging.getLogger("asyncio").addFilter(_AbandonedZarrReads())
 
 LAYOUT_VERSION = "1"
 COMPLETE_ATTR = "s2forecast_complete"
@@ -254,25 +272,104 @@ def open_store(
                 "convert-era5 or generate-swe"
             )
     try:
-        try:
-            ds = xr.open_zarr(path, consolidated=True, chunks=chunks, **options)
-        except (KeyError, ValueError, FileNotFoundError):
-            ds = xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
+        ds = open_zarr(path, chunks, **options)
+    except UserError:
+        raise
     except Exception as error:
         if is_url(path):  # the remote filesystem's own errors (aiohttp, gcsfs, s3fs): one line
             raise UserError(f"cannot read the zarr store at {path}: {remote_reason(error)}") from None
         if isinstance(error, KeyError | ValueError | FileNotFoundError | OSError):
             raise UserError(f"cannot read the zarr store {path}: {error}") from None
         raise
+    if "time" in ds.coords and not np.issubdtype(ds["time"].dtype, np.datetime64):
+        example = ds["time"].values.ravel()[:1].tolist()
+        raise UserError(
+            f"the time coordinate of store {path} holds {ds['time'].dtype} values such as {example}, not dates "
+            "(datetime64): rewrite the store with CF-encoded times (e.g. units 'hours since 2000-01-01') or "
+            "datetime64 values"
+        )
     if require_complete and ds.attrs.get(COMPLETE_ATTR, "true") != "true":
         raise UserError(
             f"store {path} is incomplete (attribute {COMPLETE_ATTR}={ds.attrs.get(COMPLETE_ATTR)!r}): a writer was "
             "interrupted; rerun the same convert-era5 / generate-swe command to finish it"
         )
+    if require_complete:
+        _check_written(ds, path)
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
             raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
     return to_model_order(ds)
+
+
+def open_url(url: str, what: str, storage_options: dict | None = None, chunks=None) -> xr.Dataset:
+    """A zarr dataset at a URL that is not a store of this layout (a forecast, a climatology), as
+    ``open_zarr`` opens it; one line naming ``what`` and why when it cannot be read."""
+    _check_protocol(url)
+    if url.rstrip("/").endswith(".nc"):
+        raise UserError(
+            f"the {what} {url} is a NetCDF file at a URL: s2forecast reads zarr stores at URLs; download the file "
+            "and pass its local path"
+        )
+    try:
+        return open_zarr(url, chunks, storage_options=storage_options or {})
+    except UserError:
+        raise
+    except Exception as error:
+        raise UserError(f"cannot read the {what} at {url}: {remote_reason(error)}") from None
+
+
+def open_zarr(path, chunks=None, **options) -> xr.Dataset:
+    """``xarray.open_zarr`` with consolidated metadata, or without when the store has none; a chunk size
+    of 0 in the metadata is refused in one line (``_check_chunks``) instead of dask's or zarr's
+    ZeroDivisionError. ``options``: more arguments of ``open_zarr`` (``storage_options``)."""
+
+    def opened(chunks):
+        try:
+            return xr.open_zarr(path, consolidated=True, chunks=chunks, **options)
+        except (KeyError, ValueError, FileNotFoundError):
+            return xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
+
+    try:
+        ds = opened(chunks)
+    except ZeroDivisionError:  # dask divided by it while chunking: find and name it
+        if chunks is None:
+            raise
+        _check_chunks(opened(None), path)
+        raise
+    _check_chunks(ds, path)
+    return ds
+
+
+def _check_chunks(ds: xr.Dataset, path) -> None:
+    """Refuse a zarr variable whose metadata gives a chunk (or shard) size of 0: a damaged store that
+    zarr fails on with a ZeroDivisionError at the first read."""
+    for name, var in ds.variables.items():
+        for kind in ("chunks", "shards"):
+            sizes = var.encoding.get(kind)
+            if sizes is None or all(int(size) > 0 for size in sizes):
+                continue
+            dim = var.dims[next(i for i, size in enumerate(sizes) if int(size) <= 0)]
+            raise UserError(
+                f"variable {name} of {path} has a zarr {kind[:-1]} size of 0 along {dim} in its metadata ({kind} "
+                f"{tuple(int(size) for size in sizes)}): the store is damaged; rewrite it"
+            )
+
+
+def _check_written(ds: xr.Dataset, path) -> None:
+    """Refuse a store whose ``written`` flags say some time steps were never written, whatever its
+    completeness attribute says (a store of an older writer, or one whose attribute was lost, has
+    none): their chunks are missing and would read as fill values."""
+    if "written" not in ds.variables or ds["written"].dims != ("time",):
+        return
+    written = np.asarray(ds["written"].values).astype(bool)
+    if written.all():
+        return
+    first = ds["time"].values[np.flatnonzero(~written)[0]]
+    raise UserError(
+        f"store {path} has {int((~written).sum())} of {written.size} time steps that were never written (its "
+        f"'written' flags; the first at {format_time(first)}): a writer was interrupted; rerun the same convert-era5 / "
+        "generate-swe command to finish it"
+    )
 
 
 def remote_reason(error: BaseException) -> str:

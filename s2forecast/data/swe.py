@@ -18,6 +18,7 @@ one reader. Variables: ``geopotential_height`` (layer depth h = phi/g, m), ``vor
 """
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from s2forecast.data.defaults import SWE_BATCH
 from s2forecast.data.writer import StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
 from s2forecast.provenance import history
-from s2forecast.times import format_time
+from s2forecast.times import check_span, format_time
 from s2forecast.user_errors import UserError
 
 SWE_VARIABLES = ("geopotential_height", "vorticity", "divergence")
@@ -183,6 +184,31 @@ def check_arguments(
     for name, value in (("dt-hours", dt_hours), ("solver-dt-seconds", solver_dt_seconds)):
         if not (math.isfinite(value) and value > 0):
             raise UserError(f"--{name} must be a positive number, got {value}")
+    check_time_axis_size(nlat, nlon, trajectories, steps, dt_hours)
+
+
+# bytes per time step of the time axis in memory: the time, trajectory and written coordinates
+TIME_AXIS_BYTES = 8 + 8 + 1
+
+
+def check_time_axis_size(nlat: int, nlon: int, trajectories: int, steps: int, dt_hours: float) -> None:
+    """Refuse a time axis that cannot be made, saying its size, before any array of it is allocated:
+    times past what datetime64[ns] holds, or coordinates larger than half this machine's memory."""
+    days = math.ceil((steps + 1) * dt_hours / 24.0)
+    what = f"--trajectories {trajectories} x --steps {steps} of {dt_hours:g} h ({days} days each)"
+    check_span(SWE_START, trajectories * days * 86400 * 10**9, what, "generate fewer or shorter trajectories")
+    times = trajectories * (steps + 1)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the datetime limit alone
+        return
+    if times * TIME_AXIS_BYTES > memory / 2:
+        store = times * len(SWE_VARIABLES) * nlat * nlon * 4
+        raise UserError(
+            f"{what} make a time axis of {times:.3g} times: its coordinates alone need "
+            f"{times * TIME_AXIS_BYTES / 2**30:.3g} GiB of memory (this machine has {memory / 2**30:.3g} GiB) and the "
+            f"store {store / 2**40:.3g} TiB; generate fewer or shorter trajectories"
+        )
 
 
 class UnstableIntegration(UserError):

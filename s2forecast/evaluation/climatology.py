@@ -939,6 +939,7 @@ def write_climatology(
     Returns:
         The path of the written climatology.
     """
+    from s2forecast.data.plausibility import check_store_plausible
     from s2forecast.data.store import check_store_unchanged, open_store
     from s2forecast.output import Output
     from s2forecast.provenance import describe_input, history, python_call
@@ -947,6 +948,7 @@ def write_climatology(
     with output:
         truth = open_store(store, chunks={}, storage_options=storage_options)  # complete stores only; dask: streamed
         source = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
+        check_store_plausible(source, store, list(source.data_vars))  # °C labelled K would make a "K" climatology
         # keep what describes the climatology, not the store's writer flags, marker and generation; the
         # source store's encodings (e.g. a zarr v2 store's Blosc compressor) do not apply to the zarr v3 written here
         attrs = {k: v for k, v in source.attrs.items() if not k.startswith("s2forecast_")}

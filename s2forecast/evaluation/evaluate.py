@@ -69,7 +69,15 @@ from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, Eva
 from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
 from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS
 from s2forecast.evaluation.report import format_table, metrics_table
-from s2forecast.output import MARKER_ATTR, Output, check_target, check_unchanged, file_sha256, netcdf_attributes
+from s2forecast.output import (
+    MARKER_ATTR,
+    Output,
+    check_local,
+    check_target,
+    check_unchanged,
+    file_sha256,
+    netcdf_attributes,
+)
 from s2forecast.provenance import history_line
 from s2forecast.user_errors import UserError, one_line
 
@@ -89,6 +97,13 @@ MISSING_TRUTH = (
     "leads whose valid time is missing from the truth average over fewer init times (n_init_times); metrics are "
     "NaN where n_init_times is 0"
 )
+
+NONFINITE = {
+    "skip": "NaN or infinite forecast and truth values are left out of each init time's area means, the weights "
+    "renormalised over the finite points (WeatherBench2's skipna); a point where one ensemble member is not finite "
+    "is left out for every member; counts per lead: <field>_nonfinite_forecast, <field>_nonfinite_truth",
+    "error": "refused (--nan error): the scored forecast and truth values are all finite",
+}
 
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
@@ -136,6 +151,7 @@ def evaluate(
     storage_options: dict | None = None,
     config: EvaluationConfig | None = None,
     engine: Engine | None = None,
+    nan: str = "skip",
 ) -> xr.Dataset:
     """Score a forecast against the truth, with persistence and climatology baselines; write the results.
 
@@ -163,6 +179,10 @@ def evaluate(
             when you pass one).
         engine: where the blocks of init times are scored (``s2forecast.data.engine``: this process by
             default, or dask.distributed workers); the same scores either way.
+        nan: NaN or infinite forecast or truth values: "skip" scores the finite points (each init
+            time's area weights renormalised over them, WeatherBench2's skipna), records the counts
+            per lead as ``<field>_nonfinite_forecast`` and ``<field>_nonfinite_truth`` and warns
+            (:class:`~s2forecast.evaluation.scoring.NonFiniteWarning`); "error" refuses them.
 
     Returns:
         The metrics Dataset as written: per variable ``(metric, source, region, lead_time, [level])``,
@@ -182,6 +202,9 @@ def evaluate(
         config = EvaluationConfig(variables=variables, regions=regions)
     elif variables is not None or regions is not None:
         raise UserError("give variables and regions in the EvaluationConfig when you pass one, not beside it")
+    if nan not in scoring.NAN_POLICIES:
+        raise UserError(f"nan must be one of {scoring.NAN_POLICIES}, got {nan!r}")
+    check_local(out)
     out = Path(out)
     inputs = EvaluationInputs.open(
         forecast, truth, climatology, config=config, map_leads=map_leads, climatology_period=climatology_period,
@@ -192,7 +215,7 @@ def evaluate(
         for output in outputs:
             stack.enter_context(output)
         metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
-                                            engine=engine)  # fmt: skip
+                                            engine=engine, nan=nan)  # fmt: skip
         for output in written:
             output.commit()
     return metrics
@@ -209,6 +232,7 @@ def _score_and_write(
     *,
     progress: bool,
     engine: Engine | None = None,
+    nan: str = "skip",
 ) -> tuple[xr.Dataset, list[Output]]:
     """``evaluate`` once its inputs are open and its outputs claimed (``_claim_outputs``): score,
     write every output at its temporary path, and check that no input was rewritten meanwhile.
@@ -220,7 +244,7 @@ def _score_and_write(
     out = metrics_output.path
     expected = inputs.init_times_with_truth()
     names = config.metrics_for(inputs.ensemble)
-    metrics = _score(inputs, names, config.sources, progress, engine)
+    metrics = _score(inputs, names, config.sources, progress, engine, nan)
     counts = metrics["n_init_times"].values
     if not np.array_equal(counts, expected):
         raise RuntimeError(f"internal error: init times per lead {counts.tolist()} != expected {expected.tolist()}")
@@ -261,6 +285,7 @@ def _score_and_write(
         "missing_truth": MISSING_TRUTH,
         **({"acc_caveat": f"ACC not meaningful: {caveat}"} if caveat else {}),
         **({"named_regions": "; ".join(named)} if (named := [r for r in config.regions or () if "=" in r]) else {}),
+        "nonfinite_values": NONFINITE[nan],
         "csv": str(csv_path.resolve()),
     }
     if spectra.data_vars:
@@ -303,9 +328,14 @@ def _score_and_write(
 
 
 def _score(
-    inputs: EvaluationInputs, metrics: Sequence[str], sources: Sequence[str], progress: bool, engine: Engine | None
+    inputs: EvaluationInputs,
+    metrics: Sequence[str],
+    sources: Sequence[str],
+    progress: bool,
+    engine: Engine | None,
+    nan: str = "skip",
 ) -> xr.Dataset:
     return scoring.score(
         inputs.forecast, inputs.truth, inputs.climatology, inputs.variables, inputs.region_weights, inputs.regions,
-        metrics, sources, progress=progress, engine=engine,
+        metrics, sources, progress=progress, engine=engine, nan=nan,
     )  # fmt: skip

@@ -17,7 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
-from s2forecast.data.store import normalize_units, to_model_order
+from s2forecast.data.store import is_url, normalize_units, open_store, open_url, open_zarr, to_model_order
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.config import EvaluationConfig
 from s2forecast.evaluation.metrics import (
@@ -93,11 +93,12 @@ def _opened(open_fn, path: Path, what: str) -> xr.Dataset:
         raise UserError(f"cannot read the {what} {path} ({reason}): is it truncated or damaged?") from error
 
 
-def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
+def open_forecast(source: str | os.PathLike | xr.Dataset, storage_options: dict | None = None) -> xr.Dataset:
     """Open a forecast lazily (NetCDF: dask chunks of one init time; zarr: its own chunks).
 
     Args:
-        source: path of a ``.nc`` file or a zarr store, or an opened Dataset.
+        source: path of a ``.nc`` file or a zarr store, the URL of a zarr store (``storage_options``:
+            its fsspec options), or an opened Dataset.
 
     Returns:
         Dataset with dims ``(time, prediction_timedelta, [member], [level], latitude, longitude)``
@@ -111,6 +112,8 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
     """
     if isinstance(source, xr.Dataset):
         forecast = source
+    elif is_url(source):
+        forecast = open_url(source, "forecast", storage_options, chunks={})
     else:
         path = _require_path(source, "forecast")
         _check_readable(path, "forecast")
@@ -144,10 +147,7 @@ def open_forecast(source: str | os.PathLike | xr.Dataset) -> xr.Dataset:
 
 def _open_forecast_file(path: Path) -> xr.Dataset:
     if path.is_dir() or path.suffix == ".zarr":
-        try:
-            return xr.open_zarr(path, consolidated=True)
-        except (KeyError, ValueError, FileNotFoundError):
-            return xr.open_zarr(path, consolidated=False)
+        return open_zarr(path, chunks={})  # dask in the store's own chunks
     with warnings.catch_warnings():  # one init per dask chunk on purpose (streamed blocks); any file layout is fine
         warnings.filterwarnings("ignore", message="The specified chunks separate the stored chunks")
         return xr.open_dataset(path, chunks={INIT_DIM: 1})
@@ -164,8 +164,6 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     if isinstance(source, xr.Dataset):
         truth = source
     else:
-        from s2forecast.data.store import is_url, open_store
-
         if is_url(source):
             truth = open_store(source, storage_options=storage_options)
         else:
@@ -332,8 +330,6 @@ def lead_hours(lead) -> int | float:
 def _is_path(source) -> bool:
     """A local input (a URL is read-only to s2forecast: no output can collide with it, and it has
     no generation to check)."""
-    from s2forecast.data.store import is_url
-
     return isinstance(source, str | os.PathLike) and not is_url(source)
 
 
@@ -385,12 +381,20 @@ def _climatology_from_truth(truth: xr.Dataset, levels, variables: list[str], per
     return clim, attrs
 
 
-def _open_climatology(source, forecast: xr.Dataset, variables: list[str]) -> tuple[xr.Dataset, dict]:
-    """Open a WB2-layout climatology (path or Dataset) and check it against the forecast."""
+def _open_climatology(
+    source, forecast: xr.Dataset, variables: list[str], storage_options: dict | None = None
+) -> tuple[xr.Dataset, dict]:
+    """Open a WB2-layout climatology (path, zarr URL or Dataset) and check it against the forecast."""
     from s2forecast.evaluation.climatology import validate_climatology
 
     if isinstance(source, xr.Dataset):
         clim, where = validate_climatology(source), "<in-memory Dataset>"
+    elif is_url(source):
+        try:
+            clim = validate_climatology(open_url(source, "climatology", storage_options, chunks={}))
+        except UserError as error:
+            raise UserError(f"{source}: {error}" if source not in str(error) else str(error)) from None
+        where = source
     else:
         path = _require_path(source, "climatology")
         _check_readable(path, "climatology")
@@ -513,6 +517,7 @@ class EvaluationInputs:
     climatology_period: tuple | None = None
     climatology: xr.Dataset | None = None
     climatology_attrs: dict = field(default_factory=dict)
+    storage_options: dict | None = None
 
     @classmethod
     def open(
@@ -536,7 +541,7 @@ class EvaluationInputs:
                 None: computed from the truth there (over ``climatology_period``, inclusive).
             config: variables, metrics, baselines and regions (default :class:`EvaluationConfig`).
             map_leads: hours (numbers), strings like ``"24h"`` or timedeltas; default the first and last lead.
-            storage_options: fsspec options of a ``truth`` URL.
+            storage_options: fsspec options of the inputs given as URLs (truth, forecast, climatology).
 
         Raises:
             FileNotFoundError: an input path does not exist.
@@ -544,7 +549,7 @@ class EvaluationInputs:
                 values, a bad region or map lead, a metric this forecast cannot have (messages name the fix).
         """
         config = EvaluationConfig() if config is None else config
-        forecast_ds = open_forecast(forecast)
+        forecast_ds = open_forecast(forecast, storage_options)
         truth_ds = open_truth(truth, storage_options)
         generations = {}  # input path -> (what, generation when opened)
         if _is_path(forecast):
@@ -581,6 +586,7 @@ class EvaluationInputs:
             generations=generations,
             climatology_source=climatology,
             climatology_period=climatology_period,
+            storage_options=storage_options,
         )
 
     @property
@@ -600,7 +606,8 @@ class EvaluationInputs:
         if self.climatology_source is None:
             clim, attrs = _climatology_from_truth(self.truth, self.levels, self.variables, self.climatology_period)
         else:
-            clim, attrs = _open_climatology(self.climatology_source, self.forecast, self.variables)
+            clim, attrs = _open_climatology(self.climatology_source, self.forecast, self.variables,
+                                            self.storage_options)  # fmt: skip
             if _is_path(self.climatology_source):
                 generations[self.climatology_source] = ("climatology", clim.attrs.get(GENERATION_ATTR))
         return replace(self, climatology=clim, climatology_attrs=attrs, generations=generations)

@@ -345,6 +345,8 @@ def spatial_mean(x: np.ndarray, weights: np.ndarray, skipna: bool = False) -> np
     missing = np.isnan(x)
     mean = np.tensordot(weights, np.where(missing, 0.0, x), axes=axes)
     if skipna:
+        if not missing.any():  # the same mean, without dividing by weights that sum to 1
+            return mean
         with np.errstate(invalid="ignore", divide="ignore"):
             return mean / np.tensordot(weights, (~missing).astype(np.float64), axes=axes)
     inside = (weights > 0).astype(np.float64)

@@ -126,6 +126,9 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
             values = data.sel(metric=metric, source=source, region=region).values[leads]
             rows.append((name if i == 0 else "", quantity, [_format_value(x) for x in values]))
     rows.append(("init times", "", [str(int(n)) for n in metrics["n_init_times"].values[leads]]))
+    nonfinite = [metrics[name].values for name in metrics.data_vars if "_nonfinite_" in str(name)]
+    if any(count.any() for count in nonfinite):  # left out of the scores: say so beside them
+        rows.append(("NaN/inf values", "skipped", [str(int(n)) for n in np.sum(nonfinite, axis=0)[leads]]))
     width_name = max(len(row[0]) for row in rows)
     width_quantity = max(len(row[1]) for row in rows)
     width = max(9, *(len(h) for h in headers), *(len(x) for row in rows for x in row[2])) + 1
@@ -293,9 +296,10 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
         o = _select_levels(truth[v], levels).sel({INIT_DIM: valid}).astype(np.float64).load()
         o = truth_at_valid_times(o, f.isel({member: 0}, drop=True) if member else f).drop_vars("valid_time")
         o = o.transpose(*(d for d in f.dims if d != member))
-        pair = spectra.spectra(f, o, member_dim=member).rename(
-            source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"}
-        )
+        with np.errstate(invalid="ignore"):  # a field with a NaN or inf has NaN spectra (the scores count them)
+            pair = spectra.spectra(f, o, member_dim=member).rename(
+                source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"}
+            )
         pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
         result[f"{v}_sh_power"] = pair["sh_power"]
         result[f"{v}_zonal_power"] = pair["zonal_power"]

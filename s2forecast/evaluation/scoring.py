@@ -17,6 +17,9 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
         lead_time  timedelta64 (WB2's name; was ``prediction_timedelta``), with ``lead_hours`` (float) beside it;
         level      hPa, only on fields with levels.
     ``n_init_times(lead_time)``: init times whose valid time is in the truth.
+    ``<field>_nonfinite_forecast(lead_time)``, ``<field>_nonfinite_truth(lead_time)``: NaN or infinite values
+        left out of the scores (``score``'s ``nan``), over the init times with truth; the truth's at the valid
+        times and, for persistence, at the init times.
     ``<field>_rank_histogram(region, lead_time[, level], rank)`` for an ensemble of M members (by default):
         area-weighted frequency of the truth's rank (number of members below it; ties shared
         equally), ``rank`` = 0..M, summing to 1; NaN where a member or the truth is NaN.
@@ -61,9 +64,16 @@ from s2forecast.evaluation.metrics import (
     persistence_forecast,
     truth_at_valid_times,
 )
+from s2forecast.times import format_time
+from s2forecast.user_errors import UserError
 
 LEAD_TIME = "lead_time"  # WB2's results name of the lead dim
 BLOCK_BYTES = 64 * 2**20  # forecast bytes (float64) per variable read and scored at once
+NAN_POLICIES = ("skip", "error")  # non-finite forecast or truth values: scored around (and counted), or refused
+
+
+class NonFiniteWarning(UserWarning):
+    """Some forecast or truth values are NaN or infinite: the scores leave those points out."""
 
 
 def _blocks(n: int, per_item_bytes: int) -> list[slice]:
@@ -95,6 +105,54 @@ def _aligned_block(forecast, truth, clim, init, leads, levels):
     return forecast.values, arrays, available
 
 
+def _drop_nonfinite(values: np.ndarray, member_axis: int | None) -> np.ndarray:
+    """``values`` with NaN wherever a value is not finite; with ``member_axis``, at a point where any
+    member is not finite every member is NaN: the ensemble scores (CRPS, spread, rank) need all M
+    members, so that point is left out for that init time rather than scored with fewer members."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return values
+    if member_axis is not None:
+        bad = np.broadcast_to(bad.any(axis=member_axis, keepdims=True), values.shape)
+    return np.where(bad, np.nan, values)
+
+
+def _nonfinite_per_lead(values: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """(lead,) non-finite values of ``values`` (time, lead, ...) among the (time, lead) with truth."""
+    bad = ~np.isfinite(values).reshape(*values.shape[:2], -1)
+    return (bad.sum(axis=2) * available).sum(axis=0)
+
+
+def _refuse_nonfinite(what: str, variable: str, values: np.ndarray, available: np.ndarray, init, leads) -> None:
+    bad = (~np.isfinite(values)).reshape(*values.shape[:2], -1).any(axis=2) & available
+    i, k = np.argwhere(bad)[0]
+    if what == "persistence":  # the truth at the init time
+        where, what = f"{format_time(init[i])} (an init time: persistence's forecast)", "truth"
+    else:
+        where = f"init time {format_time(init[i])} lead {leads[k] / np.timedelta64(1, 'h'):g} h"
+    raise UserError(
+        f"the {what} of variable {variable} has NaN or infinite values at {where}; fix the {what}, or pass --nan "
+        "skip to score the finite points and count the others"
+    )
+
+
+def _report_nonfinite(nonfinite: dict, leads: np.ndarray) -> None:
+    """One warning per variable with non-finite values, naming how many and at which leads."""
+    for v, (forecast, truth) in nonfinite.items():
+        if not (forecast.any() or truth.any()):
+            continue
+        hours = ", ".join(f"{x:g}" for x in leads[(forecast + truth) > 0] / np.timedelta64(1, "h"))
+        warnings.warn(
+            f"{v}: {int(forecast.sum())} NaN or infinite forecast value(s) and {int(truth.sum())} in the truth at "
+            f"lead(s) {hours} h are left out of the scores (the area weights renormalised over the finite points of "
+            f"each init time; a point where one ensemble member is not finite is left out for every member); counts "
+            f"per lead in '{v}_nonfinite_forecast' and '{v}_nonfinite_truth' of the metrics file (--nan error refuses "
+            "them)",
+            NonFiniteWarning,
+            stacklevel=3,
+        )
+
+
 def score(
     forecast: xr.Dataset,
     truth: xr.Dataset,
@@ -106,6 +164,7 @@ def score(
     sources,
     progress: bool = False,
     engine: Engine | None = None,
+    nan: str = "skip",
 ) -> xr.Dataset:
     """Score every source on every region; return the results Dataset (module docstring layout).
 
@@ -121,7 +180,15 @@ def score(
         sources: ``forecast`` and the baselines (``persistence``, ``climatology``), in results order.
         engine: where the blocks of init times are scored (``s2forecast.data.engine``; default this
             process); their statistics are added up here in the order of the blocks: the same scores.
+        nan: non-finite (NaN or infinite) forecast or truth values: "skip" leaves those points out of
+            each init time's area means, its weights renormalised over the finite points
+            (WeatherBench2's skipna), counts them per lead and warns (:class:`NonFiniteWarning`);
+            "error" refuses them. A point where one ensemble member is not finite is left out for
+            every member; an init time whose field has no finite point in a region leaves that
+            region's score NaN at that lead.
     """
+    if nan not in NAN_POLICIES:
+        raise UserError(f"nan must be one of {NAN_POLICIES}, got {nan!r}")
     from tqdm.auto import tqdm
 
     init_times = forecast[INIT_DIM].values
@@ -133,16 +200,21 @@ def score(
     per_init = max(forecast[v].isel({INIT_DIM: 0}).size * 8 for v in variables)
     blocks = _blocks(init_times.size, per_init)
     engine = engine if engine is not None else Engine()
-    job = engine.share(_Job(forecast, truth, clim, list(variables), weights, metrics, list(sources)))
+    job = engine.share(_Job(forecast, truth, clim, list(variables), weights, metrics, list(sources), nan))
+    leads = forecast[LEAD_DIM].values
+    nonfinite = {v: np.zeros((2, leads.size), np.int64) for v in variables}  # (forecast, truth) per lead
     with (
         tqdm(total=init_times.size, desc="evaluate", unit="init", disable=not progress) as bar,
         contextlib.closing(engine.map(_score_block, blocks, job)) as results,
     ):
-        for block, chunk in zip(blocks, results, strict=True):
+        for block, (chunk, found) in zip(blocks, results, strict=True):
             for key, statistics in chunk.items():
                 totals[key] = totals[key] + statistics if key in totals else statistics
+            for v in variables:
+                nonfinite[v] += found[v]
             bar.update(block.stop - block.start)
-    return _results_dataset(forecast, truth, variables, totals, metrics, sources, region_names, member)
+    _report_nonfinite(nonfinite, leads)
+    return _results_dataset(forecast, truth, variables, totals, metrics, sources, region_names, member, nonfinite)
 
 
 @dataclass(frozen=True)
@@ -156,12 +228,15 @@ class _Job:
     weights: np.ndarray
     metrics: list
     sources: list
+    nan: str = "skip"
 
 
-def _score_block(block: slice, job: _Job) -> dict[tuple[str, str], Statistics]:
-    """The statistics of one block of init times, per (variable, source): a task of ``Engine.map``.
-    The block is aligned once (forecast, truth at the valid times, persistence, climatology there)
-    and each source goes through the metric engine."""
+def _score_block(block: slice, job: _Job) -> tuple[dict[tuple[str, str], Statistics], dict[str, np.ndarray]]:
+    """The statistics of one block of init times, per (variable, source), and its non-finite
+    values per variable ((forecast, truth) x lead counts): a task of ``Engine.map``. The block is
+    aligned once (forecast, truth at the valid times, persistence, climatology there), its
+    non-finite values counted (or refused) and left out, and each source goes through the metric
+    engine."""
     forecast, truth, clim, metrics = job.forecast, job.truth, job.clim, job.metrics
     leads = forecast[LEAD_DIM].values
     member = member_dim(forecast.dims)
@@ -174,7 +249,7 @@ def _score_block(block: slice, job: _Job) -> dict[tuple[str, str], Statistics]:
     stamps = pd.DatetimeIndex(valid)
     doys = np.unique(np.asarray(stamps.day_of_year))
     hours = np.unique(nearest_hours(np.asarray(stamps.hour), clim["hour"].values))
-    chunk = {}
+    chunk, nonfinite = {}, {}
     for v in job.variables:
         f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
         levels = f["level"].values if "level" in f.dims else None
@@ -183,18 +258,33 @@ def _score_block(block: slice, job: _Job) -> dict[tuple[str, str], Statistics]:
         c = clim[v] if levels is None else clim[v].sel(level=levels)
         c = c.sel(dayofyear=doys, hour=hours).astype(np.float64).load()
         values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
+        with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
+        counted = (("forecast", values, available, 0), ("truth", arrays["truth"], available, 1),
+                   ("persistence", arrays["persistence"], with_init, 1))  # fmt: skip
+        nonfinite[v] = np.zeros((2, leads.size), np.int64)
+        for what, data, scored, into in counted:
+            found = _nonfinite_per_lead(data, scored)
+            if job.nan == "error" and found.any():
+                _refuse_nonfinite(what, v, data, scored, init, leads)
+            nonfinite[v][into] += found
+        values = _drop_nonfinite(values, 2 if member else None)
+        arrays = {name: _drop_nonfinite(array, None) for name, array in arrays.items()}
         available = xr.DataArray(available, dims=(INIT_DIM, LEAD_DIM))
         dims = ("region", INIT_DIM, LEAD_DIM) + (() if levels is None else ("level",))
         for source in job.sources:
             x, axis = (values, 2 if member else None) if source == "forecast" else (arrays[source], None)
             wanted = [metric for metric in metrics if axis is not None or not metric.needs_members]
-            stats = compute_statistics(wanted, x, arrays["truth"], job.weights, axis, arrays["climatology"])
+            stats = compute_statistics(
+                wanted, x, arrays["truth"], job.weights, axis, arrays["climatology"], skipna=True
+            )  # only the dropped non-finite values are NaN
             labelled = {key: xr.DataArray(stat, dims=dims + extra_dims[key]) for key, stat in stats.items()}
             chunk[v, source] = Statistics.of_chunk(labelled, available)
-    return chunk
+    return chunk, nonfinite
 
 
-def _results_dataset(forecast, truth, variables, totals, metrics, sources, region_names, member) -> xr.Dataset:
+def _results_dataset(
+    forecast, truth, variables, totals, metrics, sources, region_names, member, nonfinite
+) -> xr.Dataset:
     leads = forecast[LEAD_DIM].values
     scalar = [metric for metric in metrics if not metric.statistic_dims]
     names = [metric.name for metric in scalar]
@@ -225,6 +315,17 @@ def _results_dataset(forecast, truth, variables, totals, metrics, sources, regio
                 attrs={
                     "long_name": f"rank histogram of {long_name}: area-weighted frequency of the truth's rank "
                     "(members below it; ties shared equally)",
+                    "units": "1",
+                },
+            )
+        for what, count in zip(("forecast", "truth"), nonfinite[v], strict=True):
+            data_vars[f"{v}_nonfinite_{what}"] = xr.DataArray(
+                count,
+                dims=(LEAD_TIME,),
+                attrs={
+                    "long_name": f"NaN or infinite values of the {what} of {long_name} left out of the scores, per "
+                    "lead over the init times with truth"
+                    + (" (at the valid times, and at the init times for persistence)" if what == "truth" else ""),
                     "units": "1",
                 },
             )

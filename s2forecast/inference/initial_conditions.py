@@ -104,6 +104,8 @@ def open_inputs(
                 f"the checkpoint predates stored statistics of static fields {list(data.static_channels)}: compute "
                 f"them on the store (`s2forecast stats {store}`) and pass --store-stats"
             ) from None
+        if str(error).startswith(f"store {store}"):  # the store's own fault (its values, unwritten times)
+            raise
         raise UserError(f"store {store} does not fit checkpoint: {error}") from None
     if list(dataset.channels) != list(data.channels):
         raise UserError(f"store channels {list(dataset.channels)} differ from the checkpoint's {list(data.channels)}")
@@ -239,13 +241,22 @@ class InitialConditions:
         statics = [name for name in model.data.static_channels if name not in model.static_fields]
         variables = [*layout.variables, *statics]  # the checkpoint's own static fields are not needed
         with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:
-            datasets = []
-            for member in members or [None]:
-                name = "initial_conditions.zarr" if member is None else f"initial_conditions_member_{member}.zarr"
-                store = convert_era5([Path(source)], Path(tmp) / name, variables, layout.levels, member=member,
-                                     progress=False)  # fmt: skip
-                datasets.append(open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
-            yield cls(source, datasets, tuple(members) or None)
+            datasets, stores = [], []
+            try:
+                for member in members or [None]:
+                    name = "initial_conditions.zarr" if member is None else f"initial_conditions_member_{member}.zarr"
+                    stores.append(Path(tmp) / name)
+                    store = convert_era5([Path(source)], stores[-1], variables, layout.levels, member=member,
+                                         progress=False)  # fmt: skip
+                    datasets.append(open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
+                yield cls(source, datasets, tuple(members) or None)
+            except UserError as error:  # name the user's file, not the temporary store made of it
+                text = str(error)
+                for store in stores:
+                    text = text.replace(str(store), f"{source} (converted)")
+                if text == str(error):
+                    raise
+                raise type(error)(text) from None
 
     def read(self, init_times: np.ndarray, steps: int) -> InitialStates:
         """The states ``steps`` steps from each of ``init_times`` start from, with a members axis

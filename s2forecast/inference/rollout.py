@@ -41,7 +41,7 @@ from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, file_sha256
 from s2forecast.provenance import describe_input, history, python_call
-from s2forecast.times import format_time, parse_time
+from s2forecast.times import check_span, format_time, parse_time
 from s2forecast.user_errors import UserError
 
 __all__ = ["RolloutOptions", "checkpoint_stats", "init_times_from", "load_forecaster", "open_inputs",
@@ -185,7 +185,7 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     """Explicit initialization times, or every ``every_hours`` from start to end (inclusive).
 
     Args:
-        times: explicit times (strings or datetime64); take precedence over start/end.
+        times: explicit times (strings or datetime64); refused with start, end or every_hours.
         start, end: inclusive range; with ``every_hours`` None, the ``available`` times in it.
         every_hours: hours between initialization times (> 0).
         available: (n,) datetime64[ns] times of the store.
@@ -194,6 +194,14 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
         ValueError: a time that is not a time, start or end missing, or ``every_hours`` <= 0.
     """
     if times:
+        given = [
+            name for name, value in (("--start", start), ("--end", end), ("--every", every_hours)) if value is not None
+        ]
+        if given:
+            raise UserError(
+                f"--init-times lists the initialization times, so {' and '.join(given)} would be ignored; give either "
+                "--init-times or --start/--end (with --every), not both"
+            )
         return np.array([parse_time(t, "initialization time") for t in times])
     if start is None or end is None:
         raise UserError("give --init-times, or --start and --end (and optionally --every)")
@@ -209,7 +217,25 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     step = np.timedelta64(int(round(every_hours * 3600)), "s")
     if not every_hours > 0 or step < np.timedelta64(1, "s"):
         raise UserError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
+    count = int((hi - lo) // step) + 1  # before the array: each must be a store time, so at most the store's count
+    if available is not None and count > len(available):
+        raise UserError(
+            f"--start {format_time(lo)} --end {format_time(hi)} --every {every_hours:g} make {count} initialization "
+            f"times, more than the {len(available)} times of the store (each must be one of them); choose a larger "
+            "--every or a shorter period"
+        )
     return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
+
+
+def check_unique_times(init_times: np.ndarray) -> None:
+    """Refuse repeated initialization times: the forecast file would hold one twice, which every reader
+    (``evaluate`` first) refuses."""
+    unique, counts = np.unique(init_times, return_counts=True)
+    if (counts > 1).any():
+        raise UserError(
+            f"initialization time {format_time(unique[counts > 1][0])} is given {int(counts[counts > 1][0])} times; "
+            "list each initialization time once"
+        )
 
 
 def rollout(
@@ -245,6 +271,7 @@ def rollout(
         raise UserError(f"steps must be >= 1, got {steps}")
     if len(init_times) == 0:
         raise UserError("no initialization times selected")
+    check_unique_times(np.asarray(init_times, dtype="datetime64[ns]"))
     ranks = Ranks.from_environment() if ranks is None else ranks
     if ranks.many and options.fmt != "zarr":
         raise UserError(
@@ -290,7 +317,10 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
             def create() -> tuple[Forecaster, np.ndarray, ForecastFile]:
                 on_grid = model if initial.dataset.grid == model.grid else model.on_grid(initial.dataset.grid)
                 initial.check(init_times)  # every initialization time has its inputs: fail before writing anything
-                leads = (np.arange(1, steps + 1) * initial.dataset.step).astype("timedelta64[ns]")
+                step = initial.dataset.step
+                what = f"--steps {steps} of {step / np.timedelta64(1, 'h'):g} h"
+                check_span(init_times.max(), steps * int(step / np.timedelta64(1, "ns")), what, "forecast fewer steps")
+                leads = (np.arange(1, steps + 1) * step).astype("timedelta64[ns]")
                 if first:
                     writer = open_forecast_file(output, on_grid, initial, checkpoint, init_times, leads, options)
                 else:

@@ -32,6 +32,7 @@ from s2forecast.data import swe as swe_module
 from s2forecast.data.writer import StoreWriter
 from s2forecast.evaluation import climatology as climatology_module
 from s2forecast.evaluation import evaluate as evaluate_module
+from s2forecast.inference import initial_conditions as initial_conditions_module
 from s2forecast.inference import rollout as rollout_module
 from s2forecast.output import GENERATION_ATTR, MARKER_ATTR, MARKER_FILE, Output, artifact_attributes
 
@@ -482,7 +483,7 @@ def test_a_directory_that_is_not_a_store_is_refused(inputs, tmp_path, capsys, re
 
 
 REWRITE_POINTS = {  # a function each reader calls after opening the store and before it finishes reading
-    "rollout": (rollout_module, "read_initial_conditions"),
+    "rollout": (initial_conditions_module, "read_initial_conditions"),
     "climatology": (climatology_module, "compute_climatology"),
     "stats": (stats_module, "_weighted_moments"),
     "evaluate": (evaluate_module, "_score"),

@@ -64,7 +64,7 @@ def wb2_store(path, times: int = 9) -> xr.Dataset:
     time per chunk; two trajectories (a tendency never pairs across them), some NaN."""
     rng = np.random.default_rng(2)
     lat, lon = np.linspace(90, -90, 5), np.arange(8) * 45.0
-    z = 5e4 + 500 * rng.standard_normal((times, 2, 8, 5))
+    z = np.array([5.5e4, 1.4e4])[None, :, None, None] + 500 * rng.standard_normal((times, 2, 8, 5))  # plausible
     z[3, 1, 2:4] = np.nan
     t2m = 280 + rng.standard_normal((times, 8, 5))
     ds = xr.Dataset(

@@ -201,7 +201,8 @@ def test_swe_store_with_trajectories(tmp_path):
     )
     forecast = forecast.transpose("time", ...)
     metrics = evaluate(forecast, store, tmp_path / "m.nc", map_leads=["2h"], progress=False)
-    assert list(metrics.data_vars) == ["vorticity", "n_init_times", "vorticity_sh_power", "vorticity_zonal_power"]
+    assert list(metrics.data_vars) == ["vorticity", "vorticity_nonfinite_forecast", "vorticity_nonfinite_truth",
+                                       "n_init_times", "vorticity_sh_power", "vorticity_zonal_power"]  # fmt: skip
     assert metrics.attrs["climatology_method"] in ("hour", "mean")
     np.testing.assert_allclose(
         score(metrics, "vorticity", "rmse", "forecast"), score(metrics, "vorticity", "rmse", "persistence")

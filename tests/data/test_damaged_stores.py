@@ -1,0 +1,97 @@
+"""Damaged or hostile stores are refused in one line, with nothing printed after it (issue 29): a
+zarr chunk size of 0 (zarr: ZeroDivisionError), a time coordinate of strings (numpy:
+_UFuncNoLoopError) and a pickle codec (asyncio: "Task exception was never retrieved" tracebacks)."""
+
+import gc
+import json
+import logging
+import shutil
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from s2forecast.cli import main
+from s2forecast.data.store import open_store
+
+
+def refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        main([str(arg) for arg in argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+def zero_time_chunks(store, name: str) -> None:
+    """Edit ``name``'s zarr v3 metadata (its own and the consolidated copy): chunks of 0 time steps."""
+    own = store / name / "zarr.json"
+    meta = json.loads(own.read_text())
+    meta["chunk_grid"]["configuration"]["chunk_shape"][0] = 0
+    own.write_text(json.dumps(meta))
+    root = json.loads((store / "zarr.json").read_text())
+    root["consolidated_metadata"]["metadata"][name]["chunk_grid"]["configuration"]["chunk_shape"][0] = 0
+    (store / "zarr.json").write_text(json.dumps(root))
+
+
+def forecast_of(truth: xr.Dataset) -> xr.Dataset:
+    forecast = truth[["vorticity"]].isel(time=[0]).drop_vars(["trajectory"], errors="ignore")
+    return forecast.expand_dims(prediction_timedelta=[np.timedelta64(1, "h")], axis=1).drop_encoding()
+
+
+def test_a_chunk_size_of_zero_is_refused(swe_store, tmp_path, capsys):
+    store = tmp_path / "chunk0.zarr"
+    shutil.copytree(swe_store, store)
+    zero_time_chunks(store, "vorticity")
+    expected = f"variable vorticity of {store} has a zarr chunk size of 0 along time in its metadata (chunks (0, 8, "
+    with pytest.raises(ValueError, match=r"chunk size of 0 along time .*: the store is damaged; rewrite it"):
+        open_store(store)
+    forecast = tmp_path / "forecast.zarr"
+    forecast_of(xr.open_zarr(swe_store)).to_zarr(forecast, zarr_format=3, consolidated=True)
+    for argv in (["stats", store, "--out", tmp_path / "s.zarr"],
+                 ["evaluate", "--forecast", forecast, "--truth", store, "--out", tmp_path / "m.nc", "--no-plots",
+                  "--no-progress"]):  # fmt: skip
+        assert expected in refused(argv, capsys)
+    zero_time_chunks(forecast, "vorticity")  # a damaged zarr forecast too
+    message = refused(["evaluate", "--forecast", forecast, "--truth", swe_store, "--out", tmp_path / "m.nc",
+                       "--no-plots", "--no-progress"], capsys)  # fmt: skip
+    assert f"variable vorticity of {forecast} has a zarr chunk size of 0 along time" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunk0.zarr", "forecast.zarr"]
+
+
+def test_a_time_coordinate_of_strings_is_refused(swe_store, tmp_path, capsys):
+    ds = xr.open_zarr(swe_store).load().drop_encoding()
+    ds = ds.assign_coords(time=[str(t)[:19] for t in ds["time"].values])
+    ds.attrs = {}
+    store = tmp_path / "strings.zarr"
+    with pytest.warns(UserWarning):  # zarr: fixed-length strings have no zarr v3 specification
+        ds.to_zarr(store, zarr_format=3, consolidated=True)
+    for argv in (["stats", store, "--out", tmp_path / "s.zarr"], ["climatology", store, "--out", tmp_path / "c.zarr"]):
+        message = refused(argv, capsys)
+        assert (
+            f"the time coordinate of store {store} holds <U19 values such as ['2000-01-01T00:00:00'], not dates "
+            "(datetime64): rewrite the store" in message
+        ), message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["strings.zarr"]
+
+
+def test_a_pickle_codec_is_refused_without_asyncio_tracebacks(swe_store, tmp_path, caplog):
+    store = tmp_path / "pickle.zarr"
+    ds = xr.open_zarr(swe_store).load().drop_encoding()
+    ds.attrs = {}
+    ds.to_zarr(store, zarr_format=2, consolidated=True)
+    consolidated = json.loads((store / ".zmetadata").read_text())
+    for name in ds.data_vars:  # every variable: zarr reads them concurrently and abandons the others
+        meta = json.loads((store / name / ".zarray").read_text())
+        meta["filters"] = [{"id": "pickle", "protocol": 5}]
+        (store / name / ".zarray").write_text(json.dumps(meta))
+        consolidated["metadata"][f"{name}/.zarray"] = meta
+    (store / ".zmetadata").write_text(json.dumps(consolidated))
+    with caplog.at_level(logging.ERROR):
+        with pytest.raises(ValueError, match=f"cannot read the zarr store {store}: .*pickle"):
+            open_store(store)
+        for _ in range(5):  # the abandoned reads finish on zarr's thread, then are collected
+            time.sleep(0.05)
+            gc.collect()
+    assert not [record for record in caplog.records if "never retrieved" in record.getMessage()]

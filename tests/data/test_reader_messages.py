@@ -1,0 +1,75 @@
+"""One-line errors that say what is wrong (issue 29): a trajectory range the store lacks (not "time
+spacing"), statistics that are there but unreadable (not "holds no statistics"), and a time axis
+too long to make (its size, not "out of memory")."""
+
+import shutil
+
+import pytest
+
+from s2forecast.cli import main
+from s2forecast.data.fields import FieldDataset, SampleSpec
+from s2forecast.data.stats import compute_stats
+
+SPEC = SampleSpec(("geopotential_height", "vorticity"), static=(), step_hours=1.0)
+
+
+def refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        main([str(arg) for arg in argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("trajectories", "rollout", "expected"),
+    [
+        ((5, 7), 1, "trajectories [5, 7) are not in {store}: it holds trajectories 0..2 (give [first, stop), stop "
+                    "excluded)"),
+        ((2, 2), 1, "trajectories [2, 2) is an empty range: give [first, stop), first < stop (stop excluded)"),
+        ((0, 2), 9, "no sample of 1 input and 9 target states 1 h apart fits in trajectories [0, 2) of {store}: "
+                    "the longest holds 7 times"),
+    ],
+)  # fmt: skip
+def test_trajectory_ranges_without_samples_say_why(swe_store, trajectories, rollout, expected):
+    spec = SampleSpec(SPEC.variables, static=(), step_hours=1.0, rollout=rollout)
+    with pytest.raises(ValueError) as error:
+        FieldDataset(swe_store, spec, trajectories=trajectories)
+    assert expected.format(store=swe_store) in str(error.value)
+    assert "spacing" not in str(error.value)
+
+
+def test_unreadable_statistics_say_so_and_why(swe_store, tmp_path):
+    stats = tmp_path / "stats.zarr"
+    compute_stats(swe_store, out=stats)
+    (stats / "zarr.json").write_text("{ not json")
+    with pytest.raises(ValueError, match=rf"cannot read the statistics {stats}: JSONDecodeError: .*; write them again"):
+        FieldDataset(swe_store, SPEC, stats_path=stats)
+    shutil.rmtree(stats)
+    with pytest.raises(ValueError, match=rf"{stats} holds no statistics; write them with `s2forecast stats"):
+        FieldDataset(swe_store, SPEC, stats_path=stats)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--steps", "1000000000000"], "--trajectories 8 x --steps 1000000000000 of 1 h (41666666667 days each) span "
+                                       "9.13e+08 years from 2000-01-01T00, past 2262-04-11"),
+        (["--trajectories", "1000000000000"], "--trajectories 1000000000000 x --steps 48 of 1 h (3 days each) span "
+                                              "8.21e+09 years"),
+        (["--steps", "100000000000", "--dt-hours", "1e-9"], "make a time axis of 8e+11 times: its coordinates alone "
+                                                             "need 1.27e+04 GiB of memory"),
+    ],
+)  # fmt: skip
+def test_a_time_axis_too_long_to_make_is_refused_with_its_size(tmp_path, capsys, options, expected):
+    message = refused(["generate-swe", "--out", tmp_path / "s.zarr", "--nlat", "8", "--nlon", "16", *options], capsys)
+    assert expected in message and "out of memory" not in message, message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dates_past_2262_are_refused_not_wrapped_around(swe_store, tmp_path, capsys):
+    message = refused(["stats", swe_store, "--start", "3000-01-01", "--out", tmp_path / "stats.zarr"], capsys)
+    assert "--start '3000-01-01' is outside the dates a datetime64[ns] time axis holds (1677-09-21 .. 2262-04-11)" in (
+        message
+    )
+    assert list(tmp_path.iterdir()) == []  # nor a temporary --out left behind by the refusal

@@ -1,0 +1,157 @@
+"""NaN or infinite forecast and truth values in ``evaluate`` (issue 29): one bad pixel is left out of
+its init time's area mean (the weights renormalised over the finite points, WeatherBench2's skipna),
+counted per lead in the results and warned about, or refused with ``--nan error``."""
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+from s2forecast.cli import main
+from s2forecast.evaluation.evaluate import evaluate, format_table
+from s2forecast.evaluation.scoring import NonFiniteWarning
+
+SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
+LEADS = pd.to_timedelta([8, 15], unit="h")  # from the sample's first time to its second and third
+PIXEL = (3, 5)  # (latitude, longitude) of the bad value
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    with xr.open_dataset(SAMPLE) as ds:
+        data = ds[["t2m"]].load()
+    data = data.rename(valid_time="time", t2m="2m_temperature").drop_vars(["number", "expver"])
+    data["2m_temperature"] = data["2m_temperature"].astype(np.float64)
+    data["2m_temperature"].attrs = {"units": "K"}
+    data["written"] = ("time", np.ones(data.sizes["time"], dtype=bool))
+    data.attrs = {"grid_kind": "equiangular", "s2forecast_complete": "true"}
+    path = tmp_path_factory.mktemp("truth") / "era5.zarr"
+    data.to_zarr(path, zarr_format=3, consolidated=True)
+    return path, data.drop_vars(["written"])
+
+
+def forecast_of(data, members: int = 0) -> xr.Dataset:
+    """The first truth time, shifted in longitude (per member), at both leads: a plausible forecast."""
+    field = data["2m_temperature"].isel(time=0).values
+    fields = np.stack([np.roll(field, k + 1, axis=-1) + 0.5 * k for k in range(max(members, 1))])
+    fields = fields if members else fields[0]
+    values = np.broadcast_to(fields, (1, LEADS.size, *fields.shape)).copy()
+    dims = ("time", "prediction_timedelta", *(("member",) if members else ()), "latitude", "longitude")
+    coords = {"time": data.time.values[:1], "prediction_timedelta": LEADS, "latitude": data.latitude,
+              "longitude": data.longitude}  # fmt: skip
+    if members:
+        coords["member"] = np.arange(members)
+    return xr.Dataset({"2m_temperature": (dims, values, {"units": "K"})}, coords=coords)
+
+
+def weights(data) -> np.ndarray:
+    lat = np.deg2rad(data.latitude.values)
+    order = np.argsort(lat)
+    bounds = np.concatenate([[-np.pi / 2], (lat[order][1:] + lat[order][:-1]) / 2, [np.pi / 2]])
+    w = np.empty(lat.size)
+    w[order] = np.sin(bounds[1:]) - np.sin(bounds[:-1])
+    return w[:, None] * np.ones(data.sizes["longitude"])
+
+
+def global_scores(results, metric="rmse", source="forecast") -> np.ndarray:
+    return results["2m_temperature"].sel(metric=metric, source=source, region="global").values
+
+
+def score(forecast, truth_path, out, **options):
+    return evaluate(forecast, truth_path, out, plots=False, progress=False, regions=["global"], **options)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_nonfinite_forecast_pixel_is_left_out_counted_and_warned(tmp_path, truth, value):
+    path, data = truth
+    clean = score(forecast_of(data), path, tmp_path / "clean.nc")
+    forecast = forecast_of(data)
+    forecast["2m_temperature"][0, 1, *PIXEL] = value  # lead 15 h
+    with pytest.warns(NonFiniteWarning, match=r"2m_temperature: 1 NaN or infinite forecast value\(s\) and 0 in the "
+                      r"truth at lead\(s\) 15 h are left out of the scores"):  # fmt: skip
+        results = score(forecast, path, tmp_path / "m.nc")
+    f, o = forecast["2m_temperature"].values[0, 1], data["2m_temperature"].values[2]
+    finite = np.isfinite(f)
+    w = weights(data) * finite
+    expected = np.sqrt(np.sum(w * np.where(finite, f - o, 0.0) ** 2) / w.sum())
+    got = global_scores(results)
+    assert got[1] == pytest.approx(expected, rel=1e-10)
+    assert got[0] == pytest.approx(global_scores(clean)[0], rel=1e-13)  # the other lead as it was
+    assert np.all(np.isfinite(global_scores(results, "acc")))
+    assert results["2m_temperature_nonfinite_forecast"].values.tolist() == [0, 1]
+    assert results["2m_temperature_nonfinite_truth"].values.tolist() == [0, 0]
+    assert results["n_init_times"].values.tolist() == [1, 1]
+    assert re.search(r"NaN/inf values\s+skipped\s+0\s+1", format_table(results))
+    assert "NaN/inf" not in format_table(clean)
+    assert clean["2m_temperature_nonfinite_forecast"].values.tolist() == [0, 0]
+
+
+def test_a_nan_truth_pixel_is_left_out_of_every_source(tmp_path, truth):
+    path, data = truth
+    bad = tmp_path / "truth.zarr"
+    shutil.copytree(path, bad)
+    array = zarr.open_group(str(bad), mode="r+")["2m_temperature"]
+    array[2, *PIXEL] = np.nan  # the valid time of lead 15 h
+    with pytest.warns(NonFiniteWarning, match=r"0 NaN or infinite forecast value\(s\) and 1 in the truth"):
+        results = score(forecast_of(data), bad, tmp_path / "m.nc")
+    for source in ("forecast", "persistence", "climatology"):
+        assert np.all(np.isfinite(global_scores(results, source=source))), source
+    assert results["2m_temperature_nonfinite_truth"].values.tolist() == [0, 1]
+    # persistence's forecast is the truth at the init time: a NaN there is counted too
+    array[0, *PIXEL] = np.nan
+    with pytest.warns(NonFiniteWarning, match=r"and 3 in the truth at lead\(s\) 8, 15 h"):
+        results = score(forecast_of(data), bad, tmp_path / "m2.nc")
+    assert results["2m_temperature_nonfinite_truth"].values.tolist() == [1, 2]
+    assert np.all(np.isfinite(global_scores(results, source="persistence")))
+
+
+def test_a_nan_member_point_is_left_out_for_every_member(tmp_path, truth):
+    path, data = truth
+    m = 3
+    forecast = forecast_of(data, members=m)
+    forecast["2m_temperature"][0, 1, 1, *PIXEL] = np.nan  # one member, lead 15 h
+    with pytest.warns(NonFiniteWarning, match=r"1 NaN or infinite forecast value\(s\)"):
+        results = score(forecast, path, tmp_path / "m.nc")
+    ens, o = forecast["2m_temperature"].values[0, 1], data["2m_temperature"].values[2]
+    w = weights(data)
+    w[PIXEL] = 0.0  # the point is left out for every member
+    ens = np.nan_to_num(ens)
+    pairs = sum(np.abs(ens[i] - ens[j]) for i in range(m) for j in range(m))
+    crps = np.sum(w * (np.mean(np.abs(ens - o), axis=0) - pairs / (2 * m * (m - 1)))) / w.sum()
+    spread = np.sqrt(np.sum(w * np.var(ens, axis=0, ddof=1)) / w.sum())
+    assert global_scores(results, "crps")[1] == pytest.approx(crps, rel=1e-10)
+    assert global_scores(results, "spread")[1] == pytest.approx(spread, rel=1e-10)
+    histogram = results["2m_temperature_rank_histogram"].sel(region="global").isel(lead_time=1).values
+    assert histogram.sum() == pytest.approx(1.0)
+
+
+def test_nan_error_refuses_in_one_line_and_writes_nothing(tmp_path, truth, capsys):
+    path, data = truth
+    forecast = forecast_of(data)
+    forecast["2m_temperature"][0, 1, *PIXEL] = -np.inf
+    forecast.to_netcdf(tmp_path / "forecast.nc")
+    with pytest.raises(SystemExit) as exit:
+        main(["evaluate", "--forecast", str(tmp_path / "forecast.nc"), "--truth", str(path), "--out",
+              str(tmp_path / "m.nc"), "--no-progress", "--nan", "error"])  # fmt: skip
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit.value.code == 2 and len(lines) == 1, lines
+    assert (
+        "the forecast of variable 2m_temperature has NaN or infinite values at init time 2026-03-25T21 lead 15 h; "
+        "fix the forecast, or pass --nan skip" in lines[0]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forecast.nc"]
+
+
+def test_bad_nan_policies_are_refused(tmp_path, truth, capsys):
+    path, data = truth
+    with pytest.raises(ValueError, match=r"nan must be one of \('skip', 'error'\), got 'ignore'"):
+        score(forecast_of(data), path, tmp_path / "m.nc", nan="ignore")
+    with pytest.raises(SystemExit) as exit:
+        main(["evaluate", "--forecast", "f.nc", "--truth", str(path), "--out", str(tmp_path / "m.nc"), "--nan", "zero"])
+    assert exit.value.code == 2 and "argument --nan: invalid choice: 'zero'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
