@@ -702,7 +702,7 @@ def _write(
                 initial=int(written.sum()),
                 unit="step",
                 desc=f"convert-era5 {out.name}",
-                disable=not progress,
+                disable=None if progress else True,  # None: drawn on a terminal only
             ) as bar,
         ):
             for start, stop in slabs:

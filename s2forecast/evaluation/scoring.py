@@ -126,7 +126,7 @@ def score(
     totals: dict[tuple[str, str], Statistics] = {}  # (variable, source) -> statistics of the blocks so far
     per_init = max(forecast[v].isel({INIT_DIM: 0}).size * 8 for v in variables)
     truth_times = truth[INIT_DIM].values
-    with tqdm(total=init_times.size, desc="evaluate", unit="init", disable=not progress) as bar:
+    with tqdm(total=init_times.size, desc="evaluate", unit="init", disable=None if progress else True) as bar:
         for block in _blocks(init_times.size, per_init):
             init = init_times[block]
             valid = (init[:, None] + leads[None, :]).ravel()
