@@ -121,4 +121,13 @@ def run(args: argparse.Namespace) -> None:
     ranks = Ranks.from_environment()  # torchrun / srun: every process runs this command, rank 0 reports
     out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, not args.no_progress, ranks)
     if ranks.rank == 0:
-        print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
+        print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps{written_members(out, fmt)}")
+
+
+def written_members(out, fmt: str) -> str:
+    """`` x K members`` of an ensemble forecast file (K: its realization size), else nothing."""
+    import xarray as xr
+
+    with xr.open_zarr(out) if fmt == "zarr" else xr.open_dataset(out) as written:
+        members = written.sizes.get("realization", 0)
+    return f" x {members} members" if members else ""

@@ -85,7 +85,7 @@ def network_size(state_dict: dict) -> int:
 
 
 @pytest.mark.slow  # the whole new-user path over HTTP
-def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_path):
+def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_path, capsys):
     root, url = served
     before = digest(root)
     # the fixture is WB2's layout as published, read as it is
@@ -126,6 +126,7 @@ def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_p
     inits = ["2020-01-03T00", "2020-01-03T06"]
     cli(["rollout", "--ckpt", str(checkpoint), "--store", url, "--steps", "2", "--init-times", ",".join(inits),
          "--out", str(forecast), "--no-progress"])  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {forecast}: 2 initialization times x 2 steps"
     with xr.open_dataset(forecast) as written:
         assert written.attrs["initial_conditions"] == url and written.attrs["checkpoint"] == str(checkpoint.resolve())
         for option in ("--ckpt", str(checkpoint), "--init-times", "--out", str(forecast)):
@@ -152,6 +153,7 @@ def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_p
     cli(["rollout", "--ckpt", str(checkpoint), "--store", str(ic), "--steps", "2", "--init-times", ",".join(inits),
          "--members", "3", "--perturbation", "spherical-noise", "--perturbation-scale", "0.1", "--seed", "0",
          "--out", str(ensemble), "--no-progress"])  # fmt: skip
+    assert f"wrote {ensemble}: 2 initialization times x 2 steps x 3 members" in capsys.readouterr().out
     with xr.open_dataset(ensemble) as written:
         members = written["temperature"].values  # (time, lead, realization, level, lat, lon)
         assert written.sizes["realization"] == 3 and np.isfinite(members).all()
