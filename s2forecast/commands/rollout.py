@@ -94,8 +94,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--ic-members", metavar="all|0,3,5|2",
-        help="with an ERA5 file of ensemble members (a 'number' dimension) as --store: the members to start from, "
-        "as the ensemble (all, or a list), or one member (e.g. 2) as the initial condition",
+        help="with a NetCDF/GRIB file of ensemble members (a number, realization or member dimension) as --store: "
+        "the members to start from, as the ensemble (all, or a list), or one member (e.g. 2) as the initial condition",
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=nonnegative_int, default=0, help="seed of the perturbations and of the members' model noise"

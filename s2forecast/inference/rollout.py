@@ -380,7 +380,7 @@ def ensemble_description(options: RolloutOptions, ic_members: tuple[int, ...] | 
     parts = [f"{options.members} members along realization (seed {options.seed})"]
     if ic_members:
         parts.append(f"member j starts from member {list(ic_members)}[j mod {len(ic_members)}] of the initial "
-                     "conditions file (its 'number' dimension)")  # fmt: skip
+                     "conditions file (its ensemble dimension)")  # fmt: skip
     if options.perturbation:
         parts.append(f"initial conditions perturbed: {options.perturbation_spec.describe()}")
     if stochastic:
