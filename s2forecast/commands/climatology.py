@@ -25,4 +25,7 @@ def run(args: argparse.Namespace) -> None:
         out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
                                 progress=not args.no_progress, storage_options=args.storage_options,
                                 engine=runner)  # fmt: skip
-    print(f"wrote {out}")
+    import xarray as xr
+
+    attrs = xr.open_zarr(out).attrs  # a record too short for WB2's method falls back: say so
+    print(f"wrote {out}: method {attrs['climatology_method']} ({attrs['climatology_method_reason']})")

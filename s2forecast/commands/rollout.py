@@ -97,8 +97,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--ic-members", metavar="all|0,3,5|2",
-        help="with an ERA5 file of ensemble members (a 'number' dimension) as --store: the members to start from, "
-        "as the ensemble (all, or a list), or one member (e.g. 2) as the initial condition",
+        help="with a NetCDF/GRIB file of ensemble members (a number, realization or member dimension) as --store: "
+        "the members to start from, as the ensemble (all, or a list), or one member (e.g. 2) as the initial condition",
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=nonnegative_int, default=0, help="seed of the perturbations and of the members' model noise"
@@ -124,4 +124,13 @@ def run(args: argparse.Namespace) -> None:
     ranks = Ranks.from_environment()  # torchrun / srun: every process runs this command, rank 0 reports
     out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, not args.no_progress, ranks)
     if ranks.rank == 0:
-        print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps")
+        print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps{written_members(out, fmt)}")
+
+
+def written_members(out, fmt: str) -> str:
+    """`` x K members`` of an ensemble forecast file (K: its realization size), else nothing."""
+    import xarray as xr
+
+    with xr.open_zarr(out) if fmt == "zarr" else xr.open_dataset(out) as written:
+        members = written.sizes.get("realization", 0)
+    return f" x {members} members" if members else ""

@@ -34,4 +34,5 @@ def run(args: argparse.Namespace) -> None:
     print(stats.to_dataframe().to_string(float_format=lambda x: f"{x:.6g}"))
     period = f"{format_time(stats.attrs['start'])} .. {format_time(stats.attrs['end'])}"
     where = args.out if args.out is not None else f"{args.store}/stats"
-    print(f"stored in {where} ({stats.attrs['times']} times {period})")
+    tendencies = f"tendencies over {stats.attrs['tendency_step_hours']:g} h from {stats.attrs['tendency_pairs']} pairs"
+    print(f"stored in {where} ({stats.attrs['times']} times {period}; {tendencies})")

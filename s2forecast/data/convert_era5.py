@@ -87,6 +87,7 @@ ERA5_NAMES: dict[str, str] = {
     "lsm": "land_sea_mask",
 }
 SURFACE_GEOPOTENTIAL = "geopotential_at_surface"
+MEMBER_DIMS = ("number", "realization", "member")  # ensemble members: ECMWF/cfgrib, WeatherBench2 and CF, generic
 WB2_NAMES = frozenset({*ERA5_NAMES.values(), SURFACE_GEOPOTENTIAL})  # also read as they are (WB2's own files)
 PRESSURE_LEVEL_VARIABLES = frozenset(ERA5_NAMES[short] for short in ("z", "t", "u", "v", "q", "w"))
 SOURCE = "ERA5 via the Copernicus Climate Data Store"
@@ -175,7 +176,7 @@ def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
 
 
 def _open(path: Path) -> xr.Dataset:
-    """Open ``path`` lazily (no data read; no dask yet)."""
+    """Open ``path`` lazily (no data read; no dask yet), its ensemble dim named ``number``."""
     if path.suffix.lower() in _GRIB_SUFFIXES:
         try:
             import cfgrib  # noqa: F401
@@ -185,9 +186,21 @@ def _open(path: Path) -> xr.Dataset:
             ) from error
         return xr.open_dataset(path, engine="cfgrib", cache=False, decode_timedelta=True)
     try:
-        return xr.open_dataset(path, cache=False, decode_timedelta=True)
+        ds = xr.open_dataset(path, cache=False, decode_timedelta=True)
     except (OSError, ValueError) as error:
         raise UserError(f"cannot read {path} as NetCDF: {error}") from error
+    return _members_as_number(ds, path)
+
+
+def _members_as_number(ds: xr.Dataset, path: Path) -> xr.Dataset:
+    """An ensemble dim named as WeatherBench2 and CF name it (``realization``, also what
+    ``rollout`` writes) or ``member`` becomes ERA5's ``number``."""
+    found = [dim for dim in MEMBER_DIMS if dim in ds.dims]
+    if len(found) > 1:
+        raise UserError(f"{path} has several ensemble member dims {found}; keep one")
+    if not found or found[0] == "number":
+        return ds
+    return ds.drop_vars("number", errors="ignore").rename({found[0]: "number"})  # a scalar number: no ensemble
 
 
 def valid_times(path: str | Path) -> np.ndarray:
@@ -728,7 +741,7 @@ def _write(
                 initial=int(written.sum()),
                 unit="step",
                 desc=f"convert-era5 {out.name}",
-                disable=not progress,
+                disable=None if progress else True,  # None: drawn on a terminal only
             ) as bar,
             contextlib.closing(engine.map(_convert_slab, slabs, job, window=window)) as results,
         ):

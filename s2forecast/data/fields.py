@@ -214,6 +214,15 @@ class FieldDataset(torch.utils.data.Dataset):
         # mislabeled units (°C as K) are wrong at every time
         own_static = [name for name in self.static_names if name not in self.given_static]
         check_store_plausible(ds, self.path, [*spec.variables, *own_static], int(self.samples[0][0]))
+        computed = self.stats.tendency_step_hours
+        if stats is None and spec.rollout > 0 and not np.isclose(computed, spec.step_hours):
+            # e.g. hourly ERA5 with stats' default step and a 6 h model: the tendency scale is off
+            warnings.warn(
+                f"the statistics of {stats_path or path} hold tendencies over {computed:g} h, but samples are "
+                f"{spec.step_hours:g} h apart, so the model's tendency scaling is off; recompute them with "
+                f"`s2forecast stats ... --step-hours {spec.step_hours:g}`",
+                stacklevel=1,
+            )
         self._store: xr.Dataset | None = None
         self._pid = None
         self._pool: ThreadPoolExecutor | None = None

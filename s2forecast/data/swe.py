@@ -126,7 +126,7 @@ def generate_swe(
             initial=(trajectories - len(pending)) * per_trajectory,
             desc="shallow water",
             unit="state",
-            disable=not progress,
+            disable=None if progress else True,  # None: drawn on a terminal only
         ) as bar:
             for first in range(0, len(pending), batch):
                 members = pending[first : first + batch]

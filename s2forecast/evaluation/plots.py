@@ -90,6 +90,7 @@ def plot_scores(
     units: str = "",
     n_init_times: np.ndarray | None = None,
     acc_caveat: str | None = None,
+    forecast_label: str = "forecast",
 ) -> Path:
     """RMSE and ACC versus lead time (hours), one line per source; ``n_init_times`` (per lead)
     labels the top axis, so leads averaged over fewer init times show.
@@ -103,6 +104,7 @@ def plot_scores(
         units: the field's units, for the RMSE axis.
         acc_caveat: why the ACC is not meaningful (the results' ``acc_caveat``): the ACC axis is
             labelled ``ACC*`` and the reason written in its panel.
+        forecast_label: the forecast's legend entry, e.g. ``ensemble mean``.
 
     Returns:
         ``path``. Sources whose scores are all NaN (e.g. the climatology's ACC) are left out.
@@ -121,7 +123,8 @@ def plot_scores(
             values = scores.sel(metric=metric, source=source).values
             if np.all(np.isnan(values)):
                 continue
-            ax.plot(hours, values, **SOURCE_STYLES.get(source, {"label": source}))
+            style = SOURCE_STYLES.get(source, {"label": source})
+            ax.plot(hours, values, **(style | {"label": forecast_label} if source == "forecast" else style))
         ax.set_xlabel("lead time [h]")
         if 1 < hours.size <= 10:
             ax.set_xticks(hours)

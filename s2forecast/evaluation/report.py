@@ -214,7 +214,8 @@ def write_plots(
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
             counts = metrics["n_init_times"].values
             files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts,
-                                           acc_caveat=metrics.attrs.get("acc_caveat")))  # fmt: skip
+                                           acc_caveat=metrics.attrs.get("acc_caveat"),
+                                           forecast_label=forecast_label))  # fmt: skip
             if set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
                 path = plot_dir / f"{_file_stem(v, level)}_ensemble.png"
                 files.append(plots.plot_ensemble_scores(scores, path, title=label, units=units, n_init_times=counts))

@@ -204,7 +204,7 @@ def score(
     leads = forecast[LEAD_DIM].values
     nonfinite = {v: np.zeros((2, leads.size), np.int64) for v in variables}  # (forecast, truth) per lead
     with (
-        tqdm(total=init_times.size, desc="evaluate", unit="init", disable=not progress) as bar,
+        tqdm(total=init_times.size, desc="evaluate", unit="init", disable=None if progress else True) as bar,
         contextlib.closing(engine.map(_score_block, blocks, job)) as results,
     ):
         for block, (chunk, found) in zip(blocks, results, strict=True):

@@ -231,8 +231,8 @@ class InitialConditions:
         if not is_era5_file(source):
             if ic_members is not None:
                 raise UserError(
-                    f"--ic-members applies to an ERA5 NetCDF/GRIB file with an ensemble 'number' dimension; {source} "
-                    "is a store, which holds one initial condition per time: leave --ic-members out"
+                    "--ic-members applies to a NetCDF/GRIB file with an ensemble dimension (number, realization or "
+                    f"member); {source} is a store, which holds one initial condition per time: leave --ic-members out"
                 )
             yield cls(source, [open_inputs(model, source, other_grid, store_stats, storage_options=storage_options)])
             return
@@ -288,17 +288,17 @@ def _file_members(path: Path, ic_members: str | tuple[int, ...] | None) -> list[
     if not found:
         if ic_members is not None:
             raise UserError(
-                f"--ic-members {chosen}: {path} has no ensemble members (no 'number' dimension), so it holds one "
-                "initial condition per time; leave --ic-members out (--members K --perturbation gaussian makes an "
-                "ensemble from it)"
+                f"--ic-members {chosen}: {path} has no ensemble members (no number, realization or member "
+                "dimension), so it holds one initial condition per time; leave --ic-members out (--members K "
+                "--perturbation gaussian makes an ensemble from it)"
             )
         return []
     if ic_members is None:
         if len(found) == 1:
             return found
         raise UserError(
-            f"{path} is an ensemble of {len(found)} members (dimension 'number': {found}); forecast them as the "
-            f"ensemble with --ic-members all (or a selection such as --ic-members {','.join(map(str, found[:2]))}), "
+            f"{path} is an ensemble of {len(found)} members ({found}); forecast them as the ensemble with "
+            f"--ic-members all (or a selection such as --ic-members {','.join(map(str, found[:2]))}), "
             f"or one member with --ic-members {found[0]}"
         )
     if ic_members == "all":

@@ -336,7 +336,8 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                 try:
                     slab = ranks.slab(len(init_times), options.batch_size)
                     batches = range(slab.start, slab.stop, options.batch_size)
-                    for start in tqdm(batches, desc="rollout", unit="batch", disable=not (progress and first)):
+                    bar = None if progress and first else True  # None: drawn on a terminal only, not into a log file
+                    for start in tqdm(batches, desc="rollout", unit="batch", disable=bar):
                         times = init_times[start : min(start + options.batch_size, slab.stop)]
                         states = initial.read(times, steps)
                         generator = batch_generator(options, start)
@@ -409,7 +410,7 @@ def ensemble_description(options: RolloutOptions, ic_members: tuple[int, ...] | 
     parts = [f"{options.members} members along realization (seed {options.seed})"]
     if ic_members:
         parts.append(f"member j starts from member {list(ic_members)}[j mod {len(ic_members)}] of the initial "
-                     "conditions file (its 'number' dimension)")  # fmt: skip
+                     "conditions file (its ensemble dimension)")  # fmt: skip
     if options.perturbation:
         parts.append(f"initial conditions perturbed: {options.perturbation_spec.describe()}")
     if stochastic:

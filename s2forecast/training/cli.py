@@ -43,6 +43,12 @@ warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` i
 warnings.filterwarnings(
     "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
 )
+# ModelCheckpoint's hint, when training ended before any validation, to call log('val/loss') in the
+# LightningModule: nothing a user can act on; after_fit says what happened instead
+warnings.filterwarnings(
+    "ignore", message=r"`ModelCheckpoint\(monitor='val/loss'\)` could not find the monitored key in the returned "
+    r"metrics: \[(?![^\]]*'val/)"  # the returned metrics hold no val/ key: no validation ran
+)  # fmt: skip
 # Lightning's log lines that are no news: an advertisement, and devices this machine does not have
 NOT_NEWS = ("💡 Tip", "GPU available: False", "TPU available: False", "HPU available: False")
 
@@ -228,6 +234,13 @@ class ForecastCLI(LightningCLI):
             score = callback.best_model_score
             value = f" {callback.monitor} {float(score):.6g}" if score is not None and callback.monitor else ""
             print(f"best checkpoint{value}: {callback.best_model_path}")
+        elif callback.monitor:
+            warnings.warn(
+                f"no best checkpoint: training ended before any validation computed {callback.monitor} (no "
+                "val_period, trainer.limit_val_batches 0, or trainer.max_steps reached within the first epoch); the "
+                "last checkpoint holds the final weights",
+                stacklevel=1,
+            )
         if callback.last_model_path:
             print(f"last checkpoint: {callback.last_model_path}")
 

@@ -1,7 +1,8 @@
-"""stats and climatology show their progress on stderr, and not with --no-progress (issue 18)."""
+"""Commands show their progress on stderr, on a terminal only, and not with --no-progress (issues 18, 28)."""
 
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,25 @@ def test_loss_line_shows_training_progress_without_a_bar(swe_store, tmp_path, ca
     with pytest.raises(SystemExit):
         cli(["fit", *tiny_args(swe_store, tmp_path / "x", *loss_line, "0")])
     assert "every_n_steps must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_bars_are_drawn_on_a_terminal_only(mse_run_1_epoch, swe_store, tmp_path, capsys, monkeypatch, terminal):
+    """generate-swe, convert-era5, rollout and evaluate draw their bars on a terminal, and not into
+    a redirected log, where every redraw was a line of carriage returns (issue 28)."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    sample = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
+    forecast = tmp_path / "f.nc"
+    commands = [
+        ["generate-swe", "--out", tmp_path / "swe.zarr", "--nlat", "8", "--nlon", "16", "--trajectories", "1",
+         "--steps", "1"],
+        ["convert-era5", sample, "--out", tmp_path / "era5.zarr", "--variables", "t2m"],
+        ["rollout", "--ckpt", mse_run_1_epoch.checkpoint, "--store", swe_store, "--steps", "1", "--init-times",
+         "2000-01-01T00", "--out", forecast],
+        ["evaluate", "--forecast", forecast, "--truth", swe_store, "--out", tmp_path / "m.nc", "--no-plots",
+         "--regions", "global"],
+    ]  # fmt: skip
+    for argv in commands:
+        cli([str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert ("100%" in err) == terminal, (argv[0], err)

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_global.yaml"
 # warnings that name a setting the user can change: allowed in a run
-ACTIONABLE = re.compile(r"num_workers|--climatology")
+ACTIONABLE = re.compile(r"num_workers|--climatology|no best checkpoint: training ended before any validation")
 NOISE = re.compile(r"Warning|warn|deprecat|💡|Tip:|litlogger|litmodels|^\S+\.py:\d+: ", re.I)
 
 PIPELINE = textwrap.dedent(
@@ -35,6 +35,13 @@ PIPELINE = textwrap.dedent(
           "--data.init_args.test_trajectories", "[2, 3]", "--data.init_args.batch_size", "2",
           "--model.network.embed_dim", "8", "--model.network.num_layers", "1", "--trainer.max_epochs", "1",
           "--trainer.logger.init_args.save_dir", str(work / "runs"),
+          "--trainer.default_root_dir", str(work)])
+    # a fit without validation: no Lightning hint about log('val/loss'), our line instead
+    main(["fit", "--config", config, "--data.init_args.store", store,
+          "--data.init_args.train_trajectories", "[0, 2]", "--data.init_args.val_trajectories", "null",
+          "--data.init_args.batch_size", "2", "--model.network.embed_dim", "8", "--model.network.num_layers", "1",
+          "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+          "--trainer.logger.init_args.save_dir", str(work / "runs_without_validation"),
           "--trainer.default_root_dir", str(work)])
     ckpt = str(next((work / "runs").rglob("last.ckpt")))
     for fmt, out in (("netcdf", "fc.nc"), ("zarr", "fc.zarr")):
@@ -68,6 +75,7 @@ def test_tiny_pipeline_prints_no_warning_the_user_cannot_act_on(tmp_path):
     assert "\x1b" not in result.stdout + result.stderr
     # our warnings are one line each, without the source line Python's format adds
     assert "s2forecast evaluate: warning: ACC is not meaningful here" in result.stderr
+    assert "s2forecast fit: warning: no best checkpoint: training ended before any validation" in result.stderr
 
 
 def test_noise_pattern_catches_what_was_printed_before():

@@ -289,6 +289,20 @@ def test_bad_variables_levels_and_steps(era5_like):
         FieldDataset(path, SampleSpec(("temperature",), forcings=("moon",)))
 
 
+def test_statistics_of_another_tendency_step_are_named(era5_like):
+    """Tendencies over the store's 6 h (stats' default) for a model of 12 h steps: a warning that
+    names the fix (issue 28: hourly ERA5 and a 6 h model gave no sign)."""
+    import warnings
+
+    path, _ = era5_like
+    with pytest.warns(UserWarning, match=r"tendencies over 6 h, but samples are 12 h apart.*--step-hours 12`"):
+        FieldDataset(path, SampleSpec(("temperature",), step_hours=12))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FieldDataset(path, SampleSpec(("temperature",), step_hours=6))
+        FieldDataset(path, SampleSpec(("temperature",), step_hours=12, rollout=0))  # inputs only: no tendencies
+
+
 def test_nan_policy(tmp_path):
     path = tmp_path / "nan.zarr"
     synthetic_store(path, Grid(5, 8), six_hourly(6), nan_at=(2, 1, 3))
@@ -343,6 +357,7 @@ def test_cli_generate_swe_and_stats(tmp_path, capsys):
     assert xr.open_zarr(out, group="stats").attrs["history"].endswith(f" s2forecast stats {out}")
     printed = capsys.readouterr().out
     assert "geopotential_height" in printed and "stored in" in printed
+    assert "; tendencies over 1 h from 4 pairs)" in printed  # 2 trajectories of 2 hourly steps, never across
     assert load_stats(out, ["vorticity"]).std[0] > 0
     with pytest.raises(SystemExit):
         cli(["stats", str(tmp_path / "missing.zarr")])

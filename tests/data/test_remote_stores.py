@@ -1,7 +1,10 @@
-"""Stores researchers already have, used as they are (issue 15): a WeatherBench2-layout zarr v2
-store (ascending latitudes, cell-centred 64x32 grid, an extra variable) served over HTTP from
-127.0.0.1 trains a model with statistics kept elsewhere, forecasts and is scored from its URL,
-and not one byte of it changes. No mocks: a real HTTP server and fsspec's HTTP filesystem."""
+"""Stores researchers already have, used as they are (issues 15 and 28): a zarr v2 store in
+WeatherBench2's real layout of its 64x32 ERA5 (dims ``(time, level, longitude, latitude)``,
+ascending latitudes, cell-centred grid, an extra variable) served over HTTP from 127.0.0.1, walked
+through the new user's path: statistics kept elsewhere, training from two layered configs,
+forecasts from the URL and from a NetCDF of initial conditions in WB2's names, an
+initial-condition ensemble of the deterministic model, its evaluation with the ensemble plots;
+and not one byte of the store changes. No mocks: a real HTTP server and fsspec's HTTP filesystem."""
 
 import functools
 import hashlib
@@ -13,36 +16,45 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import xarray as xr
+import yaml
 
 from s2forecast.cli import main as cli
 from s2forecast.data.store import open_store
 from s2forecast.evaluation.report import open_results
+from s2forecast.models.data_spec import DataSpec
+from s2forecast.models.forecaster import Forecaster
 
 REPO = Path(__file__).parents[2]
+LEVELS = [500, 850]
 
 
 def wb2_store(path: Path) -> Path:
-    """WB2's era5 64x32 layout: time, level, latitude (ascending, cell centres), longitude."""
+    """WB2's era5 64x32 store as published: zarr v2, dims (time, level, longitude, latitude),
+    latitudes ascending (cell centres, no poles), one time step per chunk."""
     rng = np.random.default_rng(0)
     lat = np.linspace(-87.1875, 87.1875, 32)
     lon = np.arange(64) * 5.625
     times = pd.date_range("2020-01-01", periods=16, freq="6h").values
-    t2m = 288.0 - 30.0 * np.sin(np.radians(lat))[None, :, None] ** 2 + rng.normal(0, 1.0, (16, 32, 64))
-    z500 = 9.80665 * (5500.0 + 200.0 * np.cos(np.radians(lat))[None, None, :, None]) + rng.normal(
-        0, 50, (16, 1, 32, 64)
+    coslat = np.cos(np.radians(lat))
+    t2m = 288.0 - 30.0 * (1 - coslat**2)[None, None, :] + rng.normal(0, 1.0, (16, 64, 32))
+    z = 9.80665 * (np.array([5500.0, 1450.0])[None, :, None, None] + 200.0 * coslat) + rng.normal(
+        0, 50, (16, 2, 64, 32)
     )
+    t = np.array([250.0, 275.0])[None, :, None, None] + 20.0 * coslat + rng.normal(0, 1.0, (16, 2, 64, 32))
     ds = xr.Dataset(
         {
-            "2m_temperature": (("time", "latitude", "longitude"), t2m.astype(np.float32), {"units": "K"}),
-            "geopotential": (("time", "level", "latitude", "longitude"), z500.astype(np.float32),
+            "2m_temperature": (("time", "longitude", "latitude"), t2m.astype(np.float32), {"units": "K"}),
+            "geopotential": (("time", "level", "longitude", "latitude"), z.astype(np.float32),
                              {"units": "m**2 s**-2"}),
-            "10m_wind_speed": (("time", "latitude", "longitude"), rng.random((16, 32, 64)).astype(np.float32),
+            "temperature": (("time", "level", "longitude", "latitude"), t.astype(np.float32), {"units": "K"}),
+            "10m_wind_speed": (("time", "longitude", "latitude"), rng.random((16, 64, 32)).astype(np.float32),
                                {"units": "m s**-1"}),  # not used by the model: never read
         },
-        coords={"time": times, "level": np.array([500], dtype=np.int64), "latitude": lat, "longitude": lon},
+        coords={"time": times, "level": np.array(LEVELS, dtype=np.int64), "latitude": lat, "longitude": lon},
     )  # fmt: skip
-    ds.to_zarr(path, zarr_format=2, consolidated=True)
+    ds.chunk({"time": 1}).to_zarr(path, zarr_format=2, consolidated=True)
     return path
 
 
@@ -68,44 +80,104 @@ def served(tmp_path_factory):
     server.shutdown()
 
 
-@pytest.mark.slow  # a whole pipeline over HTTP
-def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_path):
+def network_size(state_dict: dict) -> int:
+    return sum(value.numel() for value in state_dict.values())
+
+
+@pytest.mark.slow  # the whole new-user path over HTTP
+def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_path, capsys):
     root, url = served
     before = digest(root)
+    # the fixture is WB2's layout as published, read as it is
+    source = xr.open_zarr(root / "era5_64x32.zarr", consolidated=True)
+    assert source["geopotential"].dims == ("time", "level", "longitude", "latitude")
+    assert source["2m_temperature"].dims == ("time", "longitude", "latitude")
+    assert (root / "era5_64x32.zarr" / ".zmetadata").is_file() and not (root / "era5_64x32.zarr" / "zarr.json").exists()
+    assert np.all(np.diff(source["latitude"].values) > 0)
     ds = open_store(url)
     assert float(ds["latitude"][0]) > float(ds["latitude"][-1])  # north -> south for the model
     stats = tmp_path / "stats.zarr"
-    cli(["stats", url, "--out", str(stats), "--end", "2020-01-03T18"])
-    config = [
-        "--config", str(REPO / "configs" / "swe" / "s2_neighborhood.yaml"),
-        "--data", "s2forecast.training.datamodule.ERA5DataModule", "--data.init_args.store", url,
-        "--data.init_args.stats", str(stats), "--data.init_args.variables", "[2m_temperature, geopotential]",
-        "--data.init_args.levels", "[500]", "--data.init_args.step_hours", "6",
-        "--data.init_args.train_period", "[2020-01-01, 2020-01-03T18]",
-        "--data.init_args.val_period", "null", "--data.init_args.test_period", "null",
-        "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "2",
-        "--model.network.embed_dim", "8", "--model.network.num_layers", "1", "--model.warmup_steps", "1",
-        "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0",
-        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
-    ]  # fmt: skip
-    cli(["fit", *config])
+    cli(["stats", url, "--out", str(stats), "--end", "2020-01-03T18", "--no-progress"])
+
+    # fit from two configs: a base and an overlay that changes one nested network option
+    base = yaml.safe_load((REPO / "configs" / "swe" / "s2_neighborhood.yaml").read_text())
+    base["model"]["network"].update(embed_dim=8, num_layers=1)
+    base["model"]["warmup_steps"] = 1
+    base["data"] = {"class_path": "s2forecast.training.datamodule.ERA5DataModule", "init_args": {
+        "store": url, "stats": str(stats), "variables": ["2m_temperature", "geopotential", "temperature"],
+        "levels": LEVELS, "step_hours": 6, "train_period": ["2020-01-01", "2020-01-03T18"], "val_period": None,
+        "num_workers": 0, "batch_size": 2}}  # no test_period: fit does not read it  # fmt: skip
+    base["trainer"].update(max_steps=2, enable_progress_bar=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    base["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path / "runs")
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "wider.yaml").write_text(yaml.safe_dump({"model": {"network": {"embed_dim": 12}}}))
+    cli(["fit", "--config", str(tmp_path / "base.yaml"), "--config", str(tmp_path / "wider.yaml")])
     checkpoint = next((tmp_path / "runs").rglob("last.ckpt"))
+    state = torch.load(checkpoint, weights_only=True)
+    network = {**base["model"]["network"], "embed_dim": 12}  # merged key by key, not replaced
+    assert state["hyper_parameters"]["network"] == network
+    spec = DataSpec.from_dict(state["hyper_parameters"]["data"])
+    trained = {k: v for k, v in state["state_dict"].items() if k.startswith("forecaster.net.")}
+    assert network_size(trained) == network_size(Forecaster("spherical", network, spec).net.state_dict())
+    assert network_size(trained) != network_size(Forecaster("spherical", {"embed_dim": 12}, spec).net.state_dict())
+
+    # forecasts from the URL
     forecast = tmp_path / "forecast.nc"
-    cli(["rollout", "--ckpt", str(checkpoint), "--store", url, "--steps", "2", "--init-times",
-         "2020-01-03T00,2020-01-03T06", "--out", str(forecast), "--no-progress"])  # fmt: skip
-    metrics = tmp_path / "metrics.nc"
-    cli(["evaluate", "--forecast", str(forecast), "--truth", url, "--out", str(metrics), "--no-plots",
-         "--no-progress"])  # fmt: skip
-    scores = open_results(metrics)
-    assert np.isfinite(scores["2m_temperature"].sel(metric="rmse").values).all()
-    assert scores.attrs["truth"] == url and scores.attrs["forecast"] == str(forecast.resolve())
-    assert scores.attrs["history"].endswith(shlex.join(["s2forecast", "evaluate", "--forecast", str(forecast),
-                                                        "--truth", url, "--out", str(metrics), "--no-plots",
-                                                        "--no-progress"]))  # fmt: skip
+    inits = ["2020-01-03T00", "2020-01-03T06"]
+    cli(["rollout", "--ckpt", str(checkpoint), "--store", url, "--steps", "2", "--init-times", ",".join(inits),
+         "--out", str(forecast), "--no-progress"])  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {forecast}: 2 initialization times x 2 steps"
     with xr.open_dataset(forecast) as written:
         assert written.attrs["initial_conditions"] == url and written.attrs["checkpoint"] == str(checkpoint.resolve())
         for option in ("--ckpt", str(checkpoint), "--init-times", "--out", str(forecast)):
             assert option in written.attrs["history"]
+        from_url = written.load()
+
+    # ... and from a NetCDF of those initial conditions in WB2's names and order, north to south
+    # as WB2's 0.25-degree stores and the CDS's files run
+    ic = tmp_path / "initial_conditions.nc"
+    state0 = source[["2m_temperature", "geopotential", "temperature"]].sel(time=np.array(inits, "datetime64[ns]"))
+    state0.isel(latitude=slice(None, None, -1)).to_netcdf(ic)
+    with xr.open_dataset(ic) as written:
+        assert written["temperature"].dims == ("time", "level", "longitude", "latitude")
+        assert written["latitude"].values[0] > 0
+    from_file = tmp_path / "from_file.nc"
+    cli(["rollout", "--ckpt", str(checkpoint), "--store", str(ic), "--steps", "2", "--init-times", ",".join(inits),
+         "--out", str(from_file), "--no-progress"])  # fmt: skip
+    with xr.open_dataset(from_file) as written:
+        for name in ("2m_temperature", "geopotential", "temperature"):
+            np.testing.assert_array_equal(written[name].values, from_url[name].values)
+
+    # an initial-condition ensemble of the deterministic model, from the same file
+    ensemble = tmp_path / "ensemble.nc"
+    cli(["rollout", "--ckpt", str(checkpoint), "--store", str(ic), "--steps", "2", "--init-times", ",".join(inits),
+         "--members", "3", "--perturbation", "spherical-noise", "--perturbation-scale", "0.1", "--seed", "0",
+         "--out", str(ensemble), "--no-progress"])  # fmt: skip
+    assert f"wrote {ensemble}: 2 initialization times x 2 steps x 3 members" in capsys.readouterr().out
+    with xr.open_dataset(ensemble) as written:
+        members = written["temperature"].values  # (time, lead, realization, level, lat, lon)
+        assert written.sizes["realization"] == 3 and np.isfinite(members).all()
+        # smooth noise crosses zero: members differ at nearly every point, not necessarily all
+        assert (members[:, :, 0] != members[:, :, 1]).mean() > 0.9
+
+    # evaluated against the URL, with the ensemble's plots
+    metrics = tmp_path / "metrics.nc"
+    evaluate = ["evaluate", "--forecast", str(ensemble), "--truth", url, "--out", str(metrics), "--regions",
+                "global", "--variables", "temperature", "--no-progress"]  # fmt: skip
+    cli(evaluate)
+    scores = open_results(metrics)
+    for metric in ("crps", "spread", "spread_skill", "ensemble_mean_rmse"):
+        values = scores["temperature"].sel(metric=metric, source="forecast")
+        assert np.isfinite(values.values).all(), metric
+    assert scores.attrs["truth"] == url and scores.attrs["forecast"] == str(ensemble.resolve())
+    assert scores.attrs["history"].endswith(shlex.join(["s2forecast", *evaluate]))
+    plots = {path.name for path in (tmp_path / "metrics_plots").iterdir()}
+    expected = {f"temperature_{level}hPa_{kind}.png" for level in LEVELS for kind in ("ensemble", "rank_histogram")}
+    assert expected <= plots, plots
+    csv = pd.read_csv(metrics.with_suffix(".csv"))
+    hist = csv[(csv.metric == "rank_histogram") & (csv.variable == "temperature")]
+    assert sorted(hist["rank"].astype(int).unique()) == [0, 1, 2, 3]
+    np.testing.assert_allclose(hist.groupby(["level", "lead_hours"]).value.sum(), 1.0, rtol=1e-6)
     assert digest(root) == before  # nothing written into the source store
 
 

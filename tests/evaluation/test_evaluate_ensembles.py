@@ -194,6 +194,9 @@ def test_spectra_and_scorecard_in_the_results(tmp_path, truth, monkeypatch):
     labels = []
     draw_maps = plots.plot_maps
     monkeypatch.setattr(plots, "plot_maps", lambda *a, **k: labels.append(k["forecast_label"]) or draw_maps(*a, **k))
+    draw_scores = plots.plot_scores
+    monkeypatch.setattr(plots, "plot_scores",
+                        lambda *a, **k: labels.append(k["forecast_label"]) or draw_scores(*a, **k))  # fmt: skip
     out = tmp_path / "m.nc"
     evaluate(forecast, path, out, progress=False, regions=["global", "europe"])
     results = open_results(out)
@@ -216,7 +219,7 @@ def test_spectra_and_scorecard_in_the_results(tmp_path, truth, monkeypatch):
     assert plots == ["2m_temperature_ensemble.png", "2m_temperature_maps.png", "2m_temperature_rank_histogram.png",
                      "2m_temperature_scores.png", "2m_temperature_spectra.png", "scorecard_climatology.png",
                      "scorecard_persistence.png"]  # fmt: skip
-    assert labels == ["ensemble mean"]  # the maps say what they show
+    assert labels == ["ensemble mean"] * 2  # the scores and maps say what they show
 
 
 def test_maps_draw_the_land_sea_mask_as_coastlines(tmp_path, truth):

@@ -127,6 +127,21 @@ def test_example_and_coastline_scripts_replace_nothing(tmp_path, capsys):
     assert not (tmp_path / "new").exists() and (images / "evaluate_maps.png").read_bytes() == b"mine"
     assert (work / "mine.txt").read_text() == "keep" and sorted(p.name for p in work.iterdir()) == ["mine.txt"]
 
+    ensemble = _script("ic_ensemble_example")
+    demo = tmp_path / "demo"
+    assert ensemble.main(["--demo", str(demo), "--work", str(tmp_path / "new")]) == 2
+    assert "no demo store and checkpoint in" in capsys.readouterr().err
+    (demo / "swe.zarr").mkdir(parents=True)
+    (demo / "runs" / "version_0").mkdir(parents=True)
+    (demo / "runs" / "version_0" / "last.ckpt").write_bytes(b"")
+    assert ensemble.main(["--demo", str(demo), "--work", str(work)]) == 2
+    assert f"--work {work} exists; give a new directory" in capsys.readouterr().err
+    (images / "ic_ensemble_scores.png").write_bytes(b"mine")
+    assert ensemble.main(["--demo", str(demo), "--work", str(tmp_path / "new"), "--images", str(images)]) == 2
+    assert f"{images / 'ic_ensemble_scores.png'} exist; remove them first" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and (images / "ic_ensemble_scores.png").read_bytes() == b"mine"
+    assert sorted(p.name for p in work.iterdir()) == ["mine.txt"]
+
     out = tmp_path / "coast.npz"
     out.write_bytes(b"mine")
     assert _script("make_coastlines").main([str(tmp_path / "land-110m.json"), str(out)]) == 2

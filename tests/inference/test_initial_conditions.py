@@ -115,17 +115,20 @@ def test_ensemble_file_members_are_the_members_initial_states(era5_model, tmp_pa
     assert "realization" not in one.dims  # one member selected: a deterministic forecast from it
     np.testing.assert_allclose(ensemble["2m_temperature"].isel(realization=2).values, one["2m_temperature"].values,
                                rtol=1e-5)  # fmt: skip
+    # the members along WB2's and CF's 'realization' (as rollout writes them): the same ensemble
+    xr.open_dataset(source).rename(number="realization").to_netcdf(tmp_path / "realization.nc")
+    again = run_rollout(ckpt, tmp_path / "realization.nc", "2031-07-01T00", tmp_path / "r.nc", "--ic-members", "all")
+    np.testing.assert_array_equal(again["2m_temperature"].values, ensemble["2m_temperature"].values)
 
 
 @pytest.mark.parametrize(
     ("file", "extra", "message"),
     [
-        ("ens", [], "is an ensemble of 3 members (dimension 'number': [0, 1, 2]); forecast them as the ensemble "
-                    "with --ic-members all"),
+        ("ens", [], "is an ensemble of 3 members ([0, 1, 2]); forecast them as the ensemble with --ic-members all"),
         ("ens", ["--ic-members", "7"], "--ic-members 7: member(s) [7] not in"),
         ("ens", ["--ic-members", "all", "--members", "4"], "--members 4 cannot share the 3 selected IC-file members"),
         ("ens", ["--ic-members", "all", "--members", "6"], "deterministic (no network.noise_channels)"),
-        ("plain", ["--ic-members", "0"], "has no ensemble members (no 'number' dimension)"),
+        ("plain", ["--ic-members", "0"], "has no ensemble members (no number, realization or member dimension)"),
     ],
 )  # fmt: skip
 def test_bad_ensemble_files(era5_model, tmp_path, capsys, file, extra, message):

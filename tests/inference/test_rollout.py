@@ -217,6 +217,8 @@ def test_command_line(trained, tmp_path, capsys):
     clim = tmp_path / "clim.zarr"
     cli(["climatology", str(store), "--out", str(clim)])
     climatology = xr.open_zarr(clim)
+    method, reason = climatology.attrs["climatology_method"], climatology.attrs["climatology_method_reason"]
+    assert f"wrote {clim}: method {method} ({reason})" in capsys.readouterr().out  # a fallback says why
     assert {"dayofyear", "hour", "latitude", "longitude"} <= set(climatology.dims)
     assert "climatology_method" in climatology.attrs
 
