@@ -32,7 +32,7 @@ PIPELINE = textwrap.dedent(
     main(["climatology", store, "--out", str(work / "clim.zarr"), "--no-progress"])
     main(["fit", "--config", config, "--data.init_args.store", store,
           "--data.init_args.train_trajectories", "[0, 2]", "--data.init_args.val_trajectories", "[2, 3]",
-          "--data.init_args.test_trajectories", "[2, 3]", "--data.init_args.batch_size", "2",
+          "--data.init_args.test_trajectories", "null", "--data.init_args.batch_size", "2",
           "--model.network.embed_dim", "8", "--model.network.num_layers", "1", "--trainer.max_epochs", "1",
           "--trainer.logger.init_args.save_dir", str(work / "runs"),
           "--trainer.default_root_dir", str(work)])

@@ -98,8 +98,8 @@ def test_evaluate_refuses_a_forecast_that_is_nan_everywhere(swe_store, tmp_path,
          "model.loss must be one of ('mse', 'crps'), got 'mae'; model.warmup_steps must be >= 0, got -5"),
         (["--model.network.scale_factor", "0"],
          "model.architecture 'spherical' with model.network {'embed_dim': 128, 'num_layers': 4, 'num_heads': 1, "
-         "'scale_factor': 0, 'attention': 'neighborhood', 'norm': 'instance', 'activation': 'gelu'}: scale_factor "
-         "must be >= 1, got 0"),
+         "'scale_factor': 0, 'attention': 'neighborhood', 'norm': 'instance', 'activation': 'gelu'}: network option "
+         "scale_factor must be >= 1, got 0"),
     ],
 )  # fmt: skip
 def test_fit_options_refused_before_the_run_directory_is_made(swe_store, tmp_path, capsys, options, expected):

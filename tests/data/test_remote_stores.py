@@ -106,7 +106,7 @@ def test_wb2_store_over_http_trains_forecasts_and_scores_untouched(served, tmp_p
     base["data"] = {"class_path": "s2forecast.training.datamodule.ERA5DataModule", "init_args": {
         "store": url, "stats": str(stats), "variables": ["2m_temperature", "geopotential", "temperature"],
         "levels": LEVELS, "step_hours": 6, "train_period": ["2020-01-01", "2020-01-03T18"], "val_period": None,
-        "num_workers": 0, "batch_size": 2}}  # no test_period: fit does not read it  # fmt: skip
+        "test_period": None, "num_workers": 0, "batch_size": 2}}  # fmt: skip
     base["trainer"].update(max_steps=2, enable_progress_bar=False, limit_val_batches=0, default_root_dir=str(tmp_path))
     base["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path / "runs")
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))

@@ -3,6 +3,7 @@ torch-harmonics' own, results independent of the batch (seeds, resumption, the s
 check), and the --batch option's bad inputs."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -125,7 +126,8 @@ def test_unstable_member_of_a_batch(tmp_path, monkeypatch):
     np.testing.assert_allclose(zarr.open_group(path, mode="r")["vorticity"][:5], reference[:, 1], rtol=1e-5, atol=1e-12)
 
 
-def test_progress_counts_states(tmp_path, capsys):
+def test_progress_counts_states(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars are drawn on a terminal only
     cli(["generate-swe", "--out", str(tmp_path / "s.zarr"), "--nlat", "8", "--nlon", "16", "--trajectories", "3",
          "--steps", "2", "--batch", "2"])  # fmt: skip
     err = capsys.readouterr().err
