@@ -21,6 +21,7 @@ from s2forecast.evaluation import (
     truth_at_valid_times,
     weighted_mean,
 )
+from s2forecast.evaluation.metrics import spatial_mean
 
 HOURS = np.array([0, 6, 12, 18])
 
@@ -146,6 +147,25 @@ def test_weighted_mean_hand_computed():
     x[0, 0] = np.nan
     assert np.isnan(float(weighted_mean(x)))
     assert float(weighted_mean(x, skipna=True)) == pytest.approx((4.0 + 0.5 * 8) / 1.5)
+
+
+def test_spatial_mean_per_region_with_and_without_nan():
+    """A field without NaN (one contraction) and the same field with a NaN outside every region (the
+    NaN-aware path) have the same region means; a NaN inside a region spoils that region's mean only."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4, 5))  # (time, lead, lat, lon)
+    weights = np.zeros((2, 4, 5))
+    weights[0, :2] = rng.random((2, 5))
+    weights[1, 2:, :4] = rng.random((2, 4))  # point (3, 4) is in no region
+    weights /= weights.sum(axis=(1, 2), keepdims=True)
+    expected = np.einsum("rij,abij->rab", weights, x)
+    np.testing.assert_allclose(spatial_mean(x, weights), expected, rtol=1e-13)
+    holed = x.copy()
+    holed[:, :, 3, 4] = np.nan
+    np.testing.assert_allclose(spatial_mean(holed, weights), expected, rtol=1e-13)
+    holed[0, 0, 0, 0] = np.nan  # in region 0 only
+    result = spatial_mean(holed, weights)
+    assert np.isnan(result[0, 0, 0]) and np.isfinite(result[1, 0, 0]) and np.isfinite(result[0, 1, 0])
 
 
 def test_weighted_mean_aligns_weights_by_value():
