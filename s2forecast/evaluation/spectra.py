@@ -23,6 +23,7 @@ order) and ``longitude`` (degrees, evenly spaced) as their last two dimensions:
 initialization times, as one dataset for the results file and the plots.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -157,7 +158,6 @@ def spherical_harmonic_power(field: xr.DataArray) -> xr.DataArray:
 
 def _sh_power(values: np.ndarray, grid: Grid) -> np.ndarray:
     """(..., nlat, nlon) north-first values -> (..., lmax) power per degree (area mean units)."""
-    from torch_harmonics.legendre import legpoly
     from torch_harmonics.truncation import truncate_sht
 
     # the degrees whose squares the rule integrates exactly: Gauss-Legendre nlat; equiangular
@@ -166,13 +166,24 @@ def _sh_power(values: np.ndarray, grid: Grid) -> np.ndarray:
     exact = grid.nlat if kind == "legendre-gauss" else (grid.nlat + 1) // 2
     lmax, mmax = truncate_sht(grid.nlat, grid.nlon, lmax=exact, grid=kind)
     colats, weights = latitude_quadrature(grid.nlat, grid.kind)  # weights sum to 2 (cos colat measure)
-    # (mmax, lmax, nlat) orthonormal associated Legendre functions: 2 pi int P_lm^2 dx = 1
-    legendre = legpoly(mmax, lmax, torch.from_numpy(np.cos(colats)), norm="ortho", csphase=False).numpy()
+    legendre = _legendre(mmax, lmax, grid.nlat, grid.kind)
     fourier = np.fft.rfft(values, axis=-1, norm="forward")[..., :mmax]  # (..., nlat, mmax)
     # c_lm = int f Y_lm^* dOmega = 2 pi sum_j w_j P_lm(x_j) F_m(theta_j)
     coefficients = 2 * np.pi * np.einsum("mlj,j,...jm->...lm", legendre, weights, fourier)
     twice = np.concatenate(([1.0], np.full(mmax - 1, 2.0)))  # m > 0 stands for +-m
     return (np.abs(coefficients) ** 2 * twice).sum(axis=-1) / (4 * math.pi)
+
+
+@functools.lru_cache(maxsize=1)  # one grid's table: 0.75 GB and ~10 s at 0.25 deg, the same for every field
+def _legendre(mmax: int, lmax: int, nlat: int, kind: str) -> np.ndarray:
+    """(mmax, lmax, nlat) orthonormal associated Legendre functions at the grid's colatitudes:
+    2 pi int P_lm^2 dx = 1. Read-only: it is shared between calls."""
+    from torch_harmonics.legendre import legpoly
+
+    colats, _ = latitude_quadrature(nlat, kind)
+    legendre = legpoly(mmax, lmax, torch.from_numpy(np.cos(colats)), norm="ortho", csphase=False).numpy()
+    legendre.flags.writeable = False
+    return legendre
 
 
 def _squared(units: str | None, times: str = "") -> str:

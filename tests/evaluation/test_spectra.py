@@ -155,6 +155,25 @@ def test_a_single_harmonic_puts_its_power_at_its_degree(kind):
     np.testing.assert_allclose(power.sum(), (weights * field**2).sum() / weights.sum(), rtol=1e-6)
 
 
+def test_legendre_functions_are_computed_once_per_grid(monkeypatch):
+    """Every field of an evaluation is on one grid: its Legendre table (~10 s at 0.25 deg) is made once."""
+    import torch_harmonics.legendre
+
+    calls = []
+    original = torch_harmonics.legendre.legpoly
+    monkeypatch.setattr(torch_harmonics.legendre, "legpoly", lambda *a, **k: calls.append(a[:2]) or original(*a, **k))
+    grid = Grid(23, 46, "equiangular")  # a grid of this test alone: nothing cached before
+    coords = {"latitude": grid.lats_deg.numpy(), "longitude": grid.lons_deg.numpy()}
+    field = xr.DataArray(real_harmonic(5, 2, grid), dims=("latitude", "longitude"), coords=coords)
+    first = spherical_harmonic_power(field).values
+    np.testing.assert_allclose(spherical_harmonic_power(2 * field).values, 4 * first, rtol=1e-12)
+    assert len(calls) == 1
+    other = Grid(23, 46, "legendre-gauss")  # another grid: its own table
+    field = xr.DataArray(real_harmonic(5, 2, other), dims=("latitude", "longitude"),
+                         coords={"latitude": other.lats_deg.numpy(), "longitude": other.lons_deg.numpy()})  # fmt: skip
+    assert spherical_harmonic_power(field).values[5] == pytest.approx(first[5], rel=1e-6) and len(calls) == 2
+
+
 def test_spectra_of_forecast_and_truth(t2m):
     truth = t2m.expand_dims(lead_time=[np.timedelta64(6, "h")], axis=1)
     blurred = truth.rolling(longitude=5, center=True, min_periods=1).mean()  # a blurry "forecast"
