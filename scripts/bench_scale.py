@@ -4,29 +4,55 @@
 Writes a synthetic store as WeatherBench2 publishes ERA5: dims ``(time, level, longitude,
 latitude)``, zarr v2, one time step per chunk, latitudes north to south, values in each
 variable's canonical units and plausible ranges (``data.plausibility``). Then runs every case
-(a named command line, ``CASES``) in a subprocess of its own, and a raw read of the same store
-(``xr.open_zarr(store).mean()``, dask's threads) in the same run, and prints per command:
+(a named command line, ``CASES``, in CASES order) in a subprocess of its own, and a raw read of
+its input in the same run, and prints per command:
 
-    {"case", "workers", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s",
-     "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load"}
+    {"case", "workers", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s", "raw",
+     "raw_wall_s", "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels",
+     "steps", "load"}   (+ "inits", "leads" for evaluate and rollout, "plots" for evaluate)
 
-``mb_per_s`` is store bytes on disk over the wall time; ``ratio`` = mb_per_s / raw_mb_per_s (1:
-as fast as reading the store). Wall time and peak RSS come from ``/usr/bin/time -f "%e %M"``.
-``startup`` (python, importing s2forecast.cli, data.stats and geometry: torch) is printed too:
-the fixed cost inside every case's wall time; ``ratio_net`` is the ratio with each side's import
-time (s2forecast's, and xarray's for the baseline) taken off.
+The cases:
+    stats, climatology   of the store.
+    convert-era5  of CDS-style NetCDF files that the script writes from the store (untimed) as
+                  the new CDS API delivers them: dims ``valid_time, pressure_level, latitude,
+                  longitude``, ECMWF short names (z, t, u, v, q, w; t2m, u10, v10, msl, sp), an
+                  ``expver`` coordinate and a scalar ``number``, one file per pressure-level
+                  variable and one for the surface variables per ``--file-steps`` steps, not
+                  compressed. Its raw read is those files (``xr.open_dataset(f).mean()`` each);
+                  inputs and output are deleted after the case (unless ``--keep``).
+    evaluate      ``--inits`` init times (every store time from the first) x ``--leads`` 6-h
+                  leads x the store's channels, plots included, against the climatology of the
+                  ``climatology`` case (built untimed when that case is not run). The forecast
+                  is the truth plus noise growing with the lead, a zarr store written (untimed)
+                  with rollout's ``ForecastFile``.
+    rollout       ``--inits`` init times x ``--leads`` steps of a small planar transformer
+                  (patches of ~1/90 of the longitudes: a 45x90 latent grid at 0.25 deg; cheap to
+                  build at any grid, unlike the DISCO filters of the spherical one), zarr
+                  output; its checkpoint is made untimed as ``fit`` saves one, untrained,
+                  with the statistics of the ``stats`` case (computed untimed when not run).
+``--inits`` takes a list (8,16): evaluate and rollout run once per count (peak vs inits).
 
-``--workers 2`` runs every case again with ``--workers 2`` (a local dask.distributed cluster of 2
-worker processes, ``s2forecast.data.engine``; ``workers`` is 0 for one process). Its wall time
-includes starting the cluster; its peak RSS is that of the largest process (the command or one
-worker: ``time`` reports the largest of a process and the children it waited for), not their sum.
+``input_mb`` is the bytes on disk a case's raw read reads (the store, or for convert-era5 its
+NetCDF inputs); ``mb_per_s`` is input_mb over the wall time; ``ratio`` = mb_per_s /
+raw_mb_per_s (1: as fast as reading the input). Wall time and peak RSS come from ``/usr/bin/time
+-f "%e %M"``. ``startup`` (python, importing s2forecast.cli and data.stats, torch included) is
+printed too: the fixed cost inside every case's wall time; ``ratio_net`` is the ratio with each
+side's import time (s2forecast's, and xarray's for the baseline) taken off.
 
-Adding a command: a function (store, workdir) -> argv after ``s2forecast`` in ``CASES``.
+``--workers 2`` runs each case that takes it (all but rollout) again with ``--workers 2`` (a local
+dask.distributed cluster of 2 worker processes, ``s2forecast.data.engine``; ``workers`` is 0 for
+one process). Its wall time includes starting the cluster; its peak RSS is that of the largest
+process (the command or one worker: ``time`` reports the largest of a process and the children it
+waited for), not their sum.
+
+Adding a command: a ``Case`` in ``CASES``: its argv after ``s2forecast`` given a ``Run``, and an
+untimed preparation if it needs inputs other than the store.
 
 Examples:
     python scripts/bench_scale.py                                  # 64x32, 16 steps, stats
     python scripts/bench_scale.py --grid 121x240 --steps 32,64,128  # one store per length
-    python scripts/bench_scale.py --grid 721x1440 --steps 32,64 --workdir /tmp/bench_scale --keep
+    python scripts/bench_scale.py --grid 721x1440 --steps 64 --cases climatology,evaluate,rollout --inits 8,16
+    python scripts/bench_scale.py --grid 721x1440 --steps 32,64 --cases stats,convert-era5 --era5-channels
     python scripts/bench_scale.py --grid 121x240 --steps 64 --workers 2  # one process, then 2 workers
 """
 
@@ -37,14 +63,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.convert_era5 import ERA5_NAMES
 from s2forecast.data.plausibility import GRAVITY, standard_height
-from s2forecast.data.store import VARIABLES, cf_attributes
+from s2forecast.data.store import VARIABLES, cf_attributes, open_store
+from s2forecast.inference.forecast_file import ChannelLayout, ForecastFile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,13 +102,204 @@ def level_values(name: str, level: int) -> tuple[float, float, float]:
     return LEVEL_VALUES[name]
 
 
-# case name -> argv after `s2forecast`, given the store and a scratch directory
+@dataclass
+class Run:
+    """What a case is given: the store, its own scratch directory, ``root`` (where every case of
+    this record length has its directory), and the sizes asked for."""
+
+    store: Path
+    work: Path
+    root: Path
+    steps: int
+    inits: int = 0
+    leads: int = 0
+    file_steps: int = 16
+    keep: bool = False
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command: its argv after ``s2forecast``; ``prepare`` (untimed) writes its other inputs and
+    returns the files its raw read reads instead of the store (None: the store); ``uses_inits``:
+    run once per ``--inits`` count; ``report``: extra JSON keys; ``cleanup``: after the case."""
+
+    argv: Callable[[Run], list[str]]
+    prepare: Callable[[Run], list[Path] | None] | None = None
+    uses_inits: bool = False
+    report: Callable[[Run], dict] | None = None
+    cleanup: Callable[[Run], None] | None = None
+    distributed: bool = True  # takes --workers N (the data engine)
+
+
+def _case_dir(run: Run, case: str) -> Path:
+    return run.root / f"{case}_{run.steps}"
+
+
+def _init_times(run: Run) -> list[str]:
+    """The first ``run.inits`` store times, which every lead's valid time follows in the store."""
+    if run.inits + run.leads > run.steps:
+        raise SystemExit(f"--inits {run.inits} + --leads {run.leads} need at least that many --steps, got {run.steps}")
+    times = xr.open_zarr(run.store)["time"].values[: run.inits]
+    return [str(t)[:19] for t in times]
+
+
+def _output_of(run: Run, case: str, name: str) -> Path:
+    """The output ``name`` of ``case`` for this store: made by that case when it ran before (CASES
+    order), else now, untimed, in that case's directory."""
+    path = _case_dir(run, case) / name
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        measure(s2forecast_argv(CASES[case].argv(replace(run, work=path.parent))))
+    return path
+
+
+def write_cds_files(run: Run) -> list[Path]:
+    """The store as CDS NetCDF files (new API layout, ECMWF short names), one per pressure-level
+    variable and one of the surface variables per ``run.file_steps`` steps, written from dask
+    chunks of one time step (memory: a step of one variable)."""
+    short = {name: code for code, name in ERA5_NAMES.items()}
+    ds = xr.open_zarr(run.store)
+    missing = [name for name in ds.data_vars if name not in short]
+    if missing:
+        raise SystemExit(f"convert-era5: {missing} have no ECMWF short name; known: {sorted(short)}")
+    inputs = run.work / "cds"
+    inputs.mkdir()
+    pressure = [name for name in ds.data_vars if "level" in ds[name].dims]
+    surface = [name for name in ds.data_vars if "level" not in ds[name].dims]
+    groups = [[name] for name in pressure] + ([surface] if surface else [])
+    files = []
+    for start in range(0, run.steps, run.file_steps):
+        part = ds.isel(time=slice(start, start + run.file_steps))
+        for names in groups:
+            cds = part[names].rename({name: short[name] for name in names}).rename(time="valid_time")
+            if "level" in cds.dims:  # hPa as floats, as the new CDS API writes them
+                cds = cds.rename(level="pressure_level")
+                cds = cds.assign_coords(pressure_level=cds["pressure_level"].astype(np.float64))
+            # as the CDS delivers them: (valid_time, [pressure_level,] latitude, longitude), expver, number
+            cds = cds.transpose("valid_time", ..., "latitude", "longitude")
+            cds = cds.assign_coords(expver=("valid_time", np.full(cds.sizes["valid_time"], "0001")), number=0)
+            stamp = pd.Timestamp(cds["valid_time"].values[0]).strftime("%Y%m%dT%H")
+            path = inputs / f"era5_{'pressure_' + short[names[0]] if names[0] in pressure else 'surface'}_{stamp}.nc"
+            encoding = {v: {"dtype": "float32", "chunksizes": (1, *cds[v].shape[1:])} for v in cds.data_vars}
+            encoding["valid_time"] = {"units": "seconds since 1970-01-01", "dtype": "int64"}
+            cds.attrs = {"Conventions": "CF-1.7", "institution": "European Centre for Medium-Range Weather Forecasts"}
+            cds.to_netcdf(path, engine="netcdf4", encoding=encoding)
+            files.append(path)
+    return files
+
+
+def remove_cds(run: Run) -> None:
+    if not run.keep:
+        shutil.rmtree(run.work / "cds", ignore_errors=True)
+        shutil.rmtree(run.work / "era5.zarr", ignore_errors=True)
+
+
+def write_forecast(run: Run) -> None:
+    """A forecast in rollout's layout (``ForecastFile``, zarr): the truth at each valid time plus
+    noise of 1 % of each channel's spread per lead, so that scores grow with the lead."""
+    _output_of(run, "climatology", "clim.zarr")  # before the timed command, which names it
+    truth = open_store(run.store)
+    channels = [
+        f"{name}/{level}" if "level" in truth[name].dims else name
+        for name in truth.data_vars
+        for level in (truth["level"].values if "level" in truth[name].dims else [None])
+    ]
+    layout = ChannelLayout.from_channels(channels)
+    init_times = np.array(_init_times(run), dtype="datetime64[ns]")
+    leads = (np.arange(1, run.leads + 1) * np.timedelta64(6, "h")).astype("timedelta64[ns]")
+    lat, lon = truth["latitude"].values, truth["longitude"].values
+    units = {name: dict(truth[name].attrs) for name in layout.variables}
+    forecast = ForecastFile(run.work / "forecast.zarr", "zarr", layout, init_times, leads, lat, lon, units, {})
+    rng = np.random.default_rng(1)
+    for i, init in enumerate(init_times):
+        for j, lead in enumerate(leads):
+            state = truth.sel(time=init + lead)
+            fields = np.concatenate([state[name].values.reshape(-1, len(lat), len(lon)) for name in layout.variables])
+            spread = fields.std(axis=(1, 2), keepdims=True)
+            noise = rng.standard_normal(fields.shape, dtype=np.float32)
+            forecast.write(i, j, (fields + 0.01 * (j + 1) * spread * noise)[None])
+    forecast.close()
+
+
+def count_plots(run: Run) -> dict:
+    return {"inits": run.inits, "leads": run.leads, "plots": len(list(run.work.rglob("*.png")))}
+
+
+def make_checkpoint(run: Run) -> None:
+    """An untrained planar transformer for the store's channels, saved as ``fit`` saves it (the
+    ForecastModule's state and hyperparameters), so that ``rollout --ckpt`` takes it."""
+    import pytorch_lightning as pl
+    import torch
+
+    from s2forecast.training import ForecastModule, data_info
+    from s2forecast.training.datamodule import ERA5DataModule
+
+    truth = xr.open_zarr(run.store)
+    surface = [name for name in truth.data_vars if "level" not in truth[name].dims]
+    pressure = [name for name in truth.data_vars if "level" in truth[name].dims]
+    first, last = (str(t)[:19] for t in truth["time"].values[[0, -1]])
+    data = ERA5DataModule(
+        str(run.store), variables=surface + pressure, static=[], train_period=(first, last), val_period=None,
+        test_period=None, num_workers=0, stats=str(_output_of(run, "stats", "stats.zarr")),
+    )  # fmt: skip
+    nlon = truth.sizes["longitude"]
+    network = {"embed_dim": 16, "num_layers": 1, "num_heads": 1, "patch_size": max(1, round(nlon / 90))}
+    network |= {"attention": "window", "window": 3}
+    model = ForecastModule(architecture="planar", network=network, data=data_info(data), warmup_steps=1)
+    state = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    torch.save({**state, "pytorch-lightning_version": pl.__version__}, run.work / "model.ckpt")
+
+
+def evaluate_argv(run: Run) -> list[str]:
+    argv = ["evaluate", "--forecast", str(run.work / "forecast.zarr"), "--truth", str(run.store)]
+    argv += ["--climatology", str(_output_of(run, "climatology", "clim.zarr"))]
+    return argv + ["--out", str(run.work / "metrics.nc"), "--no-progress"]
+
+
+def rollout_argv(run: Run) -> list[str]:
+    argv = ["rollout", "--ckpt", str(run.work / "model.ckpt"), "--store", str(run.store), "--steps", str(run.leads)]
+    argv += ["--init-times", ",".join(_init_times(run)), "--out", str(run.work / "forecast.zarr")]
+    return argv + ["--format", "zarr", "--device", "cpu", "--no-progress"]
+
+
+# case name -> Case; cases run in this order (evaluate after climatology, whose output it scores with)
 CASES = {
-    "stats": lambda store, work: ["stats", str(store), "--out", str(work / "stats.zarr"), "--no-progress"],
-    "climatology": lambda store, work: ["climatology", str(store), "--out", str(work / "clim.zarr"), "--no-progress"],
+    "stats": Case(lambda run: ["stats", str(run.store), "--out", str(run.work / "stats.zarr"), "--no-progress"]),
+    "climatology": Case(
+        lambda run: ["climatology", str(run.store), "--out", str(run.work / "clim.zarr"), "--no-progress"]
+    ),
+    "evaluate": Case(
+        evaluate_argv,
+        prepare=write_forecast,
+        uses_inits=True,
+        report=count_plots,
+    ),
+    "rollout": Case(
+        rollout_argv,
+        prepare=make_checkpoint,
+        uses_inits=True,
+        report=lambda run: {"inits": run.inits, "leads": run.leads},
+        distributed=False,  # torchrun splits a rollout, not dask
+    ),
+    "convert-era5": Case(
+        lambda run: ["convert-era5", str(run.work / "cds"), "--out", str(run.work / "era5.zarr"), "--no-progress"],
+        prepare=write_cds_files,
+        cleanup=remove_cds,
+    ),
 }
 
+# --variables, --levels, --surface of ERA5 as trained on: 5 variables x 13 levels (WB2's) + 5 surface = 70 channels
+ERA5_70 = (
+    "geopotential,temperature,u_component_of_wind,v_component_of_wind,specific_humidity",
+    "50,100,150,200,250,300,400,500,600,700,850,925,1000",
+    "2m_temperature,10m_u_component_of_wind,10m_v_component_of_wind,mean_sea_level_pressure,surface_pressure",
+)
 RAW = "import sys, xarray as xr; xr.open_zarr(sys.argv[1]).mean().compute()"
+# NetCDF inputs: each file streamed one time step per dask chunk, as the zarr store is
+RAW_NETCDF = (
+    "import sys, xarray as xr\n"
+    "for path in sys.argv[1:]: xr.open_dataset(path, chunks={'valid_time': 1}).mean().compute()"
+)
 RAW_STARTUP = "import xarray, dask.array, zarr"
 STARTUP = "import s2forecast.cli, s2forecast.data.stats, s2forecast.geometry"  # what a case imports before its work
 
@@ -163,14 +384,24 @@ def main(argv=None) -> None:
     parser.add_argument("--variables", default="geopotential,temperature", help="pressure-level variables")
     parser.add_argument("--levels", default="500,850", help="pressure levels in hPa")
     parser.add_argument("--surface", default="", help="surface variables, e.g. 2m_temperature")
+    parser.add_argument(
+        "--era5-channels",
+        action="store_true",
+        help="ERA5's 70 channels of issue 27 (instead of the three above)",
+    )
     parser.add_argument("--steps", default="16", help="record length(s) in time steps: 16 or 32,64,128")
-    parser.add_argument("--cases", default="stats", help=f"comma-separated, of {sorted(CASES)}")
+    parser.add_argument("--cases", default="stats", help=f"comma-separated, of {list(CASES)}")
+    parser.add_argument("--inits", default="8", help="init times of evaluate and rollout: 8 or 8,16 (a run each)")
+    parser.add_argument("--leads", type=int, default=8, help="6-h leads (rollout steps) of evaluate and rollout")
+    parser.add_argument("--file-steps", type=int, default=16, help="time steps per NetCDF input of convert-era5")
     parser.add_argument("--workers", default="", help="worker counts: each case also runs with --workers N, e.g. 2")
     parser.add_argument("--workdir", default=None, help="where stores go (default a temporary directory in /tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the stores and outputs")
     args = parser.parse_args(argv)
 
     nlat, nlon = parse_grid(args.grid)
+    if args.era5_channels:
+        args.variables, args.levels, args.surface = ERA5_70
     variables = [v for v in args.variables.split(",") if v]
     levels = [int(x) for x in args.levels.split(",") if x]
     surface = [v for v in args.surface.split(",") if v]
@@ -181,6 +412,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"--workers {args.workers!r}: give worker counts, e.g. 2 or 1,2") from None
     if min(workers[1:], default=1) < 1:
         raise SystemExit(f"--workers {args.workers!r}: each count must be >= 1")
+    inits = [int(x) for x in args.inits.split(",") if x]
     for name in variables + surface:
         if name not in VARIABLES or (name in variables and name not in LEVEL_VALUES and name != "geopotential"):
             raise SystemExit(f"no synthetic values for {name!r}; known: geopotential, {sorted(LEVEL_VALUES)}")
@@ -188,7 +420,8 @@ def main(argv=None) -> None:
             raise SystemExit(f"no synthetic surface values for {name!r}; known: {sorted(SURFACE_VALUES)}")
     unknown = [c for c in cases if c not in CASES]
     if unknown:
-        raise SystemExit(f"unknown cases {unknown}; known: {sorted(CASES)}")
+        raise SystemExit(f"unknown cases {unknown}; known: {list(CASES)}")
+    cases = [c for c in CASES if c in cases]  # each case's inputs are made by the cases before it
 
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scale_", dir="/tmp"))
     root.mkdir(parents=True, exist_ok=True)
@@ -201,36 +434,64 @@ def main(argv=None) -> None:
             write_store(store, nlat, nlon, steps, variables, levels, surface)
             size = store_bytes(store)
             data = 4 * steps * nlat * nlon * (len(variables) * len(levels) + len(surface))
-            raw_wall, raw_rss, _ = measure([sys.executable, "-c", RAW, str(store)])
-            raw_rate = size / 1e6 / raw_wall
-            for case, count in ((case, count) for case in cases for count in workers):
-                work = root / (f"{case}_{steps}" + (f"_workers{count}" if count else ""))
-                shutil.rmtree(work, ignore_errors=True)
-                work.mkdir()
-                options = ["--workers", str(count)] if count else []
-                wall, rss, _ = measure(s2forecast_argv(CASES[case](store, work) + options))
-                row = {
-                    "case": case,
-                    "workers": count,
-                    "wall_s": round(wall, 2),
-                    "peak_rss_mb": round(rss),
-                    "store_mb": round(size / 1e6, 1),
-                    "data_mb": round(data / 1e6, 1),
-                    "mb_per_s": round(size / 1e6 / wall, 1),
-                    "raw_wall_s": round(raw_wall, 2),
-                    "raw_peak_rss_mb": round(raw_rss),
-                    "raw_mb_per_s": round(raw_rate, 1),
-                    "ratio": round(size / 1e6 / wall / raw_rate, 3),
-                    # the same without the imports (s2forecast's torch, the baseline's xarray): the reading
-                    "ratio_net": round((raw_wall - raw_startup) / max(wall - startup, 1e-3), 3),
-                    "grid": f"{nlat}x{nlon}",
-                    "channels": len(variables) * len(levels) + len(surface),
-                    "steps": steps,
-                    "load": round(os.getloadavg()[0], 2),
-                }
-                print(json.dumps(row), flush=True)
-            if not args.keep:
+            store_raw = measure([sys.executable, "-c", RAW, str(store)])[:2]
+            base = Run(store, root, root, steps, leads=args.leads, file_steps=args.file_steps, keep=args.keep)
+            for case in cases:
+                spec = CASES[case]
+                runs = [(count, n) for count in (inits if spec.uses_inits else [0]) for n in workers]
+                for count, nworkers in runs:
+                    if nworkers and not spec.distributed:
+                        continue
+                    work = _case_dir(base, case)
+                    if spec.uses_inits:
+                        work = work.with_name(f"{work.name}_{count}x{args.leads}")
+                    if nworkers:
+                        work = work.with_name(f"{work.name}_workers{nworkers}")
+                    shutil.rmtree(work, ignore_errors=True)
+                    work.mkdir()
+                    run = replace(base, work=work, inits=count)
+                    inputs = spec.prepare(run) if spec.prepare else None
+                    if inputs is None:
+                        input_size, (raw_wall, raw_rss), raw = size, store_raw, "zarr"
+                    else:  # the case reads these files, not the store: its baseline reads them
+                        input_size = sum(path.stat().st_size for path in inputs)
+                        raw_wall, raw_rss, _ = measure([sys.executable, "-c", RAW_NETCDF, *map(str, inputs)])
+                        raw = "netcdf"
+                    options = ["--workers", str(nworkers)] if nworkers else []
+                    wall, rss, _ = measure(s2forecast_argv(spec.argv(run) + options))
+                    extra = spec.report(run) if spec.report else {}
+                    if spec.cleanup:
+                        spec.cleanup(run)
+                    raw_rate = input_size / 1e6 / raw_wall
+                    row = {
+                        "case": case,
+                        "workers": nworkers,
+                        "wall_s": round(wall, 2),
+                        "peak_rss_mb": round(rss),
+                        "store_mb": round(size / 1e6, 1),
+                        "data_mb": round(data / 1e6, 1),
+                        "input_mb": round(input_size / 1e6, 1),
+                        "mb_per_s": round(input_size / 1e6 / wall, 1),
+                        "raw": raw,
+                        "raw_wall_s": round(raw_wall, 2),
+                        "raw_peak_rss_mb": round(raw_rss),
+                        "raw_mb_per_s": round(raw_rate, 1),
+                        "ratio": round(input_size / 1e6 / wall / raw_rate, 3),
+                        # the same without the imports (s2forecast's torch, the baseline's xarray): the reading
+                        # (null when the case took less than the startup alone: a load-dependent startup)
+                        "ratio_net": round((raw_wall - raw_startup) / (wall - startup), 3) if wall > startup else None,
+                        "grid": f"{nlat}x{nlon}",
+                        "channels": len(variables) * len(levels) + len(surface),
+                        "steps": steps,
+                        **extra,
+                        "load": round(os.getloadavg()[0], 2),
+                    }
+                    print(json.dumps(row), flush=True)
+            if not args.keep:  # a 0.25 deg climatology is ~6 GB a channel: free the disk before the next length
                 shutil.rmtree(store)
+                for case in cases:
+                    for work in root.glob(f"{case}_{steps}*"):
+                        shutil.rmtree(work, ignore_errors=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

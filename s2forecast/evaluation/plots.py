@@ -11,6 +11,7 @@ Natural Earth on first use, which machines without network (many clusters) canno
 """
 
 import functools
+import gc
 import textwrap
 from pathlib import Path
 
@@ -260,6 +261,14 @@ def plot_maps(
     Returns:
         ``path``.
     """
+    path = _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label)
+    # a 0.25 deg figure holds ~0.3 GB in reference cycles (figure, axes, meshes, colour bars): free it now,
+    # not at the next automatic collection, which may come after the next map is drawn (a higher peak)
+    gc.collect()
+    return path
+
+
+def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label) -> Path:
     # pcolormesh takes (latitude, longitude) arrays: put every field in that order, ascending
     forecast, truth = (_map_order(data) for data in (forecast, truth))
     error = forecast - truth

