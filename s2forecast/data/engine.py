@@ -31,6 +31,8 @@ so such a run leaves nothing behind.
 import contextlib
 import json
 import logging
+import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -39,6 +41,7 @@ from pathlib import Path
 from s2forecast.user_errors import UserError, one_line
 
 THREADS = 2  # tasks at once in this process: one reads while the other reduces
+BACKGROUND_THREADS = 2 * THREADS  # each task running here reads ahead or writes behind in one at a time
 CONNECT_TIMEOUT_S = 20  # how long to wait for a --scheduler to answer
 DRAIN_TIMEOUT_S = 60  # how long a failed run waits for its tasks still running on workers
 INSTALL = "pip install 's2forecast[distributed]' (or distributed, the version of your dask)"
@@ -247,6 +250,54 @@ class Engine:
                 f"lost {self.where} during the computation ({type(error).__name__}: "
                 f"{one_line(str(error)) or 'connection closed'}); nothing was written: {START_ONE}, then rerun"
             ) from None
+
+
+class Background:
+    """A task's handle on this process's background threads (``background``): ``submit`` as an executor's."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self._pool, self._futures = pool, []
+
+    def submit(self, function: Callable, *args):
+        self._futures = [future for future in self._futures if not future.done()]
+        future = self._pool.submit(function, *args)
+        self._futures.append(future)
+        return future
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:  # a forked child has none of the parent's threads
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+@contextlib.contextmanager
+def background() -> Iterator[Background]:
+    """Threads for a task's read-ahead and write-behind (``with background() as reader:
+    reader.submit(read, ...)``): the process's ``BACKGROUND_THREADS``, made at the first use and
+    kept, so that no task makes or joins a thread. (Tasks that made a ``ThreadPoolExecutor`` of
+    their own hung now and then on dask workers: a joined thread that never finished exiting.)
+    On leaving, what the task submitted has finished (on an error, what had not started is
+    dropped), as when leaving an executor's ``with``: nothing writes after the task."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(BACKGROUND_THREADS, thread_name_prefix="s2forecast-background")
+    handle = Background(_pool)
+    try:
+        yield handle
+    except BaseException:
+        for future in handle._futures:
+            future.cancel()
+        raise
+    finally:
+        wait(handle._futures)
 
 
 def _identity(value):

@@ -29,7 +29,6 @@ nothing is ever written into such a store.
 import contextlib
 import os
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +38,7 @@ import xarray as xr
 import zarr
 from tqdm.auto import tqdm
 
-from s2forecast.data.engine import Engine
+from s2forecast.data.engine import Engine, background
 from s2forecast.data.moments import Moments
 from s2forecast.data.plausibility import check_store_plausible
 from s2forecast.data.store import COMPLETE_ATTR, StoreInfo, check_store_unchanged, describe, is_url, open_store
@@ -442,7 +441,7 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
     infinite = np.zeros((part.stop - part.start, channels), dtype=bool)
     # earlier times of tendencies whose later time comes in a later block: first those before this part
     carry_times, carry = times[part.carry], (_block(var.isel(time=part.carry)) if part.carry.size else None)
-    with ThreadPoolExecutor(1) as reader:  # the next block is read (decompressed) while this one is reduced
+    with background() as reader:  # the next block is read (decompressed) while this one is reduced
         pending = reader.submit(_block, var.isel(time=slice(part.start, min(part.start + block, part.stop))))
         for start in range(part.start, part.stop, block):
             x = pending.result()

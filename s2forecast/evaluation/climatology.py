@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.data.engine import Engine
+from s2forecast.data.engine import Engine, background
 from s2forecast.output import zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -679,14 +679,12 @@ def _sum_slots(task: _SumTask, job: _Job) -> bool:
     Raises:
         UserError: an infinite value, naming the variable and its time.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     variable = job.data[task.name]
     times = variable["time"].values
     n = task.stop - task.first
     sums = np.zeros((n, _channels(variable), _points(variable)))
     nans = None
-    with ThreadPoolExecutor(1) as reader:
+    with background() as reader:
         pending = reader.submit(_read_block, variable, *task.blocks[0])
         for i, (start, stop) in enumerate(task.blocks):
             block = pending.result()
@@ -747,12 +745,10 @@ def _write_means(task: _MeanTask, job: _Job) -> None:
     variable, written to its zarr array (dims ``(dayofyear, hour, *variable dims but time)``) one output
     chunk of days at a time, each chunk compressed and written in a thread while the next is computed
     (at most two chunks in flight)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     import zarr
 
     array = zarr.open_group(job.out, mode="r+")[task.name]
-    with ThreadPoolExecutor(1) as pool:
+    with background() as pool:
         pending = []
         for index, block in _output_chunks(array, job, task):
             pending.append(pool.submit(array.__setitem__, index, block))

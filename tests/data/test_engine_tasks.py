@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from s2forecast.data.engine import Engine, Shared
+from s2forecast.data.engine import BACKGROUND_THREADS, Engine, Shared, background
 from s2forecast.user_errors import UserError
 
 
@@ -82,3 +82,38 @@ def test_without_dask_distributed_the_options_name_the_extra(monkeypatch):
         Engine(workers=2)
     with Engine() as engine:  # this process needs no dask.distributed
         assert list(engine.map(abs, [-1, -2])) == [1, 2]
+
+
+def test_background_threads_are_made_once_and_waited_for_on_leaving():
+    done = []
+
+    def work(item):
+        time.sleep(0.01)
+        done.append(item)
+        return item
+
+    for round_ in range(3):  # tasks after tasks: the same threads, none made or joined per task
+        with background() as reader:
+            futures = [reader.submit(work, round_ * 10 + i) for i in range(6)]
+        assert all(future.done() for future in futures)  # finished on leaving, as an executor's with
+        names = {t.name for t in threading.enumerate() if t.name.startswith("s2forecast-background")}
+        assert 1 <= len(names) <= BACKGROUND_THREADS
+    assert sorted(done) == [r * 10 + i for r in range(3) for i in range(6)]
+
+
+def test_background_on_an_error_drops_what_has_not_started_and_waits_for_the_rest():
+    gate, started, finished = threading.Event(), [], []
+
+    def slow(item):
+        started.append(item)
+        gate.wait(5)
+        finished.append(item)
+
+    with pytest.raises(RuntimeError, match="task failed"):
+        with background() as writer:
+            for i in range(3 * BACKGROUND_THREADS):
+                writer.submit(slow, i)
+            threading.Timer(0.05, gate.set).start()
+            raise RuntimeError("task failed")
+    # leaving waited for the writes that had started (none is still writing) and dropped the others
+    assert sorted(finished) == sorted(started) and len(started) <= BACKGROUND_THREADS
