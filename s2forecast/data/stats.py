@@ -188,7 +188,7 @@ def _statistics(
                 infinite = np.concatenate(infinite)
             else:
                 x = _block(var)
-                fields, tendencies = Moments.of(x, weights), None
+                fields, tendencies = Moments.of(x, weights, _lat_axis(var)), None
                 infinite = np.isinf(x).any((-2, -1))[0]  # (channel,)
                 bar.update()
             mean, std = fields.finalize()
@@ -369,15 +369,20 @@ def write_stats(path: str | Path, stats: xr.Dataset) -> None:
 
 
 def _block(var: xr.DataArray) -> np.ndarray:
-    """(time, channel, latitude, longitude) float64, C order, of a variable (or its block):
-    channel is the level, or one channel for a single-level field; a static field gets time 1."""
-    order = [var.dims.index(d) for d in ("time", "level", "latitude", "longitude") if d in var.dims]
-    # read in the store's order (xarray's lazy transposition reads far slower), then one pass to
-    # C order and float64
-    x = np.ascontiguousarray(var.values.transpose(order), dtype=np.float64)
+    """(time, channel, *spatial) of a variable (or its block) as read: its dtype, latitude and longitude
+    in the store's order (``_lat_axis``; reducing them as stored spares a transposed copy): channel
+    is the level, or one channel for a single-level field; a static field gets time 1."""
+    spatial = [d for d in var.dims if d in ("latitude", "longitude")]
+    order = [var.dims.index(d) for d in ("time", "level", *spatial) if d in var.dims]
+    x = var.values.transpose(order)  # a view when time and level lead, as in every store we know
     if "level" not in var.dims:
         x = x[:, None] if "time" in var.dims else x[None, None]
     return x
+
+
+def _lat_axis(var: xr.DataArray) -> int:
+    """The axis of ``_block(var)`` that latitude runs along (2, or 3 in WeatherBench2's order)."""
+    return 2 if [d for d in var.dims if d in ("latitude", "longitude")][0] == "latitude" else 3
 
 
 @dataclass(frozen=True)
@@ -436,7 +441,7 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
     var = job.ds[part.name].isel(time=job.selection)
     times, step, weights, block, pairs = job.times, job.step, job.weights, job.block, part.pairs
     later_times = pairs + step
-    channels = var.sizes.get("level", 1)
+    channels, lat_axis = var.sizes.get("level", 1), _lat_axis(var)
     fields, tendencies = Moments.empty(channels), Moments.empty(channels)
     infinite = np.zeros((part.stop - part.start, channels), dtype=bool)
     # earlier times of tendencies whose later time comes in a later block: first those before this part
@@ -448,22 +453,25 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
             if start + block < part.stop:
                 pending = reader.submit(_block, var.isel(time=slice(start + block, min(start + 2 * block, part.stop))))
             block_times = times[start : start + x.shape[0]]
-            moments = Moments.of(x, weights)
+            moments = Moments.of(x, weights, lat_axis)
             if not (np.isfinite(moments.mean).all() and np.isfinite(moments.m2).all()):
                 # only then: it costs a pass
                 infinite[start - part.start : start - part.start + x.shape[0]] = np.isinf(x).any((-2, -1))
             fields = fields.combine(moments)
             later = np.flatnonzero(np.isin(block_times, later_times))
             if later.size:
-                tendency = x[later]
                 earlier = block_times[later] - step
                 here = np.searchsorted(block_times, earlier)
                 inside = (here < block_times.size) & (block_times[np.minimum(here, block_times.size - 1)] == earlier)
-                tendency[inside] -= x[here[inside]]
+                # x(t) of each tendency's later x(t + step)
+                before = np.empty((later.size, *x.shape[1:]), dtype=x.dtype)
+                before[inside] = x[here[inside]]
                 if (~inside).any():
-                    tendency[~inside] -= carry[np.searchsorted(carry_times, earlier[~inside])]
-                tendencies = tendencies.combine(Moments.of(tendency, weights))
-                del tendency
+                    before[~inside] = carry[np.searchsorted(carry_times, earlier[~inside])]
+                # in float64: the difference of two float32 values is exact there
+                tendency = np.subtract(x[later], before, dtype=np.float64)
+                tendencies = tendencies.combine(Moments.of(tendency, weights, lat_axis))
+                del tendency, before
             # keep the earlier times a later block pairs with: within one step of this block's end
             known_times = np.concatenate([carry_times, block_times])
             keep = np.isin(known_times, pairs) & (known_times + step > block_times[-1])
