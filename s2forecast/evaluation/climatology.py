@@ -697,11 +697,11 @@ def _sum_slots(task: _SumTask, job: _Job) -> bool:
                 if not slots:
                     continue
                 values = block[offset]
-                if np.isinf(values).any():
-                    name = f"variable {task.name}" if task.name is not None else "the truth"
-                    raise _infinite_error(name, times[position])
-                missing = np.isnan(values)
-                if missing.any():
+                if not np.isfinite(values.sum(dtype=np.float64)):  # one pass; the masks only for NaN or inf
+                    if np.isinf(values).any():
+                        name = f"variable {task.name}" if task.name is not None else "the truth"
+                        raise _infinite_error(name, times[position])
+                    missing = np.isnan(values)
                     values = np.where(missing, 0.0, values)
                     nans = np.zeros(sums.shape, dtype=np.int32) if nans is None else nans
                     for slot in slots:
