@@ -407,6 +407,29 @@ def test_resume_after_interruption(monthly, tmp_path, monkeypatch):
     assert ds["written"].values.all()
 
 
+def test_slabs_are_written_one_variable_at_a_time_without_a_netcdf_chunk_cache(monthly, tmp_path, monkeypatch):
+    """A slab's memory is one variable's, and no open input keeps decompressed chunks (HDF5's default
+    cache is 64 MiB per variable of every open file); the caller's cache setting is restored."""
+    import netCDF4
+
+    import s2forecast.data.convert_era5 as convert_module
+
+    before = netCDF4.get_chunk_cache()
+    writes, original = [], convert_module.write_region
+
+    def write_region(target, values, start):
+        writes.append((start, sorted(values.data_vars), netCDF4.get_chunk_cache()[0]))
+        original(target, values, start)
+
+    monkeypatch.setattr(convert_module, "write_region", write_region)
+    out = convert(monthly, tmp_path / "era5.zarr", time_chunk=2)
+    assert writes and all(len(names) == 1 and cache == 0 for _, names, cache in writes)
+    variables = sorted(name for name, var in open_store(out).data_vars.items() if "time" in var.dims)
+    assert sorted({name for _, names, _ in writes for name in names}) == [v for v in variables if v != "written"]
+    assert netCDF4.get_chunk_cache() == before
+    np.testing.assert_array_equal(open_store(out)["temperature"].values, source(monthly[:2], "t").values)
+
+
 def test_rerun_on_complete_store_is_a_noop(monthly, tmp_path, monkeypatch):
     out = convert(monthly, tmp_path / "era5.zarr")
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
