@@ -446,6 +446,9 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
     infinite = np.zeros((part.stop - part.start, channels), dtype=bool)
     # earlier times of tendencies whose later time comes in a later block: first those before this part
     carry_times, carry = times[part.carry], (_block(var.isel(time=part.carry)) if part.carry.size else None)
+    # float64 scratch of one block, reused: fields' deviations, tendencies, theirs (no page faults per block)
+    size = block * channels * int(np.prod([var.sizes[d] for d in ("latitude", "longitude")]))
+    work, differences = np.empty(size), np.empty(size)
     with background() as reader:  # the next block is read (decompressed) while this one is reduced
         pending = reader.submit(_block, var.isel(time=slice(part.start, min(part.start + block, part.stop))))
         for start in range(part.start, part.stop, block):
@@ -453,7 +456,7 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
             if start + block < part.stop:
                 pending = reader.submit(_block, var.isel(time=slice(start + block, min(start + 2 * block, part.stop))))
             block_times = times[start : start + x.shape[0]]
-            moments = Moments.of(x, weights, lat_axis)
+            moments = Moments.of(x, weights, lat_axis, out=work)
             if not (np.isfinite(moments.mean).all() and np.isfinite(moments.m2).all()):
                 # only then: it costs a pass
                 infinite[start - part.start : start - part.start + x.shape[0]] = np.isinf(x).any((-2, -1))
@@ -469,8 +472,9 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
                 if (~inside).any():
                     before[~inside] = carry[np.searchsorted(carry_times, earlier[~inside])]
                 # in float64: the difference of two float32 values is exact there
-                tendency = np.subtract(x[later], before, dtype=np.float64)
-                tendencies = tendencies.combine(Moments.of(tendency, weights, lat_axis))
+                tendency = differences[: before.size].reshape(before.shape)
+                np.subtract(x[later], before, dtype=np.float64, out=tendency)
+                tendencies = tendencies.combine(Moments.of(tendency, weights, lat_axis, out=work))
                 del tendency, before
             # keep the earlier times a later block pairs with: within one step of this block's end
             known_times = np.concatenate([carry_times, block_times])
