@@ -155,7 +155,7 @@ def test_available_on_cpu_is_honest(monkeypatch, interpret, op, name):
     monkeypatch.setenv("TRITON_INTERPRET", interpret)
     backend = choose(op, name, "cpu")
     grid = Grid(8, 16)
-    q, k, v = qkv(grid)
+    q, k, v = qkv(grid, heads=1)  # whether it runs: one head (the interpreter runs a program per head)
     try:
         call(backend, q, k, v, prepare(backend, grid), grid)
         ran = True
@@ -220,7 +220,7 @@ def test_backend_objects_equal_the_functional_ops(op, name):
 def test_neighborhood_backends_agree_on_one_state_each():
     """blocked, fused (interpreted) and reference from their own states give one answer."""
     grid = Grid(9, 20, "legendre-gauss")
-    q, k, v = qkv(grid)
+    q, k, v = qkv(grid, heads=1)  # the states are made without the head count
     outputs = {}
     for name in BACKENDS["neighborhood"]:
         backend = choose("neighborhood", name)
