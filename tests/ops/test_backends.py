@@ -17,6 +17,13 @@ from s2forecast.ops.backends import BACKENDS, backend_names, choose
 from s2forecast.ops.cuda.tables import interpreting
 from s2forecast.ops.prepared import flatten, unflatten
 
+try:  # triton.jit picks interpreted or compiled kernels when they are first imported: here, under
+    # conftest's TRITON_INTERPRET, not in test_available_on_cpu_is_honest's TRITON_INTERPRET=0
+    # (which a pytest-xdist worker may run before any other test of the fused kernels)
+    importlib.import_module("s2forecast.ops.cuda.fused_indexed_attention")
+except ImportError:  # no Triton: the fused backends say they are not available
+    pass
+
 BALL = {"ball_size": 32, "block_size": 4, "top_k": 2, "group_size": 4}
 
 
