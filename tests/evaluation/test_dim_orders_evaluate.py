@@ -2,6 +2,9 @@
 (issues 27, 28): the scores, spectra and maps are those of the canonical layout, and a plot that
 fails never loses the scores."""
 
+import inspect
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -80,15 +83,57 @@ def run(forecast, truth, out, **options):
     return open_results(out)
 
 
+# the plots drawn from the results alone; the maps are drawn from the inputs
+FROM_RESULTS = ("plot_scores", "plot_spectra", "plot_scorecard")
+
+
+def record_plots(monkeypatch, draw: bool) -> list[tuple[str, dict]]:
+    """The calls of the FROM_RESULTS plots (name, arguments but the path), in order; each drawn if
+    ``draw``, else only its (empty) file written."""
+    calls = []
+    for name in FROM_RESULTS:
+        real = getattr(plots, name)
+
+        def record(*args, _name=name, _real=real, **kwargs):
+            arguments = inspect.signature(_real).bind(*args, **kwargs).arguments
+            path = Path(arguments.pop("path"))
+            calls.append((_name, arguments))
+            if draw:
+                return _real(*args, **kwargs)
+            path.touch()
+            return path
+
+        monkeypatch.setattr(plots, name, record)
+    return calls
+
+
+def assert_same_calls(ours: list, theirs: list) -> None:
+    """The same plots with the same arguments (arrays to the tolerance of the results)."""
+    assert [name for name, _ in ours] == [name for name, _ in theirs]
+    for (name, a), (_, b) in zip(ours, theirs, strict=True):
+        assert a.keys() == b.keys(), name
+        for key in a:
+            if isinstance(a[key], xr.DataArray):
+                xr.testing.assert_allclose(a[key], b[key], rtol=1e-12, atol=0)
+            elif isinstance(a[key], np.ndarray):
+                np.testing.assert_allclose(a[key], b[key], rtol=1e-12, atol=0, err_msg=f"{name} {key}")
+            else:
+                assert a[key] == b[key], (name, key)
+
+
 @pytest.fixture(scope="module")
 def canonical(tmp_path_factory):
-    """The inputs and results of the canonical-layout evaluation, plots included."""
+    """The inputs and results of the canonical-layout evaluation, plots included (and the
+    arguments of those drawn from the results)."""
     root = tmp_path_factory.mktemp("canonical")
     truth = truth_data()
     forecast = forecast_data(truth)
     forecast.to_netcdf(root / "forecast.nc")
-    results = run(root / "forecast.nc", write_truth(truth, root / "truth.zarr"), root / "metrics.nc")
-    return truth, forecast, results, root / "metrics_plots"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        calls = record_plots(monkeypatch, draw=True)
+        results = run(root / "forecast.nc", write_truth(truth, root / "truth.zarr"), root / "metrics.nc")
+    assert calls
+    return truth, forecast, results, root / "metrics_plots", calls
 
 
 def assert_same_results(ours: xr.Dataset, theirs: xr.Dataset) -> None:
@@ -100,13 +145,17 @@ def assert_same_results(ours: xr.Dataset, theirs: xr.Dataset) -> None:
 
 
 @pytest.mark.parametrize(("truth_dims", "forecast_dims", "latitude"), LAYOUTS)
-def test_scores_spectra_and_maps_as_in_the_canonical_layout(canonical, tmp_path, truth_dims, forecast_dims,
-                                                            latitude):  # fmt: skip
-    truth, forecast, reference, reference_plots = canonical
+def test_scores_spectra_and_maps_as_in_the_canonical_layout(canonical, tmp_path, monkeypatch, truth_dims,
+                                                            forecast_dims, latitude):  # fmt: skip
+    truth, forecast, reference, reference_plots, reference_calls = canonical
     in_layout(forecast, forecast_dims, latitude).to_netcdf(tmp_path / "forecast.nc")
     store = write_truth(truth, tmp_path / "truth.zarr", truth_dims, latitude)
+    # the plots of the results get the canonical run's arguments (and so would draw its PNGs):
+    # recorded, not drawn, here (most of the time of an evaluation this small); the maps are drawn
+    calls = record_plots(monkeypatch, draw=False)
     results = run(tmp_path / "forecast.nc", store, tmp_path / "metrics.nc")
     assert_same_results(results, reference)
+    assert_same_calls(calls, reference_calls)
     plots_dir = tmp_path / "metrics_plots"
     maps = sorted(path.name for path in reference_plots.glob("*_maps.png"))
     assert maps and maps == sorted(path.name for path in plots_dir.glob("*_maps.png"))
@@ -116,7 +165,7 @@ def test_scores_spectra_and_maps_as_in_the_canonical_layout(canonical, tmp_path,
 
 
 def test_a_forecast_in_another_order_than_its_truth(canonical, tmp_path):
-    truth, forecast, reference, _ = canonical
+    truth, forecast, reference, *_ = canonical
     in_layout(forecast, ("time", "prediction_timedelta", "level", "longitude", "latitude"), "south").to_netcdf(
         tmp_path / "forecast.nc"
     )
@@ -125,7 +174,7 @@ def test_a_forecast_in_another_order_than_its_truth(canonical, tmp_path):
 
 
 def test_spectra_and_maps_take_any_dim_order(canonical, tmp_path):
-    truth, forecast, _, _ = canonical
+    truth, forecast, *_ = canonical
     f = forecast["2m_temperature"].isel(time=[0]).astype(np.float64)
     inits = f["time"].values
     o = xr.concat([truth["2m_temperature"].sel(time=inits + lead).assign_coords(time=inits) for lead in LEADS],
@@ -143,7 +192,7 @@ def test_spectra_and_maps_take_any_dim_order(canonical, tmp_path):
 
 
 def test_a_failing_plot_keeps_the_scores(canonical, tmp_path, monkeypatch):
-    truth, forecast, reference, _ = canonical
+    truth, forecast, reference, *_ = canonical
     forecast.to_netcdf(tmp_path / "forecast.nc")
     store = write_truth(truth, tmp_path / "truth.zarr")
 

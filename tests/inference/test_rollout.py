@@ -274,10 +274,10 @@ def test_rollout_on_another_grid(trained, tmp_path):
     assert forecast.sizes["latitude"] == 16 and np.isfinite(forecast["vorticity"].values).all()
 
 
-@pytest.mark.slow  # a script in a subprocess
-def test_robustness_script(trained, tmp_path):
+@pytest.mark.slow  # the script end to end
+def test_robustness_script(trained, tmp_path, monkeypatch, capsys):
     import json
-    import subprocess
+    import runpy
     import sys
     from pathlib import Path
 
@@ -286,10 +286,12 @@ def test_robustness_script(trained, tmp_path):
     generate_swe(finer, 16, 32, trajectories=1, steps=3, progress=False)
     compute_stats(finer)
     script = Path(__file__).parents[2] / "scripts" / "robustness.py"
-    command = [sys.executable, str(script), "--ckpt", str(checkpoint), "--store", str(store), "--angles", "3",
-               "--samples", "2", "--other-store", str(finer)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    command = [str(script), "--ckpt", str(checkpoint), "--store", str(store), "--angles", "3", "--samples", "2",
+               "--other-store", str(finer)]  # fmt: skip
+    # as `python scripts/robustness.py ...` runs it (as __main__, its argv), in this process: a fresh
+    # interpreter would spend most of the test importing torch and s2forecast again
+    monkeypatch.setattr(sys, "argv", command)
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["test"] for r in rows] == ["rotation"] * 3 + ["resolution"]
     assert rows[-1]["grid"] == "16x32" and all(np.isfinite(r["rmse"]) for r in rows)

@@ -88,26 +88,52 @@ def siblings(out: Path) -> list[Path]:
     return sorted(out.parent.glob(f".{out.name}.s2forecast-*"))
 
 
-def recorded_torchrun(checkpoint, store, out: Path, *extra) -> subprocess.CompletedProcess:
-    """A 2-process rollout that succeeds with each rank writing its own whole batches."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(script: Path, argv: list[str], **env) -> list[subprocess.Popen]:
+    """Ranks 0 and 1 of ``script`` started as srun starts them, without a launcher: each is told its
+    rank and where to meet in its environment."""
+    meeting = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **env}
+    return [
+        subprocess.Popen([sys.executable, str(script), *argv],
+                         env={**environment(), **meeting, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+
+
+def recorded_run(checkpoint, store, out: Path, *extra, launcher: bool = True) -> None:
+    """A 2-process rollout, under torchrun (or, without ``launcher``, as srun starts it), that
+    succeeds with each rank writing its own whole batches."""
     script = out.parent / "recorder.py"
     script.write_text(RECORDER)
     record = out.parent / f"{out.name}.record"
     record.mkdir()
-    done = torchrun(*rollout_args(checkpoint, store, out, *extra), script=script, RECORD=str(record))
-    assert done.returncode == 0, done.stderr[-3000:]
+    argv = rollout_args(checkpoint, store, out, *extra)
+    if launcher:
+        done = torchrun(*argv, script=script, RECORD=str(record))
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("wrote ") == 1  # rank 0 reports
+    else:
+        ranks = start_ranks(script, argv, RECORD=str(record))
+        outputs = [rank.communicate(timeout=300) for rank in ranks]
+        assert [rank.returncode for rank in ranks] == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+        assert [out.count("wrote ") for out, _ in outputs] == [1, 0]  # rank 0 reports
     starts = [sorted(set((record / f"rank{rank}").read_text().split())) for rank in (0, 1)]
     assert starts == [["0"], ["2", "4"]]  # each rank its own whole batches
-    assert done.stdout.count("wrote ") == 1  # rank 0 reports
     assert siblings(out) == []
-    return done
 
 
 @pytest.mark.slow  # the deterministic model: test_a_killed_rank_..._and_a_rerun_completes_it
 def test_two_processes_write_the_one_process_file_of_an_ensemble(crps_run, swe_store, tmp_path):
     extra = ("--members", "2", "--shards", "2")
     cli(rollout_args(crps_run.checkpoint, swe_store, tmp_path / "one.zarr", *extra))
-    recorded_torchrun(crps_run.checkpoint, swe_store, tmp_path / "two.zarr", *extra)
+    # without torchrun (a process less to start): the killed-rank test reruns under torchrun
+    recorded_run(crps_run.checkpoint, swe_store, tmp_path / "two.zarr", *extra, launcher=False)
     assert_same_forecast(tmp_path / "one.zarr", tmp_path / "two.zarr")
 
 
@@ -131,16 +157,10 @@ def test_a_killed_rank_leaves_nothing_readers_take_and_a_rerun_completes_it(
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
     assert not (tmp_path / "m.nc").exists()
 
-    recorded_torchrun(checkpoint, swe_store, out)  # the same command, no --overwrite needed
-    # the killed run's temporary store was removed (recorded_torchrun checks siblings)
+    recorded_run(checkpoint, swe_store, out)  # the same command, no --overwrite needed
+    # the killed run's temporary store was removed (recorded_run checks siblings)
     cli(rollout_args(checkpoint, swe_store, tmp_path / "one.zarr"))
     assert_same_forecast(tmp_path / "one.zarr", out)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -148,13 +168,7 @@ def test_without_a_launcher_the_survivor_of_a_killed_rank_fails_in_one_line(mse_
     """As under srun, which leaves the other tasks running: rank 0 notices, removes its temporary store, exits 2."""
     out, script = tmp_path / "f.zarr", tmp_path / "killer.py"
     script.write_text(KILLER)
-    argv = [sys.executable, str(script), *rollout_args(mse_run_1_epoch.checkpoint, swe_store, out)]
-    meeting = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    ranks = [
-        subprocess.Popen(argv, env={**environment(), **meeting, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for rank in (0, 1)
-    ]  # fmt: skip
+    ranks = start_ranks(script, rollout_args(mse_run_1_epoch.checkpoint, swe_store, out))
     (_, err0), _ = (rank.communicate(timeout=300) for rank in ranks)
     assert [rank.returncode for rank in ranks] == [2, -signal.SIGKILL]
     assert [line for line in err0.splitlines() if line.strip()] == [

@@ -181,7 +181,9 @@ def test_descent_picks_distinct_blocks_outside_the_own_ball(kind, shape, ball_si
 @pytest.mark.slow  # gradcheck through the kernels: about 90 s on CPU
 def test_hierarchical_layer_gradcheck():
     grid = Grid(8, 16)
-    inputs = [t.detach()[:1, :1, :, :4].requires_grad_() for t in qkv(grid)]
+    # head_dim 2: the numerical Jacobian costs two forwards per input element, and every
+    # dimension takes the same path through the kernels
+    inputs = [t.detach()[:1, :1, :, :2].requires_grad_() for t in qkv(grid)]
 
     def op(q, k, v):
         return ball_sparse_attention(q, k, v, grid, ball_size=16, block_size=4, top_k=2, compression_window=4)

@@ -1,8 +1,11 @@
 """The benchmark script runs end to end on a tiny case and prints the documented keys."""
 
 import argparse
+import contextlib
+import io
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,13 +32,14 @@ def load_script():
 @pytest.mark.slow  # the benchmark's cases in subprocesses
 def test_bench_attention_prints_json_lines(capsys):
     load_script().main(["--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2", "--device", "cpu",
-                        "--repeats", "1", "--op", "neighborhood"])  # fmt: skip
+                        "--repeats", "1", "--op", "neighborhood", "--threads", "1"])  # fmt: skip
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {row["impl"] for row in rows} == {"s2forecast", "s2forecast-reference", "torch-harmonics", "sdpa-dense"}
     for row in rows:
         assert "error" not in row, row
         assert KEYS <= row.keys()
         assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
+        assert row["threads"] == 1 and row["load_1min"] >= 0  # each case's process took --threads
 
 
 @pytest.mark.parametrize("shape, theta", [((8, 16), 0.6), ((12, 15), 1.2), ((16, 32), 0.25)])
@@ -93,13 +97,28 @@ def test_config_cases():
     assert b["theta"] == pytest.approx(math.pi / 179)
 
 
-@pytest.mark.slow  # the benchmark's cases in subprocesses
-def test_bench_attention_rounds_interleave_and_report_threads_and_load(capsys):
+def test_bench_attention_rounds_interleave(capsys, monkeypatch):
+    """Round r runs every case before round r+1 starts. Each case's process is run in this one
+    (its ``--case`` command line through ``main``): test_bench_attention_prints_json_lines runs
+    them as processes; here only their order counts."""
+    bench = load_script()
+    commands = []
+
+    def in_this_process(command, **kwargs):
+        commands.append(command)
+        assert command[:3] == [sys.executable, bench.__file__, "--case"]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            bench.main(command[2:])
+        return subprocess.CompletedProcess(command, 0, out.getvalue(), "")
+
+    monkeypatch.setattr(bench.subprocess, "run", in_this_process)
     argv = ["--nlat", "8", "--nlon", "16", "--channels", "16", "--heads", "2", "--device", "cpu", "--repeats", "1"]
-    load_script().main([*argv, "--op", "neighborhood", "--rounds", "2", "--threads", "1", "--impl", "s2forecast"])
+    bench.main([*argv, "--op", "neighborhood", "--rounds", "2"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [row["round"] for row in rows] == [0, 1]
-    assert all(row["threads"] == 1 and row["load_1min"] >= 0 for row in rows)
+    impls = ["s2forecast", "s2forecast-reference", "torch-harmonics", "sdpa-dense"]
+    assert [(row["impl"], row["round"]) for row in rows] == [(impl, r) for r in (0, 1) for impl in impls]
+    assert len(commands) == 8 and all("error" not in row for row in rows)
 
 
 @pytest.mark.parametrize("option", [["--rounds", "0"], ["--threads", "0"]])
