@@ -156,6 +156,10 @@ def spherical_harmonic_power(field: xr.DataArray) -> xr.DataArray:
     )
 
 
+# fields transformed at once: at 0.25 deg each holds ~25 MB of Fourier and Legendre coefficients in flight
+SH_FIELDS = 8
+
+
 def _sh_power(values: np.ndarray, grid: Grid) -> np.ndarray:
     """(..., nlat, nlon) north-first values -> (..., lmax) power per degree (area mean units)."""
     from torch_harmonics.truncation import truncate_sht
@@ -166,16 +170,25 @@ def _sh_power(values: np.ndarray, grid: Grid) -> np.ndarray:
     exact = grid.nlat if kind == "legendre-gauss" else (grid.nlat + 1) // 2
     lmax, mmax = truncate_sht(grid.nlat, grid.nlon, lmax=exact, grid=kind)
     table = _weighted_legendre(mmax, lmax, grid.nlat, grid.kind)  # (mmax, lmax, nlat)
-    fourier = np.fft.rfft(values, axis=-1, norm="forward")[..., :mmax]  # (..., nlat, mmax)
+    flat = values.reshape(-1, grid.nlat, grid.nlon)
+    power = np.empty((flat.shape[0], lmax))
+    for start in range(0, flat.shape[0], SH_FIELDS):  # a few fields at a time: memory independent of their number
+        power[start : start + SH_FIELDS] = _sh_power_of(flat[start : start + SH_FIELDS], table, mmax)
+    return power.reshape(*values.shape[:-2], lmax)
+
+
+def _sh_power_of(fields: np.ndarray, table: np.ndarray, mmax: int) -> np.ndarray:
+    """(fields, nlat, nlon) -> (fields, lmax) power per degree, with the weighted Legendre ``table``."""
+    fourier = np.fft.rfft(fields, axis=-1, norm="forward")[..., :mmax]  # (fields, nlat, mmax)
     # c_lm = int f Y_lm^* dOmega = 2 pi sum_j w_j P_lm(x_j) F_m(theta_j): per m one real matrix product
     # (BLAS) of the fields' real and of their imaginary parts (7x faster than an einsum at 0.25 deg)
-    fields = fourier.reshape(-1, grid.nlat, mmax).transpose(2, 1, 0)  # (mmax, nlat, fields)
-    real, imag = np.ascontiguousarray(fields.real), np.ascontiguousarray(fields.imag)
+    by_order = fourier.transpose(2, 1, 0)  # (mmax, nlat, fields)
+    real, imag = np.ascontiguousarray(by_order.real), np.ascontiguousarray(by_order.imag)
+    del fourier, by_order
     coefficients = np.matmul(table, real) + 1j * np.matmul(table, imag)  # (mmax, lmax, fields)
-    coefficients = 2 * np.pi * np.moveaxis(coefficients, -1, 0).reshape(*values.shape[:-2], mmax, lmax)
-    coefficients = np.swapaxes(coefficients, -1, -2)  # (..., lmax, mmax)
     twice = np.concatenate(([1.0], np.full(mmax - 1, 2.0)))  # m > 0 stands for +-m
-    return (np.abs(coefficients) ** 2 * twice).sum(axis=-1) / (4 * math.pi)
+    power = (np.abs(2 * np.pi * coefficients) ** 2 * twice[:, None, None]).sum(axis=0)  # (lmax, fields)
+    return power.T / (4 * math.pi)
 
 
 @functools.lru_cache(maxsize=1)  # one grid's table: 0.75 GB and 1-10 s at 0.25 deg, the same for every field

@@ -203,3 +203,19 @@ def test_bad_inputs_name_the_problem(t2m):
         spherical_harmonic_power(t2m.isel(latitude=slice(0, 20)))
     with pytest.raises(ValueError, match="must be aligned"):
         spectra(t2m.isel(time=[0]), t2m)
+
+
+def test_many_fields_are_transformed_a_few_at_a_time_with_the_same_powers():
+    """Fields go through the transform SH_FIELDS at a time (memory independent of their number): the
+    powers of a stack equal those of each field alone, past batch boundaries."""
+    from s2forecast.evaluation.spectra import SH_FIELDS
+
+    grid = Grid(16, 32, "equiangular")
+    coords = {"latitude": grid.lats_deg.numpy(), "longitude": grid.lons_deg.numpy()}
+    n = 2 * SH_FIELDS + 3
+    values = np.random.default_rng(0).standard_normal((n, 16, 32))
+    stack = xr.DataArray(values, dims=("sample", "latitude", "longitude"), coords=coords)
+    together = spherical_harmonic_power(stack).values
+    alone = np.stack([spherical_harmonic_power(stack.isel(sample=i)).values for i in range(n)])
+    np.testing.assert_allclose(together, alone, rtol=1e-12)
+    assert len(np.unique(together[:, 3])) == n  # each row is its own field's
