@@ -63,7 +63,10 @@ def run(argv: list[str]) -> None:
     """One ``s2forecast`` command in a fresh process (as a user runs it); stops on failure."""
     command = [sys.executable, "-m", "s2forecast.cli", *map(str, argv)]
     print("+ s2forecast " + " ".join(map(str, argv)), file=sys.stderr, flush=True)
-    subprocess.run(command, check=True, cwd=REPO, stdout=sys.stderr)  # stdout: only the JSON lines
+    done = subprocess.run(command, cwd=REPO, stdout=sys.stderr)  # stdout: only the JSON lines
+    if done.returncode != 0:  # the command printed its own one-line error above
+        raise SystemExit(f"crps_experiment: `s2forecast {argv[0]}` failed (exit {done.returncode}); rerun when fixed: "
+                         "the steps already done are kept")  # fmt: skip
 
 
 def trajectory_starts(store: Path) -> dict[int, np.datetime64]:

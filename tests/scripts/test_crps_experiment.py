@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).parents[2]
@@ -46,3 +47,13 @@ def test_tables_of_the_measured_lines(tmp_path):
     assert targets[2].endswith(f"| {worst:.3f} |")
     script.plot(rows + second, tmp_path / "crps.png")
     assert (tmp_path / "crps.png").stat().st_size > 10_000
+
+
+def test_a_failing_command_stops_the_experiment_in_one_line(tmp_path, capfd):
+    """A command that fails (here: a store that does not exist) ends the script with one line naming
+    the command, after the command's own message; no traceback."""
+    script = load_script()
+    with pytest.raises(SystemExit, match=r"crps_experiment: `s2forecast stats` failed \(exit 2\)"):
+        script.run(["stats", str(tmp_path / "missing.zarr"), "--no-progress"])
+    err = capfd.readouterr().err
+    assert "no zarr store at" in err and "Traceback" not in err
