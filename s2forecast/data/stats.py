@@ -402,7 +402,7 @@ def _block(var: xr.DataArray) -> np.ndarray:
 
 def _rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``array[index]`` along the first axis: a view when ``index`` is a run of consecutive rows."""
-    if index.size and index[-1] - index[0] + 1 == index.size and (np.diff(index) == 1).all():
+    if index.size and (np.diff(index) == 1).all():
         return array[index[0] : index[-1] + 1]
     return array[index]
 
