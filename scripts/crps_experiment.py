@@ -241,44 +241,47 @@ def targets(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """CRPS and ensemble-mean RMSE of vorticity, spread-skill of both fields and one member's
-    vorticity spectrum against the truth's at the last lead; each variant's first seed."""
+    """One row per field (height, vorticity): CRPS, ensemble-mean RMSE and spread-skill by lead,
+    and one member's power over the truth's per degree at the last lead (the target band 0.75-1.25
+    shaded); each variant's first seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    fig, axes = plt.subplots(2, 4, figsize=(18, 7.5))
     colors = plt.get_cmap("tab10").colors
     grouped = runs(rows)
-    for i, (model, seeds) in enumerate(grouped.items()):
-        mine, color = seeds[0], colors[i % len(colors)]
-        hours = [r["lead_hours"] for r in mine]
-        axes[0].plot(hours, [r["crps_vorticity"] * 1e6 for r in mine], color=color, label=model)
-        axes[1].plot(hours, [r["ensemble_mean_rmse_vorticity"] * 1e6 for r in mine], color=color, label=model)
-        if model != "mse":
-            axes[2].plot(hours, [r["spread_skill_vorticity"] for r in mine], "-", color=color, label=f"{model} ζ")
-            axes[2].plot(hours, [r["spread_skill_geopotential_height"] for r in mine], "--", color=color,
-                         label=f"{model} h")  # fmt: skip
-        power = np.asarray(mine[-1]["sh_power_forecast_vorticity"])
-        axes[3].loglog(np.arange(1, power.size), power[1:], color=color, label=model if model == "mse" else
-                       f"{model}, one member")  # fmt: skip
-    truth = np.asarray(next(iter(grouped.values()))[0][-1]["sh_power_truth_vorticity"])
-    axes[3].loglog(np.arange(1, truth.size), truth[1:], "k--", label="truth")
-    axes[3].set_ylim(bottom=truth[1:].max() * 1e-6)
-    axes[2].axhspan(0.9, 1.1, color="0.9")
+    units = {"geopotential_height": ("height", "m", 1.0), "vorticity": ("vorticity", "1e-6 s⁻¹", 1e6)}
     last = next(iter(grouped.values()))[0][-1]["lead_hours"]
-    titles = ("CRPS of vorticity (1e-6 s⁻¹)", "ensemble-mean RMSE of vorticity (1e-6 s⁻¹)",
-              "spread / skill (ζ solid, h dashed)", f"vorticity power per degree at {last:g} h")  # fmt: skip
-    for ax, title in zip(axes, titles, strict=True):
-        ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    for ax in axes[:3]:
-        ax.set_xlabel("lead time (h)")
-    axes[3].set_xlabel("total wavenumber l")
+    for row_axes, field in zip(axes, FIELDS, strict=True):
+        label, unit, scale = units[field]
+        truth = np.asarray(next(iter(grouped.values()))[0][-1][f"sh_power_truth_{field}"])
+        top = resolved_degree(truth) + 1
+        for i, (model, seeds) in enumerate(grouped.items()):
+            mine, color = seeds[0], colors[i % len(colors)]
+            hours = [r["lead_hours"] for r in mine]
+            row_axes[0].plot(hours, [r[f"crps_{field}"] * scale for r in mine], color=color, label=model)
+            row_axes[1].plot(hours, [r[f"ensemble_mean_rmse_{field}"] * scale for r in mine], color=color, label=model)
+            if model != "mse":
+                row_axes[2].plot(hours, [r[f"spread_skill_{field}"] for r in mine], color=color, label=model)
+            power = np.asarray(mine[-1][f"sh_power_forecast_{field}"])
+            row_axes[3].semilogy(np.arange(1, top), power[1:top] / truth[1:top], color=color,
+                                 label=model if model == "mse" else f"{model}, one member")  # fmt: skip
+        row_axes[2].axhspan(0.9, 1.1, color="0.9")
+        row_axes[3].axhspan(0.75, 1.25, color="0.9")
+        row_axes[3].axhline(1.0, color="k", lw=0.8)
+        titles = (f"CRPS of {label} ({unit}; MSE model: MAE)", f"ensemble-mean RMSE of {label} ({unit})",
+                  f"spread / skill of {label}", f"{label}: power / truth's per degree at {last:g} h")  # fmt: skip
+        for ax, title in zip(row_axes, titles, strict=True):
+            ax.set_title(title, fontsize=10)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+        for ax in row_axes[:3]:
+            ax.set_xlabel("lead time (h)")
+        row_axes[3].set_xlabel("total wavenumber l")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
 
 
 def main() -> None:
