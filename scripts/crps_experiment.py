@@ -2,16 +2,18 @@
 """Issues 17 and 30's shallow-water experiment: the S2 neighborhood model trained with MSE against
 the same model trained as an ensemble with the CRPS, in several variants, with the same budget.
 
-Variants (``--variants``; each CRPS variant is a config layered on ``s2_neighborhood_crps.yaml``):
+Variants (``--variants``; each CRPS variant is ``s2_neighborhood_crps.yaml``, the best of issue 30's
+experiment, possibly with overlays):
 - ``mse``: ``configs/swe/s2_neighborhood.yaml``, deterministic, the reference;
-- ``crps``: + ``s2_neighborhood_crps.yaml``: 8 smooth spherical noise fields into the adaptive
-  norms, fair CRPS, 4 members (issue 17's model);
-- ``fgn``: + ``s2_neighborhood_crps_fgn.yaml``: a 32-dimensional noise vector into the norms;
-- ``latent``: + ``s2_neighborhood_crps_latent.yaml``: the noise fields added to the latent state;
-- ``white_ar1``: + ``s2_neighborhood_crps_white_ar1.yaml``: white noise fields, AR(1) rho = 0.5
-  over the rollout steps;
-- ``losses``: + ``s2_neighborhood_crps_losses.yaml``: today's noise, almost-fair CRPS (alpha
-  0.95) + 0.02 spectral CRPS, 2-step rollouts from the 4th epoch.
+- ``losses``: + ``s2_neighborhood_crps.yaml``: 8 smooth spherical noise fields into the adaptive
+  norms, 4 members, almost-fair CRPS (alpha 0.95) + 0.02 spectral CRPS, 2-step rollouts from the
+  4th epoch (the best of issue 30: the config's defaults);
+- ``crps``: + ``s2_neighborhood_crps_fair.yaml``: the same noise, the fair CRPS alone, one step
+  (issue 17's model);
+- ``fgn``: + ``_fair`` + ``s2_neighborhood_crps_fgn.yaml``: a 32-dimensional noise vector into the norms;
+- ``latent``: + ``_fair`` + ``s2_neighborhood_crps_latent.yaml``: the noise fields added to the latent state;
+- ``white_ar1``: + ``_fair`` + ``s2_neighborhood_crps_white_ar1.yaml``: white noise fields, AR(1)
+  rho = 0.5 over the rollout steps.
 
 Every variant gets the same budget: ``--steps`` optimizer steps of the configs' batch (4) and
 members (4), width ``--embed-dim``, 4 layers, on trajectories [0, train) of the store; each seed
@@ -48,13 +50,14 @@ REPO = Path(__file__).resolve().parents[1]
 SWE = REPO / "configs" / "swe"
 MSE = [SWE / "s2_neighborhood.yaml"]
 CRPS = [*MSE, SWE / "s2_neighborhood_crps.yaml"]
+FAIR = [*CRPS, SWE / "s2_neighborhood_crps_fair.yaml"]
 VARIANTS = {
     "mse": MSE,
-    "crps": CRPS,
-    "fgn": [*CRPS, SWE / "s2_neighborhood_crps_fgn.yaml"],
-    "latent": [*CRPS, SWE / "s2_neighborhood_crps_latent.yaml"],
-    "white_ar1": [*CRPS, SWE / "s2_neighborhood_crps_white_ar1.yaml"],
-    "losses": [*CRPS, SWE / "s2_neighborhood_crps_losses.yaml"],
+    "crps": FAIR,
+    "fgn": [*FAIR, SWE / "s2_neighborhood_crps_fgn.yaml"],
+    "latent": [*FAIR, SWE / "s2_neighborhood_crps_latent.yaml"],
+    "white_ar1": [*FAIR, SWE / "s2_neighborhood_crps_white_ar1.yaml"],
+    "losses": CRPS,
 }
 FIELDS = ("geopotential_height", "vorticity")
 

@@ -20,15 +20,37 @@ def load_script():
     return module
 
 
+def merged(configs: list[Path]) -> dict:
+    """The model and data options the layered YAML files set, the later file winning."""
+    out = {"network": {}, "model": {}, "data": {}}
+    for path in configs:
+        config = yaml.safe_load(path.read_text())
+        model = dict(config.get("model") or {})
+        out["network"].update(model.pop("network", None) or {})
+        out["model"].update(model)
+        out["data"].update((config.get("data") or {}).get("init_args") or {})
+    return out
+
+
 def test_variants_are_configs_layered_on_the_crps_config():
+    """The CRPS config holds the best variant ("losses"); issue 17's model ("crps") is it with the
+    fair-CRPS overlay, and the noise variants add their own config on top of that, as they ran."""
     script = load_script()
-    assert {"mse", "crps"} < set(script.VARIANTS) and len(script.VARIANTS) - 2 >= 3  # >= 3 new ones
-    crps = script.VARIANTS["crps"]
+    assert {"mse", "crps", "losses"} < set(script.VARIANTS) and len(script.VARIANTS) - 2 >= 3  # >= 3 new ones
+    base, fair = script.VARIANTS["losses"], script.VARIANTS["crps"]
+    assert base == [*script.MSE, REPO / "configs" / "swe" / "s2_neighborhood_crps.yaml"]
+    assert fair[: len(base)] == base and len(fair) == len(base) + 1
     for name, configs in script.VARIANTS.items():
         assert all(path.is_file() for path in configs), name
-        if name not in ("mse", "crps"):
-            assert configs[: len(crps)] == crps and len(configs) == len(crps) + 1
-            assert "model" in yaml.safe_load(configs[-1].read_text())  # a model section of its own
+        if name not in ("mse", "crps", "losses"):
+            assert configs[: len(fair)] == fair and len(configs) == len(fair) + 1
+            assert "network" in yaml.safe_load(configs[-1].read_text())["model"]  # a noise of its own
+    best, issue17 = merged(base), merged(fair)
+    assert best["model"]["crps_alpha"] == 0.95 and best["model"]["crps_spectral_weight"] == 0.02
+    assert best["model"]["rollout_max"] == best["data"]["rollout_steps"] == 2
+    assert issue17["model"]["crps_alpha"] == 1.0 and issue17["model"]["crps_spectral_weight"] == 0.0
+    assert issue17["model"]["rollout_max"] == issue17["data"]["rollout_steps"] == 1
+    assert issue17["network"] == best["network"]  # the same noise: only the loss differs
 
 
 def test_tables_of_the_measured_lines(tmp_path):
