@@ -1,6 +1,6 @@
 """scripts/crps_experiment.py without training: its variants are committed configs, and its tables
-and plot summarize the measured lines of issue 17 (docs/results/crps_experiment.jsonl) as the
-README shows them."""
+and plot summarize the measured lines of issues 17 and 30 (docs/results/crps_experiment.jsonl) as
+the README shows them."""
 
 import importlib.util
 import json
@@ -57,17 +57,18 @@ def test_tables_of_the_measured_lines(tmp_path):
     script = load_script()
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     text = script.table(rows)
-    assert "| crps | 0 | 24 | 37.39 | 19.77 | 0.95 | 0.711 | 0.378 | 1.01 |" in text  # the README's row
-    assert len(text.splitlines()) == 2 + 2 * 4  # two models x leads 1, 6, 12, 24
-    # a second seed of the CRPS model: one more line of targets, against the MSE run of seed 0
-    second = [dict(row, seed=1) for row in rows if row["model"] == "crps"]
-    targets = script.targets(rows + second).splitlines()
-    assert [line.split(" | ")[:2] for line in targets[2:]] == [["| crps", "0"], ["| crps", "1"]]
-    crps_rows = [row for row in rows if row["model"] == "crps"]
+    assert "| losses | 1 | 24 | 36.01 | 19.11 | 0.94 | 0.767 | 0.413 | 0.93 |" in text  # the README's row
+    assert len(text.splitlines()) == 2 + 6 * 4  # mse, 4 CRPS variants and a second seed x leads 1, 6, 12, 24
+    targets = script.targets(rows).splitlines()  # a line per variant and seed, against the MSE run of seed 0
+    runs = [line.split(" | ")[:2] for line in targets[2:]]
+    assert runs == [["| crps", "0"], ["| fgn", "0"], ["| white_ar1", "0"], ["| losses", "0"], ["| losses", "1"]]
+    second = [row for row in rows if row["model"] == "losses" and row["seed"] == 1]
     mse = {row["lead_hours"]: row for row in rows if row["model"] == "mse"}
-    worst = max(row[f"crps_{f}"] / mse[row["lead_hours"]][f"crps_{f}"] for row in crps_rows for f in script.FIELDS)
-    assert targets[2].endswith(f"| {worst:.3f} |")
-    script.plot(rows + second, tmp_path / "crps.png")
+    worst = max(row[f"crps_{f}"] / mse[row["lead_hours"]][f"crps_{f}"] for row in second for f in script.FIELDS)
+    assert targets[-1].endswith(f"| {worst:.3f} |")
+    readme = (REPO / "README.md").read_text()
+    assert text in readme and script.targets(rows) in readme  # the README shows these tables
+    script.plot(rows, tmp_path / "crps.png")
     assert (tmp_path / "crps.png").stat().st_size > 10_000
 
 
