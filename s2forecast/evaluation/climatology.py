@@ -446,9 +446,9 @@ def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
 # --- streaming: one pass over a store, bounded memory ------------------------------------------------
 
 # times read at once per variable: whole store chunks, about this many bytes. A block is held while the
-# next is read (and assembled from its chunks, a second copy), so ~3x this is the reading's share of a
-# task's memory: 128 MiB made a 64x32 record of 8 years peak at 0.98 GB, 32 MiB at 0.47 GB, same speed
-READ_BLOCK_BYTES = 32 * 2**20
+# next is read and assembled from its chunks (several copies on the way), so blocks cost memory and
+# buy no speed: at 121x240 over 2 years 32 MiB peaked at 0.78-0.86 GB, 4 MiB at 0.45 GB, same wall time
+READ_BLOCK_BYTES = 4 * 2**20
 OUTPUT_CHUNK_BYTES = 16 * 2**20  # output chunk: (days, 1 hour, 1 level, latitude, longitude), about this size
 SUMS_BYTES = 64 * 2**20  # float64 slot sums a task of the first pass holds: (slots, channel..., spatial...)
 SPATIAL_DIMS = ("latitude", "longitude")
