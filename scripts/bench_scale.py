@@ -129,6 +129,7 @@ class Case:
     report: Callable[[Run], dict] | None = None
     cleanup: Callable[[Run], None] | None = None
     distributed: bool = True  # takes --workers N (the data engine)
+    imports: str | None = None  # what the command imports before its work, for ratio_net (None: STARTUP)
 
 
 def _case_dir(run: Run, case: str) -> Path:
@@ -266,7 +267,8 @@ def rollout_argv(run: Run) -> list[str]:
 CASES = {
     "stats": Case(lambda run: ["stats", str(run.store), "--out", str(run.work / "stats.zarr"), "--no-progress"]),
     "climatology": Case(
-        lambda run: ["climatology", str(run.store), "--out", str(run.work / "clim.zarr"), "--no-progress"]
+        lambda run: ["climatology", str(run.store), "--out", str(run.work / "clim.zarr"), "--no-progress"],
+        imports="import s2forecast.cli, s2forecast.evaluation.climatology, s2forecast.data.store, dask.array, zarr",
     ),
     "evaluate": Case(
         evaluate_argv,
@@ -424,11 +426,16 @@ def main(argv=None) -> None:
     cases = [c for c in CASES if c in cases]  # each case's inputs are made by the cases before it
 
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scale_", dir="/tmp"))
+    created = args.workdir is None or not root.exists()  # only a directory this run made is removed whole
     root.mkdir(parents=True, exist_ok=True)
     try:
         startup, startup_rss, _ = measure([sys.executable, "-c", STARTUP])
         raw_startup, _, _ = measure([sys.executable, "-c", RAW_STARTUP])
         print(json.dumps({"case": "startup", "wall_s": round(startup, 2), "peak_rss_mb": round(startup_rss)}))
+        startups = {None: startup}  # by a case's imports (torch's or not)
+        for spec in (CASES[case] for case in cases):
+            if spec.imports not in startups:
+                startups[spec.imports] = measure([sys.executable, "-c", spec.imports])[0]
         for steps in [int(x) for x in args.steps.split(",")]:
             store = root / f"wb2_{nlat}x{nlon}_{steps}.zarr"
             write_store(store, nlat, nlon, steps, variables, levels, surface)
@@ -463,6 +470,7 @@ def main(argv=None) -> None:
                     if spec.cleanup:
                         spec.cleanup(run)
                     raw_rate = input_size / 1e6 / raw_wall
+                    own_startup = startups[spec.imports]
                     row = {
                         "case": case,
                         "workers": nworkers,
@@ -479,7 +487,9 @@ def main(argv=None) -> None:
                         "ratio": round(input_size / 1e6 / wall / raw_rate, 3),
                         # the same without the imports (s2forecast's torch, the baseline's xarray): the reading
                         # (null when the case took less than the startup alone: a load-dependent startup)
-                        "ratio_net": round((raw_wall - raw_startup) / (wall - startup), 3) if wall > startup else None,
+                        "ratio_net": round((raw_wall - raw_startup) / (wall - own_startup), 3)
+                        if wall > own_startup
+                        else None,
                         "grid": f"{nlat}x{nlon}",
                         "channels": len(variables) * len(levels) + len(surface),
                         "steps": steps,
@@ -493,7 +503,7 @@ def main(argv=None) -> None:
                     for work in root.glob(f"{case}_{steps}*"):
                         shutil.rmtree(work, ignore_errors=True)
     finally:
-        if not args.keep:
+        if not args.keep and created:
             shutil.rmtree(root, ignore_errors=True)
 
 

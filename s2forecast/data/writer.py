@@ -41,6 +41,7 @@ from s2forecast.output import (
     Output,
     check_target,
     clean_leftovers,
+    field_compressors,
     foreign_error,
     remove_own,
     written_by_s2forecast,
@@ -162,6 +163,7 @@ class StoreWriter:
                 var.attrs = {**var.attrs, **cf_attributes(name)}
             if "time" in var.dims:
                 var.encoding["chunks"] = tuple(1 if d == "time" else ds.sizes[d] for d in var.dims)
+                var.encoding["compressors"] = field_compressors()
                 if shards:  # xarray wants the (never computed) placeholder chunked as the shards
                     var.encoding["shards"] = tuple(shards if d == "time" else ds.sizes[d] for d in var.dims)
                     ds[name] = var.chunk({"time": shards})

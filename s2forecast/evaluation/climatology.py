@@ -39,7 +39,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.engine import Engine, background
-from s2forecast.output import zarr_attributes
+from s2forecast.output import field_compressors, zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
@@ -200,6 +200,7 @@ def compute_climatology(
     out=None,
     progress: bool = False,
     engine: Engine | None = None,
+    read_from: xr.Dataset | None = None,
 ) -> Data:
     """Climatology of ``truth`` in WB2 layout (see the module docstring for the conventions).
 
@@ -225,6 +226,11 @@ def compute_climatology(
         progress: with ``out``, a progress bar on stderr (on a terminal only).
         engine: with ``out``, where the tasks of the two passes run (``s2forecast.data.engine``:
             this process by default, or dask.distributed workers that see ``out``); the same values.
+        read_from: with ``out``, the store ``truth`` was opened from, in the store's own layout and
+            without dask (``data.store.open_zarr(path, None)``): blocks are read from it and put into
+            ``truth``'s layout in memory, 3x faster than through ``truth``'s dask graph when that
+            transposes WeatherBench2's (longitude, latitude). Ignored where its variables, once in
+            the readers' layout, do not match ``truth``'s dims and coordinates.
 
     Returns:
         dims ``(dayofyear 1..366, hour, [level], latitude, longitude)``; attrs
@@ -262,7 +268,8 @@ def compute_climatology(
         method, reason = _resolve_method(method, stamps)
         attrs = _climatology_attrs(truth.attrs, method, reason, window_days, period)
         data = truth.to_dataset(name=truth.name or "data") if isinstance(truth, xr.DataArray) else truth
-        return _stream_climatology(data, positions, stamps, method, window_days, attrs, out, progress, engine)
+        stored = read_from if read_from is not None and _same_layout(read_from, data) else None
+        return _stream_climatology(data, positions, stamps, method, window_days, attrs, out, progress, engine, stored)
     if not truth.indexes["time"].is_monotonic_increasing:  # a mean does not depend on the order: sort
         truth = truth.sortby("time")
     truth = _select_period(truth, start, end)
@@ -465,10 +472,12 @@ def _stream_climatology(
     out,
     progress: bool,
     engine: Engine | None = None,
+    stored: xr.Dataset | None = None,
 ) -> xr.Dataset:
     """Write the climatology of ``data`` at ``positions`` (storage order) to the zarr ``out``, in two
     passes of tasks run by ``engine`` (this process by default, or dask.distributed workers, which
-    then must see ``out``).
+    then must see ``out``). ``stored``: ``data`` as stored, without dask, to read the blocks from
+    (``_read_block``).
 
     1. Sums: per variable and range of consecutive slots ((dayofyear, hour), hour, or one slot for
        the mean), a task reads the times of those slots (per year one run of times, read in blocks
@@ -499,7 +508,8 @@ def _stream_climatology(
     engine = engine if engine is not None else Engine()
     try:
         scratch.mkdir()
-        job = engine.share(_Job(data, str(Path(out).absolute()), primary, extra, counts, method, hours, window_days))
+        job = _Job(data, str(Path(out).absolute()), primary, extra, counts, method, hours, window_days, stored)
+        job = engine.share(job)
         with tqdm(total=len(sums), desc="climatology", unit="task", disable=None if progress else True) as bar:
             has_nan = dict.fromkeys(data.data_vars, False)
             with contextlib.closing(engine.map(_sum_slots, sums, job)) as results:
@@ -565,7 +575,7 @@ def _output_template(data: xr.Dataset, hours: np.ndarray, attrs: dict) -> xr.Dat
         days = int(np.clip(OUTPUT_CHUNK_BYTES // max(points * dtype.itemsize, 1), 1, DAYS_OF_YEAR.size))
         chunks = (days, 1, *[1 if d in channel else variable.sizes[d] for d in dims[2:]])
         variables[name] = xr.DataArray(da.zeros(shape, dtype=dtype, chunks=chunks), dims=dims, attrs=variable.attrs)
-        encoding[name] = {"chunks": chunks}
+        encoding[name] = {"chunks": chunks, "compressors": field_compressors()}
     coords = {name: coord for name, coord in data.coords.items() if "time" not in coord.dims}
     coords.update(dayofyear=DAYS_OF_YEAR, hour=hours.astype(np.int64))
     template = xr.Dataset(variables, coords=coords, attrs=attrs)
@@ -599,6 +609,7 @@ class _Job:
     method: str
     hours: np.ndarray
     window_days: int
+    stored: xr.Dataset | None = None  # data as stored, without dask: what pass 1 reads (``_read_block``)
 
 
 @dataclass(frozen=True)
@@ -666,12 +677,46 @@ def _read_blocks(variable: xr.DataArray, positions: np.ndarray) -> list[tuple[in
     return blocks
 
 
-def _read_block(variable: xr.DataArray, start: int, stop: int) -> np.ndarray:
+def _read_block(variable: xr.DataArray, start: int, stop: int, stored: xr.DataArray | None = None) -> np.ndarray:
     """(stop - start, channel, points) values of the store's times ``start:stop``, dims ``(time,
-    channel..., spatial...)`` flattened: the one read of these chunks."""
+    channel..., spatial...)`` of ``variable`` flattened: the one read of these chunks.
+
+    ``stored``: the same variable as stored, without dask: its block is read as stored and put into
+    ``variable``'s layout in memory. A year of a 121x240 WeatherBench2 variable of 2 levels read
+    in 4 MiB blocks took 0.64 s so, 2.0 s through the transposing dask graph of ``open_store``."""
     channel, spatial = _order(variable)
-    block = variable.isel(time=slice(start, stop)).transpose("time", *channel, *spatial).values
-    return block.reshape(stop - start, _channels(variable), -1)
+    if stored is not None:
+        block = _in_model_order(stored.isel(time=slice(start, stop)))
+    else:
+        block = variable.isel(time=slice(start, stop))
+    values = np.ascontiguousarray(block.transpose("time", *channel, *spatial).values)
+    return values.reshape(stop - start, _channels(variable), -1)
+
+
+def _in_model_order(block: xr.DataArray) -> xr.DataArray:
+    """A block of a store's variable, read into memory and put in the readers' layout
+    (``data.store.to_model_order``: views, and a copy only where longitudes must be permuted)."""
+    from s2forecast.data.store import to_model_order
+
+    coords = {d: block[d].values for d in SPATIAL_DIMS if d in block.coords}
+    loaded = xr.DataArray(block.values, dims=block.dims, coords=coords, name="block")
+    return to_model_order(loaded.to_dataset())["block"]
+
+
+def _same_layout(stored: xr.Dataset, data: xr.Dataset) -> bool:
+    """Whether every variable of ``data`` is in ``stored`` with the same time axis, and in ``data``'s
+    dims and latitude/longitude once put in the readers' layout (checked on an empty block)."""
+    for name, variable in data.data_vars.items():
+        if name not in stored.data_vars or "time" not in stored[name].dims:
+            return False
+        if not np.array_equal(stored["time"].values, variable["time"].values):
+            return False
+        empty = _in_model_order(stored[name].isel(time=slice(0, 0)))
+        if empty.dims != variable.dims or any(
+            not np.array_equal(empty[d].values, variable[d].values) for d in SPATIAL_DIMS if d in variable.coords
+        ):
+            return False
+    return True
 
 
 def _sum_slots(task: _SumTask, job: _Job) -> bool:
@@ -683,16 +728,17 @@ def _sum_slots(task: _SumTask, job: _Job) -> bool:
         UserError: an infinite value, naming the variable and its time.
     """
     variable = job.data[task.name]
+    stored = job.stored[task.name] if job.stored is not None else None
     times = variable["time"].values
     n = task.stop - task.first
     sums = np.zeros((n, _channels(variable), _points(variable)))
     nans = None
     with background() as reader:
-        pending = reader.submit(_read_block, variable, *task.blocks[0])
+        pending = reader.submit(_read_block, variable, *task.blocks[0], stored)
         for i, (start, stop) in enumerate(task.blocks):
             block = pending.result()
             if i + 1 < len(task.blocks):
-                pending = reader.submit(_read_block, variable, *task.blocks[i + 1])
+                pending = reader.submit(_read_block, variable, *task.blocks[i + 1], stored)
             for offset, position in enumerate(range(start, stop)):
                 slots = [
                     s - task.first for s in (job.primary[position], job.extra[position]) if task.first <= s < task.stop
@@ -939,13 +985,15 @@ def write_climatology(
         The path of the written climatology.
     """
     from s2forecast.data.plausibility import check_store_plausible
-    from s2forecast.data.store import check_store_unchanged, open_store
+    from s2forecast.data.store import check_store_unchanged, open_store, open_zarr
     from s2forecast.output import Output
     from s2forecast.provenance import describe_input, history, python_call
+    from s2forecast.urls import is_url
 
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
         truth = open_store(store, chunks={}, storage_options=storage_options)  # complete stores only; dask: streamed
+        stored = open_zarr(store, None, **({"storage_options": storage_options or {}} if is_url(store) else {}))
         source = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
         check_store_plausible(source, store, list(source.data_vars))  # °C labelled K would make a "K" climatology
         # keep what describes the climatology, not the store's writer flags, marker and generation; the
@@ -959,6 +1007,6 @@ def write_climatology(
             **output.attrs,
         }
         compute_climatology(source, start=start, end=end, window_days=window_days, out=output.tmp, progress=progress,
-                            engine=engine)  # fmt: skip
+                            engine=engine, read_from=stored)  # fmt: skip
         check_store_unchanged(store, truth)
         return output.commit()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from s2forecast.output import field_compressors
+
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
 MEMBER_DIM = "realization"  # WeatherBench2's name of the ensemble dimension
 
@@ -121,9 +123,9 @@ class ForecastFile:
                          *((self.n_levels,) if pressure else ()), *self.shape)  # fmt: skip
                 vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
                 chunks = (1, 1, *((1,) if members else ()), *shape[2 + bool(members) :])
-                encoding = {}
+                encoding = {"compressors": field_compressors()}
                 if self.shards:  # the never-computed placeholder is chunked as the shards, as xarray requires
-                    encoding = {"chunks": chunks, "shards": (self.shards, 1, *shape[2:])}
+                    encoding.update(chunks=chunks, shards=(self.shards, 1, *shape[2:]))
                     chunks = encoding["shards"]
                 placeholder = da.full(shape, np.nan, dtype=np.float32, chunks=chunks)
                 data[name] = xr.Variable(vdims, placeholder, units[name], encoding=encoding)

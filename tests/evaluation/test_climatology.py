@@ -2,6 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+import zarr
 
 from s2forecast.evaluation import (
     acc,
@@ -320,9 +321,10 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
     blocks = []
     real_read = module._read_block
 
-    def read(variable, start, stop):
+    def read(variable, start, stop, stored=None):
+        assert stored is not None  # read as stored, put in the readers' layout in memory
         blocks.append((variable.name, start, stop))
-        return real_read(variable, start, stop)
+        return real_read(variable, start, stop, stored)
 
     monkeypatch.setattr(module, "_read_block", read)
     write_climatology(store, tmp_path / "clim.zarr")
@@ -334,6 +336,8 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
     assert clim["temperature"].dtype == np.float32 and clim["temperature"].attrs == {"units": "K"}
     np.testing.assert_array_equal(clim.latitude.values, lat)  # north to south, as stored and as the model's
     assert clim["temperature"].encoding["chunks"] == (50, 1, 1, lat.size, lon.size)
+    compressors = zarr.open_group(tmp_path / "clim.zarr", mode="r")["temperature"].compressors
+    assert [c.to_dict()["configuration"]["cname"] for c in compressors] == ["lz4"]  # output.field_compressors
     starts = [start for name, start, _ in blocks if name == "temperature"]
     assert starts == list(range(0, times.size, 48))  # each chunk read once, in blocks of 3 chunks
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clim.zarr", "wb2.zarr"]
@@ -343,6 +347,46 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
         expected = direct_climatology(values.astype(np.float64), times).swapaxes(-1, -2)  # (..., lat, lon)
         assert np.isfinite(expected).all()
         np.testing.assert_allclose(clim[name].values, expected, rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("layout", ["latitude, longitude", "south to north", "longitudes from -180"])
+def test_streamed_climatology_is_the_same_in_every_store_layout(layout, tmp_path, monkeypatch):
+    """The blocks are read as stored and put in the readers' layout in memory: every dim order, latitude
+    direction and longitude convention gives the climatology of the model-ordered store, to the bit."""
+    from s2forecast.evaluation import climatology as module
+    from s2forecast.evaluation.climatology import write_climatology
+
+    real_read, read_as_stored = module._read_block, []
+
+    def read(variable, start, stop, stored=None):
+        read_as_stored.append(stored is not None)
+        return real_read(variable, start, stop, stored)
+
+    monkeypatch.setattr(module, "_read_block", read)
+
+    times = pd.date_range("2003-12-01", "2005-01-31T18", freq="6h")
+    lat, lon = np.array([60.0, 20.0, -20.0, -60.0]), np.arange(0.0, 360.0, 60.0)
+    rng = np.random.default_rng(5)
+    values = 280.0 + rng.normal(size=(times.size, 2, lat.size, lon.size)).astype(np.float32)
+    model = xr.Dataset(
+        {"temperature": (("time", "level", "latitude", "longitude"), values, {"units": "K"})},
+        coords={"time": times, "level": [500, 850], "latitude": lat, "longitude": lon},
+    )
+    model.chunk(time=8).to_zarr(tmp_path / "model.zarr", zarr_format=2)
+    if layout == "latitude, longitude":
+        other = model.transpose("time", "longitude", "level", "latitude")  # level between the spatial dims
+    elif layout == "south to north":
+        other = model.isel(latitude=slice(None, None, -1)).transpose("time", "level", "longitude", "latitude")
+    else:
+        other = model.roll(longitude=3, roll_coords=True)
+        other = other.assign_coords(longitude=(other.longitude + 180.0) % 360.0 - 180.0)
+    other.chunk(time=8).to_zarr(tmp_path / "other.zarr", zarr_format=2)
+    write_climatology(tmp_path / "model.zarr", tmp_path / "model_clim.zarr")
+    write_climatology(tmp_path / "other.zarr", tmp_path / "other_clim.zarr")
+    expected, clim = open_climatology(tmp_path / "model_clim.zarr"), open_climatology(tmp_path / "other_clim.zarr")
+    assert read_as_stored and all(read_as_stored)
+    assert clim["temperature"].dims == expected["temperature"].dims
+    xr.testing.assert_equal(clim["temperature"], expected["temperature"])
 
 
 def test_streaming_to_an_existing_path_is_refused_and_leaves_it(tmp_path):

@@ -80,3 +80,16 @@ def test_bench_scale_refuses_bad_worker_counts(tmp_path, workers, message):
     with pytest.raises(SystemExit, match=message):
         load_script().main(["--workers", workers, "--workdir", str(tmp_path)])
     assert not list(tmp_path.iterdir())  # refused before any store is written
+
+
+def test_bench_scale_removes_only_what_it_wrote_in_a_given_workdir(tmp_path, capsys):
+    """--workdir names a directory of the user's: without --keep the run removes its stores and case
+    directories, not the directory itself nor anything else in it."""
+    workdir = tmp_path / "mine"
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("keep me")
+    load_script().main(["--grid", "8x4", "--steps", "2", "--levels", "500", "--variables", "temperature",
+                        "--cases", "stats", "--workdir", str(workdir)])  # fmt: skip
+    assert [json.loads(line)["case"] for line in capsys.readouterr().out.splitlines()] == ["startup", "stats"]
+    assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
+    assert (workdir / "notes.txt").read_text() == "keep me"
