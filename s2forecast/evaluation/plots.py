@@ -269,7 +269,7 @@ def plot_maps(
 
 
 def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label) -> Path:
-    # pcolormesh takes (latitude, longitude) arrays: put every field in that order, ascending
+    # pcolorfast takes (latitude, longitude) arrays: put every field in that order, ascending
     forecast, truth = (_map_order(data) for data in (forecast, truth))
     error = forecast - truth
     coast = None
@@ -297,7 +297,7 @@ def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_labe
             (f"{forecast_label} - truth", error.isel(prediction_timedelta=row).values, "RdBu_r", -emax, emax),
         )
         for ax, (name, values, cmap, low, high) in zip(axes[row], panels, strict=True):
-            mesh = ax.pcolormesh(lon, lat, values, cmap=cmap, vmin=low, vmax=high, shading="nearest")
+            mesh = ax.pcolorfast(_edges(lon), _edges(lat), values, cmap=cmap, vmin=low, vmax=high)
             ax.set_ylim(*lat_limits)
             ax.set_aspect("equal")  # a degree of latitude as long as one of longitude (plate carree)
             draw_coastlines(ax, lon, lat, coast)
@@ -309,6 +309,14 @@ def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_labe
             figure.colorbar(mesh, ax=ax, label=units, shrink=0.8)  # as tall as the 2:1 map
     figure.suptitle(title)
     return _save(figure, path)
+
+
+def _edges(centres: np.ndarray) -> np.ndarray:
+    """(n + 1,) cell edges of ascending cell ``centres``: half way between them, half a spacing past the ends."""
+    if centres.size < 2:
+        return np.array([centres[0] - 0.5, centres[0] + 0.5]) if centres.size else np.array([0.0, 1.0])
+    middle = 0.5 * (centres[1:] + centres[:-1])
+    return np.concatenate([[2 * centres[0] - middle[0]], middle, [2 * centres[-1] - middle[-1]]])
 
 
 def _map_order(data: xr.DataArray) -> xr.DataArray:

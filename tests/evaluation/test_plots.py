@@ -71,6 +71,42 @@ def test_maps_of_era5_draw_natural_earth_coastlines_without_a_mask(tmp_path, t2m
         assert ax.get_xlim() == pytest.approx((-2.0, 358.0)) and ax.get_ylim() == pytest.approx((-90.0, 90.0))
 
 
+@pytest.mark.parametrize("grid", ["equiangular", "uneven"])
+def test_maps_are_images_of_the_cells(grid, tmp_path, monkeypatch):
+    """Each panel is one image of the grid's cells (edges half way between the points), not a mesh of a
+    polygon per cell: at 0.25 deg a map of 4 leads peaked 0.5 GB lower and drew in 2.2 s instead of 5.9
+    s, with the same pixels. Latitude and longitude run the right way in any storage order."""
+    from matplotlib.image import AxesImage, PcolorImage
+
+    if grid == "equiangular":
+        lat = np.linspace(90.0, -90.0, 7)
+    else:  # unevenly spaced, north first (a Gaussian grid's spacing varies by less than 1 %: an image too)
+        lat = np.array([80.0, 60.0, 30.0, 0.0, -45.0, -80.0])
+    lon = np.arange(0.0, 360.0, 30.0)
+    values = np.arange(lat.size * lon.size, dtype=np.float64).reshape(1, lat.size, lon.size)
+    field = xr.DataArray(
+        values,
+        dims=("prediction_timedelta", "latitude", "longitude"),
+        coords={"prediction_timedelta": [np.timedelta64(6, "h")], "latitude": lat, "longitude": lon},
+    )
+    axes = []
+    real_draw = plots.draw_coastlines
+    monkeypatch.setattr(plots, "draw_coastlines", lambda ax, *a: axes.append(ax) or real_draw(ax, *a))
+    plots.plot_maps(field.transpose("longitude", "latitude", ...), field + 1, tmp_path / "maps.png", title="T")
+    forecast_panel = axes[0]
+    assert not forecast_panel.collections  # no QuadMesh
+    (image,) = forecast_panel.images
+    assert isinstance(image, AxesImage if grid == "equiangular" else PcolorImage)
+    np.testing.assert_array_equal(image.get_array(), values[0, ::-1])  # south first (ascending), as drawn
+    lat_edges = np.concatenate([[lat[-1] - (lat[-2] - lat[-1]) / 2], (lat[1:] + lat[:-1])[::-1] / 2,
+                                [lat[0] + (lat[0] - lat[1]) / 2]])  # fmt: skip
+    if grid == "equiangular":
+        np.testing.assert_allclose(image.get_extent(), (-15.0, 345.0, lat_edges[0], lat_edges[-1]))
+    else:
+        np.testing.assert_allclose(image._Ax, np.arange(-15.0, 360.0, 30.0))
+        np.testing.assert_allclose(image._Ay, lat_edges)
+
+
 def test_maps_free_their_figure_when_written(tmp_path, t2m):
     """A figure's reference cycles (a 0.25 deg map: ~0.3 GB) are freed when its PNG is written, not at the
     next automatic garbage collection, which may come after the next map is drawn."""
