@@ -289,22 +289,37 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
     positions = np.round(np.linspace(0, complete.size - 1, min(SPECTRA_INITS, complete.size))).astype(int)
     chosen = complete[np.unique(positions)]
     result = {}
-    for v in variables:
-        f = forecast[v].sel({INIT_DIM: chosen, LEAD_DIM: leads}).astype(np.float64).load()
-        member = member_dim(f.dims)
-        levels = f["level"].values if "level" in f.dims else None
-        valid = np.unique((chosen[:, None] + leads[None, :]).ravel())
-        o = _select_levels(truth[v], levels).sel({INIT_DIM: valid}).astype(np.float64).load()
-        o = truth_at_valid_times(o, f.isel({member: 0}, drop=True) if member else f).drop_vars("valid_time")
-        o = o.transpose(*(d for d in f.dims if d != member))
-        with np.errstate(invalid="ignore"):  # a field with a NaN or inf has NaN spectra (the scores count them)
-            pair = spectra.spectra(f, o, member_dim=member).rename(
-                source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"}
-            )
-        pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
-        result[f"{v}_sh_power"] = pair["sh_power"]
-        result[f"{v}_zonal_power"] = pair["zonal_power"]
+    try:
+        for v in variables:
+            # one init time at a time, its spectra summed: memory of one init time's fields whatever the number
+            # (at 0.25 deg, 8 init times at once held ~1.2 GB of fields and Fourier coefficients)
+            total = None
+            for init in chosen:
+                with xr.set_options(keep_attrs=True):
+                    one = _init_spectra(forecast[v], truth[v], init, leads)
+                    total = one if total is None else total + one
+            with xr.set_options(keep_attrs=True):
+                pair = (total / chosen.size).rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})
+            pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
+            result[f"{v}_sh_power"] = pair["sh_power"]
+            result[f"{v}_zonal_power"] = pair["zonal_power"]
+    finally:  # the grid's Legendre table (0.75 GB at 0.25 deg) is not needed by the plots that come next
+        spectra.release_tables()
     return xr.Dataset(result).assign_attrs(spectra_init_times=int(chosen.size))
+
+
+def _init_spectra(forecast: xr.DataArray, truth: xr.DataArray, init: np.datetime64, leads: np.ndarray) -> xr.Dataset:
+    """``spectra.spectra`` of one init time of a variable's ``forecast`` at ``leads`` and its truth."""
+    from s2forecast.evaluation import spectra
+
+    f = forecast.sel({INIT_DIM: [init], LEAD_DIM: leads}).astype(np.float64).load()
+    member = member_dim(f.dims)
+    levels = f["level"].values if "level" in f.dims else None
+    o = _select_levels(truth, levels).sel({INIT_DIM: np.unique(init + leads)}).astype(np.float64).load()
+    o = truth_at_valid_times(o, f.isel({member: 0}, drop=True) if member else f).drop_vars("valid_time")
+    o = o.transpose(*(d for d in f.dims if d != member))
+    with np.errstate(invalid="ignore"):  # a field with a NaN or inf has NaN spectra (the scores count them)
+        return spectra.spectra(f, o, member_dim=member)
 
 
 def write_results(results: xr.Dataset, path: Path) -> None:

@@ -219,3 +219,33 @@ def test_many_fields_are_transformed_a_few_at_a_time_with_the_same_powers():
     alone = np.stack([spherical_harmonic_power(stack.isel(sample=i)).values for i in range(n)])
     np.testing.assert_allclose(together, alone, rtol=1e-12)
     assert len(np.unique(together[:, 3])) == n  # each row is its own field's
+
+
+def test_evaluations_spectra_are_summed_one_init_time_at_a_time(t2m):
+    """``report.compute_spectra`` transforms one init time at a time (its memory does not grow with the
+    number of init times): the mean of those spectra is the spectra of all the init times at once; the
+    grid's Legendre table is freed afterwards (0.75 GB at 0.25 deg, not needed by the plots)."""
+    from s2forecast.evaluation import spectra as module
+    from s2forecast.evaluation.report import compute_spectra
+
+    hourly = t2m.isel(time=[0, 0, 0, 0, 0]).assign_coords(time=np.arange(5) * np.timedelta64(6, "h")
+                                                           + np.datetime64("2026-03-25T00", "ns"))  # fmt: skip
+    rng = np.random.default_rng(0)
+    truth_values = hourly + rng.normal(scale=2.0, size=hourly.shape)  # each time its own small scales
+    truth = xr.Dataset({"2m_temperature": truth_values.assign_attrs(units="K")})
+    leads = np.array([6, 12], dtype="timedelta64[h]").astype("timedelta64[ns]")
+    inits = truth["time"].values[:3]
+    forecast = xr.concat([truth_values.sel(time=inits + lead).assign_coords(time=inits) for lead in leads],
+                         dim="prediction_timedelta").assign_coords(prediction_timedelta=leads)  # fmt: skip
+    forecast = (forecast.transpose("time", "prediction_timedelta", ...) * 1.01).assign_attrs(units="K")
+    result = compute_spectra(xr.Dataset({"2m_temperature": forecast}), truth, ["2m_temperature"], leads)
+    assert module._weighted_legendre.cache_info().currsize == 0
+
+    observed = xr.concat([truth_values.sel(time=inits + lead).assign_coords(time=inits) for lead in leads],
+                         dim="prediction_timedelta").transpose(*forecast.dims)  # fmt: skip
+    at_once = spectra(forecast, observed.assign_coords(prediction_timedelta=leads))
+    for name in ("sh_power", "zonal_power"):
+        got = result[f"2m_temperature_{name}"]
+        np.testing.assert_allclose(got.values, at_once[name].values, rtol=1e-12)
+        assert got.attrs["units"] == at_once[name].attrs["units"]
+    assert result.attrs["spectra_init_times"] == 3
