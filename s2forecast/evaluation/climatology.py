@@ -482,9 +482,9 @@ def _stream_climatology(
     1. Sums: per variable and range of consecutive slots ((dayofyear, hour), hour, or one slot for
        the mean), a task reads the times of those slots (per year one run of times, read in blocks
        of whole store chunks: with one time per chunk, as every s2forecast and WeatherBench2
-       store, each chunk is read once) and adds them up per slot in float64, in time order; it
-       writes the sums (and the count of NaN per point, if any) to scratch files of its own inside
-       ``out`` (the sums of a 0.25° variable are larger than memory).
+       store, each chunk is read once) and adds them up per slot in float64, in time order (NaN
+       left out and counted per point); it writes the means, in float32, to a scratch file of its
+       own inside ``out`` (the means of a 0.25° variable are larger than memory).
     2. Means: per variable, channel (one index of the dims other than latitude/longitude) and
        hour, a task smooths the slot means along the periodic day of year with running sums (the
        triangular window is two boxes convolved) and writes them in output chunks.
@@ -492,7 +492,7 @@ def _stream_climatology(
     Each slot is summed by one task and each output chunk written by one: the same numbers
     wherever the tasks run. Memory per task: ``SUMS_BYTES`` of sums and one read block, or
     ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°); independent of the
-    record length. Scratch disk: 8 bytes x slots x channels x points per variable, removed when done.
+    record length. Scratch disk: 4 bytes x slots x channels x points per variable, removed when done.
     """
     import shutil
 
@@ -634,7 +634,7 @@ class _MeanTask:
 
 
 def _scratch(out, name: str, first: int, kind: str) -> Path:
-    """The scratch file of pass 1 with the ``kind`` ("sums", "nans") of the slots from ``first`` of a variable."""
+    """The scratch file of pass 1 with the ``kind`` ("means") of the slots from ``first`` of a variable."""
     return Path(out) / SCRATCH / f"{name}.{first}.{kind}"
 
 
@@ -757,9 +757,12 @@ def _sum_slots(task: _SumTask, job: _Job) -> bool:
                         nans[slot] += missing
                 for slot in slots:
                     sums[slot] += values
-    sums.tofile(_scratch(job.out, task.name, task.first, "sums"))  # (slot, channel, point) float64, C order
-    if nans is not None:
-        nans.tofile(_scratch(job.out, task.name, task.first, "nans"))
+    # the means, in float32 (the output's precision; pass 2 smooths them in float64): half the scratch of
+    # float64 sums, which at 0.25 deg is 12 GB per channel, written and read back
+    count = job.counts[task.first : task.stop, None, None]
+    with np.errstate(invalid="ignore", divide="ignore"):  # no finite value at a point: NaN
+        np.divide(sums, count if nans is None else count - nans, out=sums)
+    sums.astype(np.float32).tofile(_scratch(job.out, task.name, task.first, "means"))  # (slot, channel, point)
     return nans is not None
 
 
@@ -769,24 +772,15 @@ class _SlotMeans:
 
     def __init__(self, job: _Job, task: _MeanTask):
         variable = job.data[task.name]
-        self.out, self.task, self.counts = job.out, task, job.counts
+        self.out, self.task = job.out, task
         self.channels, self.points = _channels(variable), _points(variable)
-
-    def _read(self, slot: int, kind: str, dtype) -> np.ndarray:
-        first = slot - slot % self.task.slots_per_task
-        offset = ((slot - first) * self.channels + self.task.channel) * self.points
-        return np.fromfile(_scratch(self.out, self.task.name, first, kind), dtype=dtype, count=self.points,
-                           offset=offset * np.dtype(dtype).itemsize)  # fmt: skip
 
     def __call__(self, slot: int) -> np.ndarray:
         """(points,) float64 mean over the times in ``slot`` (NaN where none is finite)."""
-        sums = self._read(slot, "sums", np.float64)
-        count = self.counts[slot]
-        if self.task.has_nan and _scratch(self.out, self.task.name, slot - slot % self.task.slots_per_task,
-                                          "nans").exists():  # fmt: skip
-            count = count - self._read(slot, "nans", np.int32)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return sums / count
+        first = slot - slot % self.task.slots_per_task
+        offset = ((slot - first) * self.channels + self.task.channel) * self.points * 4
+        path = _scratch(self.out, self.task.name, first, "means")
+        return np.fromfile(path, dtype=np.float32, count=self.points, offset=offset).astype(np.float64)
 
 
 def _write_means(task: _MeanTask, job: _Job) -> None:
