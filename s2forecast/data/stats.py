@@ -50,6 +50,7 @@ from s2forecast.data.store import (
     open_store,
     open_zarr,
 )
+from s2forecast.geometry.quadrature import cell_area_weights
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import format_time, parse_time
@@ -182,7 +183,8 @@ def _statistics(
 
     # Grid rows run north -> south; label them so the weights follow either store order
     north_to_south = np.sort(ds["latitude"].values)[::-1]
-    weights = xr.DataArray(info.grid.area_weights.numpy(), dims="latitude", coords={"latitude": north_to_south})
+    area = cell_area_weights(info.grid.latitudes_deg)  # Grid.area_weights in numpy: stats imports no torch
+    weights = xr.DataArray(area, dims="latitude", coords={"latitude": north_to_south})
     weights = weights.sel(latitude=stored["latitude"].values).values  # (lat,) in the order blocks are read
     first = int(np.searchsorted(times, selected[0]))
     selection = slice(first, first + selected.size)  # selected times are consecutive in the store

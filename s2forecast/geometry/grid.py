@@ -1,13 +1,18 @@
 """The ``Grid`` value type: a regular latitude-longitude grid on the unit sphere."""
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from s2forecast.geometry.quadrature import cell_area_weights, latitude_quadrature, to_tensor
+from s2forecast.geometry.quadrature import cell_area_weights, latitude_nodes, latitude_quadrature, to_tensor
+
+if TYPE_CHECKING:  # imported where a tensor is made: recognising a grid (Grid.from_coords) needs no torch
+    import torch
 from s2forecast.user_errors import UserError
 
 GRID_KINDS = ("equiangular", "equiangular-midpoint", "legendre-gauss")
@@ -69,14 +74,25 @@ class Grid:
     @property
     def lons(self) -> torch.Tensor:
         """(nlon,) longitudes in radians, 2*pi*j/nlon."""
+        import torch
+
         return torch.arange(self.nlon, dtype=torch.float64) * (2.0 * math.pi / self.nlon)
 
     @property
     def lats_deg(self) -> torch.Tensor:
+        import torch
+
         return torch.rad2deg(self.lats)
 
     @property
+    def latitudes_deg(self) -> np.ndarray:
+        """(nlat,) latitudes in degrees, north first, in numpy alone (``latitude_nodes``: no torch)."""
+        return 90.0 - np.rad2deg(latitude_nodes(self.nlat, self.kind))
+
+    @property
     def lons_deg(self) -> torch.Tensor:
+        import torch
+
         return torch.arange(self.nlon, dtype=torch.float64) * (360.0 / self.nlon)
 
     @property
@@ -87,6 +103,8 @@ class Grid:
     @property
     def unit_vectors(self) -> torch.Tensor:
         """(nlat, nlon, 3) Cartesian unit vectors (x towards lon 0 on the equator, z north)."""
+        import torch
+
         colat = self.colats[:, None]
         lon = self.lons[None, :]
         sin_colat = torch.sin(colat)
@@ -114,7 +132,7 @@ class Grid:
 
     # --- construction from data coordinates -------------------------------------------
     @classmethod
-    def from_coords(cls, lat, lon) -> "Grid":
+    def from_coords(cls, lat, lon) -> Grid:
         """Infer the grid from 1-D latitude and longitude coordinates in degrees.
 
         Latitudes may run north -> south or south -> north (the returned grid is always
@@ -167,7 +185,7 @@ class Grid:
 
         for kind in GRID_KINDS:
             candidate = cls(nlat, nlon, kind)
-            reference = candidate.lats_deg.numpy()
+            reference = candidate.latitudes_deg  # numpy: reading a store needs no torch
             spacing = 180.0 / nlat
             if np.allclose(descending, reference, rtol=0.0, atol=1e-3 * spacing):
                 return candidate

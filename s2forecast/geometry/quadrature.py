@@ -6,12 +6,14 @@ as colatitudes (radians) in increasing order, i.e. rows run north -> south like 
 """
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch_harmonics.quadrature import precompute_latitudes
 
 from s2forecast.user_errors import UserError
+
+if TYPE_CHECKING:  # imported where used: reading a grid's latitudes (stats, climatology) needs no torch
+    import torch
 
 
 def fejer_first_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +44,8 @@ def latitude_quadrature(nlat: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if kind == "equiangular-midpoint":
         return fejer_first_rule(nlat)
     if kind in ("equiangular", "legendre-gauss"):
+        from torch_harmonics.quadrature import precompute_latitudes
+
         colats, weights = precompute_latitudes(nlat, grid=kind)
         return colats.numpy().astype(np.float64), weights.numpy().astype(np.float64)
     raise UserError(f"unknown grid kind {kind!r}; use 'equiangular', 'equiangular-midpoint' or 'legendre-gauss'")
@@ -70,5 +74,20 @@ def cell_area_weights(lats_deg: np.ndarray) -> np.ndarray:
     return out
 
 
-def to_tensor(array: np.ndarray) -> torch.Tensor:
+def latitude_nodes(nlat: int, kind: str) -> np.ndarray:
+    """Colatitudes (radians, increasing) of a grid kind, in numpy alone (no torch): the nodes of
+    :func:`latitude_quadrature` to round-off, for recognising a grid from its coordinates."""
+    k = np.arange(nlat)
+    if kind == "equiangular":
+        return k * (math.pi / (nlat - 1))
+    if kind == "equiangular-midpoint":
+        return (k + 0.5) * (math.pi / nlat)
+    if kind == "legendre-gauss":
+        return np.arccos(np.polynomial.legendre.leggauss(nlat)[0][::-1])
+    raise UserError(f"unknown grid kind {kind!r}; use 'equiangular', 'equiangular-midpoint' or 'legendre-gauss'")
+
+
+def to_tensor(array: np.ndarray) -> "torch.Tensor":
+    import torch
+
     return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))
