@@ -265,7 +265,10 @@ def rollout_argv(run: Run) -> list[str]:
 
 # case name -> Case; cases run in this order (evaluate after climatology, whose output it scores with)
 CASES = {
-    "stats": Case(lambda run: ["stats", str(run.store), "--out", str(run.work / "stats.zarr"), "--no-progress"]),
+    "stats": Case(
+        lambda run: ["stats", str(run.store), "--out", str(run.work / "stats.zarr"), "--no-progress"],
+        imports="import s2forecast.cli, s2forecast.data.stats, s2forecast.geometry",  # no torch (test_cli_startup)
+    ),
     "climatology": Case(
         lambda run: ["climatology", str(run.store), "--out", str(run.work / "clim.zarr"), "--no-progress"],
         imports="import s2forecast.cli, s2forecast.evaluation.climatology, s2forecast.data.store, dask.array, zarr",
@@ -303,7 +306,8 @@ RAW_NETCDF = (
     "for path in sys.argv[1:]: xr.open_dataset(path, chunks={'valid_time': 1}).mean().compute()"
 )
 RAW_STARTUP = "import xarray, dask.array, zarr"
-STARTUP = "import s2forecast.cli, s2forecast.data.stats, s2forecast.geometry"  # what a case imports before its work
+# what a case imports before its work (ratio_net), unless its Case says otherwise: python + torch
+STARTUP = "import torch, torch_harmonics, s2forecast.cli, s2forecast.geometry"
 
 
 def parse_grid(text: str) -> tuple[int, int]:
