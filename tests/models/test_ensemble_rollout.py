@@ -84,4 +84,5 @@ def test_yielded_states_feed_the_next_step():
         zeroed = inputs()[0][:1].clone()
         zeroed = torch.cat([zeroed[:, 1:], torch.zeros_like(zeroed[:, :1])], dim=1)
         expected = model.step(zeroed, inputs()[1][:1], inputs()[2][:1, 1:4])
-    torch.testing.assert_close(second[0, 0], expected[0], rtol=0, atol=0)
+    # a batch of 1 against the rollout's batch of 2: with several threads torch may sum in another order
+    torch.testing.assert_close(second[0, 0], expected[0], rtol=1e-5, atol=1e-6)
