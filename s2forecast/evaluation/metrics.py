@@ -687,6 +687,14 @@ class Statistics:
 
     __add__ = combine
 
+    @classmethod
+    def concat(cls, parts: "list[Statistics]", dim: str) -> "Statistics":
+        """The statistics of disjoint ranges of ``dim`` (e.g. leads scored by separate tasks), joined in order."""
+        if len(parts) == 1:
+            return parts[0]
+        sums = {name: xr.concat([part.sums[name] for part in parts], dim) for name in parts[0].sums}
+        return cls(sums, xr.concat([part.counts for part in parts], dim))
+
     def means(self) -> dict[str, xr.DataArray]:
         """Mean over the summed init times of each statistic; NaN for a lead without any."""
         count = self.counts.where(self.counts > 0)

@@ -30,13 +30,15 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
     as ``xr.open_dataset`` reads the file (on disk CF label variables named after their dim:
     :func:`s2forecast.evaluation.report.write_results`).
 
-Scoring streams (:func:`score`): init times are read in blocks; every block is aligned once (the
+Scoring streams (:func:`score`): init times are read in blocks (one init time and a range of its
+leads when one init time alone is larger than ``BLOCK_BYTES``); every block is aligned once (the
 forecast, the truth at the valid times, persistence, the climatology at the valid times) and each
 source's block goes through the metric engine of :mod:`s2forecast.evaluation.metrics`: statistics
 computed once per block and shared between metrics, summed over the init times with truth
 (:class:`~s2forecast.evaluation.metrics.Statistics`), added up over the blocks and finalized once.
 The blocks are the tasks of an ``s2forecast.data.engine.Engine`` (this process, or dask.distributed
-workers); their statistics are added up on the client in the order of the blocks.
+workers); their statistics are added up on the client in the order of the blocks, per range of
+leads, and the ranges joined along the leads.
 """
 
 import contextlib
@@ -76,9 +78,28 @@ class NonFiniteWarning(UserWarning):
     """Some forecast or truth values are NaN or infinite: the scores leave those points out."""
 
 
-def _blocks(n: int, per_item_bytes: int) -> list[slice]:
-    size = int(min(max(1, BLOCK_BYTES // max(per_item_bytes, 1)), n))
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+@dataclass(frozen=True)
+class _Block:
+    """A task of :func:`score`: the init times ``init`` (positions) at the leads ``lead`` (positions)."""
+
+    init: slice
+    lead: slice
+
+
+def _blocks(n_init: int, n_lead: int, per_lead_bytes: int) -> list[_Block]:
+    """Blocks whose forecast (float64, per variable) fills about ``BLOCK_BYTES``: several init times with
+    all their leads, or, when one init time's leads are larger (0.25 deg, 2 levels, 8 leads: 133 MB), one
+    init time and a range of its leads, so that a task's memory does not grow with the number of leads."""
+    per_init = per_lead_bytes * n_lead
+    if per_init <= BLOCK_BYTES or n_lead == 1:
+        size = int(min(max(1, BLOCK_BYTES // max(per_init, 1)), n_init))
+        return [_Block(slice(start, min(start + size, n_init)), slice(0, n_lead)) for start in range(0, n_init, size)]
+    size = int(max(1, BLOCK_BYTES // max(per_lead_bytes, 1)))
+    return [
+        _Block(slice(i, i + 1), slice(start, min(start + size, n_lead)))
+        for i in range(n_init)
+        for start in range(0, n_lead, size)
+    ]
 
 
 def _aligned_block(forecast, truth, clim, init, leads, levels):
@@ -196,9 +217,10 @@ def score(
     if member:
         check_members(forecast.sizes[member], member)
     metrics = [get_metric(name) for name in metrics]
-    totals: dict[tuple[str, str], Statistics] = {}  # (variable, source) -> statistics of the blocks so far
-    per_init = max(forecast[v].isel({INIT_DIM: 0}).size * 8 for v in variables)
-    blocks = _blocks(init_times.size, per_init)
+    # (variable, source, first lead of the block) -> statistics of the blocks so far; joined along the leads at the end
+    totals: dict[tuple[str, str, int], Statistics] = {}
+    per_lead = max(forecast[v].isel({INIT_DIM: 0, LEAD_DIM: 0}).size * 8 for v in variables)
+    blocks = _blocks(init_times.size, forecast.sizes[LEAD_DIM], per_lead)
     engine = engine if engine is not None else Engine()
     job = engine.share(_Job(forecast, truth, clim, list(variables), weights, metrics, list(sources), nan))
     leads = forecast[LEAD_DIM].values
@@ -208,13 +230,20 @@ def score(
         contextlib.closing(engine.map(_score_block, blocks, job)) as results,
     ):
         for block, (chunk, found) in zip(blocks, results, strict=True):
-            for key, statistics in chunk.items():
+            for (v, source), statistics in chunk.items():
+                key = (v, source, block.lead.start)
                 totals[key] = totals[key] + statistics if key in totals else statistics
             for v in variables:
-                nonfinite[v] += found[v]
-            bar.update(block.stop - block.start)
+                nonfinite[v][:, block.lead] += found[v]
+            if block.lead.stop == leads.size:
+                bar.update(block.init.stop - block.init.start)
     _report_nonfinite(nonfinite, leads)
-    return _results_dataset(forecast, truth, variables, totals, metrics, sources, region_names, member, nonfinite)
+    starts = sorted({block.lead.start for block in blocks})
+    joined = {
+        (v, source): Statistics.concat([totals[v, source, start] for start in starts], LEAD_DIM)
+        for v, source, _ in totals
+    }
+    return _results_dataset(forecast, truth, variables, joined, metrics, sources, region_names, member, nonfinite)
 
 
 @dataclass(frozen=True)
@@ -231,17 +260,17 @@ class _Job:
     nan: str = "skip"
 
 
-def _score_block(block: slice, job: _Job) -> tuple[dict[tuple[str, str], Statistics], dict[str, np.ndarray]]:
-    """The statistics of one block of init times, per (variable, source), and its non-finite
+def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statistics], dict[str, np.ndarray]]:
+    """The statistics of one block of init times and leads, per (variable, source), and its non-finite
     values per variable ((forecast, truth) x lead counts): a task of ``Engine.map``. The block is
     aligned once (forecast, truth at the valid times, persistence, climatology there), its
     non-finite values counted (or refused) and left out, and each source goes through the metric
     engine."""
     forecast, truth, clim, metrics = job.forecast, job.truth, job.clim, job.metrics
-    leads = forecast[LEAD_DIM].values
+    leads = forecast[LEAD_DIM].values[block.lead]
     member = member_dim(forecast.dims)
     extra_dims = {key: metric.statistic_dims for metric in metrics for key in metric.provides}
-    init = forecast[INIT_DIM].values[block]
+    init = forecast[INIT_DIM].values[block.init]
     valid = (init[:, None] + leads[None, :]).ravel()
     needed = np.union1d(init, valid)
     truth_times = truth[INIT_DIM].values
@@ -251,7 +280,7 @@ def _score_block(block: slice, job: _Job) -> tuple[dict[tuple[str, str], Statist
     hours = np.unique(nearest_hours(np.asarray(stamps.hour), clim["hour"].values))
     chunk, nonfinite = {}, {}
     for v in job.variables:
-        f = forecast[v].isel({INIT_DIM: block}).astype(np.float64).load()
+        f = forecast[v].isel({INIT_DIM: block.init, LEAD_DIM: block.lead}).astype(np.float64).load()
         levels = f["level"].values if "level" in f.dims else None
         o = truth[v] if levels is None else truth[v].sel(level=levels)
         o = o.sel({INIT_DIM: present}).astype(np.float64).load()

@@ -134,6 +134,31 @@ def test_perfect_forecast_and_baselines_stream_exactly(tmp_path, truth_path, per
     assert "truth" in metrics.attrs["climatology_source"]
 
 
+def test_an_init_time_larger_than_a_block_is_scored_in_ranges_of_leads(tmp_path, truth_path, truth_ds, monkeypatch):
+    """When one init time's forecast (all leads) exceeds ``BLOCK_BYTES``, a task scores one init time and
+    a range of its leads (memory independent of the number of leads): the same scores and counts."""
+    rng = np.random.default_rng(2)
+    forecast = perfect_forecast(truth_ds)
+    noisy = forecast.copy(deep=True)
+    for name in noisy.data_vars:
+        noisy[name] = noisy[name] + rng.normal(scale=0.5, size=noisy[name].shape)
+    path = tmp_path / "noisy.zarr"
+    noisy.to_zarr(path, zarr_format=3, consolidated=True)
+    whole = evaluate(path, truth_path, tmp_path / "whole.nc", plots=False, progress=False)
+    per_lead = max(noisy[name].isel(time=0, prediction_timedelta=0).size * 8 for name in noisy.data_vars)
+    monkeypatch.setattr(scoring, "BLOCK_BYTES", 2 * per_lead)  # 2 of the 3 leads, then the third
+    blocks = []
+    real = scoring._score_block
+    monkeypatch.setattr(scoring, "_score_block", lambda block, job: blocks.append(block) or real(block, job))
+    split = evaluate(path, truth_path, tmp_path / "split.nc", plots=False, progress=False)
+    assert {(b.lead.start, b.lead.stop) for b in blocks} == {(0, 2), (2, 3)}
+    assert all(b.init.stop - b.init.start == 1 for b in blocks) and len(blocks) == 2 * INITS.size
+    for name in ("geopotential", "2m_temperature"):
+        xr.testing.assert_allclose(split[name], whole[name], rtol=1e-12)
+        assert np.isfinite(score(split, name, "rmse", "forecast")).all()
+    xr.testing.assert_equal(split["n_init_times"], whole["n_init_times"])
+
+
 def test_persistence_rmse_matches_numpy_with_wb2_weights(tmp_path, truth_path, perfect_path, truth_ds):
     metrics = evaluate(perfect_path, truth_path, tmp_path / "metrics.nc", plots=False, progress=False)
     k, steps = 2, 4  # lead 24 h = 4 steps of 6 h
