@@ -191,7 +191,9 @@ def _sh_power_of(fields: np.ndarray, table: np.ndarray, mmax: int) -> np.ndarray
     return power.T / (4 * math.pi)
 
 
-@functools.lru_cache(maxsize=1)  # one grid's table: 0.75 GB and 1-10 s at 0.25 deg, the same for every field
+# one grid's table: 0.75 GB and 1-10 s at 0.25 deg, the same for every field; evaluate frees it when its
+# spectra are done (release_tables)
+@functools.lru_cache(maxsize=1)
 def _weighted_legendre(mmax: int, lmax: int, nlat: int, kind: str) -> np.ndarray:
     """(mmax, lmax, nlat) w_j P_lm(x_j): the orthonormal associated Legendre functions (2 pi int
     P_lm^2 dx = 1) at the grid's colatitudes times its quadrature weights (summing to 2). Read-only:
