@@ -69,6 +69,16 @@ def test_from_coords_round_trip(kind, ascending):
     assert Grid.from_coords(lat, lon) == grid
 
 
+@pytest.mark.parametrize("kind", ["equiangular", "equiangular-midpoint", "legendre-gauss"])
+@pytest.mark.parametrize("nlat", [2, 3, 32, 33, 721])
+def test_numpy_latitudes_are_the_quadratures_nodes(kind, nlat):
+    """``Grid.latitudes_deg`` (numpy alone: how a store's grid is recognised without torch) equals the
+    latitudes of the quadrature rule (torch-harmonics' nodes for equiangular and Gauss grids)."""
+    grid = Grid(nlat, 2 * nlat, kind)
+    np.testing.assert_allclose(grid.latitudes_deg, grid.lats_deg.numpy(), rtol=0, atol=1e-11)
+    assert Grid.from_coords(grid.latitudes_deg, grid.lons_deg.numpy()) == grid
+
+
 def test_from_coords_reads_xarray_coordinates():
     xr = pytest.importorskip("xarray")
     ds = xr.Dataset(coords={"latitude": np.linspace(-90, 90, 181), "longitude": np.arange(360.0)})
