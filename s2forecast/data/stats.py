@@ -47,8 +47,8 @@ from s2forecast.data.store import (
     check_store_unchanged,
     describe,
     is_url,
+    open_as_stored,
     open_store,
-    open_zarr,
 )
 from s2forecast.geometry.quadrature import cell_area_weights
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
@@ -139,7 +139,7 @@ def compute_stats(
         Output(out, **claim).discard()  # a bad --out is refused before the reading; claimed again to be written
     # the blocks are read in the store's own dim order (a reduction needs no transposed copy): open_store's
     # model order makes WeatherBench2's (time, level, longitude, latitude) a dask array that transposes
-    stored = open_zarr(path, None, **({"storage_options": storage_options or {}} if is_url(path) else {}))
+    stored = open_as_stored(path, storage_options)
     stats = _statistics(ds, stored[list(ds.data_vars)], info, path, start, end, step_hours, progress, engine)
     check_store_unchanged(path, ds)
     if out is None:

@@ -318,6 +318,13 @@ def open_url(url: str, what: str, storage_options: dict | None = None, chunks=No
         raise UserError(f"cannot read the {what} at {url}: {remote_reason(error)}") from None
 
 
+def open_as_stored(path, storage_options: dict | None = None) -> xr.Dataset:
+    """The store in its own layout (dim order, latitude direction, longitudes) and without dask:
+    xarray's lazy indexing reads only the chunks asked for, with no transposing graph (what the
+    reductions of ``stats`` and ``climatology`` read their blocks from)."""
+    return open_zarr(path, None, **({"storage_options": storage_options or {}} if is_url(path) else {}))
+
+
 def open_zarr(path, chunks=None, **options) -> xr.Dataset:
     """``xarray.open_zarr`` with consolidated metadata, or without when the store has none; a chunk size
     of 0 in the metadata is refused in one line (``_check_chunks``) instead of dask's or zarr's

@@ -295,8 +295,8 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
             # (at 0.25 deg, 8 init times at once held ~1.2 GB of fields and Fourier coefficients)
             total = None
             for init in chosen:
-                with xr.set_options(keep_attrs=True):
-                    one = _init_spectra(forecast[v], truth[v], init, leads)
+                one = _init_spectra(forecast[v], truth[v], init, leads)
+                with xr.set_options(keep_attrs=True):  # the sum keeps the spectra's units
                     total = one if total is None else total + one
             with xr.set_options(keep_attrs=True):
                 pair = (total / chosen.size).rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from s2forecast.geometry.quadrature import cell_area_weights, latitude_nodes, latitude_quadrature, to_tensor
+from s2forecast.user_errors import UserError
 
 if TYPE_CHECKING:  # imported where a tensor is made: recognising a grid (Grid.from_coords) needs no torch
     import torch
-from s2forecast.user_errors import UserError
 
 GRID_KINDS = ("equiangular", "equiangular-midpoint", "legendre-gauss")
 
