@@ -41,7 +41,7 @@ from pathlib import Path
 from s2forecast.user_errors import UserError, one_line
 
 THREADS = 2  # tasks at once in this process: one reads while the other reduces
-BACKGROUND_THREADS = 2 * THREADS  # each task running here reads ahead or writes behind in one at a time
+BACKGROUND_THREADS = 3 * THREADS  # per task: one read ahead and two writes behind (climatology pass 2)
 CONNECT_TIMEOUT_S = 20  # how long to wait for a --scheduler to answer
 DRAIN_TIMEOUT_S = 60  # how long a failed run waits for its tasks still running on workers
 INSTALL = "pip install 's2forecast[distributed]' (or distributed, the version of your dask)"

@@ -402,3 +402,86 @@ def test_streaming_to_an_existing_path_is_refused_and_leaves_it(tmp_path):
     with pytest.raises(ValueError, match="exists: compute_climatology streams only to a new path"):
         compute_climatology(truth, out=target)
     assert (target / "keep.txt").read_text() == "user data" and len(list(target.iterdir())) == 1
+
+
+@pytest.fixture(scope="module")
+def one_time_per_chunk_store(tmp_path_factory):
+    """A WB2-layout store with one time per chunk (as WB2's and s2forecast's): a 14-month 12-hourly record
+    over a leap year's end (day 366) and a non-leap one's (Dec 31 counts in days 365 and 366), a
+    one-channel variable with a missing value and a point missing at every time of one slot (its mean is
+    NaN), and a two-level one."""
+    times = pd.date_range("2004-12-01", "2006-01-31T12", freq="12h")
+    lat, lon = np.array([60.0, 0.0, -60.0]), np.array([0.0, 90.0, 180.0, 270.0])
+    rng = np.random.default_rng(7)
+    seasonal = 10.0 * np.cos(2 * np.pi * times.day_of_year.to_numpy() / 366)
+    surface = (1.0e5 + 50.0 * seasonal[:, None, None] + rng.normal(size=(times.size, lon.size, lat.size))).astype(
+        np.float32
+    )
+    surface[100, 1, 2] = np.nan  # another year has this slot: a finite mean
+    surface[times.get_indexer(pd.DatetimeIndex(["2005-03-05", "2006-01-05T12"])), 2, 0] = np.nan
+    surface[times.get_indexer(pd.DatetimeIndex(["2005-01-05T12"])), 2, 0] = np.nan  # 2006-01-05T12's slot: all NaN
+    temperature = (280.0 + seasonal[:, None, None, None] + rng.normal(size=(times.size, 2, lon.size, lat.size))).astype(
+        np.float32
+    )
+    store = tmp_path_factory.mktemp("one_time_per_chunk") / "wb2.zarr"
+    xr.Dataset(
+        {
+            "surface_pressure": (("time", "longitude", "latitude"), surface, {"units": "Pa"}),
+            "temperature": (("time", "level", "longitude", "latitude"), temperature, {"units": "K"}),
+        },
+        coords={"time": times, "level": [500, 850], "longitude": lon, "latitude": lat},
+    ).chunk(time=1).to_zarr(store, zarr_format=2)
+    return store
+
+
+@pytest.mark.parametrize("window_days", [61, 3])
+def test_one_channel_variables_are_read_by_pass_two_alone(one_time_per_chunk_store, window_days, tmp_path, monkeypatch):
+    """A one-channel variable stored one time per chunk skips pass 1 and its scratch (the scratch is as
+    large as the output: more than a year of input at 0.25 deg): the task of each hour reads its times
+    itself, each chunk once (the year's wrap-around and day 366 included), and writes the same climatology
+    to the bit as through the scratch, NaN handling included; a variable of several channels per chunk
+    still goes through pass 1."""
+    from s2forecast.evaluation import climatology as module
+
+    store, n_times = one_time_per_chunk_store, xr.open_zarr(one_time_per_chunk_store).sizes["time"]
+    real_read, real_sum = module._read_block, module._sum_slots
+    reads, summed = [], set()
+
+    def read(variable, start, stop, stored=None):
+        reads.append((variable.name, start, stop))
+        return real_read(variable, start, stop, stored)
+
+    def sum_slots(task, job):
+        summed.add(task.name)
+        return real_sum(task, job)
+
+    monkeypatch.setattr(module, "_read_block", read)
+    monkeypatch.setattr(module, "_sum_slots", sum_slots)
+    write = module.write_climatology
+    direct = open_climatology(write(store, tmp_path / "direct.zarr", window_days=window_days))
+    assert summed == {"temperature"}
+    surface_reads = sorted((start, stop) for name, start, stop in reads if name == "surface_pressure")
+    assert surface_reads == [(t, t + 1) for t in range(n_times)]  # each chunk once
+
+    monkeypatch.setattr(module, "_reads_store_itself", lambda variable, method: False)
+    summed.clear()
+    through_scratch = open_climatology(write(store, tmp_path / "scratch.zarr", window_days=window_days))
+    assert summed == {"temperature", "surface_pressure"}
+    assert direct.attrs["climatology_method"] == "dayofyear_hour"
+    values = direct["surface_pressure"].values
+    assert np.isnan(values).any() and not np.isnan(values).all()  # the all-NaN slot reaches its window only
+    for name in ("surface_pressure", "temperature"):
+        np.testing.assert_array_equal(direct[name].values, through_scratch[name].values, err_msg=name)
+    assert not (tmp_path / "direct.zarr" / module.SCRATCH).exists()
+
+
+@pytest.mark.parametrize("method", ["hour", "dayofyear_hour"])
+def test_store_read_by_pass_two_matches_the_lazy_computation(one_time_per_chunk_store, method, tmp_path):
+    """The per-hour means and the gap-filled days (a month left out, ``dayofyear_hour`` forced) of a
+    variable read by pass 2 alone equal the lazy computation's."""
+    truth = xr.open_zarr(one_time_per_chunk_store)[["surface_pressure"]].drop_encoding().load()
+    truth = truth.where(truth.surface_pressure.notnull(), 1.0e5)  # the lazy path's NaN rules are tested above
+    truth = truth.isel(time=(truth.time.dt.month != 4) | (truth.time.dt.year != 2005))
+    streamed = compute_climatology(truth, method=method, out=tmp_path / "clim.zarr")
+    expected = compute_climatology(truth.chunk(time=50), method=method).compute()
+    np.testing.assert_allclose(streamed["surface_pressure"].values, expected["surface_pressure"].values, rtol=1e-6)
