@@ -494,10 +494,18 @@ def _stream_climatology(
        hour, a task smooths the slot means along the periodic day of year with running sums (the
        triangular window is two boxes convolved) and writes them in output chunks.
 
+    A variable of one channel stored one time per chunk (``_reads_store_itself``: WeatherBench2's
+    surface fields, any variable of s2forecast's stores at one level) skips pass 1: its task of
+    pass 2 reads the times of its hour itself (``_StoreSlotMeans``), each chunk once, and computes
+    the same slot means. At 0.25° the scratch it saves (6 GB a channel, written and read back) is
+    larger than a year of input.
+
     Each slot is summed by one task and each output chunk written by one: the same numbers
     wherever the tasks run. Memory per task: ``SUMS_BYTES`` of sums and one read block, or
-    ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°); independent of the
-    record length. Scratch disk: 4 bytes x slots x channels x points per variable, removed when done.
+    ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°; ~0.75 GB when the task
+    reads the store itself: it keeps the means of the ``window_days - 2`` days asked twice);
+    independent of the record length. Scratch disk: 4 bytes x slots x channels x points per
+    variable of pass 1, removed when done.
     """
     import shutil
 

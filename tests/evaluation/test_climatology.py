@@ -75,6 +75,35 @@ def test_smoothing_wraps_around_the_year_end():
     assert out.sum() == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("first_nan_day", [None, 0, 200, 350])
+@pytest.mark.parametrize("window_days", [61, 5, 3])
+def test_streamed_smoothing_equals_the_window_and_learns_of_nan_on_the_way(first_nan_day, window_days, monkeypatch):
+    """The running sums of the streamed climatology (in tiles, in place) give the periodic window's
+    values, and NaN reach exactly the days whose window covers them, whether the first NaN comes with
+    the first field asked for, in the middle or near the end (its counts start then, at zero)."""
+    from s2forecast.evaluation import climatology as module
+
+    monkeypatch.setattr(module, "SMOOTHING_TILE", 4)  # several tiles, the last one partial
+    rng = np.random.default_rng(11)
+    values = (280.0 + rng.normal(size=(366, 10))).astype(np.float32)
+    if first_nan_day is not None:
+        values[first_nan_day, 3] = np.nan
+        values[(first_nan_day + 40) % 366, 7] = np.nan
+    asked = []
+
+    def field(day):
+        asked.append(day)
+        return values[day]
+
+    streamed = np.stack([day.copy() for day in module._smoothed_days(field, window_days, np.float64)])
+    half = window_days // 2
+    expected_asks = range(366) if half <= 1 else [d % 366 for d in range(1 - half, 365 + half)]
+    assert asked == list(expected_asks)  # each once, in order (the plan of pass 2's own reads)
+    lazy = smooth_dayofyear(xr.DataArray(values.astype(np.float64), dims=("dayofyear", "point")), window_days)
+    np.testing.assert_allclose(streamed, lazy.values, rtol=1e-12)
+    np.testing.assert_array_equal(np.isnan(streamed), np.isnan(lazy.values))
+
+
 # --- full dayofyear x hour climatology --------------------------------------------------
 
 
