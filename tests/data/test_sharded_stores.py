@@ -41,9 +41,10 @@ def test_sharded_store_equals_unsharded_in_fewer_files(monthly, tmp_path):  # no
     assert dynamic and shards_of(plain, dynamic[0]) is None
     for name in dynamic:
         assert shards_of(sharded, name)[0] == 2, name
-        for store in (plain, sharded):  # output.field_compressors: Blosc LZ4 with byte shuffle
+        for store in (plain, sharded):  # output.field_compressors: Blosc LZ4 with bit shuffle
             codec = zarr.open_group(store, mode="r", zarr_format=3)[name].compressors[0].to_dict()
-            assert (codec["name"], codec["configuration"]["cname"]) == ("blosc", "lz4"), (store, name)
+            config = codec["configuration"]
+            assert (codec["name"], config["cname"], config["shuffle"]) == ("blosc", "lz4", "bitshuffle"), (store, name)
     assert_same_store(a, b)
     # 5 time steps: 3 shards instead of 5 chunks per time-dependent variable
     assert files(plain) - files(sharded) == 2 * len(dynamic), (files(plain), files(sharded))
