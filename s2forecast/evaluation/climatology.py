@@ -504,8 +504,8 @@ def _stream_climatology(
     wherever the tasks run. Memory per task: ``SUMS_BYTES`` of sums and one read block, or
     ~``window_days`` fields of one channel in float64 (~0.5 GB at 0.25°; ~0.75 GB when the task
     reads the store itself: it keeps the means of the ``window_days - 2`` days asked twice);
-    independent of the record length. Scratch disk: 4 bytes x slots x channels x points per
-    variable of pass 1, removed when done.
+    independent of the record length. Scratch disk: 4 bytes x slots x channels x points of one
+    variable at a time (the variables are done one after the other, each scratch removed once read).
     """
     import shutil
 
@@ -518,31 +518,31 @@ def _stream_climatology(
     template.to_zarr(out, mode="w", zarr_format=3, consolidated=True, compute=False)
     scratch = Path(out) / SCRATCH
     direct = {name for name in data.data_vars if _reads_store_itself(data[name], method)}
-    sums = [
-        task
+    sums = {name: [] if name in direct else _sum_tasks(data[name], n_slots, primary, extra) for name in data.data_vars}
+    means = {
+        name: [
+            _MeanTask(name, channel, h, _slots_per_task(data[name], n_slots), name in direct)
+            for channel in range(_channels(data[name]))
+            for h in range(hours.size)
+        ]
         for name in data.data_vars
-        if name not in direct
-        for task in _sum_tasks(data[name], n_slots, primary, extra)
-    ]
+    }
     engine = engine if engine is not None else Engine()
+    total = sum(len(tasks) for tasks in (*sums.values(), *means.values()))
     try:
         scratch.mkdir()
         job = _Job(data, str(Path(out).absolute()), primary, extra, counts, method, hours, window_days, stored)
         job = engine.share(job)
-        with tqdm(total=len(sums), desc="climatology", unit="task", disable=None if progress else True) as bar:
-            with contextlib.closing(engine.map(_sum_slots, sums, job)) as results:
-                for _ in results:
-                    bar.update()
-            means = [
-                _MeanTask(name, channel, h, _slots_per_task(data[name], n_slots), name in direct)
-                for name in data.data_vars
-                for channel in range(_channels(data[name]))
-                for h in range(hours.size)
-            ]
-            bar.reset(total=len(means))
-            with contextlib.closing(engine.map(_write_means, means, job)) as results:
-                for _ in results:
-                    bar.update()
+        with tqdm(total=total, desc="climatology", unit="task", disable=None if progress else True) as bar:
+            # one variable after the other, its scratch removed once smoothed: the scratch disk peaks at the
+            # largest variable's (6 GB a channel at 0.25 deg), not at all of them together
+            for name in data.data_vars:
+                for function, tasks in ((_sum_slots, sums[name]), (_write_means, means[name])):
+                    with contextlib.closing(engine.map(function, tasks, job)) as results:
+                        for _ in results:
+                            bar.update()
+                for task in sums[name]:
+                    _scratch(out, name, task.first, "means").unlink(missing_ok=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return xr.open_zarr(out)

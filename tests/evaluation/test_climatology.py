@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -356,7 +358,18 @@ def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monk
         return real_read(variable, start, stop, stored)
 
     monkeypatch.setattr(module, "_read_block", read)
+    real_sum, scratch_seen = module._sum_slots, []
+
+    def sum_slots(task, job):  # which variables' scratch files are on disk when a task of pass 1 starts
+        files = (Path(job.out) / module.SCRATCH).iterdir()
+        scratch_seen.append((task.name, {path.name.split(".")[0] for path in files}))
+        return real_sum(task, job)
+
+    monkeypatch.setattr(module, "_sum_slots", sum_slots)
     write_climatology(store, tmp_path / "clim.zarr")
+    # one variable after the other: the scratch disk holds one variable's means at most
+    assert {name for name, _ in scratch_seen} == {"temperature", "surface_pressure"}
+    assert all(present <= {name} for name, present in scratch_seen), scratch_seen
 
     clim = open_climatology(tmp_path / "clim.zarr")
     assert clim.attrs["climatology_method"] == "dayofyear_hour"
