@@ -534,13 +534,19 @@ def _stream_climatology(
         job = _Job(data, str(Path(out).absolute()), primary, extra, counts, method, hours, window_days, stored)
         job = engine.share(job)
         with tqdm(total=total, desc="climatology", unit="task", disable=None if progress else True) as bar:
-            # one variable after the other, its scratch removed once smoothed: the scratch disk peaks at the
-            # largest variable's (6 GB a channel at 0.25 deg), not at all of them together
-            for name in data.data_vars:
-                for function, tasks in ((_sum_slots, sums[name]), (_write_means, means[name])):
-                    with contextlib.closing(engine.map(function, tasks, job)) as results:
-                        for _ in results:
-                            bar.update()
+
+            def run(function, tasks) -> None:
+                with contextlib.closing(engine.map(function, tasks, job)) as results:
+                    for _ in results:
+                        bar.update()
+
+            # the variables that read the store themselves all at once (no scratch: as many tasks as can run),
+            # then the others one after the other, each one's scratch removed once smoothed: the scratch disk
+            # peaks at the largest variable's (6 GB a channel at 0.25 deg), not at all of them together
+            run(_write_means, [task for name in data.data_vars if name in direct for task in means[name]])
+            for name in [name for name in data.data_vars if name not in direct]:
+                run(_sum_slots, sums[name])
+                run(_write_means, means[name])
                 for task in sums[name]:
                     _scratch(out, name, task.first, "means").unlink(missing_ok=True)
     finally:
@@ -664,24 +670,31 @@ def _sum_tasks(variable: xr.DataArray, n_slots: int, primary: np.ndarray, extra:
     """The tasks of pass 1 for one variable: ranges of ``_slots_per_task`` consecutive slots, each with
     the read blocks of its times; none for slots without a time."""
     size = _slots_per_task(variable, n_slots)
-    tasks = []
+    bounds, tasks = _chunk_bounds(variable), []
     for first in range(0, n_slots, size):
         stop = min(first + size, n_slots)
         mine = np.flatnonzero(((primary >= first) & (primary < stop)) | ((extra >= first) & (extra < stop)))
         if mine.size:
-            tasks.append(_SumTask(variable.name, first, stop, tuple(_read_blocks(variable, mine))))
+            tasks.append(_SumTask(variable.name, first, stop, tuple(_read_blocks(variable, mine, bounds))))
     return tasks
 
 
-def _read_blocks(variable: xr.DataArray, positions: np.ndarray) -> list[tuple[int, int]]:
+def _chunk_bounds(variable: xr.DataArray) -> np.ndarray:
+    """(chunks + 1,) the store positions where the chunks along time start, and the end."""
+    if variable.chunks is not None:
+        return np.cumsum((0, *variable.chunks[variable.get_axis_num("time")]))
+    return np.arange(0, variable.sizes["time"] + 1)
+
+
+def _read_blocks(
+    variable: xr.DataArray, positions: np.ndarray, bounds: np.ndarray | None = None
+) -> list[tuple[int, int]]:
     """``[start, stop)`` ranges that hold the store ``positions`` (ascending), read at once: consecutive
     store chunks (dask chunks along time) holding a position, about ``READ_BLOCK_BYTES`` each, never
-    splitting a chunk, from the first position to the last in them."""
+    splitting a chunk, from the first position to the last in them. ``bounds``: ``_chunk_bounds(variable)``
+    for callers that ask many times (it costs O(record) each)."""
     per_time = variable.dtype.itemsize * int(np.prod([n for d, n in variable.sizes.items() if d != "time"]))
-    if variable.chunks is not None:
-        bounds = np.cumsum((0, *variable.chunks[variable.get_axis_num("time")]))
-    else:
-        bounds = np.arange(0, variable.sizes["time"] + 1)
+    bounds = _chunk_bounds(variable) if bounds is None else bounds
     chunk = np.searchsorted(bounds, positions, side="right") - 1  # the chunk of each position
     blocks, start = [], int(positions[0])
     for i in range(1, positions.size):  # a new block at a chunk without positions, or past the budget
@@ -850,7 +863,8 @@ class _StoreSlotMeans:
         self._slot_of, self._position = both[order], position[order]  # positions by slot, each ascending
         self.uses, self.kept = Counter(plan), {}
         self.groups = list(dict.fromkeys(self._group(slot) for slot in plan))
-        self.blocks = {group: self._blocks(group) for group in self.groups}
+        bounds = _chunk_bounds(self.variable)
+        self.blocks = {group: self._blocks(group, bounds) for group in self.groups}
         self._stream = _read_ahead(self.variable, [b for group in self.groups for b in self.blocks[group]], self.stored)
         self._next = 0
 
@@ -864,9 +878,9 @@ class _StoreSlotMeans:
         shared = np.concatenate([self.job.primary[positions], self.job.extra[positions], [slot]])
         return tuple(int(s) for s in np.unique(shared[shared >= 0]))
 
-    def _blocks(self, group: tuple[int, ...]) -> list[tuple[int, int]]:
+    def _blocks(self, group: tuple[int, ...], bounds: np.ndarray) -> list[tuple[int, int]]:
         positions = np.unique(np.concatenate([self._positions(slot) for slot in group]))
-        return _read_blocks(self.variable, positions) if positions.size else []
+        return _read_blocks(self.variable, positions, bounds) if positions.size else []
 
     def __call__(self, slot: int) -> np.ndarray:
         """(points,) float32 mean over the times in ``slot`` (NaN where none is finite)."""
@@ -915,11 +929,12 @@ def _write_means(task: _MeanTask, job: _Job) -> None:
     (at most two chunks in flight)."""
     import zarr
 
-    # whole chunks, each written (not compared with the fill value first): half the CPU time per chunk
-    array = zarr.open_group(job.out, mode="r+")[task.name].with_config({"write_empty_chunks": True})
-    with background() as pool:
+    array = zarr.open_group(job.out, mode="r+")[task.name]
+    if hasattr(array, "with_config"):  # zarr >= 3.1.6: each chunk written, not compared with the fill value first
+        array = array.with_config({"write_empty_chunks": True})  # (half the CPU time of a whole chunk's write)
+    with background() as pool, contextlib.closing(_output_chunks(array, job, task)) as chunks:
         pending = []
-        for index, block in _output_chunks(array, job, task):
+        for index, block in chunks:
             pending.append(pool.submit(array.__setitem__, index, block))
             if len(pending) > 1:
                 pending.pop(0).result()  # raises a failed write (e.g. a full disk) here
