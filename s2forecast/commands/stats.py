@@ -24,9 +24,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from s2forecast.data.engine import reuse_freed_memory
     from s2forecast.data.stats import compute_stats
     from s2forecast.times import format_time
 
+    reuse_freed_memory()  # a new block array per read: faulted in anew each time otherwise
     with engine(args, ("store", "out")) as runner:
         stats = compute_stats(args.store, args.start, args.end, args.step_hours, out=args.out,
                               storage_options=args.storage_options, overwrite=args.overwrite,
