@@ -137,25 +137,35 @@ def _fill_gaps_periodic(means: Data, present: np.ndarray) -> Data:
     """
     if present.all():
         return means
-    filled = np.flatnonzero(present)
-    if filled.size == 0:
-        raise UserError("no dayofyear slot has data")
-    n = present.size
-    slots = np.arange(n)
-    # nearest filled slot at or before / at or after each slot, going around the year
-    after = filled[np.searchsorted(filled, slots) % filled.size]
-    before = filled[(np.searchsorted(filled, slots, side="right") - 1) % filled.size]
-    dist_before = (slots - before) % n
-    dist_after = (after - slots) % n
-    total = dist_before + dist_after
-    w_before = np.where(total == 0, 1.0, dist_after / np.where(total == 0, 1, total))
-    w_after = 1.0 - w_before
+    before, after, w_before = _neighbours(present, np.arange(present.size))
     w_b = xr.DataArray(w_before, dims="dayofyear")
-    w_a = xr.DataArray(w_after, dims="dayofyear")
+    w_a = xr.DataArray(1.0 - w_before, dims="dayofyear")
     lower = means.isel(dayofyear=before).drop_vars("dayofyear")
     upper = means.isel(dayofyear=after).drop_vars("dayofyear")
     out = lower * w_b + upper * w_a
     return out.assign_coords(dayofyear=means["dayofyear"].values)
+
+
+def _neighbours(present: np.ndarray, days):
+    """The nearest filled slots at or before and at or after ``days`` (an index or an array of them),
+    going around the year, and the linear-interpolation weight of the one before (1 on a filled slot).
+
+    Args:
+        present: (366,) bool, which slots have data.
+
+    Returns:
+        (before, after, w_before), each shaped as ``days``.
+    """
+    filled = np.flatnonzero(present)
+    if filled.size == 0:
+        raise UserError("no dayofyear slot has data")
+    n = present.size
+    after = filled[np.searchsorted(filled, days) % filled.size]
+    before = filled[(np.searchsorted(filled, days, side="right") - 1) % filled.size]
+    dist_before, dist_after = (days - before) % n, (after - days) % n
+    total = dist_before + dist_after
+    w_before = np.where(total == 0, 1.0, dist_after / np.where(total == 0, 1, total))
+    return before, after, w_before
 
 
 def _drop_time_coords(data: Data) -> Data:
@@ -982,8 +992,8 @@ def _planned_slots(job: _Job, task: _MeanTask) -> list[int]:
     slots = []
     for day in days:
         day %= n
-        neighbours = (day,) if present[day] else _neighbours(present, day)
-        slots.extend(d * n_hours + h for d in neighbours)
+        neighbours = (day,) if present[day] else _neighbours(present, day)[:2]
+        slots.extend(int(d) * n_hours + h for d in neighbours)
     return slots
 
 
@@ -992,27 +1002,14 @@ def _present(counts: np.ndarray, h: int, n_hours: int) -> np.ndarray:
     return counts.reshape(DAYS_OF_YEAR.size, n_hours)[:, h] > 0
 
 
-def _neighbours(present: np.ndarray, day: int) -> tuple[int, int]:
-    """The nearest days with data before and after ``day`` (periodic), as :func:`_fill_gaps_periodic`."""
-    filled = np.flatnonzero(present)
-    if filled.size == 0:
-        raise UserError("no dayofyear slot has data")
-    after = filled[np.searchsorted(filled, day) % filled.size]
-    before = filled[(np.searchsorted(filled, day, side="right") - 1) % filled.size]
-    return int(before), int(after)
-
-
 def _filled_mean(means, counts: np.ndarray, day: int, h: int, n_hours: int) -> np.ndarray:
     """Mean of slot (day 0..365, hour index h) from ``means`` (``_SlotMeans`` or ``_StoreSlotMeans``); an
     empty slot from its nearest filled neighbours (periodic), as :func:`_fill_gaps_periodic`."""
     present = _present(counts, h, n_hours)
     if present[day]:
         return means(day * n_hours + h)
-    n = present.size
-    before, after = _neighbours(present, day)
-    dist_before, dist_after = (day - before) % n, (after - day) % n
-    w_before = dist_after / (dist_before + dist_after)
-    lower, upper = (means(slot * n_hours + h).astype(np.float64) for slot in (before, after))
+    before, after, w_before = _neighbours(present, day)
+    lower, upper = (means(int(slot) * n_hours + h).astype(np.float64) for slot in (before, after))
     return lower * w_before + upper * (1.0 - w_before)
 
 
