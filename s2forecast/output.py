@@ -67,8 +67,8 @@ def field_compressors() -> tuple:
     writes far more than it reads (a 0.25 deg climatology: 6 GB a channel). Bit shuffle rather than
     zarr 2's byte shuffle: on the real ERA5 fields of the shared 1 deg sample, mean sea level pressure
     1.80x -> 2.46x, 2 m temperature 1.93x -> 2.34x, winds 1.45x either way, precipitation 2.79x ->
-    2.51x, and encoding 1.1-1.9x faster (decoding within 10 %); a 0.25 deg climatology 1.57x -> 1.66x,
-    encoded at 2.1 against 1.2 GB/s."""
+    2.51x; encoding 1.1-1.6x faster, decoding up to 11 % slower (scripts/bench_codecs.py,
+    docs/bench/codecs_era5_1deg.jsonl)."""
     from zarr.codecs import BloscCodec
 
     return (BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle"),)
