@@ -284,8 +284,10 @@ def reuse_freed_memory() -> bool:
     A data command allocates a new array of 0.1-1 GB for each block it reads. By default glibc maps
     each with mmap and unmaps it when it is freed, so every block is zeroed and faulted in anew:
     13.1 s of system time in a 26.0 s ``stats`` of 70 channels at 0.25 deg on this project's 2-core
-    machine, against 3.2 s and 21.0 s with this (peak RSS 1237 -> 1314 MB). The memory goes back to
-    the system when the process ends. Call it where a command starts. Returns whether it applied
+    machine, against 3.2 s and 21.0 s with the same setting from the environment
+    (``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4000000000``; peak RSS 1237 -> 1314 MB), and 21.1 s
+    in ``scripts/bench_scale.py`` with this call. The memory goes back to the system when the process
+    ends. Call it where a command starts. Returns whether it applied
     (glibc only)."""
     import ctypes
     import ctypes.util
