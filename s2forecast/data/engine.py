@@ -288,7 +288,12 @@ def reuse_freed_memory() -> bool:
     (``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4000000000``; peak RSS 1237 -> 1314 MB), and 21.1 s
     in ``scripts/bench_scale.py`` with this call. The memory goes back to the system when the process
     ends. Call it where a command starts. Returns whether it applied
-    (glibc only)."""
+    (glibc only).
+
+    Not on dask.distributed workers, on purpose: a worker's nanny pauses and then restarts a worker
+    by the RSS of its process, and dask has glibc hand freed memory back at once
+    (``MALLOC_TRIM_THRESHOLD_=65536`` in ``distributed.nanny.pre-spawn-environ``) so that RSS shows
+    the memory in use. Blocks kept here would count as used and get busy workers paused."""
     import ctypes
     import ctypes.util
 
