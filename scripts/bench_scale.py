@@ -7,9 +7,10 @@ variable's canonical units and plausible ranges (``data.plausibility``). Then ru
 (a named command line, ``CASES``, in CASES order) in a subprocess of its own, and a raw read of
 its input in the same run, and prints per command:
 
-    {"case", "workers", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s", "raw",
-     "raw_wall_s", "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels",
-     "steps", "load"}   (+ "inits", "leads" for evaluate and rollout, "plots" for evaluate)
+    {"case", "workers", "wall_s", "cpu_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s",
+     "raw", "raw_wall_s", "raw_cpu_s", "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid",
+     "channels", "steps", "load"}   (+ "inits", "leads" for evaluate and rollout, "plots" for evaluate,
+     "output_write_s", "output_write_cpu_s" for climatology)
 
 The cases:
     stats, climatology   of the store.
@@ -34,10 +35,14 @@ The cases:
 
 ``input_mb`` is the bytes on disk a case's raw read reads (the store, or for convert-era5 its
 NetCDF inputs); ``mb_per_s`` is input_mb over the wall time; ``ratio`` = mb_per_s /
-raw_mb_per_s (1: as fast as reading the input). Wall time and peak RSS come from ``/usr/bin/time
--f "%e %M"``. ``startup`` (python, importing s2forecast.cli and data.stats, torch included) is
-printed too: the fixed cost inside every case's wall time; ``ratio_net`` is the ratio with each
-side's import time (s2forecast's, and xarray's for the baseline) taken off.
+raw_mb_per_s (1: as fast as reading the input). Wall time, CPU time (user + system, all threads,
+imports included) and peak RSS come from ``/usr/bin/time -f "%e %U %S %M"``. ``startup`` (python,
+importing torch and s2forecast.cli) is printed too; ``ratio_net`` is the ratio with each side's import
+time taken off (what the case imports before its work, ``Case.imports``, and xarray's for the baseline).
+
+``output_write_s`` / ``output_write_cpu_s`` (climatology): the wall and CPU seconds of writing its
+output again, chunk by chunk from memory, with its chunks and compressors (each chunk read first,
+untimed): what writing the output alone costs, against ``raw_cpu_s`` for reading the input.
 
 ``--workers 2`` runs each case that takes it (all but rollout) again with ``--workers 2`` (a local
 dask.distributed cluster of 2 worker processes, ``s2forecast.data.engine``; ``workers`` is 0 for
@@ -226,6 +231,44 @@ def count_plots(run: Run) -> dict:
     return {"inits": run.inits, "leads": run.leads, "plots": len(list(run.work.rglob("*.png")))}
 
 
+# the arrays of the zarr group argv[1] written again into argv[2], chunk by chunk, with the same chunks and
+# compressors; prints the seconds (wall, CPU of all threads) spent in the writes alone (each chunk read first)
+REWRITE = """
+import itertools, json, resource, sys, time
+import zarr
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+source, target = zarr.open_group(sys.argv[1], mode="r"), zarr.open_group(sys.argv[2], mode="w", zarr_format=3)
+wall = cpu_s = 0.0
+for name, array in source.arrays():
+    copy = target.create_array(name, shape=array.shape, chunks=array.chunks, dtype=array.dtype,
+                               compressors=array.compressors, fill_value=array.fill_value)
+    if hasattr(copy, "with_config"):  # as the climatology writes: zarr >= 3.1.6
+        copy = copy.with_config({"write_empty_chunks": True})
+    for start in itertools.product(*[range(0, n, c) for n, c in zip(array.shape, array.chunks)]):
+        region = tuple(slice(i, min(i + c, n)) for i, c, n in zip(start, array.chunks, array.shape))
+        values = array[region]
+        t0, c0 = time.perf_counter(), cpu()
+        copy[region] = values
+        wall, cpu_s = wall + time.perf_counter() - t0, cpu_s + cpu() - c0
+print(json.dumps({"output_write_s": round(wall, 4), "output_write_cpu_s": round(cpu_s, 4)}))
+"""
+
+
+def rewrite_output(path: Path) -> dict:
+    """``output_write_s`` and ``output_write_cpu_s`` of the zarr output at ``path`` (``REWRITE``, in a
+    subprocess), the copy removed after."""
+    copy = path.with_name(path.name + ".rewritten")
+    try:
+        result = subprocess.run([sys.executable, "-c", REWRITE, str(path), str(copy)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"rewriting {path} failed: {result.stderr[-2000:]}")
+        return json.loads(result.stdout.splitlines()[-1])
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
 def make_checkpoint(run: Run) -> None:
     """An untrained planar transformer for the store's channels, saved as ``fit`` saves it (the
     ForecastModule's state and hyperparameters), so that ``rollout --ckpt`` takes it."""
@@ -272,6 +315,7 @@ CASES = {
     "climatology": Case(
         lambda run: ["climatology", str(run.store), "--out", str(run.work / "clim.zarr"), "--no-progress"],
         imports="import s2forecast.cli, s2forecast.evaluation.climatology, s2forecast.data.store, dask.array, zarr",
+        report=lambda run: rewrite_output(run.work / "clim.zarr"),
     ),
     "evaluate": Case(
         evaluate_argv,
@@ -290,6 +334,7 @@ CASES = {
         lambda run: ["convert-era5", str(run.work / "cds"), "--out", str(run.work / "era5.zarr"), "--no-progress"],
         prepare=write_cds_files,
         cleanup=remove_cds,
+        imports="import s2forecast.cli, s2forecast.data.convert_era5, netCDF4, dask.array, zarr",  # no torch
     ),
 }
 
@@ -366,18 +411,18 @@ def store_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def measure(argv: list[str]) -> tuple[float, float, str]:
-    """(wall s, peak RSS MB, stderr tail) of ``argv`` under ``/usr/bin/time``: its child is forked
+def measure(argv: list[str]) -> tuple[float, float, float, str]:
+    """(wall s, peak RSS MB, CPU s, stderr tail) of ``argv`` under ``/usr/bin/time``: its child is forked
     from the small ``time`` process, so the peak is the command's own (a child forked from this
     script would count this script's memory as well: Linux keeps the pre-exec peak)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
-        command = ["/usr/bin/time", "-f", "%e %M", "-o", report.name, *argv]
+        command = ["/usr/bin/time", "-f", "%e %U %S %M", "-o", report.name, *argv]
         result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{argv[:4]} failed ({result.returncode}): {result.stderr[-2000:]}")
-        wall, peak_kb = report.read().split()[-2:]
-    return float(wall), float(peak_kb) / 1024, result.stderr[-500:]
+        wall, user, system, peak_kb = report.read().split()[-4:]
+    return float(wall), float(peak_kb) / 1024, float(user) + float(system), result.stderr[-500:]
 
 
 def s2forecast_argv(args: list[str]) -> list[str]:
@@ -433,8 +478,8 @@ def main(argv=None) -> None:
     created = args.workdir is None or not root.exists()  # only a directory this run made is removed whole
     root.mkdir(parents=True, exist_ok=True)
     try:
-        startup, startup_rss, _ = measure([sys.executable, "-c", STARTUP])
-        raw_startup, _, _ = measure([sys.executable, "-c", RAW_STARTUP])
+        startup, startup_rss, _, _ = measure([sys.executable, "-c", STARTUP])
+        raw_startup = measure([sys.executable, "-c", RAW_STARTUP])[0]
         print(json.dumps({"case": "startup", "wall_s": round(startup, 2), "peak_rss_mb": round(startup_rss)}))
         startups = {None: startup}  # by a case's imports (torch's or not)
         for spec in (CASES[case] for case in cases):
@@ -445,7 +490,7 @@ def main(argv=None) -> None:
             write_store(store, nlat, nlon, steps, variables, levels, surface)
             size = store_bytes(store)
             data = 4 * steps * nlat * nlon * (len(variables) * len(levels) + len(surface))
-            store_raw = measure([sys.executable, "-c", RAW, str(store)])[:2]
+            store_raw = measure([sys.executable, "-c", RAW, str(store)])[:3]
             base = Run(store, root, root, steps, leads=args.leads, file_steps=args.file_steps, keep=args.keep)
             for case in cases:
                 spec = CASES[case]
@@ -463,13 +508,13 @@ def main(argv=None) -> None:
                     run = replace(base, work=work, inits=count)
                     inputs = spec.prepare(run) if spec.prepare else None
                     if inputs is None:
-                        input_size, (raw_wall, raw_rss), raw = size, store_raw, "zarr"
+                        input_size, (raw_wall, raw_rss, raw_cpu), raw = size, store_raw, "zarr"
                     else:  # the case reads these files, not the store: its baseline reads them
                         input_size = sum(path.stat().st_size for path in inputs)
-                        raw_wall, raw_rss, _ = measure([sys.executable, "-c", RAW_NETCDF, *map(str, inputs)])
+                        raw_wall, raw_rss, raw_cpu, _ = measure([sys.executable, "-c", RAW_NETCDF, *map(str, inputs)])
                         raw = "netcdf"
                     options = ["--workers", str(nworkers)] if nworkers else []
-                    wall, rss, _ = measure(s2forecast_argv(spec.argv(run) + options))
+                    wall, rss, cpu, _ = measure(s2forecast_argv(spec.argv(run) + options))
                     extra = spec.report(run) if spec.report else {}
                     if spec.cleanup:
                         spec.cleanup(run)
@@ -479,6 +524,7 @@ def main(argv=None) -> None:
                         "case": case,
                         "workers": nworkers,
                         "wall_s": round(wall, 2),
+                        "cpu_s": round(cpu, 2),
                         "peak_rss_mb": round(rss),
                         "store_mb": round(size / 1e6, 1),
                         "data_mb": round(data / 1e6, 1),
@@ -486,6 +532,7 @@ def main(argv=None) -> None:
                         "mb_per_s": round(input_size / 1e6 / wall, 1),
                         "raw": raw,
                         "raw_wall_s": round(raw_wall, 2),
+                        "raw_cpu_s": round(raw_cpu, 2),
                         "raw_peak_rss_mb": round(raw_rss),
                         "raw_mb_per_s": round(raw_rate, 1),
                         "ratio": round(input_size / 1e6 / wall / raw_rate, 3),

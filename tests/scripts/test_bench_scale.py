@@ -10,7 +10,8 @@ import xarray as xr
 
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "scripts" / "bench_scale.py"
-KEYS = {"case", "wall_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s", "raw", "raw_wall_s"}
+KEYS = {"case", "wall_s", "cpu_s", "raw_cpu_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s"}
+KEYS |= {"raw", "raw_wall_s"}
 KEYS |= {"raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load", "workers"}
 CASES = ["stats", "climatology", "evaluate", "rollout", "convert-era5"]  # the order they run in
 
@@ -44,6 +45,7 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
         assert row["data_mb"] == round(4 * 4 * 9 * 16 * 3 / 1e6, 1)
         assert row["workers"] == 0  # one process (--workers N adds rows with dask.distributed workers)
         assert row["wall_s"] > 0 and row["peak_rss_mb"] > 0 and row["raw_wall_s"] > 0 and row["ratio"] > 0
+        assert row["cpu_s"] > 0 and row["raw_cpu_s"] > 0  # python's start alone takes some
         # each case's throughput is against a raw read of its own input: the NetCDF files for convert-era5
         read = cds if row["case"] == "convert-era5" else [f for f in store_path.rglob("*") if f.is_file()]
         assert row["raw"] == ("netcdf" if row["case"] == "convert-era5" else "zarr")
@@ -51,6 +53,8 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
     by_case = {row["case"]: row for row in rows[1:]}
     assert by_case["evaluate"]["inits"] == by_case["rollout"]["inits"] == 2
     assert by_case["evaluate"]["leads"] == by_case["rollout"]["leads"] == 2
+    assert by_case["climatology"]["output_write_s"] > 0 and by_case["climatology"]["output_write_cpu_s"] >= 0
+    assert not list(tmp_path.rglob("*.rewritten"))  # the timed copy of the climatology is removed
     assert by_case["evaluate"]["plots"] == len(list((tmp_path / "evaluate_4_2x2").rglob("*.png"))) > 0
 
     # the store is in WeatherBench2's layout, and stats read it
@@ -73,6 +77,31 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
     assert (tmp_path / "evaluate_4_2x2" / "metrics.nc").is_file()
     forecast = xr.open_zarr(tmp_path / "rollout_4_2x2" / "forecast.zarr")
     assert forecast.sizes["time"] == 2 and forecast.sizes["prediction_timedelta"] == 2
+
+
+def test_rewrite_copies_each_array_with_its_chunks_and_compressors(tmp_path):
+    """REWRITE (the climatology's output_write_s): the copy it times is the output, chunk for chunk."""
+    import subprocess
+    import sys
+
+    import zarr
+
+    from s2forecast.output import field_compressors
+
+    bench = load_script()
+    source = zarr.open_group(tmp_path / "clim.zarr", mode="w", zarr_format=3)
+    values = np.random.default_rng(0).normal(size=(7, 2, 5, 6)).astype(np.float32)
+    array = source.create_array("t", shape=values.shape, chunks=(3, 1, 5, 6), dtype="float32",
+                                compressors=field_compressors())  # fmt: skip
+    array[...] = values
+    argv = [sys.executable, "-c", bench.REWRITE, str(tmp_path / "clim.zarr"), str(tmp_path / "copy.zarr")]
+    result = subprocess.run(argv, capture_output=True, text=True, check=True)
+    times = json.loads(result.stdout)
+    assert times["output_write_s"] > 0 and times["output_write_cpu_s"] >= 0
+    copy = zarr.open_group(tmp_path / "copy.zarr", mode="r")["t"]
+    np.testing.assert_array_equal(copy[...], values)
+    assert copy.chunks == (3, 1, 5, 6) and str(copy.compressors) == str(array.compressors)
+    assert len([f for f in (tmp_path / "copy.zarr" / "t").rglob("*") if f.is_file()]) == 1 + 3 * 2  # zarr.json, chunks
 
 
 @pytest.mark.parametrize(("workers", "message"), [("two", "give worker counts"), ("0", "must be >= 1")])
