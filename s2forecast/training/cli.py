@@ -249,7 +249,10 @@ class ForecastCLI(LightningCLI):
         directory behind (the next run takes that version_N, as the README's paths assume)."""
         created = new_log_dirs(self.trainer)
         try:
-            super()._run_subcommand(subcommand)
+            with warnings.catch_warnings():
+                if subcommand != "fit":  # validate and test restore ModelCheckpoint's state, which they never use
+                    warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
+                super()._run_subcommand(subcommand)
         except BaseException:
             if self.trainer.is_global_zero:
                 remove_unused_log_dirs(created)

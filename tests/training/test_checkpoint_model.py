@@ -71,6 +71,15 @@ def test_model_from_ckpt_takes_the_checkpoints_model(swe_store, mse_run_1_epoch,
     assert val_loss(tmp_path / "own" / "runs") == val_loss(tmp_path / "taken" / "runs")
 
 
+def test_validate_does_not_warn_of_the_checkpoint_callbacks_directory(swe_store, mse_run_1_epoch, tmp_path, recwarn):
+    """validate restores ModelCheckpoint's state from --ckpt_path, and Lightning warned that its
+    best_model_score etc. would not be reloaded in the new run's directory: noise for a run that
+    saves no checkpoint (the probe counted it on every validate)."""
+    cli(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", str(mse_run_1_epoch.checkpoint)])
+    assert val_loss(tmp_path / "runs") > 0
+    assert not [w for w in recwarn if "dirpath has changed" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def test_validate_ignores_the_training_schedule(swe_store, mse_run_1_epoch, tmp_path):
     """lr, warm-up and the rollout schedule do not change what validate scores: not compared."""
     extra = ["--model.lr", "0.5", "--model.warmup_steps", "7", "--model.rollout_every_epochs", "0"]
