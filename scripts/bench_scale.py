@@ -42,7 +42,8 @@ time taken off (what the case imports before its work, ``Case.imports``, and xar
 
 ``output_write_s`` / ``output_write_cpu_s`` (climatology): the wall and CPU seconds of writing its
 output again, chunk by chunk from memory, with its chunks and compressors (each chunk read first,
-untimed): what writing the output alone costs, against ``raw_cpu_s`` for reading the input.
+untimed): what writing the output alone costs, against ``raw_cpu_s`` for reading the input. The
+copy needs as much free disk as the output (3.5 GB a channel at 0.25 deg) and is removed at once.
 
 ``--workers 2`` runs each case that takes it (all but rollout) again with ``--workers 2`` (a local
 dask.distributed cluster of 2 worker processes, ``s2forecast.data.engine``; ``workers`` is 0 for
