@@ -32,6 +32,8 @@ Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
 
 import contextlib
 import itertools
+import shutil
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -517,18 +519,17 @@ def _stream_climatology(
     independent of the record length. Scratch disk: 4 bytes x slots x channels x points of one
     variable at a time (the variables are done one after the other, each scratch removed once read).
     """
-    import shutil
-
     from tqdm.auto import tqdm
 
     hours = np.unique(np.asarray(stamps.hour)) if stamps is not None else np.array([0])
     primary, extra, n_slots = _slots(stamps, positions, method, hours, data.sizes["time"])
     counts = np.bincount(primary[primary >= 0], minlength=n_slots) + np.bincount(extra[extra >= 0], minlength=n_slots)
+    direct = {name for name in data.data_vars if _reads_store_itself(data[name], method)}
+    sums = {name: [] if name in direct else _sum_tasks(data[name], n_slots, primary, extra) for name in data.data_vars}
+    _warn_if_short_of_disk(data, hours.size, sums, Path(out))
     template = _output_template(data, hours, attrs)
     template.to_zarr(out, mode="w", zarr_format=3, consolidated=True, compute=False)
     scratch = Path(out) / SCRATCH
-    direct = {name for name in data.data_vars if _reads_store_itself(data[name], method)}
-    sums = {name: [] if name in direct else _sum_tasks(data[name], n_slots, primary, extra) for name in data.data_vars}
     means = {
         name: [
             _MeanTask(name, channel, h, _slots_per_task(data[name], n_slots), name in direct)
@@ -562,6 +563,48 @@ def _stream_climatology(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return xr.open_zarr(out)
+
+
+class DiskSpaceWarning(UserWarning):
+    """The climatology may not fit the free disk where it is written."""
+
+
+def _warn_if_short_of_disk(data: xr.Dataset, n_hours: int, sums: dict[str, list], out: Path) -> None:
+    """Warn, before any work, when the disk holding ``out`` has less free space than the climatology
+    can take: its output before compression (366 days x ``n_hours`` per channel, whatever the record:
+    6 GB a channel at 0.25 deg; Blosc LZ4 makes it about half, depending on the data) and, while it
+    runs, the scratch of pass 1's largest variable (``sums``: its tasks). A warning, not a refusal:
+    how well the output compresses is not known before it is written. At 0.25 deg ERA5's 70 channels
+    take 0.43 TB before compression, and 79 GB of scratch for a variable of 13 levels."""
+
+    def scratch_bytes(name: str) -> int:
+        slots = sum(task.stop - task.first for task in sums[name])
+        return 4 * slots * _channels(data[name]) * _points(data[name])
+
+    output = sum(
+        DAYS_OF_YEAR.size * n_hours * _channels(v) * _points(v) * np.result_type(v.dtype, np.float32).itemsize
+        for v in data.data_vars.values()
+    )
+    scratch = max((scratch_bytes(name) for name in sums), default=0)
+    try:
+        free = shutil.disk_usage(out.parent).free
+    except OSError:  # cannot tell: the writes will say
+        return
+    if free < output + scratch:
+        warnings.warn(
+            f"{out.parent} has {_size(free)} free; this climatology takes up to {_size(output)} of output before "
+            f"compression (about half after, depending on the data) and {_size(scratch)} of scratch while it runs; "
+            "if the disk fills, the run stops with an error and leaves the output path as it was: free some space "
+            "there or write the climatology to a larger disk",
+            DiskSpaceWarning,
+            stacklevel=2,
+        )
+
+
+def _size(n_bytes: int) -> str:
+    if n_bytes >= 1e9:
+        return f"{n_bytes / 1e9:.1f} GB"
+    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes} bytes"
 
 
 def _slots(stamps, positions: np.ndarray, method: str, hours: np.ndarray, n_times: int):
