@@ -38,6 +38,7 @@ import shutil
 import socket
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -526,3 +527,31 @@ def _free_space(directory: Path) -> str:
     except OSError:
         return "unknown space"
     return f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free} bytes"
+
+
+class DiskSpaceWarning(UserWarning):
+    """An output may not fit the free space of the disk it is written to."""
+
+
+def warn_if_short_of_disk(directory: Path, needed: int, what: str) -> None:
+    """Warn, before a command's work, when ``directory``'s disk has less than ``needed`` bytes free;
+    ``what`` says what takes them ("the store takes up to 6.1 GB before compression"). A warning, not
+    a refusal: how well an output compresses is not known before it is written."""
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:  # cannot tell: the writes will say
+        return
+    if free < needed:
+        warnings.warn(
+            f"{directory} has {byte_size(free)} free; {what}; if the disk fills, the run stops with an error and "
+            "leaves the output path as it was: free some space there or write the output to a larger disk",
+            DiskSpaceWarning,
+            stacklevel=3,
+        )
+
+
+def byte_size(n_bytes: int) -> str:
+    """``n_bytes`` for a message: "6.1 GB", "12.0 MB" or "1000 bytes"."""
+    if n_bytes >= 1e9:
+        return f"{n_bytes / 1e9:.1f} GB"
+    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes} bytes"

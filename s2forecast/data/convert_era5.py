@@ -59,7 +59,7 @@ from s2forecast.data.engine import Engine
 from s2forecast.data.plausibility import check_plausible
 from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty, write_region
-from s2forecast.output import check_target
+from s2forecast.output import byte_size, check_target, warn_if_short_of_disk
 from s2forecast.provenance import history, python_call
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -673,6 +673,9 @@ def convert_era5(
         data = {name: _assemble(by_name[name], store_levels) for name in dynamic}
         statics = {name: _static(by_name[name]) for name in static}
         template = _template(data, statics, grid, times, store_levels, paths, out)
+        needed = sum(variable.nbytes for variable in template.data_vars.values())  # float32 fields, never computed
+        what = f"the converted store takes up to {byte_size(needed)} uncompressed (about half once compressed)"
+        warn_if_short_of_disk(Path(out).absolute().parent, needed, what)
         signature = _signature(paths, dynamic + static, store_levels, member)
         writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths, shards=shards)
         return _write(writer, template, data, progress, time_chunk, by_name, engine if engine is not None else Engine())

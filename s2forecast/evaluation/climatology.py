@@ -33,7 +33,6 @@ Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
 import contextlib
 import itertools
 import shutil
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.engine import Engine, background
-from s2forecast.output import field_compressors, zarr_attributes
+from s2forecast.output import byte_size, field_compressors, warn_if_short_of_disk, zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
@@ -565,17 +564,12 @@ def _stream_climatology(
     return xr.open_zarr(out)
 
 
-class DiskSpaceWarning(UserWarning):
-    """The climatology may not fit the free disk where it is written."""
-
-
 def _warn_if_short_of_disk(data: xr.Dataset, n_hours: int, sums: dict[str, list], out: Path) -> None:
     """Warn, before any work, when the disk holding ``out`` has less free space than the climatology
     can take: its output before compression (366 days x ``n_hours`` per channel, whatever the record:
     6 GB a channel at 0.25 deg; Blosc LZ4 makes it about half, depending on the data) and, while it
-    runs, the scratch of pass 1's largest variable (``sums``: its tasks). A warning, not a refusal:
-    how well the output compresses is not known before it is written. At 0.25 deg ERA5's 70 channels
-    take 0.43 TB before compression, and 79 GB of scratch for a variable of 13 levels."""
+    runs, the scratch of pass 1's largest variable (``sums``: its tasks). At 0.25 deg ERA5's 70
+    channels take 0.43 TB before compression, and 79 GB of scratch for a variable of 13 levels."""
 
     def scratch_bytes(name: str) -> int:
         slots = sum(task.stop - task.first for task in sums[name])
@@ -586,25 +580,11 @@ def _warn_if_short_of_disk(data: xr.Dataset, n_hours: int, sums: dict[str, list]
         for v in data.data_vars.values()
     )
     scratch = max((scratch_bytes(name) for name in sums), default=0)
-    try:
-        free = shutil.disk_usage(out.parent).free
-    except OSError:  # cannot tell: the writes will say
-        return
-    if free < output + scratch:
-        warnings.warn(
-            f"{out.parent} has {_size(free)} free; this climatology takes up to {_size(output)} of output before "
-            f"compression (about half after, depending on the data) and {_size(scratch)} of scratch while it runs; "
-            "if the disk fills, the run stops with an error and leaves the output path as it was: free some space "
-            "there or write the climatology to a larger disk",
-            DiskSpaceWarning,
-            stacklevel=2,
-        )
-
-
-def _size(n_bytes: int) -> str:
-    if n_bytes >= 1e9:
-        return f"{n_bytes / 1e9:.1f} GB"
-    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes} bytes"
+    what = (
+        f"this climatology takes up to {byte_size(output)} of output before compression (about half after, "
+        f"depending on the data) and {byte_size(scratch)} of scratch while it runs"
+    )
+    warn_if_short_of_disk(out.parent, output + scratch, what)
 
 
 def _slots(stamps, positions: np.ndarray, method: str, hours: np.ndarray, n_times: int):

@@ -510,6 +510,25 @@ def make_era5_sample_slice(
     return ds
 
 
+def test_a_disk_too_small_is_a_warning_with_the_stores_size(tmp_path, monkeypatch):
+    """Before converting, the free space of --out's disk against the store before compression
+    (time x channels x points x 4 bytes, and the static fields): a warning naming both, not a refusal."""
+    import shutil
+    import types
+
+    from s2forecast.output import DiskSpaceWarning, byte_size
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000))
+    with pytest.warns(DiskSpaceWarning) as warned:
+        out = convert([SAMPLE_SLICE], tmp_path / "era5.zarr")
+    stored = xr.open_zarr(out)
+    size = sum(variable.nbytes for name, variable in stored.data_vars.items() if name != "written")  # not its flags
+    assert size == 3 * 5 * 46 * 90 * 4  # 3 times x 5 surface fields, float32, no static field in the slice
+    (message,) = [str(w.message) for w in warned if w.category is DiskSpaceWarning]
+    assert message.startswith(f"{tmp_path} has 1000 bytes free; the converted store takes up to {byte_size(size)} ")
+    assert stored.attrs["s2forecast_complete"] == "true"  # a warning only: converted all the same
+
+
 def test_real_era5_sample_slice(tmp_path):
     out = convert([SAMPLE_SLICE], tmp_path / "era5.zarr")
     ds = open_store(out)

@@ -12,6 +12,7 @@ import xarray as xr
 from s2forecast.cli import main as cli
 from s2forecast.evaluation import climatology as module
 from s2forecast.evaluation.climatology import open_climatology
+from s2forecast.output import DiskSpaceWarning
 
 LAT, LON = np.array([60.0, 0.0, -60.0]), np.array([0.0, 90.0, 180.0, 270.0])
 
@@ -49,7 +50,7 @@ def test_a_disk_too_small_is_a_warning_with_the_sizes_before_any_work(store, tmp
     monkeypatch.setattr(module, "_sum_slots", sum_slots)
     monkeypatch.setattr(module.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000))
     out = tmp_path / "clim.zarr"
-    with pytest.warns(module.DiskSpaceWarning) as warned:  # printed as one line by the CLI (one_line_warnings)
+    with pytest.warns(DiskSpaceWarning) as warned:  # printed as one line by the CLI (one_line_warnings)
         cli(["climatology", str(store), "--out", str(out), "--no-progress"])
     # output before compression: 366 days x 2 hours x 3 channels x 12 points x 4 bytes, whatever the record;
     # scratch: what pass 1 wrote for the variable of 2 levels (the one-channel variable has none)
@@ -57,11 +58,11 @@ def test_a_disk_too_small_is_a_warning_with_the_sizes_before_any_work(store, tmp
     # two months: too short for day-of-year means, so a mean per hour (2 slots) of each of the 2 levels
     assert open_climatology(out).attrs["climatology_method"] == "hour"
     assert scratch == 4 * 2 * 2 * LAT.size * LON.size
-    assert [str(w.message) for w in warned if w.category is module.DiskSpaceWarning] == [
+    assert [str(w.message) for w in warned if w.category is DiskSpaceWarning] == [
         f"{tmp_path} has 1000 bytes free; this climatology takes up to {output} bytes of output before compression "
         f"(about half after, depending on the data) and {scratch} bytes of scratch while it runs; if the disk fills, "
         "the run stops with an error and leaves the output path as it was: free some space there or write the "
-        "climatology to a larger disk"
+        "output to a larger disk"
     ]
     # a warning only: the same climatology
     xr.testing.assert_equal(open_climatology(out), open_climatology(tmp_path / "ample.zarr"))  # values, coords
