@@ -39,7 +39,7 @@ from s2forecast.inference.perturbations import Perturbation, member_states
 from s2forecast.inference.ranks import Ranks, collectively
 from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
-from s2forecast.output import Output, file_sha256
+from s2forecast.output import Output, byte_size, file_sha256, warn_if_short_of_disk
 from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import check_span, format_time, parse_time
 from s2forecast.user_errors import UserError
@@ -401,6 +401,10 @@ def open_forecast_file(
     }
     if options.members:
         attrs["ensemble"] = ensemble_description(options, initial.members, model.stochastic)
+    # float32 fields: (init time, lead, member, channel, latitude, longitude)
+    fields = len(init_times) * len(leads) * (options.members or 1) * len(model.data.channels)
+    needed = 4 * fields * dataset.lat_deg.size * dataset.lon_deg.size
+    warn_if_short_of_disk(Path(output.tmp).parent, needed, f"the forecast takes up to {byte_size(needed)} uncompressed")
     return ForecastFile(output.tmp, options.fmt, layout, init_times, leads, dataset.lat_deg, dataset.lon_deg, units,
                         attrs, members=options.members, shards=options.shards)  # fmt: skip
 
