@@ -955,6 +955,8 @@ def _without_warnings(stderr: str) -> tuple[list[str], int]:
         if re.match(r"\S+\.py:\d+: ", line) and not line.startswith("s2forecast "):
             warned += 1
             skip_source = True
+        elif re.match(r"s2forecast( [\w-]+)?: warning: ", line):  # s2forecast's own, one line (cli.one_line_warnings)
+            warned += 1
         elif line.strip():
             lines.append(line)
     return lines, warned

@@ -53,3 +53,22 @@ def test_probe_lists_its_matrix():
     names = result.stdout.splitlines()
     assert len(names) >= 200 and len(set(names)) == len(names)
     assert "rollout ckpt <- ckpt_malicious" in names and "convert-era5 <- era5_degC_as_K" in names
+
+
+def test_probe_counts_warnings_apart_from_the_error_line():
+    """A warning before an error (s2forecast's own one-line format, or Python's with its source line) is
+    counted as a warning, not as a second error line that would be judged a traceback."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe_inputs", REPO / "scripts" / "probe_inputs.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    stderr = (
+        "s2forecast rollout: warning: /data has 16384 bytes free; the forecast takes up to 18432 bytes uncompressed\n"
+        "/site-packages/lib.py:12: UserWarning: something\n"
+        "  warnings.warn('something')\n"
+        "s2forecast rollout: error: could not write /data/f.nc: No space left on device\n"
+    )
+    lines, warned = probe._without_warnings(stderr)
+    assert lines == ["s2forecast rollout: error: could not write /data/f.nc: No space left on device"]
+    assert warned == 2
