@@ -533,10 +533,12 @@ class DiskSpaceWarning(UserWarning):
     """An output may not fit the free space of the disk it is written to."""
 
 
-def warn_if_short_of_disk(directory: Path, needed: int, what: str) -> None:
-    """Warn, before a command's work, when ``directory``'s disk has less than ``needed`` bytes free;
-    ``what`` says what takes them ("the store takes up to 6.1 GB before compression"). A warning, not
-    a refusal: how well an output compresses is not known before it is written."""
+def warn_if_short_of_disk(out: str | os.PathLike, needed: int, what: str) -> None:
+    """Warn, before a command's work, when the disk of the directory ``out`` is written in has less
+    than ``needed`` bytes free; ``what`` says what takes them ("the store takes up to 6.1 GB before
+    compression"). A warning, not a refusal: how well an output compresses is not known before it is
+    written."""
+    directory = Path(out).absolute().parent
     try:
         free = shutil.disk_usage(directory).free
     except OSError:  # cannot tell: the writes will say

@@ -675,7 +675,7 @@ def convert_era5(
         template = _template(data, statics, grid, times, store_levels, paths, out)
         needed = sum(variable.nbytes for variable in template.data_vars.values())  # float32 fields, never computed
         what = f"the converted store takes up to {byte_size(needed)} uncompressed (about half once compressed)"
-        warn_if_short_of_disk(Path(out).absolute().parent, needed, what)
+        warn_if_short_of_disk(out, needed, what)
         signature = _signature(paths, dynamic + static, store_levels, member)
         writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths, shards=shards)
         return _write(writer, template, data, progress, time_chunk, by_name, engine if engine is not None else Engine())

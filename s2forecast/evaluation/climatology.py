@@ -584,7 +584,7 @@ def _warn_if_short_of_disk(data: xr.Dataset, n_hours: int, sums: dict[str, list]
         f"this climatology takes up to {byte_size(output)} of output before compression (about half after, "
         f"depending on the data) and {byte_size(scratch)} of scratch while it runs"
     )
-    warn_if_short_of_disk(out.parent, output + scratch, what)
+    warn_if_short_of_disk(out, output + scratch, what)
 
 
 def _slots(stamps, positions: np.ndarray, method: str, hours: np.ndarray, n_times: int):

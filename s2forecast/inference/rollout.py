@@ -404,7 +404,7 @@ def open_forecast_file(
     # float32 fields: (init time, lead, member, channel, latitude, longitude)
     fields = len(init_times) * len(leads) * (options.members or 1) * len(model.data.channels)
     needed = 4 * fields * dataset.lat_deg.size * dataset.lon_deg.size
-    warn_if_short_of_disk(Path(output.tmp).parent, needed, f"the forecast takes up to {byte_size(needed)} uncompressed")
+    warn_if_short_of_disk(output.tmp, needed, f"the forecast takes up to {byte_size(needed)} uncompressed")
     return ForecastFile(output.tmp, options.fmt, layout, init_times, leads, dataset.lat_deg, dataset.lon_deg, units,
                         attrs, members=options.members, shards=options.shards)  # fmt: skip
 
