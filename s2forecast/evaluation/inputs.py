@@ -253,6 +253,20 @@ def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str],
             check_plausible(observed, v, f"truth store {truth_name}: variable {v}")
 
 
+def _check_some_valid_time_in_truth(forecast: xr.Dataset, truth: xr.Dataset, truth_name: str) -> None:
+    """Refuse a forecast none of whose valid times is in the truth: every score would be NaN, at exit 0
+    (some valid times missing is a warning: ``count_init_times_with_truth``)."""
+    valid = forecast[INIT_DIM].values[:, None] + forecast[LEAD_DIM].values[None, :]
+    times = truth[INIT_DIM].values
+    if np.isin(valid, times).any():
+        return
+    held = f"{format_times(times.min())} .. {format_times(times.max())}" if times.size else "no time"
+    raise UserError(
+        f"none of the forecast's valid times ({format_times(valid.min())} .. {format_times(valid.max())}) is in the "
+        f"truth store {truth_name} ({held}): every score would be NaN; evaluate against a truth that covers them"
+    )
+
+
 def _check_not_all_nan(data: xr.DataArray, name: str) -> None:
     """Refuse a forecast whose first, middle or last init time x lead is NaN everywhere: its
     scores would be NaN at exit 0 (a field NaN in part, e.g. over land, is scored as it is)."""
@@ -562,6 +576,7 @@ class EvaluationInputs:
         _check_grid(forecast_ds, truth_ds, "truth store", truth_name)
         _check_units(forecast_ds, truth_ds, variables, "truth store", truth_name)
         _check_values(forecast_ds, truth_ds, variables, truth_name)
+        _check_some_valid_time_in_truth(forecast_ds, truth_ds, truth_name)
         regions = default_regions(truth_ds) if config.regions is None else list(config.regions)
         mask = land_sea_mask(truth_ds) if any(name in LAND_REGIONS for name in regions) else None
         weights = region_weights(regions, forecast_ds["latitude"].values, forecast_ds["longitude"].values, mask)

@@ -643,13 +643,34 @@ def metric_units(name: str, field_units: str) -> str:
 def compute_statistics(
     metrics: Iterable[Metric], forecast, truth, weights, member_axis=None, climatology=None, skipna=False
 ) -> dict[str, np.ndarray]:
-    """Every statistic the ``metrics`` need, each computed once (array conventions: :class:`Metric`)."""
+    """Every statistic the ``metrics`` need, each computed once (array conventions: :class:`Metric`).
+
+    With ``skipna`` every statistic covers the same points: those where the truth and every member of
+    the forecast are not NaN (:func:`_on_common_points`)."""
+    if skipna:
+        forecast, truth = _on_common_points(forecast, truth, member_axis)
     stats = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for metric in metrics:
             if not all(key in stats for key in metric.provides):
                 stats.update(metric.statistics(forecast, truth, weights, member_axis, climatology, skipna))
     return stats
+
+
+def _on_common_points(forecast: np.ndarray, truth: np.ndarray, member_axis: int | None):
+    """``forecast`` and ``truth`` with NaN wherever either is NaN (every member where one member is).
+
+    Left out point by point, each spatial mean would cover its own points: ACC's covariance only
+    where both are finite but its forecast term also where only the truth is NaN (ACC above 1), or
+    the spread where the truth is NaN but the RMSE beside it not."""
+    missing = np.isnan(forecast)
+    if member_axis is not None:
+        missing = missing.any(axis=member_axis)
+    missing = missing | np.isnan(truth)
+    if not missing.any():
+        return forecast, truth
+    every_member = missing if member_axis is None else np.expand_dims(missing, member_axis)
+    return np.where(every_member, np.nan, forecast), np.where(missing, np.nan, truth)
 
 
 @dataclass(frozen=True)

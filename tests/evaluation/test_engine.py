@@ -316,3 +316,40 @@ def test_inputs_with_climatology_checks_a_given_one(tmp_path, truth):
     wrong = make_truth().rename({"2m_temperature": "t"})
     with pytest.raises(UserError, match=r"forecast variable\(s\) \['2m_temperature'\] are not in the climatology"):
         EvaluationInputs.open(forecast, truth, compute_climatology(wrong)).with_climatology()
+
+
+def test_with_skipna_every_statistic_covers_the_points_where_forecast_and_truth_both_are():
+    """A point NaN in the truth (or in one member) is left out of every term of every score, not only of
+    the terms that hold the truth: ACC's forecast term over more points than its covariance went above 1,
+    and the spread covered points the RMSE beside it left out."""
+    rng = np.random.default_rng(3)
+    m, nlat, nlon = 4, 6, 8
+    weights = np.full((1, nlat, nlon), 1.0 / (nlat * nlon))
+    climatology = np.zeros((1, 1, nlat, nlon))
+    truth = rng.normal(size=(1, 1, nlat, nlon))
+    forecast = truth[:, :, None] + rng.normal(size=(1, 1, m, nlat, nlon))
+    forecast[..., : nlat // 2, :] += 10.0 * rng.normal(size=(m, nlat // 2, nlon))  # where the truth will be NaN
+    truth[..., : nlat // 2, :] = np.nan
+    forecast[0, 0, 1, -1, 0] = np.nan  # one member: the point goes for every member and the truth
+    common = np.isfinite(truth[0, 0]) & np.isfinite(forecast[0, 0]).all(axis=0)
+    f, o, w = forecast[0, 0][:, common], truth[0, 0][common], weights[0][common]
+
+    def mean(x):
+        return np.sum(w * x) / np.sum(w)
+
+    names = ["acc", "spread_skill", "crps"]
+    stats = compute_statistics([METRICS[n] for n in names], forecast, truth, weights, 2, climatology, skipna=True)
+    mean_f = f.mean(axis=0)
+    assert stats["acc"][0, 0, 0] == pytest.approx(mean(mean_f * o) / np.sqrt(mean(mean_f**2) * mean(o**2)), rel=1e-12)
+    assert stats["ensemble_variance"][0, 0, 0] == pytest.approx(mean(f.var(axis=0, ddof=1)), rel=1e-12)
+    assert stats["mse"][0, 0, 0] == pytest.approx(mean((mean_f - o) ** 2), rel=1e-12)
+    pairs = np.abs(f[:, None] - f[None, :]).sum(axis=(0, 1))
+    crps = mean(np.abs(f - o).mean(axis=0) - pairs / (2 * m * (m - 1)))
+    assert stats["crps"][0, 0, 0] == pytest.approx(crps, rel=1e-12)
+    # one member: the truth's NaN reaches the forecast term of ACC too
+    one = compute_statistics([METRICS["acc"]], forecast[:, :, 0], truth, weights, None, climatology, skipna=True)
+    f0, o0 = forecast[0, 0, 0][np.isfinite(truth[0, 0])], truth[0, 0][np.isfinite(truth[0, 0])]
+    w0 = weights[0][np.isfinite(truth[0, 0])]
+    expected = np.sum(w0 * f0 * o0) / np.sqrt(np.sum(w0 * f0**2) * np.sum(w0 * o0**2))
+    assert one["acc"][0, 0, 0] == pytest.approx(expected, rel=1e-12)
+    assert abs(one["acc"][0, 0, 0]) <= 1.0

@@ -23,6 +23,7 @@ from s2forecast.evaluation import evaluate as evaluate_module
 from s2forecast.evaluation.climatology import ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import open_results
+from s2forecast.user_errors import UserError
 
 LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles, north -> south as written by the store writers
 LON = np.arange(12) * 30.0
@@ -369,6 +370,23 @@ def test_missing_variable(tmp_path, truth_path, truth_ds):
     with pytest.raises(ValueError, match="not forecast variables"):
         evaluate(path, truth_path, tmp_path / "m.nc", variables=["temperature"], plots=False, progress=False)
     assert not (tmp_path / "m.nc").exists()
+
+
+def test_a_forecast_with_no_valid_time_in_the_truth_is_refused_and_replaces_nothing(tmp_path, truth_path, truth_ds):
+    """Every score would be NaN at exit 0 (and ``--overwrite`` would have replaced good results with them)."""
+    later = perfect_forecast(truth_ds).assign_coords(time=INITS + pd.Timedelta(days=400))
+    path = write_nc(later, tmp_path / "f.nc")
+    out = tmp_path / "m.nc"
+    out.write_bytes(b"results of an earlier evaluation")
+    with pytest.raises(UserError) as error:
+        evaluate(path, truth_path, out, plots=False, progress=False, overwrite=True)
+    assert str(error.value) == (
+        "none of the forecast's valid times (2021-02-04T06 .. 2021-02-05T18) is in the truth store "
+        f"{truth_path.resolve()} (2020-01-01T00 .. 2020-01-03T18): every score would be NaN; evaluate against a "
+        "truth that covers them"
+    )
+    assert out.read_bytes() == b"results of an earlier evaluation"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.nc", "m.nc"]
 
 
 def test_different_grid(tmp_path, truth_path, truth_ds):

@@ -13,6 +13,7 @@ import xarray as xr
 import zarr
 
 from s2forecast.cli import main
+from s2forecast.evaluation import compute_climatology
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.scoring import NonFiniteWarning
 
@@ -108,6 +109,27 @@ def test_a_nan_truth_pixel_is_left_out_of_every_source(tmp_path, truth):
         results = score(forecast_of(data), bad, tmp_path / "m2.nc")
     assert results["2m_temperature_nonfinite_truth"].values.tolist() == [1, 2]
     assert np.all(np.isfinite(global_scores(results, source="persistence")))
+
+
+def test_a_point_nan_in_the_truth_scores_as_the_same_point_nan_in_the_forecast(tmp_path, truth):
+    """Left out of every term: a truth NaN over a third of the grid gives the forecast's scores of a
+    forecast NaN there (ACC's forecast term had kept the points only the truth lacks: ACC above 1)."""
+    path, data = truth
+    climatology = compute_climatology(data[["2m_temperature"]])
+    band = slice(0, data.sizes["latitude"] // 3)
+    bad = tmp_path / "truth.zarr"
+    shutil.copytree(path, bad)
+    zarr.open_group(str(bad), mode="r+")["2m_temperature"][2, band] = np.nan  # the valid time of lead 15 h
+    forecast = forecast_of(data, members=3)
+    with pytest.warns(NonFiniteWarning):
+        truth_nan = score(forecast, bad, tmp_path / "t.nc", climatology=climatology)
+    forecast_nan = forecast.copy(deep=True)
+    forecast_nan["2m_temperature"][0, 1, :, band] = np.nan
+    with pytest.warns(NonFiniteWarning):
+        forecast_nan = score(forecast_nan, path, tmp_path / "f.nc", climatology=climatology)
+    for metric in ("acc", "rmse", "bias", "crps", "spread", "spread_skill"):
+        assert global_scores(truth_nan, metric)[1] == pytest.approx(global_scores(forecast_nan, metric)[1], rel=1e-12)
+    assert np.all(np.abs(global_scores(truth_nan, "acc")) <= 1.0)
 
 
 def test_a_nan_member_point_is_left_out_for_every_member(tmp_path, truth):
