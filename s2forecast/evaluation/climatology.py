@@ -277,7 +277,9 @@ def compute_climatology(
         times = xr.Dataset(coords={"time": truth["time"].values}).sortby("time")
         period = _select_period(times, start, end)["time"].values
         positions = np.flatnonzero(np.isin(truth["time"].values, period))
-        stamps = pd.DatetimeIndex(period) if np.issubdtype(period.dtype, np.datetime64) else None
+        # the times of ``positions``, in the store's order as they are: each store position takes its slot by them
+        in_store_order = truth["time"].values[positions]
+        stamps = pd.DatetimeIndex(in_store_order) if np.issubdtype(period.dtype, np.datetime64) else None
         method, reason = _resolve_method(method, stamps)
         attrs = _climatology_attrs(truth.attrs, method, reason, window_days, period)
         data = truth.to_dataset(name=truth.name or "data") if isinstance(truth, xr.DataArray) else truth
