@@ -46,6 +46,7 @@ from s2forecast.data.store import (
     StoreInfo,
     check_store_unchanged,
     describe,
+    describe_not_fields,
     is_url,
     open_as_stored,
     open_store,
@@ -126,6 +127,11 @@ def compute_stats(
     """
     ds = open_store(path, chunks=None, storage_options=storage_options)  # lazy: blocks read on demand
     info = describe(ds, str(path))
+    if info.not_fields:
+        warnings.warn(
+            f"{path}: left out of the statistics, not gridded fields: {describe_not_fields(ds, list(info.not_fields))}",
+            stacklevel=2,
+        )
     if out is None:
         if is_url(path) or not _in_s2forecast_layout(path):
             raise UserError(

@@ -213,9 +213,10 @@ class StoreInfo:
     path: str
     grid: "Grid"
     times: np.ndarray  # datetime64[ns]
-    variables: tuple[str, ...]  # time-dependent variables
+    variables: tuple[str, ...]  # time-dependent fields
     static: tuple[str, ...]
     levels: tuple[int, ...]
+    not_fields: tuple[str, ...] = ()  # other variables with a time dim (CDS's expver, time_bnds): read by no command
 
 
 # fsspec protocols whose filesystem lives in an optional package: protocol -> (package, extra)
@@ -419,17 +420,37 @@ def check_units(name: str, units: str | None, path) -> None:
         )
 
 
+def is_field(variable: xr.DataArray) -> bool:
+    """A gridded field: latitude and longitude dims, and numbers (or booleans). What the commands read,
+    average and score; a store made from CDS NetCDF files may also hold ``expver`` (a string per time)
+    or ``time_bnds`` ((time, nv) datetimes), which are not."""
+    numeric = np.issubdtype(variable.dtype, np.number) or np.issubdtype(variable.dtype, np.bool_)
+    return numeric and {"latitude", "longitude"} <= set(variable.dims)
+
+
+def not_fields(ds: xr.Dataset) -> list[str]:
+    """The variables with a time dim that are not fields (``is_field``), s2forecast's own ``written`` aside."""
+    return [n for n, v in ds.data_vars.items() if n != "written" and "time" in v.dims and not is_field(v)]
+
+
+def describe_not_fields(ds: xr.Dataset, names: list[str]) -> str:
+    """``names`` with their dims and types, for a message: ``expver (time) <U4, time_bnds (time, nv) ...``."""
+    return ", ".join(f"{n} ({', '.join(map(str, ds[n].dims))}) {ds[n].dtype}" for n in names)
+
+
 def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:
     """Grid, times, variables and levels of an opened store."""
     if "time" not in ds.dims:
         raise UserError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}")
     variables, static = [], []
     for name, var in ds.data_vars.items():
-        if name == "written":
+        if name == "written" or not is_field(var):
             continue
         if "time" in var.dims:
             variables.append(name)
         elif set(var.dims) == {"latitude", "longitude"}:
             static.append(name)
     levels = tuple(int(x) for x in ds["level"].values) if "level" in ds.coords else ()
-    return StoreInfo(str(path), grid_of(ds), ds["time"].values, tuple(variables), tuple(static), levels)
+    return StoreInfo(
+        str(path), grid_of(ds), ds["time"].values, tuple(variables), tuple(static), levels, tuple(not_fields(ds))
+    )

@@ -33,6 +33,7 @@ Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
 import contextlib
 import itertools
 import shutil
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.engine import Engine, background
+from s2forecast.data.store import describe_not_fields, is_field, not_fields
 from s2forecast.output import byte_size, field_compressors, warn_if_short_of_disk, zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -263,9 +265,16 @@ def compute_climatology(
         raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)})")
     if isinstance(truth, xr.Dataset):
         static = [name for name, var in truth.data_vars.items() if "time" not in var.dims]
-        truth = truth.drop_vars(static)
+        odd = not_fields(truth)
+        if odd:  # a climatology is of fields; summing expver's strings or time_bnds' datetimes fails deep inside
+            warnings.warn(
+                f"left out of the climatology, not gridded fields: {describe_not_fields(truth, odd)}", stacklevel=2
+            )
+        truth = truth.drop_vars(static + odd)
         if not truth.data_vars:
-            raise UserError("the truth has no variable with a 'time' dim")
+            raise UserError("the truth has no gridded field with a 'time' dim")
+    elif not is_field(truth):
+        raise UserError(f"{truth.name} {truth.dims} {truth.dtype} is not a gridded field: no climatology of it")
     _check_unique_times(truth)
     if out is not None and Path(out).exists() and (not Path(out).is_dir() or any(Path(out).iterdir())):
         raise UserError(

@@ -176,3 +176,31 @@ def test_netcdf_initial_conditions_in_wb2_names_and_order(stores, canonical_mode
     forecast = rollout(canonical_model, path, tmp_path / "forecast.nc")
     for name in VARIABLES:
         np.testing.assert_array_equal(forecast[name].values, canonical_forecast[name].values)
+
+
+def test_variables_that_are_not_fields_are_left_out_with_a_warning(stores, tmp_path):
+    """A store made from CDS NetCDF files keeps expver (a string per time) and time_bnds ((time, nv)
+    datetimes): stats and climatology crashed summing them (a traceback). They are left out, named in a
+    warning, and every result is the canonical store's."""
+    from s2forecast.evaluation.climatology import write_climatology
+
+    root, canonical, stats, data = stores
+    times = data["time"].values
+    leftovers = data.assign(
+        expver=("time", np.array(["0001"] * times.size)),
+        time_bnds=(("time", "nv"), np.stack([times - np.timedelta64(6, "h"), times], axis=1)),
+        global_mean=("time", np.arange(times.size, dtype=np.float64)),  # numbers, but no grid
+    )
+    path = write_store(leftovers, tmp_path / "cds.zarr", ("time", "level", "longitude", "latitude", "nv"), "south")
+    named = r"not gridded fields: expver \(time\) <U4, global_mean \(time\) float64, time_bnds \(time, nv\) datetime64"
+    with pytest.warns(UserWarning, match=r"left out of the statistics, " + named):
+        compute_stats(path, out=tmp_path / "stats.zarr")
+    xr.testing.assert_allclose(xr.open_zarr(tmp_path / "stats.zarr").load(), xr.open_zarr(stats).load(), rtol=1e-6)
+    with pytest.warns(UserWarning, match=r"left out of the climatology, " + named):
+        write_climatology(path, tmp_path / "clim.zarr")
+    write_climatology(canonical, tmp_path / "canonical_clim.zarr")
+    clim, expected = (xr.open_zarr(tmp_path / p).load() for p in ("clim.zarr", "canonical_clim.zarr"))
+    assert set(clim.data_vars) == set(expected.data_vars) == {"geopotential", "temperature", "2m_temperature"}
+    xr.testing.assert_allclose(clim, expected, rtol=1e-6)
+    ours, theirs = FieldDataset(path, spec(), stats_path=stats), FieldDataset(canonical, spec(), stats_path=stats)
+    np.testing.assert_array_equal(ours.read_states(ours.samples[0]), theirs.read_states(theirs.samples[0]))
