@@ -11,17 +11,22 @@ scale); 366 = Dec 31 of leap years. Feb 29 therefore never needs a slot of its o
 shares slot 60 with the Mar 1 of other years. The slot only leap years fill is 366; as in
 WB2 (which fills each year's missing day 366 with its day 365) every non-leap year's Dec 31
 is counted in slot 366 too, so slot 366 is the mean of every Dec 31 of the record. Any slot
-still empty (a record with gaps, only with ``method="dayofyear_hour"`` forced) is filled
-from its neighbours by linear interpolation along the periodic day-of-year axis.
+still empty (a record with gaps) is filled from its neighbours by linear interpolation along
+the periodic day-of-year axis.
 
 Smoothing: WB2's triangular window, ``window_days`` (odd) taps, weights rising linearly
 from 0 at the ends to 1 at the centre (the two end taps are zero, as in WB2), normalized
-to mean 1, applied periodically over the 366 slots (Dec 31 neighbours Jan 1). For records
-made of whole years this equals WB2's ``compute_hourly_stat``.
+to mean 1, applied periodically over the 366 slots (Dec 31 neighbours Jan 1). A slot mean
+that is NaN at a point (no finite value of that slot there) is left out of the windows over
+it, the weights renormalized over the others, as WB2's weighted mean skips NaN; a point is
+NaN only where its whole window is. For records made of whole years this equals WB2's
+``compute_hourly_stat`` (with NaN, where a slot is NaN in every year or in none).
 
 Short records (``method="auto"``), recorded in ``attrs["climatology_method"]``:
-    ``dayofyear_hour``: every day of year 1..365 has data at every hour present: the full
-        smoothed climatology above.
+    ``dayofyear_hour``: every day of year 1..365 has data at every hour present, but for
+        gaps no longer than half the smoothing window (30 days of WB2's 61; none without
+        smoothing), which are filled from their neighbours: the full smoothed climatology
+        above. A year with a missing time step keeps its seasonal cycle.
     ``hour``: otherwise, if the hours present are evenly spaced around the clock (e.g. 0,
         6, 12, 18) and each occurs on at least two dates: the mean over all times per hour
         of day, identical for every day of year (a few days or months of data, or SWE runs
@@ -86,8 +91,8 @@ def smooth_dayofyear(climatology: Data, window_days: int = 61) -> Data:
         window_days: odd window length, see :func:`window_weights`.
 
     Returns:
-        Same dims and coordinates: ``sum_k w_k x[(d + k - half) mod 366] / sum_k w_k``.
-        NaN values propagate to the slots whose window covers them.
+        Same dims and coordinates: ``sum_k w_k x[(d + k - half) mod 366] / sum_k w_k``, the sums
+        over the finite ``x`` only (WB2's weighted mean skips NaN): NaN where the whole window is.
     """
     weights = window_weights(window_days)
     if weights.size == 1:
@@ -117,14 +122,26 @@ def smooth_dayofyear(climatology: Data, window_days: int = 61) -> Data:
 
 
 def _periodic_window_sum(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``out[..., d] = sum_k weights[k] * values[..., (d + k - half) mod n]`` along the last axis."""
+    """``out[..., d] = sum_k weights[k] * values[..., (d + k - half) mod n]`` along the last axis (weights
+    summing to 1); where some values are NaN, over the finite ones, divided by the sum of their weights."""
     n, half = values.shape[-1], weights.size // 2
-    padded = np.concatenate([values[..., n - half :], values, values[..., :half]], axis=-1)
-    out = np.zeros(values.shape, dtype=np.result_type(values.dtype, np.float32))
-    for k, weight in enumerate(weights):
-        if weight != 0.0:
-            out += weight * padded[..., k : k + n]
-    return out
+    missing = np.isnan(values)
+    any_missing = bool(missing.any())
+    dtype = np.result_type(values.dtype, np.float32)
+
+    def window_sum(x: np.ndarray) -> np.ndarray:
+        padded = np.concatenate([x[..., n - half :], x, x[..., :half]], axis=-1)
+        out = np.zeros(x.shape, dtype=dtype)
+        for k, weight in enumerate(weights):
+            if weight != 0.0:
+                out += weight * padded[..., k : k + n]
+        return out
+
+    if not any_missing:
+        return window_sum(values)
+    finite_weight = window_sum((~missing).astype(dtype))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(finite_weight > 0.0, window_sum(np.where(missing, 0.0, values)) / finite_weight, np.nan)
 
 
 def _map_arrays(data: Data, function) -> Data:
@@ -180,7 +197,15 @@ def _even_around_the_clock(hours: np.ndarray) -> bool:
     return bool(np.all(steps == steps[0]))
 
 
-def _choose_method(stamps: pd.DatetimeIndex | None) -> tuple[str, str]:
+def _longest_gap(days: np.ndarray) -> int:
+    """The longest run of days of year 1..365 that are not in ``days``, going around the year."""
+    present = np.unique(days[(days >= 1) & (days <= 365)])
+    if present.size == 0:
+        return 365
+    return int((np.diff(np.concatenate([present, present[:1] + 365])) - 1).max())
+
+
+def _choose_method(stamps: pd.DatetimeIndex | None, window_days: int) -> tuple[str, str]:
     if stamps is None:
         return "mean", "the time axis is not datetime64, so it has no day of year or hour of day"
     doy = np.asarray(stamps.day_of_year)
@@ -190,9 +215,18 @@ def _choose_method(stamps: pd.DatetimeIndex | None) -> tuple[str, str]:
     if all(n == 365 for n in days_per_hour.values()):
         return "dayofyear_hour", "the record covers every day of year 1..365 at every hour present"
     worst = min(days_per_hour, key=days_per_hour.get)
+    gaps = {h: _longest_gap(doy[hour == h]) for h in days_per_hour}
+    widest = max(gaps, key=gaps.get)
+    if gaps[widest] <= window_days // 2:  # filled from the neighbours, within the smoothing's half width
+        return "dayofyear_hour", (
+            f"the record covers every day of year 1..365 at every hour present but for gaps of at most "
+            f"{gaps[widest]} day(s) (hour {widest}; hour {worst} has {days_per_hour[worst]} of 365 days), filled from "
+            f"their neighbours: narrower than half the {window_days}-day smoothing window"
+        )
     why = (
         f"the record does not cover every day of year 1..365 at every hour present (hour {worst} has "
-        f"{days_per_hour[worst]} of 365)"
+        f"{days_per_hour[worst]} of 365; a gap of {gaps[widest]} days at hour {widest}, wider than half the "
+        f"{window_days}-day smoothing window)"
     )
     dates_per_hour = {int(h): np.unique(stamps[hour == h].normalize()).size for h in hours}
     if not _even_around_the_clock(hours):
@@ -289,7 +323,7 @@ def compute_climatology(
         # the times of ``positions``, in the store's order as they are: each store position takes its slot by them
         in_store_order = truth["time"].values[positions]
         stamps = pd.DatetimeIndex(in_store_order) if np.issubdtype(period.dtype, np.datetime64) else None
-        method, reason = _resolve_method(method, stamps)
+        method, reason = _resolve_method(method, stamps, window_days)
         attrs = _climatology_attrs(truth.attrs, method, reason, window_days, period)
         data = truth.to_dataset(name=truth.name or "data") if isinstance(truth, xr.DataArray) else truth
         stored = read_from if read_from is not None and _same_layout(read_from, data) else None
@@ -300,7 +334,7 @@ def compute_climatology(
 
     is_datetime = np.issubdtype(truth["time"].dtype, np.datetime64)
     stamps = pd.DatetimeIndex(truth["time"].values) if is_datetime else None
-    method, reason = _resolve_method(method, stamps)
+    method, reason = _resolve_method(method, stamps, window_days)
 
     data = _drop_time_coords(_refuse_infinite(truth))
     if method == "dayofyear_hour":
@@ -318,9 +352,9 @@ def compute_climatology(
     return clim.assign_attrs(_climatology_attrs(truth.attrs, method, reason, window_days, truth["time"].values))
 
 
-def _resolve_method(method: str, stamps: pd.DatetimeIndex | None) -> tuple[str, str]:
+def _resolve_method(method: str, stamps: pd.DatetimeIndex | None, window_days: int) -> tuple[str, str]:
     """The method used and why: ``method`` itself unless ``"auto"``."""
-    auto_method, reason = _choose_method(stamps)
+    auto_method, reason = _choose_method(stamps, window_days)
     if method == "auto":
         return auto_method, reason
     if stamps is None and method != "mean":
@@ -1059,8 +1093,9 @@ def _smoothed_days(field, window_days: int, dtype=np.float64):
     (normalized) at offsets ``|j| < half``: two boxes of ``half`` days convolved, so
     ``S(d) = sum_{b<half} B(d - b) / half**2`` with ``B(e) = sum_{a<half} x(e + a)``, both kept as
     running sums (float64), updated in place: ``half`` boxes and ``half`` fields in memory. From the
-    first field with a NaN on, NaN are carried as counts in a second row the same way (zero before it),
-    so that they reach only the days whose window covers them (as a weighted sum).
+    first field with a NaN on, NaN are carried as counts in a second row the same way (zero before it):
+    their weighted sum (whole numbers, exact in float64) is the weight the window lacks, so a day is the
+    mean over its window's finite fields, renormalized (as :func:`smooth_dayofyear`), NaN where none is.
     """
     half, n = window_days // 2, DAYS_OF_YEAR.size
     if half <= 1:  # window 1 or 3: only the centre tap is nonzero
@@ -1114,9 +1149,12 @@ def _smoothed_days(field, window_days: int, dtype=np.float64):
                 tile_total += tile_box
                 tile_total -= oldest[:, tile]
                 oldest[:, tile] = tile_box
-            np.divide(total[0, tile], half**2, out=smoothed[tile])
-            if total.shape[0] == 2:
-                smoothed[tile][total[1, tile] > 0.5] = np.nan
+            if total.shape[0] == 2:  # renormalized over the finite fields' weights; none (half**2 missing): NaN
+                finite_weight = half**2 - total[1, tile]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    np.divide(total[0, tile], np.where(finite_weight > 0.5, finite_weight, np.nan), out=smoothed[tile])
+            else:
+                np.divide(total[0, tile], half**2, out=smoothed[tile])
         for stale in [e for e in cache if e < day]:
             del cache[stale]
         yield smoothed

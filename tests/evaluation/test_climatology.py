@@ -1,3 +1,4 @@
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -81,8 +82,9 @@ def test_smoothing_wraps_around_the_year_end():
 @pytest.mark.parametrize("window_days", [61, 5, 3])
 def test_streamed_smoothing_equals_the_window_and_learns_of_nan_on_the_way(first_nan_day, window_days, monkeypatch):
     """The running sums of the streamed climatology (in tiles, in place) give the periodic window's
-    values, and NaN reach exactly the days whose window covers them, whether the first NaN comes with
-    the first field asked for, in the middle or near the end (its counts start then, at zero)."""
+    values; a NaN is left out of the windows over it, their weights renormalized (WB2's weighted mean
+    skips NaN), and a day is NaN only where its whole window is, whether the first NaN comes with the
+    first field asked for, in the middle or near the end (its counts start then, at zero)."""
     from s2forecast.evaluation import climatology as module
 
     monkeypatch.setattr(module, "SMOOTHING_TILE", 4)  # several tiles, the last one partial
@@ -91,6 +93,7 @@ def test_streamed_smoothing_equals_the_window_and_learns_of_nan_on_the_way(first
     if first_nan_day is not None:
         values[first_nan_day, 3] = np.nan
         values[(first_nan_day + 40) % 366, 7] = np.nan
+        values[(first_nan_day + np.arange(window_days + 8)) % 366, 9] = np.nan  # some whole windows
     asked = []
 
     def field(day):
@@ -104,6 +107,18 @@ def test_streamed_smoothing_equals_the_window_and_learns_of_nan_on_the_way(first
     lazy = smooth_dayofyear(xr.DataArray(values.astype(np.float64), dims=("dayofyear", "point")), window_days)
     np.testing.assert_allclose(streamed, lazy.values, rtol=1e-12)
     np.testing.assert_array_equal(np.isnan(streamed), np.isnan(lazy.values))
+    weights = window_weights(window_days)
+    finite = np.isfinite(values)
+    window = [np.roll(np.where(finite, values, 0.0), half - k, axis=0) for k in range(weights.size)]
+    weight = sum(w * np.roll(finite, half - k, axis=0) for k, w in enumerate(weights))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        direct = np.where(weight > 0, sum(w * x for w, x in zip(weights, window, strict=True)) / weight, np.nan)
+    np.testing.assert_allclose(streamed, direct, rtol=1e-12)
+    np.testing.assert_array_equal(np.isnan(streamed), np.isnan(direct))
+    if first_nan_day is not None:  # NaN only on the days whose whole window is NaN: the single NaN unsmoothed only
+        assert np.isnan(streamed[:, :9]).sum() == (2 if half <= 1 else 0)
+        # the window's nonzero taps span window_days - 2 days (the end taps are zero; 1 day unsmoothed)
+        assert np.isnan(streamed[:, 9]).sum() == window_days + 8 - max(window_days - 3, 0)
 
 
 # --- full dayofyear x hour climatology --------------------------------------------------
@@ -308,20 +323,64 @@ def test_perfect_forecast_against_computed_climatology():
 
 def direct_climatology(values, times, window_days=61):
     """The definition, computed directly in float64: per hour of day and slot 1..366 the NaN-skipping mean
-    (slot 366 also holds non-leap Dec 31s), smoothed with the periodic window. values: (time, ...)."""
+    (slot 366 also holds non-leap Dec 31s; a slot without times, here never two in a row, the mean of its
+    neighbours'), smoothed with the periodic window over the finite slot means (WB2's weighted mean skips
+    NaN). values: (time, ...)."""
     doy, hour, leap = times.day_of_year.to_numpy(), times.hour.to_numpy(), times.is_leap_year
-    weights = window_weights(window_days) / window_weights(window_days).sum()
+    weights = window_weights(window_days)
     half = window_days // 2
     out = []
     for h in np.unique(hour):
-        raw = np.stack(
-            [
-                np.nanmean(values[(hour == h) & ((doy == d) | ((d == 366) & (doy == 365) & ~leap))], axis=0)
-                for d in range(1, 367)
-            ]
-        ).astype(np.float64)
-        out.append(sum(w * np.roll(raw, half - k, axis=0) for k, w in enumerate(weights)))
+        slots = [(hour == h) & ((doy == d) | ((d == 366) & (doy == 365) & ~leap)) for d in range(1, 367)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slots: NaN
+            raw = np.stack([np.nanmean(values[slot], axis=0) for slot in slots]).astype(np.float64)
+        for d in [d for d, slot in enumerate(slots) if not slot.any()]:
+            raw[d] = (raw[d - 1] + raw[(d + 1) % 366]) / 2
+        finite = np.isfinite(raw)
+        total = sum(w * np.roll(np.where(finite, raw, 0.0), half - k, axis=0) for k, w in enumerate(weights))
+        weight = sum(w * np.roll(finite, half - k, axis=0) for k, w in enumerate(weights))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out.append(np.where(weight > 0, total / weight, np.nan))
     return np.stack(out, axis=1)  # (dayofyear, hour, ...)
+
+
+def test_a_year_with_a_missing_step_and_a_missing_value_keeps_its_seasonal_cycle(tmp_path):
+    """One time step missing made ``auto`` fall back to one mean per hour for every day of year (10 K off
+    at 0.25 deg's seasons: found by a review), and one NaN value blanked 59 days of the climatology at its
+    point. Now the gap is filled from its neighbours and the NaN left out of the windows over it (WB2)."""
+    from s2forecast.evaluation.climatology import write_climatology
+
+    times = pd.date_range("2019-01-01", "2019-12-31T18", freq="6h")
+    times = times.delete(times.get_loc(pd.Timestamp("2019-04-10T12")))
+    lat, lon = np.array([60.0, 0.0, -60.0]), np.array([0.0, 90.0, 180.0, 270.0])
+    rng = np.random.default_rng(4)
+    seasonal = 10.0 * np.cos(2 * np.pi * times.day_of_year.to_numpy() / 366)
+    t2m = (280.0 + seasonal[:, None, None] + rng.normal(size=(times.size, lon.size, lat.size))).astype(np.float32)
+    t2m[times.get_loc(pd.Timestamp("2019-07-01T06")), 1, 2] = np.nan
+    temperature = np.stack([t2m - 30.0, t2m - 10.0], axis=1)  # two levels: through pass 1 and its scratch
+    store = tmp_path / "wb2.zarr"
+    xr.Dataset(
+        {
+            "2m_temperature": (("time", "longitude", "latitude"), t2m, {"units": "K"}),
+            "temperature": (("time", "level", "longitude", "latitude"), temperature, {"units": "K"}),
+        },
+        coords={"time": times, "level": [500, 850], "longitude": lon, "latitude": lat},
+    ).chunk(time=1).to_zarr(store, zarr_format=2)
+    clim = open_climatology(write_climatology(store, tmp_path / "clim.zarr"))
+    assert clim.attrs["climatology_method"] == "dayofyear_hour"
+    assert "but for gaps of at most 1 day(s) (hour 12" in clim.attrs["climatology_method_reason"]
+    for name, values in (("2m_temperature", t2m), ("temperature", temperature)):
+        expected = direct_climatology(values.astype(np.float64), times).swapaxes(-1, -2)
+        assert np.isfinite(expected).all()
+        np.testing.assert_allclose(clim[name].values, expected, rtol=1e-6, err_msg=name)
+    # a gap wider than half the window: one mean per hour, as before
+    lazy = compute_climatology(xr.open_zarr(store).sel(time=slice(None, "2019-11-15")))
+    assert lazy.attrs["climatology_method"] == "hour"
+    assert (
+        "a gap of 46 days at hour 0, wider than half the 61-day smoothing window"
+        in lazy.attrs["climatology_method_reason"]
+    )
 
 
 def test_streamed_store_climatology_equals_the_direct_computation(tmp_path, monkeypatch):
@@ -520,7 +579,10 @@ def test_one_channel_variables_are_read_by_pass_two_alone(one_time_per_chunk_sto
     assert summed == {"temperature", "surface_pressure"}
     assert direct.attrs["climatology_method"] == "dayofyear_hour"
     values = direct["surface_pressure"].values
-    assert np.isnan(values).any() and not np.isnan(values).all()  # the all-NaN slot reaches its window only
+    if window_days == 3:  # only the centre tap: the two slots NaN in every year at a point (Mar 5 0 h, held once,
+        assert np.isnan(values).sum() == 2  # and Jan 5 12 h) stay NaN there, alone
+    else:  # left out of the windows over it, the weights renormalized (WB2's weighted mean skips NaN)
+        assert np.isfinite(values).all()
     for name in ("surface_pressure", "temperature"):
         np.testing.assert_array_equal(direct[name].values, through_scratch[name].values, err_msg=name)
     assert not (tmp_path / "direct.zarr" / module.SCRATCH).exists()
