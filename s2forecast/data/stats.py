@@ -282,6 +282,11 @@ def _parse_time(value, option: str) -> np.datetime64:
 def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.datetime64]:
     """[start, end] parsed, inside the store's times, start before end."""
     first, last = times[0], times[-1]
+    if first == last:
+        raise UserError(
+            f"the store {path} has one time ({format_time(first)}); statistics need two at least (the tendencies "
+            "are differences between times)"
+        )
     lo = _parse_time(start, "--start") if start is not None else first
     hi = _parse_time(end, "--end") if end is not None else last
     for option, value in (("--start", lo), ("--end", hi)):

@@ -345,6 +345,15 @@ def test_stats_refuses_bad_arguments_and_data_and_keeps_earlier_stats(
     assert digest(path / "stats") == before
 
 
+def test_stats_of_a_store_of_one_time_says_so(tmp_path, capsys):
+    """It said "--start 2020-01-01T00 must be before --end 2020-01-01T00", options the user never gave."""
+    path = store(tmp_path / "store.zarr", n_times=1)
+    before = digest(path)
+    err = refused(["stats", str(path), "--out", str(tmp_path / "stats.zarr")], capsys)
+    assert re.search(r"the store .*store\.zarr has one time \(2020-01-01T00\); statistics need two at least", err), err
+    assert digest(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["store.zarr"]
+
+
 def test_stats_step_on_an_irregular_store(tmp_path):
     """On irregular times (8 h then 7 h, as in the real ERA5 sample) a step that pairs some times is fine."""
     path = store(tmp_path / "store.zarr", n_times=3)
