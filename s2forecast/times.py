@@ -1,7 +1,8 @@
 """Times as users write them and as messages show them.
 
 ``parse_time`` reads a time given on the command line (ISO 8601 or anything pandas reads,
-e.g. ``2020-01-01``, ``2020-01-01T06``, ``2020-01-01 06:00``); ``format_time`` writes a
+e.g. ``2020-01-01``, ``2020-01-01T06``, ``2020-01-01 06:00``); ``parse_end`` reads the end of
+an inclusive period (``2017-12-31``: all of that day); ``format_time`` writes a
 ``datetime64`` the short ISO way (``2020-01-01T06``) so that messages never show
 nanoseconds since 1970 or trailing ``:00.000000000``.
 """
@@ -39,6 +40,30 @@ def parse_time(value, what: str = "time") -> np.datetime64:
             f"{what} {value!r} is outside the dates a datetime64[ns] time axis holds ({pd.Timestamp.min.date()} .. "
             f"{pd.Timestamp.max.date()})"
         ) from None
+
+
+def parse_end(value, what: str = "end") -> np.datetime64:
+    """The last instant of what ``value`` names, as the end of an inclusive period: a string naming a
+    year, month, day, hour or minute (``2017``, ``2017-12``, ``2017-12-31``, ``2017-12-31T18``) means
+    all of it, as ``.sel(time=slice(start, "2017-12-31"))`` selects every time of Dec 31 (and as
+    WeatherBench2's periods are written); seconds, a time zone or a datetime are exact.
+
+    Raises:
+        ValueError: ``value`` is not a time (:func:`parse_time`).
+    """
+    time = parse_time(value, what)
+    if not isinstance(value, str) or pd.Timestamp(value).tzinfo is not None:  # Period would drop the zone
+        return time
+    try:
+        period = pd.Period(value)
+    except (ValueError, TypeError, OverflowError):
+        return time
+    if period.freqstr not in ("Y-DEC", "M", "D", "h", "min"):  # seconds and below: the instant itself
+        return time
+    try:  # the nanosecond before the next period (Period.end_time stops at microseconds)
+        return np.datetime64((period + 1).start_time.as_unit("ns").asm8, "ns") - np.timedelta64(1, "ns")
+    except (ValueError, OverflowError):  # the next period is past what datetime64[ns] holds
+        return time
 
 
 def format_time(value) -> str:

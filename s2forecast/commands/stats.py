@@ -17,7 +17,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace statistics s2forecast wrote at --out")
     storage_options(parser)
     parser.add_argument("--start", help="first time (e.g. 1979-01-01); default: the first in the store")
-    parser.add_argument("--end", help="last time, inclusive; default: the last in the store")
+    parser.add_argument(
+        "--end", help="last time, inclusive (a date: all of that day, e.g. 2017-12-31); default: the last in the store"
+    )
     parser.add_argument("--step-hours", type=float, help="tendency step; default: the store's time step")
     engine_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

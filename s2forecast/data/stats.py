@@ -54,7 +54,7 @@ from s2forecast.data.store import (
 from s2forecast.geometry.quadrature import cell_area_weights
 from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
 from s2forecast.provenance import describe_input, history, python_call
-from s2forecast.times import format_time, parse_time
+from s2forecast.times import format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError, one_line
 
 STATS_GROUP = "stats"
@@ -280,7 +280,8 @@ def _parse_time(value, option: str) -> np.datetime64:
 
 
 def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.datetime64]:
-    """[start, end] parsed, inside the store's times, start before end."""
+    """[start, end] parsed (an end such as ``2017-12-31`` is all of that day: ``times.parse_end``), inside
+    the store's times, start not after end."""
     first, last = times[0], times[-1]
     if first == last:
         raise UserError(
@@ -288,15 +289,16 @@ def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.date
             "are differences between times)"
         )
     lo = _parse_time(start, "--start") if start is not None else first
-    hi = _parse_time(end, "--end") if end is not None else last
-    for option, value in (("--start", lo), ("--end", hi)):
+    named = _parse_time(end, "--end") if end is not None else last  # where the period --end names begins
+    for option, value in (("--start", lo), ("--end", named)):
         if not first <= value <= last:
             raise UserError(
                 f"{option} {format_time(value)} is outside the store {path}, which covers "
                 f"{format_time(first)} .. {format_time(last)}"
             )
-    if lo >= hi:
-        raise UserError(f"--start {format_time(lo)} must be before --end {format_time(hi)}")
+    hi = min(parse_end(end, "--end"), last) if end is not None else last
+    if lo > hi:
+        raise UserError(f"--start {format_time(lo)} is after --end {end}")
     return lo, hi
 
 

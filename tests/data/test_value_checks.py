@@ -309,9 +309,10 @@ def set_time(group, values: np.ndarray) -> None:
         (["--step-hours", "nan"], None, r"--step-hours must be a positive number of hours, got nan"),
         (["--step-hours", "9"], None, r"--step-hours 9 is not a multiple of the time step of .*store\.zarr \(6 h\): "
          r"no two of its times are 9 h apart; use 6, 12, \.\.\."),
-        (["--start", "2020-01-01T12", "--end", "2020-01-01T12"], None, r"--start 2020-01-01T12 must be before "
-         r"--end 2020-01-01T12"),
-        (["--start", "2020-01-02", "--end", "2020-01-01T06"], None, r"--start 2020-01-02T00 must be before"),
+        (["--start", "2020-01-01T12", "--end", "2020-01-01T12"], None, r"no two times of .* between "
+         r"2020-01-01T12 and 2020-01-01T12 are 6 h apart"),
+        (["--start", "2020-01-02", "--end", "2020-01-01T06"], None, r"--start 2020-01-02T00 is after --end "
+         r"2020-01-01T06$"),
         (["--start", "2019-12-31"], None, r"--start 2019-12-31T00 is outside the store .*store\.zarr, which covers "
          r"2020-01-01T00 \.\. 2020-01-02T06"),
         (["--end", "2020-01-03"], None, r"--end 2020-01-03T00 is outside the store"),
@@ -343,6 +344,15 @@ def test_stats_refuses_bad_arguments_and_data_and_keeps_earlier_stats(
     err = refused(["stats", str(path), *args], capsys)
     assert re.search(message, err), err
     assert digest(path / "stats") == before
+
+
+def test_stats_end_given_as_a_date_is_all_of_that_day(tmp_path):
+    """As climatology's --end and WeatherBench2's periods: ``--end 2020-01-01`` took 2020-01-01T00 alone."""
+    path = store(tmp_path / "store.zarr")
+    stats = compute_stats(path, end="2020-01-01", out=tmp_path / "day.zarr")
+    assert (stats.attrs["times"], stats.attrs["end"][:13]) == (4, "2020-01-01T18")
+    stats = compute_stats(path, start="2020-01-01T06", end="2020-01-01T12", out=tmp_path / "hours.zarr")
+    assert (stats.attrs["times"], stats.attrs["end"][:13]) == (2, "2020-01-01T12")
 
 
 def test_stats_of_a_store_of_one_time_says_so(tmp_path, capsys):
