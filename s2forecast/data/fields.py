@@ -102,7 +102,8 @@ class SampleSpec:
         static: static fields; "auto": the store's land_sea_mask / geopotential_at_surface.
         forcings: names from ``s2forecast.data.forcings.FORCINGS``.
         history: input states (>= 1).
-        step_hours: hours between states; a multiple of the store's time step.
+        step_hours: hours between states; a multiple of the store's time step when there are
+            targets (inputs alone may be spaced wider: each needed time is looked up).
         rollout: target states (>= 1 to train or score; 0 for the inputs of forecasts alone).
     """
 
@@ -137,8 +138,9 @@ class FieldDataset(torch.utils.data.Dataset):
             The values are the same whatever the number.
 
     Raises:
-        ValueError: missing statistics, variables or levels; a step that is not a multiple of
-            the store's time step or that the time axis does not have; no sample in range.
+        ValueError: missing statistics, variables or levels; with targets (``spec.rollout`` >
+            0), a step that is not a multiple of the store's time step or that the time axis
+            does not have, or no sample in range.
     """
 
     def __init__(
@@ -213,7 +215,8 @@ class FieldDataset(torch.utils.data.Dataset):
         # values in the units they claim, judged on the first sample's first state alone: cheap, and
         # mislabeled units (°C as K) are wrong at every time
         own_static = [name for name in self.static_names if name not in self.given_static]
-        check_store_plausible(ds, self.path, [*spec.variables, *own_static], int(self.samples[0][0]))
+        first = int(self.samples[0][0]) if len(self.samples) else 0  # none: initial conditions without history
+        check_store_plausible(ds, self.path, [*spec.variables, *own_static], first)
         computed = self.stats.tendency_step_hours
         if stats is None and spec.rollout > 0 and not np.isclose(computed, spec.step_hours):
             # e.g. hourly ERA5 with stats' default step and a 6 h model: the tendency scale is off
@@ -260,9 +263,9 @@ class FieldDataset(torch.utils.data.Dataset):
 
     def _check_step(self, times: np.ndarray, step_hours: float) -> np.timedelta64:
         step = np.timedelta64(int(round(step_hours * 3600)), "s").astype("timedelta64[ns]")
+        if self.spec.rollout == 0:  # initial conditions: whatever the spacing, e.g. one analysis a day for a 6 h
+            return step  # model; each needed input time is looked up (time_indices), missing ones named there
         if times.size < 2:
-            if self.spec.rollout == 0 and self.spec.history == 1:  # one state: initial conditions
-                return step
             raise UserError(f"{self.path} has {times.size} time step(s); a sample needs at least two")
         base = np.timedelta64(int(np.gcd.reduce(np.diff(times).astype(np.int64))), "ns")  # finest common spacing
         if step <= np.timedelta64(0, "ns") or step % base != np.timedelta64(0, "ns"):
@@ -285,6 +288,8 @@ class FieldDataset(torch.utils.data.Dataset):
             valid &= same
             if trajectories is not None:
                 valid &= (trajectory >= trajectories[0]) & (trajectory < trajectories[1])
+        if self.spec.rollout == 0:  # initial conditions: an init time without its history is named when asked for
+            return position[valid]
         if not valid.any() and trajectories is not None:
             raise UserError(self._no_trajectory_sample(trajectory, trajectories))
         if not valid.any():

@@ -45,6 +45,56 @@ class ChannelLayout:
         return cls(tuple(variables), tuple(levels) if levels else None, tuple(pressure))
 
 
+# CF attributes of the coordinates, the same in NetCDF and zarr (each format encodes the times' units)
+COORDINATE_ATTRS = {
+    "time": {"standard_name": "forecast_reference_time", "long_name": "initialization time"},
+    "prediction_timedelta": {"standard_name": "forecast_period", "long_name": "lead time"},
+    "valid_time": {"standard_name": "time", "long_name": "valid time"},
+    "level": {"units": "hPa", "standard_name": "air_pressure", "positive": "down"},
+    "latitude": {"units": "degrees_north", "standard_name": "latitude"},
+    "longitude": {"units": "degrees_east", "standard_name": "longitude"},
+    MEMBER_DIM: {"long_name": "ensemble member", "standard_name": "realization"},
+}
+
+
+def zarr_template(layout: ChannelLayout, init_times, leads, lat, lon, units, attrs, members: int = 0, shards: int = 0):
+    """The xarray Dataset whose ``to_zarr(compute=False)`` creates a forecast store: coordinates
+    written, fields NaN placeholders (never computed) of zarr chunks (1, 1, [1,] [levels,] nlat,
+    nlon), in zarr v3 shards of ``shards`` initialization times (0: unsharded).
+
+    Each placeholder is one dask chunk, whatever the number of initialization times and leads:
+    its graph, and the memory and time to build it, stay the same (the zarr chunks are in the
+    encoding alone; ``write`` fills them region by region)."""
+    import dask.array as da
+    import xarray as xr
+
+    dims = ("time", "prediction_timedelta")
+    member_dims = (MEMBER_DIM,) if members else ()
+    n_levels = len(layout.levels) if layout.levels else 0
+    data = {}
+    for name, pressure in zip(layout.variables, layout.pressure, strict=True):
+        shape = (len(init_times), len(leads), *((members,) if members else ()), *((n_levels,) if pressure else ()),
+                 len(lat), len(lon))  # fmt: skip
+        vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
+        encoding = {
+            "compressors": field_compressors(),
+            "chunks": (1, 1, *((1,) if members else ()), *shape[2 + bool(members) :]),
+        }
+        if shards:
+            encoding["shards"] = (shards, 1, *shape[2:])
+        placeholder = da.full(shape, np.nan, dtype=np.float32, chunks=shape)
+        data[name] = xr.Variable(vdims, placeholder, units[name], encoding=encoding)
+    coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
+              "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
+    if n_levels:
+        coords["level"] = np.array(layout.levels)
+    if members:
+        coords[MEMBER_DIM] = np.arange(members)
+    coords = {name: xr.Variable(*(value if isinstance(value, tuple) else (name, value)), COORDINATE_ATTRS[name])
+              for name, value in coords.items()}  # fmt: skip
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
 class ForecastFile:
     """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
     an ``s2forecast.output.Output``); ``shards``: initialization times per zarr shard (0: unsharded).
@@ -83,29 +133,22 @@ class ForecastFile:
             ds.createDimension("longitude", len(lon))
             hours = (init_times - EPOCH) / np.timedelta64(1, "h")
             lead_hours = leads / np.timedelta64(1, "h")
+            # NetCDF holds times as numbers: their units here ("dtype" makes xarray decode the lead as
+            # timedelta64, as WeatherBench2 stores it)
             since = {"units": "hours since 1970-01-01 00:00:00", "calendar": "proleptic_gregorian"}
-            # "dtype" makes xarray decode the lead as timedelta64, as WeatherBench2 stores it
-            lead_attrs = {"units": "hours", "standard_name": "forecast_period", "long_name": "lead time"}
-            coords = {
-                "time": (("time",), hours, {**since, "standard_name": "forecast_reference_time",
-                                             "long_name": "initialization time"}),
-                "prediction_timedelta": (("prediction_timedelta",), lead_hours, {**lead_attrs,
-                                                                                 "dtype": "timedelta64[ns]"}),
-                "valid_time": (dims, hours[:, None] + lead_hours[None, :], {**since, "standard_name": "time",
-                                                                            "long_name": "valid time"}),
-                "latitude": (("latitude",), lat, {"units": "degrees_north", "standard_name": "latitude"}),
-                "longitude": (("longitude",), lon, {"units": "degrees_east", "standard_name": "longitude"}),
-            }  # fmt: skip
+            encoded = {"time": since, "valid_time": since,
+                       "prediction_timedelta": {"units": "hours", "dtype": "timedelta64[ns]"}}  # fmt: skip
+            arrays = {"time": (("time",), hours), "prediction_timedelta": (("prediction_timedelta",), lead_hours),
+                      "valid_time": (dims, hours[:, None] + lead_hours[None, :]), "latitude": (("latitude",), lat),
+                      "longitude": (("longitude",), lon)}  # fmt: skip
             if self.n_levels:
-                coords["level"] = (("level",), np.array(layout.levels, dtype=np.int32),
-                                   {"units": "hPa", "standard_name": "air_pressure", "positive": "down"})  # fmt: skip
+                arrays["level"] = (("level",), np.array(layout.levels, dtype=np.int32))
             if members:
-                coords[MEMBER_DIM] = ((MEMBER_DIM,), np.arange(members, dtype=np.int32),
-                                      {"long_name": "ensemble member", "standard_name": "realization"})  # fmt: skip
-            for name, (vdims, values, vattrs) in coords.items():
+                arrays[MEMBER_DIM] = ((MEMBER_DIM,), np.arange(members, dtype=np.int32))
+            for name, (vdims, values) in arrays.items():
                 var = ds.createVariable(name, "f8" if values.dtype.kind == "f" else "i4", vdims)
                 var[:] = values
-                var.setncatts(vattrs)
+                var.setncatts({**encoded.get(name, {}), **COORDINATE_ATTRS[name]})
             for name, pressure in zip(layout.variables, layout.pressure, strict=True):
                 vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
                 chunks = (1, 1, *((1,) if members else ()), *((self.n_levels,) if pressure else ()), *self.shape)
@@ -114,28 +157,8 @@ class ForecastFile:
             ds.setncatts(attrs)
             self.ds = ds
         else:
-            import dask.array as da
-            import xarray as xr
-
-            data = {}
-            for name, pressure in zip(layout.variables, layout.pressure, strict=True):
-                shape = (len(init_times), len(leads), *((members,) if members else ()),
-                         *((self.n_levels,) if pressure else ()), *self.shape)  # fmt: skip
-                vdims = (*dims, *member_dims, *(("level",) if pressure else ()), "latitude", "longitude")
-                chunks = (1, 1, *((1,) if members else ()), *shape[2 + bool(members) :])
-                encoding = {"compressors": field_compressors()}
-                if self.shards:  # the never-computed placeholder is chunked as the shards, as xarray requires
-                    encoding.update(chunks=chunks, shards=(self.shards, 1, *shape[2:]))
-                    chunks = encoding["shards"]
-                placeholder = da.full(shape, np.nan, dtype=np.float32, chunks=chunks)
-                data[name] = xr.Variable(vdims, placeholder, units[name], encoding=encoding)
-            coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
-                      "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
-            if self.n_levels:
-                coords["level"] = np.array(layout.levels)
-            if members:
-                coords[MEMBER_DIM] = np.arange(members)
-            xr.Dataset(data, coords=coords, attrs=attrs).to_zarr(self.tmp, mode="w", compute=False, zarr_format=3)
+            template = zarr_template(layout, init_times, leads, lat, lon, units, attrs, members, self.shards)
+            template.to_zarr(self.tmp, mode="w", compute=False, zarr_format=3)
             self.ds = None
 
     def write(self, start: int, lead_index: int, fields: np.ndarray) -> None:

@@ -17,6 +17,7 @@ batches of initialization times into one zarr store that rank 0 creates and comm
 """
 
 import json
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,7 +45,7 @@ from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import check_span, format_time, parse_time
 from s2forecast.user_errors import UserError
 
-__all__ = ["RolloutOptions", "checkpoint_stats", "init_times_from", "load_forecaster", "open_inputs",
+__all__ = ["RolloutOptions", "as_init_times", "checkpoint_stats", "init_times_from", "load_forecaster", "open_inputs",
            "read_initial_conditions", "rollout", "source_times"]  # fmt: skip
 
 
@@ -187,11 +188,13 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     Args:
         times: explicit times (strings or datetime64); refused with start, end or every_hours.
         start, end: inclusive range; with ``every_hours`` None, the ``available`` times in it.
-        every_hours: hours between initialization times (> 0).
+        every_hours: hours between initialization times (> 0, finite); one longer than the
+            range gives ``start`` alone.
         available: (n,) datetime64[ns] times of the store.
 
     Raises:
-        ValueError: a time that is not a time, start or end missing, or ``every_hours`` <= 0.
+        ValueError: a time that is not a time, start or end missing, ``every_hours`` not a
+            number > 0 (of at least 1 s), or more times than ``available`` holds.
     """
     if times:
         given = [
@@ -214,17 +217,32 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
             covers = f"{format_time(available[0])} .. {format_time(available[-1])}" if len(available) else "no time"
             raise UserError(f"no store time lies in [{format_time(lo)}, {format_time(hi)}]; the store covers {covers}")
         return selected
-    step = np.timedelta64(int(round(every_hours * 3600)), "s")
-    if not every_hours > 0 or step < np.timedelta64(1, "s"):
+    if not (every_hours > 0 and math.isfinite(every_hours)) or round(every_hours * 3600) < 1:
         raise UserError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
-    count = int((hi - lo) // step) + 1  # before the array: each must be a store time, so at most the store's count
-    if available is not None and count > len(available):
+    # in Python ints: a step of any size neither overflows nor wraps around datetime64[ns]
+    step_ns = round(every_hours * 3600) * 10**9
+    count = int((hi - lo).astype(np.int64)) // step_ns + 1  # a step longer than the span: --start alone
+    if available is not None and count > len(available):  # each must be a store time: at most the store's count
         raise UserError(
             f"--start {format_time(lo)} --end {format_time(hi)} --every {every_hours:g} make {count} initialization "
             f"times, more than the {len(available)} times of the store (each must be one of them); choose a larger "
             "--every or a shorter period"
         )
-    return np.arange(lo, hi + np.timedelta64(1, "ns"), step).astype("datetime64[ns]")
+    offsets_ns = np.arange(count, dtype=np.int64) * (step_ns if count > 1 else 0)  # 1: the step may exceed int64
+    return lo + offsets_ns.astype("timedelta64[ns]")
+
+
+def as_init_times(init_times) -> np.ndarray:
+    """(n,) datetime64[ns] initialization times from datetime64 values, datetimes or strings (a
+    time zone converted to UTC), each checked by ``times.parse_time``.
+
+    Raises:
+        UserError: one that is not a time, or outside what datetime64[ns] holds (named).
+    """
+    values = np.atleast_1d(np.asarray(init_times))  # not via object: datetime64[ns] would become ints
+    if values.dtype.kind == "U":
+        values = values.astype(object)  # str, which messages show as the user wrote it
+    return np.array([parse_time(value, "initialization time") for value in values.ravel()], dtype="datetime64[ns]")
 
 
 def check_unique_times(init_times: np.ndarray) -> None:
@@ -242,14 +260,15 @@ def rollout(
     checkpoint: str | Path,
     source: str | Path,
     steps: int,
-    init_times: np.ndarray,
+    init_times,
     out: str | Path,
     options: RolloutOptions = RolloutOptions(),
     progress: bool = True,
     ranks: Ranks | None = None,
 ) -> Path:
     """Forecast ``steps`` steps from each of ``init_times`` of ``source`` (a store, its URL, or
-    ERA5 NetCDF/GRIB files: ``InitialConditions``) and write them to ``out``.
+    ERA5 NetCDF/GRIB files: ``InitialConditions``) and write them to ``out``. ``init_times``:
+    datetime64 values of any unit, datetimes or strings (``as_init_times``).
 
     Under torchrun or srun (``ranks``, default ``Ranks.from_environment()``) every process runs
     this with the same arguments: rank 0 claims ``out`` and creates the zarr store at its
@@ -260,7 +279,8 @@ def rollout(
     Raises:
         ValueError: the checkpoint and store disagree (channels, grid, normalization), an
             initialization time lacks inputs, a non-finite forecast appears (``nan_policy``
-            "fail"; "write" writes it and lists it in the ``nonfinite_forecasts`` attribute),
+            "fail"; "write" writes it and lists every such forecast in the ``nonfinite_forecasts``
+            attribute), an initialization time that is not a time or is given twice,
             ``out`` collides with an input or with a path s2forecast may not replace, its
             directory is missing, the store was rewritten during the rollout, or NetCDF is
             asked of several processes.
@@ -269,9 +289,10 @@ def rollout(
     """
     if steps < 1:
         raise UserError(f"steps must be >= 1, got {steps}")
+    init_times = as_init_times(init_times)  # once: strings and every datetime64 unit alike
     if len(init_times) == 0:
         raise UserError("no initialization times selected")
-    check_unique_times(np.asarray(init_times, dtype="datetime64[ns]"))
+    check_unique_times(init_times)
     ranks = Ranks.from_environment() if ranks is None else ranks
     if ranks.many and options.fmt != "zarr":
         raise UserError(
@@ -280,7 +301,7 @@ def rollout(
         )
     options = replace(options, device=ranks.device(options.device))
     with ranks.group():
-        return _rollout(checkpoint, source, steps, np.asarray(init_times), out, options, progress, ranks)
+        return _rollout(checkpoint, source, steps, init_times, out, options, progress, ranks)
 
 
 def _rollout(checkpoint, source, steps, init_times, out, options, progress, ranks: Ranks) -> Path:
@@ -360,7 +381,7 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                     return None
                 try:
                     if nonfinite:
-                        writer.add_attributes({"nonfinite_forecasts": "; ".join(nonfinite[:100])})
+                        writer.add_attributes({"nonfinite_forecasts": "; ".join(nonfinite)})  # every one
                     writer.close()
                 except BaseException:
                     writer.abort()

@@ -3,7 +3,8 @@
 The ``Runner`` holds what is the same for every batch: the model, its device, the precision
 (bfloat16 autocast or float32) and what to do with a forecast that goes non-finite (the NaN
 policy): "fail" raises at the first one; "write" keeps going, writes that forecast as NaN from
-then on and lists where it happened (``nonfinite``).
+then on and lists every forecast (initialization time, member) that did, with the step and
+the first such channel (``nonfinite``).
 """
 
 from collections.abc import Iterator
@@ -73,14 +74,16 @@ class Runner:
             physical[dead.cpu().numpy()] = np.nan
             bad = ~np.isfinite(physical).all(axis=(2, 3)) & ~dead.cpu().numpy()[:, None]
             if bad.any():
-                b, c = np.argwhere(bad)[0]
                 lead = leads[k] / np.timedelta64(1, "h")
-                member = f", member {b % copies}" if members else ""
-                where = (f"init {format_time(init_times[b // copies])}{member}, step {k + 1} (+{lead:g} h), "
-                         f"{self.model.channels[c]}")  # fmt: skip
+                found = []  # every forecast that went non-finite at this step, at its first such channel
+                for b in np.flatnonzero(bad.any(axis=1)):
+                    member = f", member {b % copies}" if members else ""
+                    channel = self.model.channels[np.flatnonzero(bad[b])[0]]
+                    found.append(f"init {format_time(init_times[b // copies])}{member}, step {k + 1} (+{lead:g} h), "
+                                 f"{channel}")  # fmt: skip
                 if self.nan_policy == "fail":
-                    raise UserError(f"non-finite forecast at {where}; pass --nan write to keep going")
-                self.nonfinite.append(where)
+                    raise UserError(f"non-finite forecast at {found[0]}; pass --nan write to keep going")
+                self.nonfinite.extend(found)
                 dead |= torch.from_numpy(bad.any(axis=1)).to(dead.device)
             yield physical.reshape(len(init_times), copies, *physical.shape[1:]) if members else physical
             # a forecast that went non-finite is written as NaN from then on; the rollout continues

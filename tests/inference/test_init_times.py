@@ -1,10 +1,14 @@
 """Initialization times of `s2forecast rollout`: each once, and from one source (issue 29)."""
 
+import datetime
+
 import numpy as np
 import pytest
+import xarray as xr
 
 from s2forecast.cli import main
-from s2forecast.inference.rollout import init_times_from, rollout
+from s2forecast.inference.rollout import RolloutOptions, init_times_from, rollout
+from s2forecast.user_errors import UserError
 
 
 def refused(argv, capsys) -> str:
@@ -76,4 +80,80 @@ def test_axes_too_long_to_make_are_refused_with_their_size(mse_run_1_epoch, swe_
     argv[argv.index("--steps") + 1] = steps
     message = refused(argv, capsys)
     assert expected in message and "out of memory" not in message, message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("every", [1e8, 5e12, 1e300])
+def test_an_every_longer_than_the_span_selects_the_start_alone(every):
+    """Neither wrapped around datetime64[ns] (an empty selection) nor an OverflowError."""
+    available = np.arange(33).astype("timedelta64[h]") + np.datetime64("2000-01-01T00", "ns")
+    selected = init_times_from(None, "2000-01-01T01", "2000-01-01T05", every, available)
+    assert selected.dtype == np.dtype("datetime64[ns]") and list(selected) == [np.datetime64("2000-01-01T01", "ns")]
+    assert list(init_times_from(None, "2000-01-01T01", "2000-01-01T05", 2, available)) == [
+        np.datetime64(f"2000-01-01T0{h}", "ns") for h in (1, 3, 5)
+    ]
+
+
+def test_a_huge_every_on_the_command_line_forecasts_from_the_start(mse_run_1_epoch, swe_store, tmp_path, capsys):
+    argv = rollout_args(mse_run_1_epoch, swe_store, tmp_path / "f.nc", "--start", "2000-01-01T01", "--end",
+                        "2000-01-01T05", "--every", "1e300")  # fmt: skip
+    main([str(arg) for arg in argv])
+    assert "wrote" in capsys.readouterr().out
+    with xr.open_dataset(tmp_path / "f.nc") as written:
+        assert list(written["time"].values) == [np.datetime64("2000-01-01T01", "ns")]
+
+
+@pytest.mark.parametrize(
+    ("every", "message"),
+    [
+        (float("inf"), "--every must be a positive number of hours (at least 1 s), got inf"),
+        (float("nan"), "--every must be a positive number of hours (at least 1 s), got nan"),
+        (1e-5, "--every must be a positive number of hours (at least 1 s), got 1e-05"),
+        (-1.0, "--every must be a positive number of hours (at least 1 s), got -1.0"),
+    ],
+)
+def test_bad_every_is_one_user_error(every, message):
+    with pytest.raises(UserError) as error:
+        init_times_from(None, "2000-01-01T01", "2000-01-01T05", every, None)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("argv_every", ["1e400", "0", "-1", "x"])
+def test_bad_every_on_the_command_line(argv_every, mse_run_1_epoch, swe_store, tmp_path, capsys):
+    argv = rollout_args(mse_run_1_epoch, swe_store, tmp_path / "f.nc", "--start", "2000-01-01T01", "--end",
+                        "2000-01-01T05", "--every", argv_every)  # fmt: skip
+    assert f"argument --every: must be a number > 0, got '{argv_every}'" in refused(argv, capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_library_takes_init_times_as_strings(mse_run_1_epoch, swe_store, tmp_path):
+    """Strings (a time zone converted to UTC), datetimes or datetime64 of any unit: one forecast."""
+    checkpoint = mse_run_1_epoch.checkpoint
+    given = {
+        "str.nc": ["2000-01-01T01", "2000-01-01T05+02:00"],
+        "hours.nc": np.array(["2000-01-01T01", "2000-01-01T03"], dtype="datetime64[h]"),
+        "mixed.zarr": [datetime.datetime(2000, 1, 1, 1), "2000-01-01T03"],
+    }
+    for name, times in given.items():
+        options = RolloutOptions(fmt="zarr" if name.endswith(".zarr") else "netcdf")
+        out = rollout(checkpoint, swe_store, 2, times, tmp_path / name, options, progress=False)
+        with xr.open_zarr(out) if name.endswith(".zarr") else xr.open_dataset(out) as written:
+            expected = np.array(["2000-01-01T01", "2000-01-01T03"], dtype="datetime64[ns]")
+            np.testing.assert_array_equal(written["time"].values, expected)
+            np.testing.assert_array_equal(written["valid_time"].values[:, 1], expected + np.timedelta64(2, "h"))
+
+
+@pytest.mark.parametrize(
+    ("times", "message"),
+    [
+        (["2000-01-01T01", "yesterday"], "initialization time 'yesterday' is not a time; write it as YYYY-MM-DD or "
+         "YYYY-MM-DDTHH, e.g. 2020-01-01T06"),
+        (np.array(["3000-01-01"], dtype="datetime64[D]"), "is outside the dates a datetime64[ns] time axis holds"),
+        (["2000-01-01T01", "2000-01-01 01:00"], "initialization time 2000-01-01T01 is given 2 times"),
+    ],
+)  # fmt: skip
+def test_bad_init_times_of_the_library_are_one_user_error(times, message, mse_run_1_epoch, swe_store, tmp_path):
+    with pytest.raises(UserError) as error:
+        rollout(mse_run_1_epoch.checkpoint, swe_store, 1, times, tmp_path / "f.nc", progress=False)
+    assert message in str(error.value)
     assert list(tmp_path.iterdir()) == []

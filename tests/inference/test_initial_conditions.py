@@ -152,3 +152,47 @@ def test_missing_init_time_names_the_users_file(era5_model, tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
     assert len(err) == 1 and str(new) in err[0] and "s2forecast-initial-conditions" not in err[0], err
     assert not (tmp_path / "f.nc").exists()
+
+
+def test_initial_conditions_a_day_apart_for_a_6_h_model(era5_model, tmp_path):
+    """One analysis a day: a history-1 model of 6 h steps needs only t0 (issue: 'step_hours=6.0 is
+    not a multiple of the time step (24 h)'); the forecast is the one from the 6-hourly store."""
+    root, store, ckpt = era5_model
+    daily = tmp_path / "daily.nc"
+    with xr.open_dataset(root / "t2m.nc") as six_hourly:
+        six_hourly.isel(valid_time=[0, 4, 8]).to_netcdf(daily)  # 2020-01-01T00, 01-02T00, 01-03T00
+    with xr.open_zarr(store) as six_hourly:
+        six_hourly.isel(time=[0, 4, 8]).to_zarr(tmp_path / "daily.zarr", zarr_format=3)
+    expected = run_rollout(ckpt, store, "2020-01-02T00", tmp_path / "a.nc")
+    for source, out in ((daily, "b.nc"), (tmp_path / "daily.zarr", "c.nc")):
+        forecast = run_rollout(ckpt, source, "2020-01-02T00", tmp_path / out)
+        np.testing.assert_array_equal(forecast["2m_temperature"].values, expected["2m_temperature"].values)
+
+
+def test_missing_history_of_wider_spaced_initial_conditions_is_named(swe_store, tmp_path):
+    """A history-2 model of 1 h steps on a 2-hourly store: it opens, and an init time whose
+    previous hour is missing is refused naming it; training's spacing check stays."""
+    from s2forecast.data.fields import FieldDataset, SampleSpec
+    from s2forecast.geometry import Grid
+    from s2forecast.inference.initial_conditions import InitialConditions, checkpoint_stats
+    from s2forecast.models.data_spec import DataSpec
+    from s2forecast.models.forecaster import Forecaster
+    from s2forecast.user_errors import UserError
+
+    two_hourly = tmp_path / "two_hourly.zarr"
+    with xr.open_zarr(swe_store) as hourly:
+        hourly.isel(time=[0, 2, 4]).to_zarr(two_hourly, zarr_format=3)  # 00, 02, 04 of the first trajectory
+    channels = ("geopotential_height", "vorticity", "divergence")
+    data = DataSpec(channels=channels, static_channels=(), forcing_channels=(), grid=Grid(8, 16), history=2,
+                    step_hours=1.0, rollout_steps=1, mean=(0.0,) * 3, std=(1.0,) * 3,
+                    tendency_std=(1.0,) * 3)  # fmt: skip
+    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, data)
+    with InitialConditions.open(two_hourly, model) as initial:
+        with pytest.raises(UserError) as error:
+            initial.check(np.array(["2000-01-01T02"], dtype="datetime64[ns]"))
+    assert str(error.value).startswith(
+        "initialization time 2000-01-01T02 needs inputs that are not in the store: time(s) 2000-01-01T01 are not in "
+        f"the store {two_hourly}"
+    ), error.value
+    with pytest.raises(UserError, match=r"step_hours=1.0 is not a multiple of the time step of .* \(2 h\)"):
+        FieldDataset(two_hourly, SampleSpec(channels, None, (), (), 1, 1.0, 1), stats=checkpoint_stats(model)[0])

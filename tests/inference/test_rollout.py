@@ -69,28 +69,32 @@ def test_rollout_equals_step_by_step_and_streams_batches(trained, tmp_path):
             states = prediction[:, None]
 
 
-def test_netcdf_layout_and_cf_attributes(trained, tmp_path):
+def test_netcdf_and_zarr_layout_and_cf_attributes(trained, tmp_path):
     store, checkpoint = trained
     inits = times_of(store)[:2]
     out = rollout(checkpoint, store, 4, inits, tmp_path / "f.nc", progress=False)
+    zarr_out = rollout(checkpoint, store, 4, inits, tmp_path / "f.zarr", RolloutOptions(fmt="zarr"), progress=False)
     ds = xr.open_dataset(out)
-    assert ds["geopotential_height"].dims == ("time", "prediction_timedelta", "latitude", "longitude")
-    assert np.array_equal(ds["time"].values, inits)
-    assert np.array_equal(ds["prediction_timedelta"].values, np.arange(1, 5) * np.timedelta64(1, "h"))
-    assert ds["valid_time"].values[1, 2] == inits[1] + np.timedelta64(3, "h")
-    assert ds["latitude"].values[0] == 90.0 and ds["latitude"].attrs["units"] == "degrees_north"
-    assert ds["geopotential_height"].attrs["units"] == "m"
-    assert ds["geopotential_height"].attrs["standard_name"] == "geopotential_height"
-    assert ds["time"].attrs["standard_name"] == "forecast_reference_time"
-    assert ds["prediction_timedelta"].attrs["standard_name"] == "forecast_period"
-    assert ds.attrs["Conventions"] == "CF-1.8" and "sha256:" in ds.attrs["source"]
+    for written in (ds, xr.open_zarr(zarr_out)):  # the same layout and CF attributes in both formats
+        assert written["geopotential_height"].dims == ("time", "prediction_timedelta", "latitude", "longitude")
+        assert np.array_equal(written["time"].values, inits)
+        assert np.array_equal(written["prediction_timedelta"].values, np.arange(1, 5) * np.timedelta64(1, "h"))
+        assert written["valid_time"].values[1, 2] == inits[1] + np.timedelta64(3, "h")
+        assert written["latitude"].values[0] == 90.0 and written["latitude"].attrs["units"] == "degrees_north"
+        assert written["longitude"].attrs["units"] == "degrees_east"
+        assert written["latitude"].attrs["standard_name"] == "latitude"
+        assert written["geopotential_height"].attrs["units"] == "m"
+        assert written["geopotential_height"].attrs["standard_name"] == "geopotential_height"
+        assert written["time"].attrs["standard_name"] == "forecast_reference_time"
+        assert written["prediction_timedelta"].attrs["standard_name"] == "forecast_period"
+        assert written["valid_time"].attrs["standard_name"] == "time"
+        assert written.attrs["Conventions"] == "CF-1.8" and "sha256:" in written.attrs["source"]
     raw = xr.open_dataset(out, decode_cf=False)
     assert raw["geopotential_height"].encoding["zlib"] and raw["geopotential_height"].encoding["chunksizes"][:2] == (
         1,
         1,
     )
     # zarr output holds the same values
-    zarr_out = rollout(checkpoint, store, 4, inits, tmp_path / "f.zarr", RolloutOptions(fmt="zarr"), progress=False)
     assert np.allclose(xr.open_zarr(zarr_out)["divergence"].values, ds["divergence"].values)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
@@ -161,17 +165,44 @@ def test_non_finite_forecast(trained, tmp_path, monkeypatch):
         out = real(self, states, static, forcings, noise)
         if len(calls) == 2:
             out[0, 1, 2, 3] = float("nan")
+            if poison_both:
+                out[1, 2, 0, 0] = float("inf")
         return out
 
     monkeypatch.setattr(Forecaster, "step", failing)
     inits = times_of(store)[:2]
+    poison_both = False
     with pytest.raises(ValueError, match=r"init 2000-01-01T00, step 2 \(\+2 h\), vorticity"):
         rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", progress=False)
     assert not (tmp_path / "f.nc").exists() and not any(p.name.startswith(".f.nc") for p in tmp_path.iterdir())
     calls.clear()
     out = rollout(checkpoint, store, 3, inits, tmp_path / "f.nc", RolloutOptions(nan_policy="write"), progress=False)
     ds = xr.open_dataset(out)
-    assert "step 2" in ds.attrs["nonfinite_forecasts"] and np.isnan(ds["vorticity"].values[0, 1, 2, 3])
+    assert ds.attrs["nonfinite_forecasts"] == "init 2000-01-01T00, step 2 (+2 h), vorticity"
+    assert np.isnan(ds["vorticity"].values[0, 1, 2, 3])
+    calls.clear()
+    poison_both = True  # both forecasts at the same step: each is listed
+    out = rollout(checkpoint, store, 3, inits, tmp_path / "g.nc", RolloutOptions(nan_policy="write"), progress=False)
+    assert xr.open_dataset(out).attrs["nonfinite_forecasts"] == (
+        "init 2000-01-01T00, step 2 (+2 h), vorticity; init 2000-01-01T01, step 2 (+2 h), divergence"
+    )
+
+
+def test_every_non_finite_member_is_listed_in_the_file(trained, tmp_path, monkeypatch):
+    """110 forecasts (11 init times x 10 members) that all go non-finite: the attribute lists each."""
+    store, checkpoint = trained
+    real = Forecaster.step
+
+    def poisoned(self, states, static, forcings, noise=None):
+        return real(self, states, static, forcings, noise) * float("nan")
+
+    monkeypatch.setattr(Forecaster, "step", poisoned)
+    inits = times_of(store)[:11]
+    options = RolloutOptions(nan_policy="write", members=10, perturbation="gaussian")
+    out = rollout(checkpoint, store, 2, inits, tmp_path / "f.nc", options, progress=False)
+    listed = xr.open_dataset(out).attrs["nonfinite_forecasts"].split("; ")
+    expected = [f"init {str(t)[:13]}, member {m}, step 1 (+1 h), geopotential_height" for t in inits for m in range(10)]
+    assert listed == expected
 
 
 def test_unwritable_output(trained, tmp_path):

@@ -2,6 +2,7 @@
 one-process file; a killed rank leaves nothing readers take for a forecast, and a rerun completes it."""
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
+from s2forecast.cli import build_parser
 from s2forecast.cli import main as cli
 from s2forecast.data import open_store
 from s2forecast.evaluation.inputs import open_forecast
@@ -237,3 +239,31 @@ def test_one_process_errors_and_values_pass_through():
     with pytest.raises(KeyError):
         collectively(one, lambda: {}["missing"])
     assert one.device("cuda") == "cuda" and Ranks(1, 2, 1).device("cpu") == "cpu"
+
+
+def readme_commands(launcher: str) -> list[list[str]]:
+    """Every command line of README.md that starts with ``launcher``, its continuation lines joined,
+    split as a shell splits it."""
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    return [shlex.split(line) for line in text.splitlines() if line.strip().startswith(f"{launcher} ")]
+
+
+def test_the_readme_torchrun_commands_give_the_cli_every_argument(monkeypatch, tmp_path):
+    """torchrun's parser takes a prefix of one of its own options anywhere on the line (`--start`
+    for `--start-method`): each README command must reach s2forecast.cli whole (``--`` after the
+    module ends torchrun's options)."""
+    from torch.distributed.run import parse_args
+
+    monkeypatch.setenv("NODE_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.chdir(tmp_path)  # where the commands' relative --out would go
+    commands = readme_commands("torchrun")
+    assert any("rollout" in command for command in commands) and any("fit" in command for command in commands)
+    for command in commands:
+        launched = parse_args([os.path.expandvars(arg) for arg in command[1:]])  # SystemExit: torchrun refused it
+        given = command[command.index("s2forecast.cli") + 1 :]
+        assert launched.module and launched.training_script == "s2forecast.cli"
+        assert launched.training_script_args == (given[1:] if given[0] == "--" else given), command
+        if launched.training_script_args[0] == "rollout":  # our own parser takes it (fit: LightningCLI's)
+            args = build_parser().parse_args(launched.training_script_args)
+            assert (args.start, args.end, args.every, args.format) == ("2020-01-01T00", "2020-12-31T00", 12.0, "zarr")

@@ -50,6 +50,33 @@ def test_nan_policy_write_keeps_the_forecast_nan_and_the_others_going():
     assert runner.nonfinite == ["init 2020-01-01T06, step 2 (+12 h), b"]
 
 
+class TwicePoisoned(Forecaster):
+    """Persistence + 1, with NaN in both forecasts of the batch (channels a and b) at step 2."""
+
+    def step(self, states, static, forcings, noise=None):
+        out = states[:, -1] + 1.0
+        if getattr(self, "calls", 0) == 1:
+            out[0, 0, 1, 1] = float("nan")
+            out[-1, 1, 3, 4] = float("inf")
+        self.calls = getattr(self, "calls", 0) + 1
+        return out
+
+
+def test_nan_policy_write_lists_every_forecast_that_went_non_finite():
+    runner = Runner(TwicePoisoned("planar", {"embed_dim": 8, "num_layers": 1}, SPEC), nan_policy="write")
+    leads = list(runner.forecast(states(), INITS, LEADS))
+    assert np.isnan(leads[2]).all()  # both dead from step 2 on
+    assert runner.nonfinite == ["init 2020-01-01T00, step 2 (+12 h), a", "init 2020-01-01T06, step 2 (+12 h), b"]
+    # members: the first and last member of the batch (member 0 of the first init, member 2 of the second)
+    runner = Runner(TwicePoisoned("planar", {"embed_dim": 8, "num_layers": 1}, SPEC), nan_policy="write")
+    leads = list(runner.forecast(states(), INITS, LEADS, members=3))
+    assert runner.nonfinite == [
+        "init 2020-01-01T00, member 0, step 2 (+12 h), a",
+        "init 2020-01-01T06, member 2, step 2 (+12 h), b",
+    ]
+    assert np.isnan(leads[2][0, 0]).all() and np.isnan(leads[2][1, 2]).all() and np.isfinite(leads[2][0, 1:]).all()
+
+
 def test_members_axis_and_bad_policy():
     runner = Runner(Forecaster("planar", {"embed_dim": 8, "num_layers": 1}, SPEC))
     leads = list(runner.forecast(states(), INITS, LEADS, members=3, generator=torch.Generator().manual_seed(0)))

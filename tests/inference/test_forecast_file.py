@@ -1,0 +1,98 @@
+"""The ``ForecastFile`` itself: a zarr store's skeleton costs the same whatever the number of
+initialization times, and both formats carry the same CF attributes of the coordinates."""
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from s2forecast.inference.forecast_file import MEMBER_DIM, ChannelLayout, ForecastFile
+
+LAYOUT = ChannelLayout.from_channels(["2m_temperature", "temperature/500", "temperature/850"])
+LEADS = np.arange(1, 4) * np.timedelta64(6, "h")
+LAT, LON = np.linspace(90.0, -90.0, 4), np.arange(8) * 45.0
+UNITS = {"2m_temperature": {"units": "K"}, "temperature": {"units": "K"}}
+
+
+def inits(n: int) -> np.ndarray:
+    return np.datetime64("2000-01-01T00", "ns") + np.arange(n) * np.timedelta64(6, "h")
+
+
+def create(path, n_times: int, fmt: str = "zarr", members: int = 0, shards: int = 0) -> ForecastFile:
+    return ForecastFile(path, fmt, LAYOUT, inits(n_times), LEADS, LAT, LON, UNITS, {"title": "t"}, members=members,
+                        shards=shards)  # fmt: skip
+
+
+@pytest.mark.parametrize(("members", "shards"), [(0, 0), (0, 2), (2, 0), (2, 2)])
+def test_the_zarr_skeleton_is_one_dask_chunk_per_field_whatever_the_init_times(members, shards, tmp_path,
+                                                                               monkeypatch):  # fmt: skip
+    """Its dask graph (the memory and time to make the store) does not grow with the initialization
+    times: one placeholder chunk per field, the zarr chunks in the encoding alone."""
+    made = []  # (data variable chunks, tasks of the store's graph) of each store created
+    to_zarr = xr.Dataset.to_zarr
+
+    def recording(self, *args, **kwargs):
+        delayed = to_zarr(self, *args, **kwargs)
+        if kwargs.get("compute") is False:
+            made.append(([self[name].data.npartitions for name in self.data_vars], len(delayed.__dask_graph__())))
+        return delayed
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", recording)
+    for n_times in (2, 40):
+        create(tmp_path / f"{n_times}.zarr", n_times, members=members, shards=shards)
+    assert made[0][0] == [1, 1] and made[0] == made[1], made
+
+
+@pytest.mark.parametrize(("members", "shards"), [(0, 0), (0, 2), (2, 0), (2, 2)])
+def test_zarr_chunks_shards_and_region_writes(members, shards, tmp_path):
+    """One zarr chunk per initialization time, lead (and member); shards of ``shards`` times; a
+    write fills its region and leaves the rest NaN."""
+    path = tmp_path / "f.zarr"
+    forecast = create(path, 5, members=members, shards=shards)
+    copies = (members,) if members else ()
+    fields = np.arange(2 * max(members, 1) * 3 * 4 * 8, dtype=np.float32).reshape(2, *copies, 3, 4, 8)
+    forecast.write(2, 1, fields)  # init times 2 and 3 (a whole shard of 2) at the second lead
+    forecast.close()
+    group = zarr.open_group(path, mode="r", zarr_format=3)
+    one = (1,) if members else ()
+    assert group["2m_temperature"].chunks == (1, 1, *one, 4, 8)
+    assert group["temperature"].chunks == (1, 1, *one, 2, 4, 8)
+    if shards:
+        assert group["2m_temperature"].shards == (2, 1, *copies, 4, 8)
+        assert group["temperature"].shards == (2, 1, *copies, 2, 4, 8)
+    else:
+        assert group["temperature"].shards is None
+    written = xr.open_zarr(path)
+    axis = 1 + bool(members)  # the channel axis of ``fields`` once the time axis is taken
+    np.testing.assert_array_equal(written["2m_temperature"].values[2:4, 1], np.take(fields, 0, axis=axis))
+    levels = np.take(fields, [1, 2], axis=axis)  # the two levels of temperature
+    np.testing.assert_array_equal(written["temperature"].values[2:4, 1], levels)
+    values = written["temperature"].values
+    assert np.isnan(values).sum() == values.size - levels.size  # the rest: never written
+
+
+# the CF attributes of every coordinate, as a reader sees them (the times' units are in their encoding)
+CF = {
+    "time": {"standard_name": "forecast_reference_time", "long_name": "initialization time"},
+    "prediction_timedelta": {"standard_name": "forecast_period", "long_name": "lead time"},
+    "valid_time": {"standard_name": "time", "long_name": "valid time"},
+    "level": {"units": "hPa", "standard_name": "air_pressure", "positive": "down"},
+    "latitude": {"units": "degrees_north", "standard_name": "latitude"},
+    "longitude": {"units": "degrees_east", "standard_name": "longitude"},
+    MEMBER_DIM: {"long_name": "ensemble member", "standard_name": "realization"},
+}
+
+
+def test_netcdf_and_zarr_coordinates_carry_the_same_cf_attributes(tmp_path):
+    for fmt, name in (("netcdf", "f.nc"), ("zarr", "f.zarr")):
+        forecast = create(tmp_path / name, 3, fmt=fmt, members=2)
+        forecast.write(0, 0, np.ones((3, 2, 3, 4, 8), np.float32))
+        forecast.close()
+    opened = {"netcdf": xr.open_dataset(tmp_path / "f.nc"), "zarr": xr.open_zarr(tmp_path / "f.zarr")}
+    for fmt, ds in opened.items():
+        for name, expected in CF.items():
+            assert {k: v for k, v in ds[name].attrs.items() if k in expected} == expected, (fmt, name)
+        for name in ("time", "valid_time"):  # a CF time: units "... since ..." and a calendar
+            assert " since " in ds[name].encoding["units"] and ds[name].encoding["calendar"], (fmt, name)
+        assert ds["prediction_timedelta"].dtype.kind == "m" and ds["time"].dtype.kind == "M", fmt
+    np.testing.assert_array_equal(opened["netcdf"]["valid_time"].values, opened["zarr"]["valid_time"].values)
