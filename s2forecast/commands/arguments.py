@@ -44,6 +44,16 @@ def timestamp(text: str) -> str:
         ) from None
 
 
+def period_end(text: str) -> str:
+    """The end of an inclusive period, checked and kept as written: ``2017-12-31`` is all of that day
+    (``times.parse_end``; normalized as ``timestamp`` it would be its 00 h alone); with a time zone, the
+    instant in UTC."""
+    normalized = timestamp(text)
+    import pandas as pd
+
+    return normalized if pd.Timestamp(text).tzinfo is not None else text.strip()
+
+
 def timestamps(text: str) -> list[str]:
     """Comma-separated times (``2020-01-01T00,2020-01-02T00``)."""
     values = [part.strip() for part in text.split(",") if part.strip()]

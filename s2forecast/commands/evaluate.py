@@ -10,6 +10,7 @@ from s2forecast.commands.arguments import (
     local_output,
     nonnegative_float,
     path_or_url,
+    period_end,
     storage_options,
     timestamp,
 )
@@ -41,7 +42,10 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="first truth time of a computed climatology (default: the first)",
     )
     parser.add_argument(
-        "--climatology-end", type=timestamp, metavar="DATE", help="last truth time of a computed climatology, inclusive"
+        "--climatology-end",
+        type=period_end,
+        metavar="DATE",
+        help="last truth time of a computed climatology, inclusive (a date: all of that day, as climatology's --end)",
     )
     parser.add_argument("--out", required=True, type=local_output, metavar="METRICS.nc", help="metrics NetCDF to write")
     parser.add_argument("--variables", nargs="+", metavar="NAME", help="forecast variables to score (default: all)")

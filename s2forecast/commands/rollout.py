@@ -8,6 +8,7 @@ from s2forecast.commands.arguments import (
     local_output,
     nonnegative_int,
     path_or_url,
+    period_end,
     positive_float,
     positive_int,
     resolve_device,
@@ -51,7 +52,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         "--init-times", type=timestamps, help="comma-separated initialization times, e.g. 2020-01-01T00,2020-01-02T00"
     )
     parser.add_argument("--start", type=timestamp, help="first initialization time (with --end)")
-    parser.add_argument("--end", type=timestamp, help="last initialization time, inclusive")
+    parser.add_argument(
+        "--end", type=period_end, help="last initialization time, inclusive (a date: all of that day, e.g. 2020-12-31)"
+    )
     parser.add_argument(
         "--every", type=positive_float, help="hours between initialization times (default: every store time)"
     )

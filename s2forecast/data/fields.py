@@ -28,7 +28,7 @@ from s2forecast.data.stats import ChannelStats, channel_names, check_time_axis, 
 from s2forecast.data.store import STATIC_VARIABLES, check_units, describe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, rewritten_error
-from s2forecast.times import format_time, format_times
+from s2forecast.times import format_time, format_times, parse_end
 from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "skip")
@@ -278,7 +278,7 @@ class FieldDataset(torch.utils.data.Dataset):
     def _sample_indices(self, start, end, trajectory, trajectories) -> np.ndarray:
         times = self.times
         lo = np.datetime64(pd.Timestamp(start), "ns") if start is not None else times[0]
-        hi = np.datetime64(pd.Timestamp(end), "ns") if end is not None else times[-1]
+        hi = parse_end(end, "end") if end is not None else times[-1]  # "2017-12-31": all of that day
         needed = times[:, None] + self.offsets[None, :] * self.step  # (time, offsets)
         position = np.searchsorted(times, needed).clip(max=times.size - 1)
         exists = times[position] == needed
@@ -301,7 +301,8 @@ class FieldDataset(torch.utils.data.Dataset):
             )
             raise UserError(
                 f"no sample of {self.spec.history} input and {self.spec.rollout} target states "
-                f"{self.spec.step_hours:g} h apart in {self.path} between {format_time(lo)} and {format_time(hi)}: the "
+                f"{self.spec.step_hours:g} h apart in {self.path} between {format_time(lo)} and "
+                f"{end.strip() if isinstance(end, str) else format_time(hi)}: the "
                 f"time axis there has spacings {spacing} h"
                 + (f"; e.g. {first_missing} does not exist" if first_missing else "")
                 + ". Choose a step the axis has, or another time range."

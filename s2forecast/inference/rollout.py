@@ -42,7 +42,7 @@ from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, byte_size, file_sha256, warn_if_short_of_disk
 from s2forecast.provenance import describe_input, history, python_call
-from s2forecast.times import check_span, format_time, parse_time
+from s2forecast.times import check_span, format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError
 
 __all__ = ["RolloutOptions", "as_init_times", "checkpoint_stats", "init_times_from", "load_forecaster", "open_inputs",
@@ -187,7 +187,8 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
 
     Args:
         times: explicit times (strings or datetime64); refused with start, end or every_hours.
-        start, end: inclusive range; with ``every_hours`` None, the ``available`` times in it.
+        start, end: inclusive range (an end written as a date is all of that day: ``times.parse_end``);
+            with ``every_hours`` None, the ``available`` times in it.
         every_hours: hours between initialization times (> 0, finite); one longer than the
             range gives ``start`` alone.
         available: (n,) datetime64[ns] times of the store.
@@ -208,14 +209,15 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
         return np.array([parse_time(t, "initialization time") for t in times])
     if start is None or end is None:
         raise UserError("give --init-times, or --start and --end (and optionally --every)")
-    lo, hi = parse_time(start, "--start"), parse_time(end, "--end")
+    lo, hi = parse_time(start, "--start"), parse_end(end, "--end")  # --end 2020-12-31: all of that day
+    shown = format_time(parse_time(end, "--end")) if not isinstance(end, str) else end.strip()
     if hi < lo:
-        raise UserError(f"--end {format_time(hi)} is before --start {format_time(lo)}; swap them")
+        raise UserError(f"--end {shown} is before --start {format_time(lo)}; swap them")
     if every_hours is None:
         selected = available[(available >= lo) & (available <= hi)]
         if selected.size == 0:
             covers = f"{format_time(available[0])} .. {format_time(available[-1])}" if len(available) else "no time"
-            raise UserError(f"no store time lies in [{format_time(lo)}, {format_time(hi)}]; the store covers {covers}")
+            raise UserError(f"no store time lies in [{format_time(lo)}, {shown}]; the store covers {covers}")
         return selected
     if not (every_hours > 0 and math.isfinite(every_hours)) or round(every_hours * 3600) < 1:
         raise UserError(f"--every must be a positive number of hours (at least 1 s), got {every_hours}")
@@ -224,7 +226,7 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
     count = int((hi - lo).astype(np.int64)) // step_ns + 1  # a step longer than the span: --start alone
     if available is not None and count > len(available):  # each must be a store time: at most the store's count
         raise UserError(
-            f"--start {format_time(lo)} --end {format_time(hi)} --every {every_hours:g} make {count} initialization "
+            f"--start {format_time(lo)} --end {shown} --every {every_hours:g} make {count} initialization "
             f"times, more than the {len(available)} times of the store (each must be one of them); choose a larger "
             "--every or a shorter period"
         )

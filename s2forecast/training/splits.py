@@ -15,7 +15,7 @@ stores with three trajectories, as the tests use, have no room for three disjoin
 import itertools
 import warnings
 
-from s2forecast.times import format_time, parse_time
+from s2forecast.times import format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError
 
 
@@ -58,11 +58,16 @@ def _shared(first: dict, second: dict, name_a: str, name_b: str) -> str | None:
         return f"trajectory {lo}" if hi - lo == 1 else f"trajectories {lo} to {hi - 1}"
     bounds = [(split, name) for split, name in ((first, name_a), (second, name_b))]
     starts = [parse_time(split["start"], f"{name} start") for split, name in bounds if split.get("start") is not None]
-    ends = [parse_time(split["end"], f"{name} end") for split, name in bounds if split.get("end") is not None]
-    lo, hi = (max(starts) if starts else None), (min(ends) if ends else None)
+    # an end written as a date is all of that day (times.parse_end); shown as written
+    ends = [
+        (parse_end(split["end"], f"{name} end"), split["end"]) for split, name in bounds if split.get("end") is not None
+    ]
+    lo, (hi, shown) = (max(starts) if starts else None), (min(ends) if ends else (None, "the end"))
     if lo is not None and hi is not None and lo > hi:
         return None
-    return f"{format_time(lo) if lo is not None else 'the start'} to {format_time(hi) if hi is not None else 'the end'}"
+    if not isinstance(shown, str):
+        shown = format_time(shown)
+    return f"{format_time(lo) if lo is not None else 'the start'} to {shown}"
 
 
 def _shown(split: dict) -> str:

@@ -218,11 +218,24 @@ def test_samples_hold_history_targets_static_and_forcings(era5_like):
     assert np.allclose(static, source["land_sea_mask"].values, atol=1e-5)
 
 
+def test_a_split_ending_on_a_date_takes_all_of_that_day(era5_like):
+    """A period's end written as a date is all of that day (``train_period: [1979-01-01, 2017-12-31]`` had
+    left out Dec 31's 06, 12 and 18 h): with two 6 h targets the last sample starts at 06 h."""
+    path, _ = era5_like
+    spec = SampleSpec(("2m_temperature",), (), "auto", (), 1, 6.0, 2)
+    dataset = FieldDataset(path, spec, start="2020-01-01", end="2020-01-02")
+    starts = dataset.times[[int(sample[0]) for sample in dataset.samples]]
+    assert starts.max() == np.datetime64("2020-01-02T06", "ns") and starts.size == 6
+    exact = FieldDataset(path, spec, start="2020-01-01", end="2020-01-02T00:00:00")  # seconds: the instant
+    assert len(exact.samples) == 3
+
+
 def test_batches_carry_metadata_and_workers_read(era5_like):
     path, _ = era5_like
     module = ERA5DataModule(
-        str(path), variables=["2m_temperature", "temperature"], levels=[500], train_period=("2020-01-01", "2020-01-02"),
-        val_period=("2020-01-02T06", "2020-01-03T18"), test_period=None, forcings=["toa_radiation"],
+        str(path), variables=["2m_temperature", "temperature"], levels=[500],
+        train_period=("2020-01-01", "2020-01-02T00"), val_period=("2020-01-02T06", "2020-01-03T18"), test_period=None,
+        forcings=["toa_radiation"],
         batch_size=2, num_workers=2, rollout_steps=2,
     )  # fmt: skip
     batches = list(module.train_dataloader())
@@ -255,7 +268,7 @@ def test_each_stage_builds_only_its_splits(tmp_path):
     assert sorted(module.datasets) == ["train", "val"] and len(list(module.train_dataloader())) == 1
     module.setup("validate")
     assert sorted(module.datasets) == ["train", "val"]
-    with pytest.raises(UserError, match="between 2020-01-01T00 and 2020-12-31T00"):
+    with pytest.raises(UserError, match="between 2020-01-01T00 and 2020-12-31: "):
         module.setup("test")
 
 

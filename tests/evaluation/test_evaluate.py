@@ -359,6 +359,19 @@ def test_cli_prints_table_and_files(tmp_path, truth_path, perfect_path, capsys):
     assert str(out.resolve()) in printed and "m.csv" in printed
 
 
+def test_climatology_end_given_as_a_date_is_all_of_that_day(tmp_path, truth_path, perfect_path):
+    """As climatology's --end: ``--climatology-end 2020-01-02`` was read as 2020-01-02T00 alone."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "m.nc"
+    args = parser.parse_args(["--forecast", str(perfect_path), "--truth", str(truth_path), "--out", str(out),
+                              "--no-plots", "--no-progress", "--climatology-end", "2020-01-02"])  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClimatologyWarning)
+        run(args)
+    assert open_results(out).attrs["climatology_n_times"] == 8  # 4 times a day, Jan 1 and 2
+
+
 # --- errors --------------------------------------------------------------------------------------
 
 

@@ -62,13 +62,24 @@ def test_init_times_alone_and_a_range_alone_still_work():
     assert init_times_from(None, "2000-01-01T01", "2000-01-01T02", None, available).size == 2
 
 
+def test_an_end_written_as_a_date_is_all_of_that_day():
+    """WeatherBench2's 2020 is 732 inits at 00 and 12 h: ``--end 2020-12-31`` stopped at Dec 31 00 h (731)."""
+    year = init_times_from(None, "2020-01-01", "2020-12-31", 12.0)
+    assert year.size == 732 and year[-1] == np.datetime64("2020-12-31T12", "ns")
+    available = np.arange(48, dtype=np.int64).astype("timedelta64[h]") + np.datetime64("2000-01-01T00", "ns")
+    assert init_times_from(None, "2000-01-01", "2000-01-01", None, available).size == 24
+    assert init_times_from(None, "2000-01-01T00", "2000-01-01T05", None, available).size == 6  # an hour is exact
+    with pytest.raises(UserError, match=r"--end 1999-12-31 is before --start 2000-01-01T00; swap them"):
+        init_times_from(None, "2000-01-01", "1999-12-31", None, available)
+
+
 @pytest.mark.parametrize(
     ("times", "steps", "expected"),
     [
         (["--init-times", "2000-01-01T00"], "1000000000000",
          "--steps 1000000000000 of 1 h span 1.14e+08 years from 2000-01-01T00, past 2262-04-11"),
         (["--start", "2000-01-01", "--end", "2200-01-01", "--every", "0.001"], "1",
-         "--start 2000-01-01T00 --end 2200-01-01T00 --every 0.001 make 1577858401 initialization times, more than "
+         "--start 2000-01-01T00 --end 2200-01-01 --every 0.001 make 1577880000 initialization times, more than "
          "the 21 times of the store"),
         (["--start", "2000-01-01", "--end", "3000-01-01"], "1",
          "argument --end: '3000-01-01' is outside the dates a datetime64[ns] time axis holds"),

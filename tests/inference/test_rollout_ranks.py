@@ -266,4 +266,4 @@ def test_the_readme_torchrun_commands_give_the_cli_every_argument(monkeypatch, t
         assert launched.training_script_args == (given[1:] if given[0] == "--" else given), command
         if launched.training_script_args[0] == "rollout":  # our own parser takes it (fit: LightningCLI's)
             args = build_parser().parse_args(launched.training_script_args)
-            assert (args.start, args.end, args.every, args.format) == ("2020-01-01T00", "2020-12-31T00", 12.0, "zarr")
+            assert (args.start, args.end, args.every, args.format) == ("2020-01-01T00", "2020-12-31", 12.0, "zarr")
