@@ -65,7 +65,6 @@ No N x N tensor is built.
 """
 
 import math
-import numbers
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -77,7 +76,7 @@ from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
 from s2forecast.ops.compression_hierarchy import CompressionHierarchy, check_compression_window, compression_hierarchy
 from s2forecast.ops.prepared import to_device
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
-from s2forecast.ops.validation import check_attention_inputs
+from s2forecast.ops.validation import check_attention_inputs, check_positive_int, check_scale
 from s2forecast.user_errors import UserError
 
 BRANCHES = ("ball", "compression", "selection")
@@ -144,7 +143,7 @@ def attend_ball_sparse(
         if hierarchy.num_levels > 1 else None,
     )  # fmt: skip
     gates = _check_gates(gates, q)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = check_scale(scale, q.shape[-1])
     log_w = log_w.to(q.device, bias_dtype(q.dtype))
     qs, ks, vs = (t.index_select(2, index) for t in (q, k, v))  # (batch, heads, padded N, d)
 
@@ -186,12 +185,6 @@ def check_branches(branches) -> tuple[str, ...]:
     return tuple(b for b in BRANCHES if b in branches)
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise UserError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def check_ball_sparse_sizes(
     grid: Grid, ball_size, block_size, select_block, top_k, group_size, selection: bool = True, compression_window=None
 ) -> int:
@@ -200,11 +193,11 @@ def check_ball_sparse_sizes(
     Blocks and groups must tile balls exactly, so that no block or group straddles two balls
     (the own-ball exclusion of the selection is per group).
     """
-    ball_size = _positive_int("ball_size", ball_size)
-    block_size = _positive_int("block_size", block_size)
-    select_block = block_size if select_block is None else _positive_int("select_block", select_block)
-    top_k = _positive_int("top_k", top_k)
-    group_size = _positive_int("group_size", group_size)
+    ball_size = check_positive_int("ball_size", ball_size)
+    block_size = check_positive_int("block_size", block_size)
+    select_block = block_size if select_block is None else check_positive_int("select_block", select_block)
+    top_k = check_positive_int("top_k", top_k)
+    group_size = check_positive_int("group_size", group_size)
     if ball_size % block_size != 0:
         raise UserError(
             f"ball_size={ball_size} must be a multiple of block_size={block_size} so that compression blocks "
