@@ -140,7 +140,7 @@ class BallSparseBackend(AttentionBackend):
         self,
         grid: Grid,
         ball_size: int,
-        block_size: int,
+        block_size: int | None,
         compression_window: int | None = None,
         device="cpu",
         dtype=torch.float32,
