@@ -9,7 +9,7 @@ from s2forecast.geometry import Grid
 from s2forecast.ops import default_radius
 from s2forecast.ops.backends import AttentionBackend, check_backend, choose
 from s2forecast.ops.prepared import flatten, unflatten
-from s2forecast.ops.validation import check_grid, check_radius
+from s2forecast.ops.validation import check_grid, check_positive_int, check_radius
 from s2forecast.user_errors import UserError
 
 
@@ -51,8 +51,10 @@ class SphericalAttentionLayer(nn.Module):
         position_embedding: nn.Module | None,
     ):
         super().__init__()
-        out_channels = in_channels if out_channels is None else out_channels
-        qk_channels = in_channels if qk_channels is None else qk_channels
+        in_channels = check_positive_int("in_channels", in_channels)
+        num_heads = check_positive_int("num_heads", num_heads)
+        out_channels = in_channels if out_channels is None else check_positive_int("out_channels", out_channels)
+        qk_channels = in_channels if qk_channels is None else check_positive_int("qk_channels", qk_channels)
         for name, channels in (("qk_channels", qk_channels), ("out_channels", out_channels)):
             if channels % num_heads != 0:
                 raise UserError(f"{name}={channels} is not divisible by num_heads={num_heads}")

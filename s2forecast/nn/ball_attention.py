@@ -25,7 +25,8 @@ class S2BallSparseAttention(SphericalAttentionLayer):
         block_size: tokens pooled into one coarse token (paper: 8); divides ``ball_size``.
         top_k: selected blocks per query group (paper: 4).
         group_size: consecutive queries sharing one selection (paper: 8); divides ``ball_size``.
-        branches: active branches, a non-empty subset of ``("ball", "compression", "selection")``.
+        branches: active branches, a non-empty subset of ``("ball", "compression", "selection")``;
+            the sizes of inactive ones are ignored, as in ``s2forecast.ops.ball_sparse_attention``.
         select_block: tokens per selection block, a multiple of ``block_size``; defaults to it.
         compression_window: None: every query attends to all N / block_size coarse tokens (the
             paper; cost N^2 / block_size). An int: multi-level coarse tokens with this many per
@@ -65,9 +66,8 @@ class S2BallSparseAttention(SphericalAttentionLayer):
         self.grid = check_grid(grid, "grid")
         self.branches = check_branches(branches)
         self.select_block = check_ball_sparse_sizes(
-            grid, ball_size, block_size, select_block, top_k, group_size, "selection" in self.branches,
-            compression_window,
-        )  # fmt: skip
+            grid, ball_size, block_size, select_block, top_k, group_size, self.branches, compression_window
+        )
         self.ball_size = ball_size
         self.block_size = block_size
         self.top_k = top_k
@@ -77,7 +77,9 @@ class S2BallSparseAttention(SphericalAttentionLayer):
         self._init_backend(backend)
 
     def _prepare(self, backend, device, dtype):
-        return backend.prepare(self.grid, self.ball_size, self.block_size, self.compression_window, device, dtype)
+        coarse = "compression" in self.branches or "selection" in self.branches
+        block_size = self.block_size if coarse else None  # the ball branch alone: no coarse tokens
+        return backend.prepare(self.grid, self.ball_size, block_size, self.compression_window, device, dtype)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
         """query, key and value (defaults: query) all on ``grid``; the gates come from ``query``."""

@@ -17,6 +17,7 @@ from torch import nn
 from torch_harmonics.legendre import legpoly
 
 from s2forecast.geometry import Grid, geodesic_distance
+from s2forecast.nn.geometric_buffers import GeometricBuffers
 from s2forecast.nn.sprepe import SpRePE
 from s2forecast.ops.validation import check_grid
 from s2forecast.user_errors import UserError
@@ -62,7 +63,7 @@ def real_spherical_harmonics(grid: Grid, count: int) -> torch.Tensor:
     return out
 
 
-class SpectralPositionEmbedding(nn.Module):
+class SpectralPositionEmbedding(GeometricBuffers):
     """Spectral APE of the attention paper's spherical transformer: channel c carries the real
     spherical harmonic of degree floor(sqrt(c)), order c - l^2 - l, scaled to max |.| = 1;
     fixed, no parameters."""
@@ -72,16 +73,19 @@ class SpectralPositionEmbedding(nn.Module):
     def __init__(self, channels: int, grid: Grid):
         super().__init__()
         self.grid = check_grid(grid, "grid")
-        harmonics = real_spherical_harmonics(grid, channels)
-        harmonics = harmonics / harmonics.abs().amax(dim=(-1, -2), keepdim=True)
-        self.register_buffer("embedding", harmonics.float(), persistent=False)
+        self.channels = channels
+        self._register_geometry()
+
+    def _geometry(self) -> dict[str, torch.Tensor]:
+        harmonics = real_spherical_harmonics(self.grid, self.channels)
+        return {"embedding": harmonics / harmonics.abs().amax(dim=(-1, -2), keepdim=True)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (batch, channels, nlat, nlon)."""
         return x + self.embedding.to(x.dtype)
 
 
-class AxialRotaryEmbedding(nn.Module):
+class AxialRotaryEmbedding(GeometricBuffers):
     """Axial 2-D RoPE: the first half of each head's channels rotates with the row (latitude)
     index, the second half with the column (longitude) index, at frequencies
     base^(-k / (head_dim/4)), k = 0..head_dim/4-1 (Heo et al. 2024, axial variant). The
@@ -100,17 +104,22 @@ class AxialRotaryEmbedding(nn.Module):
         if head_dim % 4 != 0:
             raise UserError(f"axial RoPE needs head_dim divisible by 4, got {head_dim}")
         self.grid = check_grid(grid, "grid")
-        quarter = head_dim // 4
-        freqs = base ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
+        self.head_dim, self.base = head_dim, base
+        self._register_geometry()
+
+    def _geometry(self) -> dict[str, torch.Tensor]:
+        """cos and sin of the angles, (N, head_dim/2)."""
+        grid, quarter = self.grid, self.head_dim // 4
+        freqs = self.base ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
         rows = torch.arange(grid.nlat, dtype=torch.float64)[:, None].expand(grid.shape).reshape(-1)
         cols = torch.arange(grid.nlon, dtype=torch.float64)[None, :].expand(grid.shape).reshape(-1)
-        angles = torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=-1)  # (N, head_dim/2)
-        self.register_buffer("cos", torch.cos(angles).float(), persistent=False)
-        self.register_buffer("sin", torch.sin(angles).float(), persistent=False)
+        angles = torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=-1)
+        return {"cos": torch.cos(angles), "sin": torch.sin(angles)}
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (batch, heads, N, head_dim); channel pairs (2i, 2i+1) rotate by angle i."""
-        pairs = x.float().unflatten(-1, (-1, 2))
+        """x: (batch, heads, N, head_dim); channel pairs (2i, 2i+1) rotate by angle i, in float32
+        or, for float64 inputs, in float64 (exact with a float64 module: ``.double()``)."""
+        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))
         real, imag = pairs[..., 0], pairs[..., 1]
         out = torch.stack([real * self.cos - imag * self.sin, real * self.sin + imag * self.cos], dim=-1)
         return out.flatten(-2).to(x.dtype)
@@ -143,7 +152,7 @@ class RelativePositionBias(nn.Module):
         return self.table.flatten(1)[:, self.index]
 
 
-class GeodesicALiBi(nn.Module):
+class GeodesicALiBi(GeometricBuffers):
     """ALiBi with geodesic distance: head h adds -slope_h * d(p_i, p_j) / (latitude spacing)
     to the logits, with ALiBi's geometric slopes 2^(-8 (h+1) / heads). Fixed, no parameters;
     global attention only (the neighborhood kernel takes no score bias)."""
@@ -154,14 +163,22 @@ class GeodesicALiBi(nn.Module):
         super().__init__()
         self.grid = check_grid(grid, "grid")
         self.grid_kv = self.grid if grid_kv is None else check_grid(grid_kv, "grid_kv")
-        slopes = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)
-        self.register_buffer("slopes", (slopes / self.grid_kv.lat_spacing).float(), persistent=False)
-        self.register_buffer("points_q", self.grid.unit_vectors.reshape(-1, 3), persistent=False)
-        self.register_buffer("points_k", self.grid_kv.unit_vectors.reshape(-1, 3), persistent=False)
+        self.num_heads = num_heads
+        self._register_geometry()
+
+    def _geometry(self) -> dict[str, torch.Tensor]:
+        heads = self.num_heads
+        slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float64) / heads)
+        return {
+            "slopes": slopes / self.grid_kv.lat_spacing,
+            "points_q": self.grid.unit_vectors.reshape(-1, 3),
+            "points_k": self.grid_kv.unit_vectors.reshape(-1, 3),
+        }
 
     def forward(self) -> torch.Tensor:
-        """(heads, N_q, N_k) logit bias; the distance table is computed on the fly (not kept)."""
-        distance = geodesic_distance(self.points_q[:, None, :], self.points_k[None, :, :]).float()
+        """(heads, N_q, N_k) logit bias in the slopes' dtype; the distance table is computed on
+        the fly (not kept)."""
+        distance = geodesic_distance(self.points_q[:, None, :], self.points_k[None, :, :]).to(self.slopes.dtype)
         return -self.slopes[:, None, None] * distance
 
 

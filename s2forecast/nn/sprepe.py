@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from s2forecast.geometry import Grid
+from s2forecast.nn.geometric_buffers import GeometricBuffers
 from s2forecast.ops.validation import check_grid
 from s2forecast.user_errors import UserError
 
@@ -70,7 +71,7 @@ def reflect_triplets(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return (t - 2.0 * v * (t * v).sum(dim=-1, keepdim=True)).flatten(-2)
 
 
-class SpRePE(nn.Module):
+class SpRePE(GeometricBuffers):
     """Spherical reflection position embedding acting on (q, k) of an attention layer.
 
     Args:
@@ -128,37 +129,41 @@ class SpRePE(nn.Module):
         if self.triplets == 0:
             raise UserError(f"head_dim={head_dim} with ratio {ratio} leaves no channel triplet for SpRePE")
 
-        aux = self._initial_aux_points(seed)  # (heads, triplets, 3) float64
+        self.seed = seed
         if aux_points == "learnable":
-            self.aux = nn.Parameter(aux.float())
-        else:
-            self.register_buffer("aux", aux.float(), persistent=False)
-
-        positions = {"q": self.grid.unit_vectors.reshape(-1, 3), "k": self.grid_kv.unit_vectors.reshape(-1, 3)}
-        for name, points in positions.items():
-            self.register_buffer(f"points_{name}", points.float(), persistent=False)
-            active = self._active_triplets(name)  # (N, triplets) bool or None
-            if aux_points != "learnable":
-                v = householder_vectors(points, aux)  # (heads, N, triplets, 3) in float64
-                v = v.permute(0, 2, 1, 3)
-                if active is not None:
-                    v = v * active[None, :, :, None]
-                self.register_buffer(f"v_{name}", v.float().contiguous(), persistent=False)
-            self.register_buffer(f"active_{name}", active, persistent=False)
+            self.aux = nn.Parameter(self._initial_aux_points().to(torch.get_default_dtype()))
+        self._register_geometry()  # aux (fixed points), points_q/k (learnable points) or v_q/k
+        for name in ("q", "k"):
+            self.register_buffer(f"active_{name}", self._active_triplets(name), persistent=False)
 
         if mask == "learnable":
             self.mask_logits_q = nn.Parameter(torch.zeros(self.grid.npoints, 3 * self.triplets))
             same = self.grid_kv == self.grid
             self.mask_logits_k = None if same else nn.Parameter(torch.zeros(self.grid_kv.npoints, 3 * self.triplets))
 
-    def _initial_aux_points(self, seed: int) -> torch.Tensor:
+    def _geometry(self) -> dict[str, torch.Tensor]:
+        """Float64 positions (learnable auxiliary points: v is computed per forward), or the
+        fixed auxiliary points and the Householder vectors, (heads, N, triplets, 3), masked."""
+        positions = {"q": self.grid.unit_vectors.reshape(-1, 3), "k": self.grid_kv.unit_vectors.reshape(-1, 3)}
+        if self.aux_points == "learnable":
+            return {f"points_{name}": points for name, points in positions.items()}
+        aux = self._initial_aux_points()  # (heads, triplets, 3)
+        geometry = {"aux": aux}
+        for name, points in positions.items():
+            v = householder_vectors(points, aux).permute(0, 2, 1, 3)
+            active = self._active_triplets(name)  # (N, triplets) or None
+            geometry[f"v_{name}"] = v if active is None else v * active[None, :, :, None]
+        return geometry
+
+    def _initial_aux_points(self) -> torch.Tensor:
+        """(heads, triplets, 3) float64 unit auxiliary points (the initial ones when learnable)."""
         count = self.num_heads * self.triplets
         if self.aux_points == "grid":
             points = fibonacci_sphere(count)
         elif self.aux_points == "identical":
             points = fibonacci_sphere(1).expand(count, 3)
         else:
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator().manual_seed(self.seed)
             points = torch.randn(count, 3, generator=generator, dtype=torch.float64)
             points = points / torch.linalg.vector_norm(points, dim=-1, keepdim=True)
         return points.reshape(self.num_heads, self.triplets, 3).clone()
@@ -189,9 +194,10 @@ class SpRePE(nn.Module):
         return v if active is None else v * active[None, :, :, None]
 
     def embed(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """x: (batch, heads, N, head_dim) -> same shape and dtype, positions applied."""
+        """x: (batch, heads, N, head_dim) -> same shape and dtype, positions applied in float32,
+        or in float64 for float64 inputs (exact with a float64 module: ``.double()``)."""
         c = self.channels()
-        head = x[..., :c].float()
+        head = x[..., :c].to(torch.promote_types(x.dtype, torch.float32))
         reflected = reflect_triplets(head, self.vectors(name))
         if self.mask == "learnable":
             logits = self.mask_logits_q if name == "q" or self.mask_logits_k is None else self.mask_logits_k

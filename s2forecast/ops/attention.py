@@ -88,6 +88,10 @@ def ball_sparse_attention(
         gates: ``(g_ball, g_cmp, g_sel)``, each (batch, heads, nlat*nlon, 1) in grid order or
             None (weight 1); None: every branch weighted 1. Gates of inactive branches are ignored.
         branches: the active branches, a non-empty subset of ``("ball", "compression", "selection")``.
+            Sizes of inactive branches are ignored (not checked): ``block_size`` and
+            ``compression_window`` serve compression and selection; ``select_block``,
+            ``top_k`` and ``group_size`` the selection. The ball branch alone with one ball
+            (``ball_size`` >= nlat*nlon) is global attention.
         scale: logit scale; defaults to 1/sqrt(head_dim).
         compression_window: None: the paper's compression, every query attends to all N /
             block_size coarse tokens (cost N^2 / block_size). An int: multi-level coarse tokens
@@ -111,9 +115,10 @@ def ball_sparse_attention(
     check_grid(grid, "grid")
     branches = check_branches(branches)
     select_block = check_ball_sparse_sizes(
-        grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches, compression_window
+        grid, ball_size, block_size, select_block, top_k, group_size, branches, compression_window
     )
-    state = chosen.prepare(grid, ball_size, block_size, compression_window, device, dtype)
+    coarse = "compression" in branches or "selection" in branches
+    state = chosen.prepare(grid, ball_size, block_size if coarse else None, compression_window, device, dtype)
     return chosen(
         q, k, v, state, scale, select_block=select_block, top_k=top_k, group_size=group_size, gates=gates,
         branches=branches,

@@ -38,12 +38,8 @@ from s2forecast.ops.neighborhood_attention import (
     prepare_blocked,
     prepare_reference,
 )
-from s2forecast.ops.validation import check_attention_inputs
+from s2forecast.ops.validation import check_attention_inputs, check_scale
 from s2forecast.user_errors import UserError
-
-
-def _scale(q: torch.Tensor, scale: float | None) -> float:
-    return q.shape[-1] ** -0.5 if scale is None else float(scale)
 
 
 def _triton_runs_on(device) -> bool:
@@ -96,7 +92,7 @@ class BlockedNeighborhood(AttentionBackend):
         grid = state.blocks.neighborhood.grid
         check_attention_inputs(q, k, v, grid, grid)
         workspace = self._local.__dict__.setdefault("workspace", {})
-        return neighborhood_attention_blocked(q, k, v, state, _scale(q, scale), workspace)
+        return neighborhood_attention_blocked(q, k, v, state, check_scale(scale, q.shape[-1]), workspace)
 
 
 class ReferenceNeighborhood(AttentionBackend):
@@ -110,7 +106,8 @@ class ReferenceNeighborhood(AttentionBackend):
     def __call__(self, q, k, v, state: ReferenceState, scale: float | None = None) -> torch.Tensor:
         grid = state.neighborhood.grid
         check_attention_inputs(q, k, v, grid, grid)
-        return neighborhood_attention_reference(q, k, v, state.neighborhood, _scale(q, scale), state.log_w)
+        scale = check_scale(scale, q.shape[-1])
+        return neighborhood_attention_reference(q, k, v, state.neighborhood, scale, state.log_w)
 
 
 class FusedNeighborhood(AttentionBackend):
@@ -126,9 +123,10 @@ class FusedNeighborhood(AttentionBackend):
 
     def __call__(self, q, k, v, state: FusedNeighborhoodState, scale: float | None = None) -> torch.Tensor:
         check_attention_inputs(q, k, v, state.grid, state.grid)
+        scale = check_scale(scale, q.shape[-1])
         from s2forecast.ops.cuda.fused_neighborhood_attention import fused_neighborhood_attention
 
-        return fused_neighborhood_attention(q, k, v, state, None, _scale(q, scale))
+        return fused_neighborhood_attention(q, k, v, state, None, scale)
 
 
 # --- ball sparse attention ------------------------------------------------------------------
@@ -142,7 +140,7 @@ class BallSparseBackend(AttentionBackend):
         self,
         grid: Grid,
         ball_size: int,
-        block_size: int,
+        block_size: int | None,
         compression_window: int | None = None,
         device="cpu",
         dtype=torch.float32,

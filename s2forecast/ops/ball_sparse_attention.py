@@ -65,7 +65,6 @@ No N x N tensor is built.
 """
 
 import math
-import numbers
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -77,7 +76,7 @@ from s2forecast.ops.ball_tree import BallOrdering, ball_ordering
 from s2forecast.ops.compression_hierarchy import CompressionHierarchy, check_compression_window, compression_hierarchy
 from s2forecast.ops.prepared import to_device
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
-from s2forecast.ops.validation import check_attention_inputs
+from s2forecast.ops.validation import check_attention_inputs, check_positive_int, check_scale
 from s2forecast.user_errors import UserError
 
 BRANCHES = ("ball", "compression", "selection")
@@ -95,24 +94,33 @@ class BallSparseState(NamedTuple):
         index: (M,) int64 grid point of every slot (padding: point 0), M = padded N.
         log_w: (M,) log quadrature weight of every slot, -inf at padding, in bias_dtype(inputs).
         hierarchy: the coarse-token levels (tables on the device; none with a single level,
-            where every ball attends to every token).
+            where every ball attends to every token); None without coarse tokens (the ball
+            branch alone).
     """
 
     ordering: BallOrdering
     index: torch.Tensor
     log_w: torch.Tensor
-    hierarchy: CompressionHierarchy
+    hierarchy: CompressionHierarchy | None
 
 
 def prepare_ball_sparse(
-    grid: Grid, ball_size: int, block_size: int, compression_window: int | None, device="cpu", dtype=torch.float32
+    grid: Grid,
+    ball_size: int,
+    block_size: int | None,
+    compression_window: int | None,
+    device="cpu",
+    dtype=torch.float32,
 ) -> BallSparseState:
     """The state of ``ball_sparse_attention`` on ``device`` for inputs of ``dtype`` (sizes as
-    there; ``check_ball_sparse_sizes`` validates them)."""
+    there; ``check_ball_sparse_sizes`` validates them). ``block_size=None``: no coarse tokens,
+    for the ball branch alone (``compression_window`` is then ignored)."""
     ordering = to_device(ball_ordering(grid, ball_size), device)
     index = ordering.gather_index
     log_w = log_quadrature_weights(grid, device, bias_dtype(dtype)).index_select(0, index)
     log_w = log_w.masked_fill(ordering.is_padding, float("-inf"))
+    if block_size is None:
+        return BallSparseState(ordering, index, log_w, None)
     hierarchy = compression_hierarchy(ordering.num_balls, ball_size, block_size, compression_window)
     if hierarchy.num_levels == 1:  # the single level reads no table: keep none on the device
         hierarchy = replace(hierarchy, table=hierarchy.table[:, :0], valid=hierarchy.valid[:, :0])
@@ -136,15 +144,22 @@ def attend_ball_sparse(
     the state's grid and the gates, then attends (Triton kernels for the gathers when ``fused``).
     Shapes as for ``ball_sparse_attention``."""
     ordering, index, log_w, hierarchy = state
-    grid, ball_size, block_size = ordering.grid, ordering.ball_size, hierarchy.block_size
+    grid, ball_size = ordering.grid, ordering.ball_size
     check_attention_inputs(q, k, v, grid, grid)
     branches = check_branches(branches)
+    coarse = "compression" in branches or "selection" in branches
+    if coarse and hierarchy is None:
+        raise UserError(
+            f"branches={branches} need coarse tokens, but this state was prepared without (block_size=None); "
+            "prepare it with the layer's block_size"
+        )
+    block_size = hierarchy.block_size if coarse else None
+    window = hierarchy.window if coarse and hierarchy.num_levels > 1 else None
     select_block = check_ball_sparse_sizes(
-        grid, ball_size, block_size, select_block, top_k, group_size, "selection" in branches, hierarchy.window
-        if hierarchy.num_levels > 1 else None,
-    )  # fmt: skip
+        grid, ball_size, block_size, select_block, top_k, group_size, branches, window
+    )
     gates = _check_gates(gates, q)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = check_scale(scale, q.shape[-1])
     log_w = log_w.to(q.device, bias_dtype(q.dtype))
     qs, ks, vs = (t.index_select(2, index) for t in (q, k, v))  # (batch, heads, padded N, d)
 
@@ -186,30 +201,33 @@ def check_branches(branches) -> tuple[str, ...]:
     return tuple(b for b in BRANCHES if b in branches)
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise UserError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def check_ball_sparse_sizes(
-    grid: Grid, ball_size, block_size, select_block, top_k, group_size, selection: bool = True, compression_window=None
-) -> int:
-    """Validate the BSA sizes for ``grid``; returns ``select_block`` (default ``block_size``).
+    grid: Grid, ball_size, block_size, select_block, top_k, group_size, branches=BRANCHES, compression_window=None
+) -> int | None:
+    """Validate the BSA sizes the active ``branches`` use, for ``grid``; returns ``select_block``
+    (default ``block_size``; None without the selection branch).
 
-    Blocks and groups must tile balls exactly, so that no block or group straddles two balls
-    (the own-ball exclusion of the selection is per group).
+    Sizes of inactive branches are not looked at: ``block_size`` and ``compression_window`` belong
+    to the compression and selection branches, ``select_block``, ``top_k`` and ``group_size`` to
+    the selection. Blocks and groups must tile balls exactly, so that no block or group straddles
+    two balls (the own-ball exclusion of the selection is per group).
     """
-    ball_size = _positive_int("ball_size", ball_size)
-    block_size = _positive_int("block_size", block_size)
-    select_block = block_size if select_block is None else _positive_int("select_block", select_block)
-    top_k = _positive_int("top_k", top_k)
-    group_size = _positive_int("group_size", group_size)
+    ball_size = check_positive_int("ball_size", ball_size)
+    selection = "selection" in branches
+    if "compression" not in branches and not selection:
+        return None
+    block_size = check_positive_int("block_size", block_size)
     if ball_size % block_size != 0:
         raise UserError(
             f"ball_size={ball_size} must be a multiple of block_size={block_size} so that compression blocks "
             "tile the balls; powers of two (e.g. ball_size=256, block_size=8) work best"
         )
+    check_compression_window(compression_window, ball_size, block_size)
+    if not selection:
+        return None
+    select_block = block_size if select_block is None else check_positive_int("select_block", select_block)
+    top_k = check_positive_int("top_k", top_k)
+    group_size = check_positive_int("group_size", group_size)
     if select_block % block_size != 0 or ball_size % select_block != 0:
         raise UserError(
             f"select_block={select_block} must be a multiple of block_size={block_size} and divide "
@@ -220,21 +238,19 @@ def check_ball_sparse_sizes(
             f"group_size={group_size} must divide ball_size={ball_size} so that a selection group lies in one "
             "ball; use a power of two such as block_size"
         )
-    check_compression_window(compression_window, ball_size, block_size)
     if compression_window is not None and select_block != block_size:
         raise UserError(
             f"select_block={select_block} must equal block_size={block_size} with compression_window set: the "
             "multi-level selection picks level-1 coarse tokens; leave select_block=None"
         )
-    if selection:
-        num_balls = math.ceil(grid.npoints / ball_size)
-        outside = (num_balls - 1) * (ball_size // select_block)
-        if top_k > outside:
-            raise UserError(
-                f"top_k={top_k} exceeds the {outside} selection blocks outside a query's ball (grid "
-                f"{grid.nlat}x{grid.nlon} = {grid.npoints} points in {num_balls} ball(s) of {ball_size}); "
-                "lower top_k or ball_size, or drop 'selection' from branches"
-            )
+    num_balls = math.ceil(grid.npoints / ball_size)
+    outside = (num_balls - 1) * (ball_size // select_block)
+    if top_k > outside:
+        raise UserError(
+            f"top_k={top_k} exceeds the {outside} selection blocks outside a query's ball (grid "
+            f"{grid.nlat}x{grid.nlon} = {grid.npoints} points in {num_balls} ball(s) of {ball_size}); "
+            "lower top_k or ball_size, or drop 'selection' from branches"
+        )
     return select_block
 
 

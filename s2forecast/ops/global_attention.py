@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.quadrature_bias import bias_dtype, log_quadrature_weights
-from s2forecast.ops.validation import check_attention_inputs, check_grid
+from s2forecast.ops.validation import check_attention_inputs, check_grid, check_scale
 from s2forecast.user_errors import UserError
 
 
@@ -55,7 +55,7 @@ def global_attention(
     check_grid(grid_q, "grid_q")
     grid_kv = grid_q if grid_kv is None else check_grid(grid_kv, "grid_kv")
     check_attention_inputs(q, k, v, grid_q, grid_kv)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = check_scale(scale, q.shape[-1])
     if log_w is None:
         log_w = log_quadrature_weights(grid_kv, q.device, bias_dtype(q.dtype))
     elif log_w.shape != (grid_kv.npoints,):

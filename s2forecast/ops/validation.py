@@ -1,6 +1,7 @@
 """Input checks shared by the attention ops: every error names the bad value and the fix."""
 
 import math
+import numbers
 
 import torch
 
@@ -14,6 +15,25 @@ def check_grid(grid, name: str) -> Grid:
     return grid
 
 
+def check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise UserError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_scale(scale, head_dim: int) -> float:
+    """The logit scale: ``scale`` as a float, 1/sqrt(head_dim) for None."""
+    if scale is None:
+        return head_dim**-0.5
+    try:
+        value = float(scale)
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several elements
+        value = math.nan
+    if not math.isfinite(value):
+        raise UserError(f"scale must be a finite number (the logit scale; None for 1/sqrt(head_dim)), got {scale!r}")
+    return value
+
+
 def check_radius(theta) -> float:
     try:
         theta = float(theta)
@@ -25,7 +45,8 @@ def check_radius(theta) -> float:
 
 
 def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid_q: Grid, grid_kv: Grid) -> None:
-    """Shapes (batch, heads, N, head_dim), matching grids, dtypes, devices; finite values on CPU.
+    """Shapes (batch, heads, N, head_dim), matching grids, one floating dtype and device; finite
+    values on CPU.
 
     The finiteness check is skipped for CUDA tensors: it would read q, k and v once more and
     synchronize the device on every call, which costs as much as the fused forward itself."""
@@ -36,6 +57,8 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
             raise UserError(f"{name} must have shape (batch, heads, nlat*nlon, head_dim), got {tuple(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise UserError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.dtype.is_floating_point:
+        raise UserError(f"q, k, v must be floating point (float32, float64, bfloat16 or float16), got {q.dtype}")
     if not (q.device == k.device == v.device):
         raise UserError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:

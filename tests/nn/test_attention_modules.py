@@ -1,3 +1,5 @@
+import functools
+import re
 import warnings
 
 import pytest
@@ -7,6 +9,7 @@ from torch_harmonics import AttentionS2, NeighborhoodAttentionS2
 
 from s2forecast.geometry import Grid
 from s2forecast.nn import S2Attention, S2NeighborhoodAttention
+from s2forecast.nn.ball_attention import S2BallSparseAttention
 from s2forecast.ops import default_radius
 
 # torch-harmonics builds its neighborhoods with d <= (1 + 1e-3) * theta_cutoff
@@ -112,6 +115,33 @@ def test_neighborhood_module_backends_agree():
     expected = module(x)
     module.backend = "fused"
     assert torch.allclose(module(x), expected, atol=1e-5)
+
+
+LAYERS = {
+    "global": S2Attention,
+    "neighborhood": S2NeighborhoodAttention,
+    "ball": functools.partial(S2BallSparseAttention, ball_size=32, branches=("ball",)),
+}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(num_heads=0), "num_heads must be a positive integer, got 0"),
+        (dict(num_heads=-2), "num_heads must be a positive integer, got -2"),
+        (dict(num_heads=2.0), "num_heads must be a positive integer, got 2.0"),
+        (dict(num_heads=True), "num_heads must be a positive integer, got True"),
+        (dict(in_channels=0), "in_channels must be a positive integer, got 0"),
+        (dict(in_channels=-8), "in_channels must be a positive integer, got -8"),
+        (dict(out_channels=0), "out_channels must be a positive integer, got 0"),
+        (dict(qk_channels=-4), "qk_channels must be a positive integer, got -4"),
+    ],
+)
+def test_layers_refuse_non_positive_sizes(layer, kwargs, message):
+    arguments = dict(in_channels=8, num_heads=2, **{"grid_in" if layer == "global" else "grid": Grid(4, 8)})
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        LAYERS[layer](**{**arguments, **kwargs})
 
 
 def test_module_bad_input():

@@ -1,6 +1,8 @@
 """``SphericalHarmonicAnalysis``: the coefficients of torch-harmonics' SHT on its grids, the
 power spectrum of the scores on WeatherBench2's cell-centred grid, differentiable."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from torch_harmonics import RealSHT
 from s2forecast.evaluation.spectra import spherical_harmonic_power
 from s2forecast.geometry import Grid
 from s2forecast.nn import SphericalHarmonicAnalysis
+from s2forecast.nn.position_embedding import real_spherical_harmonics
 
 
 @pytest.mark.parametrize("grid", [Grid(17, 32), Grid(16, 32, "legendre-gauss")], ids=str)
@@ -48,3 +51,24 @@ def test_analysis_is_differentiable_and_checks_the_grid():
     assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
     with pytest.raises(ValueError, match=r"fields of shape \(8, 16\) on a \(16, 32\) analysis"):
         SphericalHarmonicAnalysis(grid)(torch.zeros(8, 16))
+
+
+@pytest.mark.parametrize(
+    "grid", [Grid(17, 32), Grid(16, 32, "equiangular-midpoint"), Grid(8, 16, "legendre-gauss")], ids=str
+)
+def test_float64_fields_get_float64_coefficients(grid):
+    """A field sum_c a_c Y_c of real harmonics of degree <= 3 (``real_spherical_harmonics``) has
+    the complex coefficients c_l0 = a_l0 and c_lm = (a_lm - i a_l,-m) / sqrt(2) (m > 0), to
+    float64 precision: from the float32 module (the kernel computed per call) and a ``.double()``
+    one (which keeps it); the default module keeps the float32 kernel float32 fields read."""
+    amplitudes = torch.randn(16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    field = torch.einsum("c,cij->ij", amplitudes, real_spherical_harmonics(grid, 16))
+    analysis = SphericalHarmonicAnalysis(grid)
+    assert analysis.kernel.dtype == torch.float32
+    expected = torch.zeros(analysis.lmax, analysis.mmax, dtype=torch.complex128)
+    for c, a in enumerate(amplitudes.tolist()):
+        degree = math.isqrt(c)
+        order = c - degree * degree - degree
+        expected[degree, abs(order)] += a if order == 0 else (a if order > 0 else -1j * a) / math.sqrt(2)
+    for module in (analysis, SphericalHarmonicAnalysis(grid).double()):
+        torch.testing.assert_close(module(field), expected, rtol=0, atol=1e-12)

@@ -9,6 +9,7 @@ from torch_harmonics import RealSHT
 
 from s2forecast.geometry import Grid, geodesic_distance, random_rotation
 from s2forecast.nn import S2Attention, S2NeighborhoodAttention
+from s2forecast.nn.harmonics import SphericalHarmonicAnalysis
 from s2forecast.nn.position_embedding import (
     POSITION_EMBEDDINGS,
     AxialRotaryEmbedding,
@@ -306,6 +307,94 @@ def test_score_biases_in_global_attention_equal_dense_sdpa(name):
         assert pe.table.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="neighborhood attention does not"):
         S2NeighborhoodAttention(16, 2, grid, position_embedding=pe)
+
+
+# --- precision --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("aux_points", "mask"), [("grid", "fixed"), ("random", "adaptive"), ("learnable", "none")])
+def test_sprepe_in_float64_is_exact(aux_points, mask):
+    """A float64 module reflects float64 queries exactly: explicit 3x3 matrices
+    I - 2 w w^T, w = (n - p) / |n - p|, built here in float64 from the grid's positions."""
+    grid = Grid(4, 8, "legendre-gauss")
+    pe = SpRePE(2, 14, grid, mask=mask, aux_points=aux_points, ratio_min=0.3)
+    assert pe.channels() == 12
+    assert next(b for name, b in pe.named_buffers() if name in ("v_q", "points_q")).dtype == torch.float32
+    pe = pe.double()
+    q = torch.randn(1, 2, grid.npoints, 14, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    got = pe.embed(q, "q")
+    points = grid.unit_vectors.reshape(-1, 3)
+    aux = pe.aux.detach() / pe.aux.detach().norm(dim=-1, keepdim=True)  # (heads, 4, 3)
+    w = aux[:, None] - points[None, :, None]  # (heads, N, triplets, 3)
+    matrices = (
+        torch.eye(3, dtype=torch.float64) - 2 * w[..., :, None] * w[..., None, :] / w.square().sum(-1)[..., None, None]
+    )
+    expected = torch.einsum("hptab,hptb->hpta", matrices, q[0, :, :, :12].unflatten(-1, (4, 3)))
+    if mask == "adaptive":  # triplets beyond a token's count stay as they are
+        count = torch.floor((torch.cos(torch.deg2rad(grid.lats_deg)).clamp(0.3, 1.0)) * 14 + 1e-9).long() // 3
+        active = torch.arange(4)[None, :] < count.repeat_interleave(grid.nlon)[:, None]  # (N, triplets)
+        expected = torch.where(active[None, :, :, None], expected, q[0, :, :, :12].unflatten(-1, (4, 3)))
+    torch.testing.assert_close(got[0, :, :, :12], expected.flatten(-2), rtol=0, atol=1e-12)
+    assert torch.equal(got[..., 12:], q[..., 12:])
+
+
+def test_rope_in_float64_is_exact():
+    """Pairs rotated as complex numbers by exp(i * index * base^(-k / quarter)), here in float64."""
+    grid = Grid(3, 5)
+    rope = AxialRotaryEmbedding(8, grid, base=10.0)
+    assert rope.cos.dtype == torch.float32
+    rope = rope.double()
+    q = torch.randn(1, 1, grid.npoints, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    rows, cols = torch.meshgrid(
+        torch.arange(3.0, dtype=torch.float64), torch.arange(5.0, dtype=torch.float64), indexing="ij"
+    )
+    freqs = 10.0 ** -torch.tensor([0.0, 0.5], dtype=torch.float64)
+    angles = torch.cat([rows.reshape(-1, 1) * freqs, cols.reshape(-1, 1) * freqs], dim=-1)  # (N, 4)
+    expected = torch.view_as_real(
+        torch.view_as_complex(q.unflatten(-1, (4, 2))) * torch.polar(torch.ones_like(angles), angles)
+    )
+    torch.testing.assert_close(rope(q, q)[0], expected.flatten(-2), rtol=0, atol=1e-12)
+
+
+GEOMETRIC_MODULES = {
+    "sprepe": lambda grid: SpRePE(2, 12, grid, mask="adaptive", aux_points="random"),
+    "sprepe-learnable": lambda grid: SpRePE(2, 12, grid, aux_points="learnable"),
+    "rope": lambda grid: AxialRotaryEmbedding(8, grid),
+    "spectral-ape": lambda grid: SpectralPositionEmbedding(9, grid),
+    "alibi": lambda grid: GeodesicALiBi(3, grid),
+    "harmonics": lambda grid: SphericalHarmonicAnalysis(grid),
+}
+
+
+@pytest.mark.parametrize("name", GEOMETRIC_MODULES)
+def test_geometric_buffers_are_rounded_once_to_the_module_dtype(name):
+    """float32 by default (what float32 and bf16 training read, no cast per forward); converted
+    to float64 they equal the module built in float64, not widened float32 roundings; to bf16,
+    that rounded once."""
+    grid = Grid(6, 12, "equiangular-midpoint")
+    build = GEOMETRIC_MODULES[name]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        exact = dict(build(grid).named_buffers())
+    finally:
+        torch.set_default_dtype(default)
+    module = build(grid)
+    buffers = {name: b for name, b in module.named_buffers() if name in exact and not name.startswith("active")}
+    assert buffers and all(b.dtype == torch.float32 for b in buffers.values())
+    for dtype in (torch.float64, torch.bfloat16, torch.float32, torch.float64):
+        module.to(dtype)
+        for buffer_name in buffers:
+            got = dict(module.named_buffers())[buffer_name]
+            assert got.dtype == dtype
+            assert torch.equal(got, exact[buffer_name].to(dtype)), (buffer_name, dtype)
+
+
+@pytest.mark.parametrize("name", ["sprepe", "rope"])
+def test_attention_with_a_qk_embedding_passes_gradcheck_in_float64(name):
+    grid = Grid(3, 6)
+    pe = build_position_embedding(name, grid=grid, channels=8, num_heads=2, head_dim=4)
+    layer = S2Attention(8, 2, grid, position_embedding=pe).double()
+    x = torch.randn(1, 8, *grid.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.autograd.gradcheck(layer, (x.requires_grad_(),))
 
 
 @pytest.mark.parametrize("name", POSITION_EMBEDDINGS)

@@ -6,7 +6,13 @@ import torch
 import torch.nn.functional as F
 
 from s2forecast.geometry import Grid
-from s2forecast.ops import default_radius, global_attention, neighborhood_attention, spherical_neighborhood
+from s2forecast.ops import (
+    ball_sparse_attention,
+    default_radius,
+    global_attention,
+    neighborhood_attention,
+    spherical_neighborhood,
+)
 from s2forecast.ops.global_attention import attention_with_folded_key_bias
 from s2forecast.ops.neighborhood import neighborhood_mask_from_distances
 from s2forecast.ops.quadrature_bias import log_quadrature_weights
@@ -238,6 +244,23 @@ def test_bad_shapes_and_grids():
         global_attention(q.double(), k, v, grid)
     with pytest.raises(ValueError, match="Grid"):
         neighborhood_attention(q, k, v, (8, 16), 0.3)
+
+
+def test_bad_scale_and_integer_inputs():
+    grid = Grid(8, 16)
+    q, k, v = (t.detach() for t in qkv(grid))
+    ops = {
+        "global": lambda q, k, v, **kw: global_attention(q, k, v, grid, **kw),
+        "neighborhood": lambda q, k, v, **kw: neighborhood_attention(q, k, v, grid, 0.4, **kw),
+        "ball": lambda q, k, v, **kw: ball_sparse_attention(q, k, v, grid, ball_size=32, **kw),
+    }
+    for name, op in ops.items():
+        with pytest.raises(ValueError, match=r"^scale must be a finite number .* got 'a'$"):
+            op(q, k, v, scale="a")
+        for dtype in (torch.int64, torch.int32):
+            with pytest.raises(ValueError, match=rf"^q, k, v must be floating point .*, got {dtype}$"):
+                op(q.to(dtype), k.to(dtype), v.to(dtype))
+        assert torch.allclose(op(q, k, v, scale=torch.tensor(0.3)), op(q, k, v, scale=0.3)), name
 
 
 @pytest.mark.parametrize("op", ["global", "neighborhood"])

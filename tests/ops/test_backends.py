@@ -39,12 +39,12 @@ def prepare(backend, grid, device="cpu", dtype=torch.float32):
     return backend.prepare(grid, device, dtype)
 
 
-def call(backend, q, k, v, state, grid):
+def call(backend, q, k, v, state, grid, scale=None):
     if backend.op == "ball":
-        return backend(q, k, v, state, top_k=BALL["top_k"], group_size=BALL["group_size"])
+        return backend(q, k, v, state, scale, top_k=BALL["top_k"], group_size=BALL["group_size"])
     if backend.op == "global":
-        return backend(q, k, v, state, grid_q=grid, grid_kv=grid)
-    return backend(q, k, v, state)
+        return backend(q, k, v, state, scale, grid_q=grid, grid_kv=grid)
+    return backend(q, k, v, state, scale)
 
 
 ALL = [(op, name) for op, backends in BACKENDS.items() for name in backends]
@@ -221,6 +221,20 @@ def test_backend_objects_equal_the_functional_ops(op, name):
     expected_grads = torch.autograd.grad(expected.square().sum(), tensors)
     for a, b in zip(grads, expected_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("op, name", ALL)
+def test_backends_refuse_bad_scales_and_integer_inputs(op, name):
+    """Before any kernel runs: one line naming the value, not float()'s or SDPA's error."""
+    grid = Grid(8, 16)
+    backend = choose(op, name)
+    state = prepare(backend, grid)
+    q, k, v = qkv(grid)
+    for scale in ["a", float("nan"), torch.ones(2)]:
+        with pytest.raises(ValueError, match=r"^scale must be a finite number \(the logit scale; None for 1/sqrt"):
+            call(backend, q, k, v, state, grid, scale)
+    with pytest.raises(ValueError, match=r"^q, k, v must be floating point .*, got torch.int64$"):
+        call(backend, q.long(), k.long(), v.long(), state, grid)
 
 
 @pytest.mark.slow  # the fused backend through the Triton interpreter

@@ -11,6 +11,7 @@ from s2forecast.nn.attention import S2Attention
 from s2forecast.nn.ball_attention import S2BallSparseAttention
 from s2forecast.nn.position_embedding import real_spherical_harmonics
 from s2forecast.ops import ball_sparse_attention, global_attention
+from s2forecast.ops.backends import choose
 from s2forecast.ops.ball_sparse_attention import BRANCHES
 from s2forecast.ops.ball_tree import ball_ordering, ball_tree_permutation, blocks_centers_and_radii
 
@@ -169,6 +170,39 @@ def test_one_ball_is_global_attention(kind, shape, ball_size):
         qkv(grid),
         atol=1e-5,
     )
+
+
+@pytest.mark.parametrize("ball_size", [35, 36])
+def test_one_ball_needs_no_block_or_group_size(ball_size):
+    """The ball branch alone ignores the coarse and selection sizes: one ball of 35 (or 36) slots
+    on a 5x7 grid is global attention, though 35 is no multiple of the default block_size=8 and
+    group_size=8; the layer is S2Attention."""
+    grid = Grid(5, 7)
+    assert_same_outputs_and_gradients(
+        lambda q, k, v: ball_sparse_attention(q, k, v, grid, ball_size=ball_size, branches=("ball",)),
+        lambda q, k, v: global_attention(q, k, v, grid),
+        qkv(grid, dtype=torch.float64),
+        atol=1e-12,
+    )
+    layer = S2BallSparseAttention(8, 2, grid, ball_size=ball_size, branches=("ball",)).double()
+    with torch.no_grad():
+        layer.gate_proj.weight.zero_()
+        layer.gate_proj.bias.fill_(80.0)  # sigmoid(80) == 1 in float64
+    plain = S2Attention(8, 2, grid).double()
+    plain.load_state_dict(layer.state_dict(), strict=False)
+    x = torch.randn(2, 8, *grid.shape, dtype=torch.float64)
+    torch.testing.assert_close(layer(x), plain(x), rtol=0, atol=1e-12)
+
+
+def test_compression_alone_needs_no_selection_sizes():
+    grid = Grid(8, 16)
+    q, k, v = qkv(grid)
+    expected = ball_sparse_attention(q, k, v, grid, ball_size=32, branches=("compression",))
+    # group_size=3 does not divide the balls and top_k=100 exceeds the blocks: selection sizes only
+    got = ball_sparse_attention(q, k, v, grid, ball_size=32, group_size=3, top_k=100, branches=("compression",))
+    assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="ball_size=36 must be a multiple of block_size=8"):
+        ball_sparse_attention(q, k, v, grid, ball_size=36, branches=("compression",))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -382,6 +416,12 @@ def test_op_bad_arguments():
             ball_sparse_attention(q, k, v, grid, **kwargs)
     with pytest.raises(ValueError, match="128 points but its grid 9x16"):
         ball_sparse_attention(q, k, v, Grid(9, 16), ball_size=32)
+    # a state prepared for the ball branch alone has no coarse tokens for the others
+    backend = choose("ball", "reference")
+    state = backend.prepare(grid, 32, None, None)
+    assert backend(q, k, v, state, branches=("ball",)).shape == q.shape
+    with pytest.raises(ValueError, match=r"need coarse tokens, but this state was prepared without"):
+        backend(q, k, v, state, branches=("ball", "compression"))
 
 
 # --- the layer ----------------------------------------------------------------------------------------
