@@ -98,7 +98,8 @@ class SampleSpec:
 
     Attributes:
         variables: store variables, each a channel or one channel per selected level.
-        levels: pressure levels (hPa) of the pressure-level variables; None: all in the store.
+        levels: pressure levels (hPa) of the pressure-level variables; None: all in the store
+            (empty: refused where it would leave out a pressure-level variable).
         static: static fields; "auto": the store's land_sea_mask / geopotential_at_surface.
         forcings: names from ``s2forecast.data.forcings.FORCINGS``.
         history: input states (>= 1).
@@ -163,6 +164,8 @@ class FieldDataset(torch.utils.data.Dataset):
             raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if spec.history < 1 or spec.rollout < 0:
             raise UserError(f"need history >= 1 and rollout >= 0, got {spec.history} and {spec.rollout}")
+        if not spec.variables:  # nothing to read: a sample of no channel
+            raise UserError("variables is empty: a sample needs at least one; list the store variables to predict")
         self.path, self.spec, self.nan_policy = str(path), spec, nan_policy
         self.storage_options = storage_options
         ds = open_store(self.path, storage_options=storage_options)
@@ -254,6 +257,12 @@ class FieldDataset(torch.utils.data.Dataset):
                 raise UserError(f"levels {list(spec.levels)} requested but {self.path} has no level dimension")
             return None
         available = [int(x) for x in ds["level"].values]
+        dropped = [name for name in spec.variables if "level" in ds[name].dims]
+        if spec.levels is not None and not len(spec.levels) and dropped:
+            raise UserError(
+                f"levels is empty, which would leave out every level of {dropped}: give the pressure levels (hPa) to "
+                f"use, or None for all of the store's {available}"
+            )
         levels = available if spec.levels is None else [int(x) for x in spec.levels]
         absent = [x for x in levels if x not in available]
         if absent:

@@ -35,8 +35,9 @@ def local_checkpoint(path: str | Path) -> Path:
     return Path(path)
 
 
-def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
-    """The checkpoint at ``path``, loaded weights-only (tensors and plain values, no code).
+def read_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict:
+    """The checkpoint at ``path``, loaded weights-only (tensors and plain values, no code);
+    ``mmap``: its tensors mapped from the file, read only where used (to look at other entries).
 
     Raises:
         ValueError: a URL; a file whose pickle needs anything else (it is not loaded); a file
@@ -47,7 +48,7 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     try:
         with warnings.catch_warnings():  # a foreign pickle's protocol notice: it is refused next anyway
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
-            checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+            checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL (\S+) was not an allowed global", str(error))
         what = f"it references {found.group(1)}" if found else "it is not a plain PyTorch checkpoint"

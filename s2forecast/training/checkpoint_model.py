@@ -19,15 +19,18 @@ import math
 
 from s2forecast.models import ARCHITECTURES
 
-# what the model computes: checked for every subcommand
+# what the model computes and its loss scores: checked for every subcommand
 MODEL_KEYS = ("architecture", "network", "residual", "variable_weights", "level_weighting", "members", "loss",
-              "crps_mse_weight")  # fmt: skip
+              "crps_mse_weight", "crps_alpha", "crps_spectral_weight")  # fmt: skip
 # what a resumed fit continues with (the checkpoint's optimizer and scheduler states embody them)
 FIT_KEYS = ("lr", "weight_decay", "warmup_steps", "min_lr_ratio", "rollout_start", "rollout_every_epochs",
             "rollout_max")  # fmt: skip
 # the data layout and normalization the weights were trained for
 DATA_KEYS = ("channels", "static_channels", "forcing_channels", "grid", "history", "step_hours", "mean", "std",
              "tendency_std", "static_mean", "static_std")  # fmt: skip
+# ForecastModule's other arguments, not compared: the data's layout and statistics are compared
+# key by key (DATA_KEYS), and the weights a fine-tuned run started from are the checkpoint's
+NOT_COMPARED = ("data", "init_from")
 SHOWN = 3  # differences named in full; the rest are counted
 
 

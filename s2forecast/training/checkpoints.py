@@ -5,10 +5,14 @@ Every checkpoint Lightning restores goes through ``s2forecast.models.checkpoint.
 
 ``--ckpt_path last`` resumes the newest ``last.ckpt`` of the run's own experiment, the
 directory ``<save_dir>/<name>`` of the first logger (``runs/<name>`` with the default
-CSVLogger; for the WandbLogger ``name`` is its project), in any of its versions
-(``<save_dir>/<name>/*/checkpoints/``); without a logger, ``<default_root_dir>/checkpoints``.
-Each start of a CSVLogger run makes a new ``version_N``, so resuming means "the latest version
-of this experiment", never another experiment's directory.
+CSVLogger), in any of its versions (``<save_dir>/<name>/*/checkpoints/``); without a logger,
+``<default_root_dir>/checkpoints``. Each start of a CSVLogger run makes a new ``version_N``, so
+resuming means "the latest version of this experiment", never another experiment's directory.
+Other loggers do not name their directory after the run: the WandbLogger's ``name`` is its
+project's, shared by every run of the project (``<save_dir>/<project>/<run id>/checkpoints``).
+So every checkpoint records the name the run was given (``trainer.logger.init_args.name``;
+``RunName``), and with such a logger ``last`` takes only the checkpoints that record this run's
+name (those of before the record, or saved weights-only, are not found: pass the file).
 
 A run that stops at ``max_steps`` in the middle of an epoch still runs Lightning's end of that
 epoch, and a checkpoint saved then (``save_last`` at the end of training) records the epoch as
@@ -22,6 +26,8 @@ import re
 from pathlib import Path
 
 from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
+from pytorch_lightning import Callback
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.user_errors import UserError
@@ -50,9 +56,35 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
         self.inner.teardown()
 
 
-def last_checkpoint(trainer) -> Path:
+class RunName(Callback):
+    """Records the name the run was given in its checkpoints (``checkpoint["callbacks"]["RunName"]``),
+    for ``--ckpt_path last`` (module docstring)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @property
+    def state_key(self) -> str:
+        return "RunName"  # fixed: the key ``recorded_run_name`` reads
+
+    def state_dict(self) -> dict:
+        return {"name": self.name}
+
+
+def recorded_run_name(path: Path) -> str | None:
+    """The run name ``path`` records (``RunName``); None for a checkpoint of before the record,
+    one saved weights-only, or a file that cannot be read (e.g. one another run is writing)."""
+    try:
+        checkpoint = read_checkpoint(path, mmap=True)  # the tensors are not read
+    except (UserError, FileNotFoundError):
+        return None
+    return ((checkpoint.get("callbacks") or {}).get("RunName") or {}).get("name")
+
+
+def last_checkpoint(trainer, run_name: str | None = None) -> Path:
     """The newest ``last.ckpt`` (or Lightning's ``last-vN.ckpt``) of ``trainer``'s experiment, in
-    any of its versions: see the module docstring. Raises ValueError when there is none."""
+    any of its versions; with a logger other than the CSV and TensorBoard loggers, the newest that
+    records ``run_name``: see the module docstring. Raises a UserError when there is none."""
     logger = trainer.logger
     if logger is None:
         where = Path(trainer.default_root_dir) / "checkpoints"
@@ -63,12 +95,29 @@ def last_checkpoint(trainer) -> Path:
         where = experiment / "*" / "checkpoints"
         directories = list(experiment.glob("*/checkpoints"))
     found = [path for directory in directories for path in directory.glob("last*.ckpt") if LAST.match(path.name)]
-    if not found:
+    found.sort(key=lambda path: path.stat().st_mtime, reverse=True)
+    if logger is None or isinstance(logger, CSVLogger | TensorBoardLogger):
+        if not found:
+            raise UserError(
+                f"--ckpt_path last: no last.ckpt in {where}; start without --ckpt_path, set "
+                "trainer.logger.init_args.name to the experiment to resume, or pass a checkpoint file"
+            )
+        return found[0]
+    # the directory is the project's, not the run's: only the run's own checkpoints
+    kind = type(logger).__name__
+    if run_name is None:
         raise UserError(
-            f"--ckpt_path last: no last.ckpt in {where}; start without --ckpt_path, set "
-            "trainer.logger.init_args.name to the experiment to resume, or pass a checkpoint file"
+            f"--ckpt_path last with the {kind}: the run has no name to find its checkpoints by; set "
+            "trainer.logger.init_args.name to the name of the run to resume, or pass a checkpoint file"
         )
-    return max(found, key=lambda path: path.stat().st_mtime)
+    mine = next((path for path in found if recorded_run_name(path) == run_name), None)
+    if mine is None:
+        raise UserError(
+            f"--ckpt_path last: no last.ckpt of the run named {run_name!r} in {where} ({len(found)} of other runs "
+            f"of the {kind}'s project); start without --ckpt_path, set trainer.logger.init_args.name to the name of "
+            "the run to resume, or pass a checkpoint file"
+        )
+    return mine
 
 
 def reopen_cut_epoch(checkpoint: dict) -> None:

@@ -12,8 +12,11 @@ Checkpoints are read weights-only (``s2forecast.training.checkpoints``): Lightni
 ``weights_only`` argument is not an option, URLs are refused, and a checkpoint that needs more
 than tensors and plain values is refused with one line. ``--ckpt_path last`` resumes the newest
 ``last.ckpt`` of this run's experiment, ``<save_dir>/<name>/*/checkpoints/`` of its logger (the
-latest version of ``runs/<name>``), never another experiment's; a run with none is an error.
-Resuming is exact, mid-epoch included (``s2forecast.training.datamodule.ResumableLoader``).
+latest version of ``runs/<name>``), never another experiment's (with the WandbLogger, whose
+directory is the project's, the newest that records this run's name); a run with none is an
+error. Resuming is exact, mid-epoch included (``s2forecast.training.datamodule.ResumableLoader``).
+The run's configuration is saved next to its checkpoints, never over a file (``run_config``).
+A run without a logger (``trainer.logger: false``) logs nothing, the learning rate included.
 """
 
 import logging
@@ -30,11 +33,12 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
 
 from s2forecast.training.checkpoint_model import describe, differences
-from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
+from s2forecast.training.checkpoints import RunName, WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
 from s2forecast.training.config_code import refuse_code
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
+from s2forecast.training.run_config import RunConfig, new_directories
 from s2forecast.user_errors import UserError
 
 # Lightning's own use of a deprecated torch API: nothing a user can act on
@@ -159,6 +163,31 @@ class ForecastCLI(LightningCLI):
                 raise
             raise cause from None
 
+    def instantiate_trainer(self, **kwargs):
+        """Lightning's Trainer, with a ``RunName`` record of the run's name in its checkpoints, and
+        without the default LearningRateMonitor in a run without a logger (Lightning's refuses
+        such a run; it would log nowhere)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        if not trainer.loggers:
+            monitors = [c for c in self.trainer_defaults.get("callbacks", []) if isinstance(c, LearningRateMonitor)]
+            trainer.callbacks = [c for c in trainer.callbacks if not any(c is monitor for monitor in monitors)]
+        name = self._run_name(trainer)
+        if name is not None:
+            trainer.callbacks.insert(0, RunName(name))
+        return trainer
+
+    def _run_name(self, trainer) -> str | None:
+        """The name the run was given: the CSV and TensorBoard loggers' ``name`` (their experiment
+        directory), else ``trainer.logger.init_args.name`` of the first logger in the config (the
+        WandbLogger's run name; its ``name`` is the project's). None without one."""
+        if isinstance(trainer.logger, CSVLogger | TensorBoardLogger):
+            return str(trainer.logger.name)
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        logger = config.get("trainer", {}).get("logger")
+        logger = logger[0] if isinstance(logger, list) and logger else logger
+        name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict | Namespace) else None
+        return None if name is None else str(name)
+
     def _parse_ckpt_path(self) -> None:
         """With ``--model_from_ckpt true``, Lightning's reading of the model's hyper-parameters
         from ``--ckpt_path`` before the model is built, through ``read_checkpoint`` (so a URL or an
@@ -203,7 +232,7 @@ class ForecastCLI(LightningCLI):
         if not isinstance(strategy.checkpoint_io, WeightsOnlyCheckpointIO):
             strategy.checkpoint_io = WeightsOnlyCheckpointIO(strategy.checkpoint_io)
         if config.get("ckpt_path") == "last":
-            config["ckpt_path"] = str(last_checkpoint(self.trainer))
+            config["ckpt_path"] = str(last_checkpoint(self.trainer, self._run_name(self.trainer)))
         if config.get("ckpt_path") and str(config["ckpt_path"]) not in SPECIAL_CKPT_PATHS:
             self._check_checkpoint_model(str(config["ckpt_path"]))
 
@@ -255,20 +284,19 @@ class ForecastCLI(LightningCLI):
                 super()._run_subcommand(subcommand)
         except BaseException:
             if self.trainer.is_global_zero:
-                remove_unused_log_dirs(created)
+                # and the WandbLogger's run directory, known only once its run started
+                created += [path for c in self.trainer.callbacks if isinstance(c, RunConfig) for path in c.created]
+                remove_unused_log_dirs(sorted(set(created), key=lambda path: len(path.parts), reverse=True))
             raise
 
 
 def new_log_dirs(trainer) -> list[Path]:
     """The log directories of ``trainer``'s CSV and TensorBoard loggers that do not exist yet, with
     their parents that do not exist either, deepest first."""
-    created = []
+    created = set()
     for logger in trainer.loggers:
         if isinstance(logger, CSVLogger | TensorBoardLogger):
-            path = Path(logger.log_dir).absolute()
-            while not path.exists() and path not in created:
-                created.append(path)
-                path = path.parent
+            created.update(new_directories(Path(logger.log_dir).absolute()))
     return sorted(created, key=lambda path: len(path.parts), reverse=True)
 
 
@@ -291,7 +319,8 @@ def remove_unused_log_dirs(created: list[Path]) -> None:
 
 def trainer_defaults() -> dict:
     """CSV logging under runs/ (replace with ``trainer.logger``), and always-present callbacks:
-    checkpoints of the best (lowest val/loss) and the last epoch, learning-rate logging."""
+    checkpoints of the best (lowest val/loss) and the last epoch, learning-rate logging (dropped
+    in a run without a logger: ``ForecastCLI.instantiate_trainer``)."""
     return {
         "logger": lazy_instance(CSVLogger, save_dir="runs"),
         "callbacks": [
@@ -317,7 +346,7 @@ def run(argv: list[str], execute: bool = True) -> ForecastCLI:
         args=argv,
         trainer_defaults=trainer_defaults(),
         seed_everything_default=0,
-        save_config_kwargs={"overwrite": True},
+        save_config_callback=RunConfig,
         parser_kwargs={"prog": "s2forecast", **no_exit, **{command: dict(no_exit) for command in COMMANDS}},
         run=execute,
     )

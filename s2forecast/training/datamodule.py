@@ -131,6 +131,13 @@ class FieldDataModule(pl.LightningDataModule):
             problems.append(
                 f"data.init_args.rollout_steps must be an integer >= 1 (targets per sample), got {spec.rollout!r}"
             )
+        if not spec.variables:
+            problems.append("data.init_args.variables is empty: list the store variables to predict, or leave it out")
+        if spec.levels is not None and not len(spec.levels):  # None is every level
+            problems.append(
+                "data.init_args.levels is empty, which would leave out every pressure-level variable: give the "
+                "pressure levels (hPa) to use, or null (or leave it out) for all of the store's"
+            )
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
             problems.append(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")

@@ -66,7 +66,7 @@ def current_hparams(hparams: dict) -> dict:
 
 def option_problems(
     network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
-    members, loss, crps_mse_weight, crps_alpha=1.0, crps_spectral_weight=0.0,
+    members, loss, crps_mse_weight, crps_alpha=1.0, crps_spectral_weight=0.0, variable_weights=None,
 ) -> list[str]:  # fmt: skip
     """What is wrong with ForecastModule's options (its arguments of the same names), each problem
     naming its configuration key (``model.lr``) and the fix; empty when nothing is."""
@@ -90,6 +90,8 @@ def option_problems(
         problems.append(f"model.crps_spectral_weight must be >= 0 (0: no spectral CRPS), got {crps_spectral_weight}")
     if data is None:
         problems.append("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
+    else:
+        problems += weight_problems(variable_weights or {}, data.get("channels", ()))
     if not lr > 0:
         problems.append(f"model.lr must be a positive number, got {lr}")
     if not weight_decay >= 0:
@@ -103,6 +105,30 @@ def option_problems(
     if not 1 <= rollout_start <= rollout_max:
         problems.append(f"need 1 <= model.rollout_start <= model.rollout_max, got {rollout_start} and {rollout_max}")
     return problems
+
+
+def weight_problems(variable_weights: dict, channels) -> list[str]:
+    """What is wrong with ``model.variable_weights`` for data of ``channels`` ("temperature/850"):
+    names of no variable (a misspelt name would be ignored), weights that are negative, not
+    finite or not numbers, or none > 0 (the loss would be 0 / 0)."""
+    known = list(dict.fromkeys(channel.partition("/")[0] for channel in channels))
+    problems = []
+    unknown = [name for name in variable_weights if name not in known]
+    if unknown:
+        problems.append(f"model.variable_weights names {unknown}, not variables of the data; its variables are {known}")
+    bad = {name: w for name, w in variable_weights.items() if not (_number(w) and math.isfinite(w) and w >= 0)}
+    if bad:
+        problems.append(f"model.variable_weights must be finite numbers >= 0, got {bad}")
+    elif known and all(variable_weights.get(name, 1.0) == 0 for name in known):
+        problems.append(
+            "model.variable_weights gives every variable weight 0: the loss would be 0 / 0; give at least one variable "
+            "a weight > 0 (unlisted variables weigh 1)"
+        )
+    return problems
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
@@ -142,7 +168,7 @@ class ForecastModule(pl.LightningModule):
         network: keyword arguments of the network (embed_dim, num_layers, attention, ...).
         data: ``data_info(datamodule)``; the CLI links it from the DataModule.
         residual: predict the tendency (default) rather than the next state.
-        variable_weights: loss weight per variable name (default 1).
+        variable_weights: loss weight per variable name (default 1): finite, >= 0, not all 0.
         level_weighting: "pressure" (weight pressure-level channels by level / 1000 hPa) or "none".
         rollout_start, rollout_every_epochs, rollout_max: the training rollout schedule.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW with linear warm-up and cosine
@@ -189,7 +215,7 @@ class ForecastModule(pl.LightningModule):
         super().__init__()
         problems = option_problems(
             network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
-            members, loss, crps_mse_weight, crps_alpha, crps_spectral_weight,
+            members, loss, crps_mse_weight, crps_alpha, crps_spectral_weight, variable_weights,
         )  # fmt: skip
         if problems:  # all at once, each naming its key: a run costs seconds before it gets here
             raise UserError("; ".join(problems))

@@ -1,5 +1,6 @@
 """Store layout, SWE generation, statistics, the streaming core and the DataModules."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import xarray as xr
+from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.data import Batch, FieldDataset, SampleSpec, compute_stats, generate_swe, load_stats, open_store
@@ -300,6 +302,43 @@ def test_bad_variables_levels_and_steps(era5_like):
         FieldDataset(path, SampleSpec(("temperature",), static=("geopotential_at_surface",)))
     with pytest.raises(ValueError, match="unknown forcing"):
         FieldDataset(path, SampleSpec(("temperature",), forcings=("moon",)))
+
+
+EMPTY_LEVELS = ("data.init_args.levels is empty, which would leave out every pressure-level variable: give the "
+                "pressure levels (hPa) to use, or null (or leave it out) for all of the store's")  # fmt: skip
+EMPTY_VARIABLES = "data.init_args.variables is empty: list the store variables to predict, or leave it out"
+
+
+def test_empty_variables_and_levels_are_refused(era5_like):
+    """variables: [] crashed with an internal error; levels: [] dropped every pressure-level
+    variable without a word (None, not [], is all of the store's levels)."""
+    path, _ = era5_like
+    with pytest.raises(UserError, match=r"^variables is empty: a sample needs at least one; list the store variables"):
+        FieldDataset(path, SampleSpec((), static=(), forcings=()))
+    with pytest.raises(UserError) as error:
+        FieldDataset(path, SampleSpec(("2m_temperature", "temperature"), levels=(), static=(), forcings=()))
+    assert str(error.value) == (
+        "levels is empty, which would leave out every level of ['temperature']: give the pressure levels (hPa) to use, "
+        "or None for all of the store's [500, 850]"
+    )
+    surface = FieldDataset(path, SampleSpec(("2m_temperature",), levels=(), static=()))  # nothing left out
+    every_level = FieldDataset(path, SampleSpec(("2m_temperature", "temperature"), levels=None, static=()))
+    assert surface.channels == ("2m_temperature",)
+    assert every_level.channels == ("2m_temperature", "temperature/500", "temperature/850")
+    with pytest.raises(UserError) as error:  # a config: both at once, each naming its key
+        ERA5DataModule(str(path), variables=[], levels=[], train_period=None, val_period=None, test_period=None)
+    assert str(error.value) == f"{EMPTY_VARIABLES}; {EMPTY_LEVELS}"
+    with pytest.raises(UserError, match=f"^{re.escape(EMPTY_VARIABLES)}$"):
+        SWEDataModule(str(path), variables=[])
+
+
+def test_fit_refuses_empty_variables_in_one_line(swe_store, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli(["fit", *tiny_args(swe_store, tmp_path, "--data.init_args.variables", "[]")])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "Traceback" not in err and "internal error" not in err, err[-2000:]
+    assert err.splitlines()[-1] == f"s2forecast fit: error: {EMPTY_VARIABLES}"
+    assert list(tmp_path.iterdir()) == []  # refused before the run's directory is made
 
 
 def test_statistics_of_another_tendency_step_are_named(era5_like):

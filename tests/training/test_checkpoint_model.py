@@ -3,12 +3,14 @@ hyper-parameter that differs (it used to score or train the checkpoint's model w
 or fail with a size-mismatch traceback); --model_from_ckpt true takes the checkpoint's model."""
 
 import csv
+import inspect
 
 import pytest
 from session_fixtures import ENSEMBLE, tiny_args
 
 from s2forecast.cli import main as cli
-from s2forecast.training.checkpoint_model import differences
+from s2forecast.training import ForecastModule
+from s2forecast.training.checkpoint_model import DATA_KEYS, FIT_KEYS, MODEL_KEYS, NOT_COMPARED, differences
 
 VALIDATE = ["--trainer.max_epochs", "1"]
 
@@ -31,6 +33,14 @@ CASES = {  # name: (subcommand, checkpoint fixture, extra arguments, words of th
     ),
     "resumed with another schedule": (
         "fit", "mse_run_1_epoch", ["--model.lr", "0.01"], ["model.lr 0.01 in this run, 0.001 in the checkpoint"],
+    ),
+    "another fair-CRPS share": (
+        "validate", "crps_run", [*ENSEMBLE, "--model.crps_alpha", "0.5"],
+        ["model.crps_alpha 0.5 in this run, 1.0 in the checkpoint"],
+    ),
+    "another spectral CRPS weight": (
+        "validate", "crps_run", [*ENSEMBLE, "--model.crps_spectral_weight", "0.1"],
+        ["model.crps_spectral_weight 0.1 in this run, 0.0 in the checkpoint"],
     ),
     "other channels": (
         "validate", "mse_run_1_epoch", ["--data.init_args.variables", "[vorticity, divergence]"],
@@ -102,3 +112,12 @@ def test_differences_resolve_network_defaults_and_skip_what_old_checkpoints_lack
     assert differences(ours, theirs, "fit") == []  # embed_dim 128 is the default; no "loss" in an old checkpoint
     theirs["data"]["std"] = [2.5]
     assert differences(ours, theirs, "validate") == ["model.data.std[0] 2.0 in this run, 2.5 in the checkpoint"]
+
+
+def test_every_model_argument_is_compared_or_said_not_to_be():
+    """A new ForecastModule option (crps_alpha, crps_spectral_weight were missed) is either one
+    that --ckpt_path compares, or listed as not compared: never left out without a word."""
+    arguments = list(inspect.signature(ForecastModule).parameters)
+    classified = MODEL_KEYS + FIT_KEYS + NOT_COMPARED
+    assert sorted(arguments) == sorted(classified) and len(set(classified)) == len(classified)
+    assert not set(DATA_KEYS) & set(arguments)  # those are model.data's keys

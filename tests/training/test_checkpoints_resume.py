@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.loggers import CSVLogger
 from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
@@ -165,7 +166,7 @@ def touch(path: Path, mtime: float) -> Path:
 
 
 def trainer_with(save_dir, name, root="."):
-    return SimpleNamespace(logger=SimpleNamespace(save_dir=str(save_dir), name=name), default_root_dir=str(root))
+    return SimpleNamespace(logger=CSVLogger(save_dir, name=name), default_root_dir=str(root))
 
 
 def test_ckpt_path_last_is_the_latest_version_of_the_same_experiment(tmp_path):

@@ -112,6 +112,52 @@ def test_rollout_schedule():
         ForecastModule(data=info, rollout_start=3, rollout_max=2)
 
 
+THREE = {"channels": ["geopotential_height", "temperature/500", "temperature/850"], "static_channels": [],
+         "forcing_channels": [], "grid": [8, 16, "equiangular"], "history": 1, "step_hours": 1.0, "rollout_steps": 1,
+         "mean": [0.0] * 3, "std": [1.0] * 3, "tendency_std": [1.0] * 3}  # fmt: skip
+KNOWN = "its variables are ['geopotential_height', 'temperature']"
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"geopotential_hieght": 10.0}, f"model.variable_weights names ['geopotential_hieght'], not variables of the "
+         f"data; {KNOWN}"),  # a misspelt name was ignored
+        ({"temperature/500": 2.0}, "model.variable_weights names ['temperature/500']"),  # a channel, not a variable
+        ({"temperature": -3.0}, "model.variable_weights must be finite numbers >= 0, got {'temperature': -3.0}"),
+        ({"temperature": float("nan")}, "model.variable_weights must be finite numbers >= 0, got {'temperature': nan}"),
+        ({"temperature": float("inf")}, "must be finite numbers >= 0, got {'temperature': inf}"),
+        ({"temperature": "2"}, "must be finite numbers >= 0, got {'temperature': '2'}"),
+        ({"geopotential_height": 0.0, "temperature": 0}, "model.variable_weights gives every variable weight 0: the "
+         "loss would be 0 / 0; give at least one variable a weight > 0 (unlisted variables weigh 1)"),  # NaN weights
+    ],
+)  # fmt: skip
+def test_variable_weights_bad_values(weights, message):
+    with pytest.raises(UserError) as error:
+        ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=THREE, variable_weights=weights)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_variable_weights_good_values():
+    """Zero for some variables, pressure weighting on top; the weights' mean is 1."""
+    model = ForecastModule(network={"embed_dim": 8, "num_layers": 1}, data=THREE,
+                           variable_weights={"geopotential_height": 0.0, "temperature": 3})  # fmt: skip
+    weights = torch.tensor([0.0, 3 * 0.5, 3 * 0.85])
+    torch.testing.assert_close(model.channel_weights, weights / weights.mean())
+
+
+def test_fit_refuses_a_misspelt_variable_weight_in_one_line(swe_store, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli(["fit", *tiny_args(swe_store, tmp_path, "--model.variable_weights", '{"vorticty": 2}')])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "Traceback" not in err, err[-2000:]
+    assert err.splitlines()[-1] == (
+        "s2forecast fit: error: model.variable_weights names ['vorticty'], not variables of the data; its variables "
+        "are ['geopotential_height', 'vorticity', 'divergence']"
+    )
+    assert list(tmp_path.iterdir()) == []  # refused before the run's directory is made
+
+
 # --- the command --------------------------------------------------------------------------------------
 def last_checkpoint(tmp_path) -> Path:
     found = sorted((tmp_path / "runs").rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
