@@ -162,12 +162,16 @@ class StoreWriter:
             if name in VARIABLES:
                 var.attrs = {**var.attrs, **cf_attributes(name)}
             if "time" in var.dims:
-                var.encoding["chunks"] = tuple(1 if d == "time" else ds.sizes[d] for d in var.dims)
-                var.encoding["compressors"] = field_compressors()
-                if shards:  # xarray wants the (never computed) placeholder chunked as the shards
-                    var.encoding["shards"] = tuple(shards if d == "time" else ds.sizes[d] for d in var.dims)
-                    ds[name] = var.chunk({"time": shards})
-                    ds[name].encoding = var.encoding
+                encoding = {
+                    "chunks": tuple(1 if d == "time" else ds.sizes[d] for d in var.dims),
+                    "compressors": field_compressors(),
+                }
+                if shards:
+                    encoding["shards"] = tuple(shards if d == "time" else ds.sizes[d] for d in var.dims)
+                # the layout is the encoding's; the never-computed data one dask chunk: a chunk per time
+                # step cost ~3.5 KB of graph each (4 variables x 40,000 steps: 0.7 GB, 13 s before any data)
+                placeholder = _placeholder(var.shape, var.dtype)
+                ds[name] = xr.Variable(var.dims, placeholder, var.attrs, {**var.encoding, **encoding})
         ds["written"] = ("time", np.zeros(ds.sizes["time"], dtype=bool))
         ds["written"].encoding["chunks"] = (ds.sizes["time"],)
         ds.attrs.update(
@@ -229,7 +233,12 @@ def write_region(target: str | Path, slab: xr.Dataset, start: int) -> None:
     data.to_zarr(target, region={"time": slice(start, stop)}, consolidated=False, zarr_format=3)
 
 
+def _placeholder(shape: tuple[int, ...], dtype=np.float32) -> da.Array:
+    """A never-computed dask array of ``shape``: one chunk, so its graph (one task) does not grow
+    with the record length; the store's chunks and shards are set by the writer's encoding."""
+    return da.full(shape, np.nan, dtype=dtype, chunks=-1)
+
+
 def lazy_empty(shape: tuple[int, ...], dims: tuple[str, ...], dtype=np.float32) -> xr.Variable:
-    """A never-computed placeholder of ``shape`` chunked one time step per chunk."""
-    chunks = tuple(1 if d == "time" else s for d, s in zip(dims, shape, strict=True))
-    return xr.Variable(dims, da.full(shape, np.nan, dtype=dtype, chunks=chunks))
+    """A never-computed placeholder of ``shape`` for a template's time-dependent variable."""
+    return xr.Variable(dims, _placeholder(shape, dtype))
