@@ -39,15 +39,19 @@ import zarr
 from s2forecast.data.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
 from s2forecast.output import (
     Output,
+    artifact_kind,
     check_target,
     clean_leftovers,
     field_compressors,
     foreign_error,
+    other_kind_error,
     remove_own,
     written_by_s2forecast,
     zarr_attributes,
 )
 from s2forecast.user_errors import UserError
+
+STORE_KIND = "store"  # the kind of output a ``StoreWriter`` writes (``s2forecast.output.KINDS``)
 
 
 class InvalidInputData(UserError):
@@ -107,7 +111,7 @@ class StoreWriter:
         self._n_times = template.sizes["time"]
         if os.path.lexists(self.path) and not self.overwrite:
             return self._resume()
-        output = Output(self.path, "store", directory=True, inputs=self.inputs, overwrite=self.overwrite)
+        output = Output(self.path, STORE_KIND, directory=True, inputs=self.inputs, overwrite=self.overwrite)
         with output:
             self._write_skeleton(template, output)
             if os.path.lexists(self.path):  # replacing: fill the new store beside the old one
@@ -142,6 +146,8 @@ class StoreWriter:
         attrs = zarr_attributes(self.path)
         if attrs is None or not written_by_s2forecast(self.path):
             raise foreign_error(self.path)
+        if artifact_kind(self.path) != STORE_KIND:
+            raise other_kind_error(self.path, artifact_kind(self.path), STORE_KIND)
         if attrs.get("s2forecast_signature") != self.signature:
             raise UserError(
                 f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
