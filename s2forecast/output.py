@@ -7,14 +7,17 @@ convert-era5, generate-swe) claims its output through ``Output`` before it does 
    (paths compared after resolving symbolic links, files also by inode), never the current
    directory or one of its parents, and never a symbolic link.
 2. An existing path is replaced only with ``--overwrite``, and even then only when s2forecast
-   wrote it, recognised by its marker (``written_by_s2forecast``):
+   wrote it, recognised by its marker (``written_by_s2forecast``), and it is an output of the
+   kind the command writes (the marker's value, ``artifact_kind``: a rollout never replaces a
+   store, a climatology or metrics):
 
    - zarr (stores, forecasts, climatologies, a store's ``stats`` group): root attribute
      ``s2forecast_artifact``, and nothing in the directory but zarr nodes;
    - NetCDF (forecasts, metrics): global attribute ``s2forecast_artifact``;
    - plain directories (plots): a ``.s2forecast-artifact.json`` file listing every file in it.
 
-   A foreign file or directory is never replaced, with or without ``--overwrite``.
+   A foreign file or directory is never replaced, with or without ``--overwrite``, nor an
+   output of another kind.
 3. The output is written under a temporary sibling ``.NAME.s2forecast-tmp-PID-HOST`` and
    renamed into place when complete, so a crash never leaves a half-written ``NAME``; an
    artifact being replaced is first renamed to ``.NAME.s2forecast-old-PID-HOST``. The next run
@@ -51,6 +54,15 @@ MARKER_FILE = ".s2forecast-artifact.json"
 # written by s2forecast before the marker existed: stores (StoreWriter) and their stats groups
 _LEGACY_STORE_ATTR = "s2forecast_signature"
 _LEGACY_STATS_WEIGHTS = "WeatherBench2 cell areas"
+# each kind of artifact (the marker's value): what it is and the command that writes it, for messages
+KINDS = {
+    "forecast": ("a forecast", "rollout"),
+    "climatology": ("a climatology", "climatology"),
+    "metrics": ("evaluation metrics", "evaluate"),
+    "plots": ("evaluation plots", "evaluate"),
+    "store": ("a data store", "convert-era5 or generate-swe"),
+    "stats": ("normalization statistics", "stats"),
+}
 _SIBLING = ".s2forecast-"
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # failed writes, reported as one line naming the output (permissions only when on the output)
@@ -162,8 +174,7 @@ def written_by_s2forecast(path: str | os.PathLike) -> bool:
         return False
     attrs = zarr_attributes(path)
     if attrs is not None:
-        legacy_stats = attrs.get("weights") == _LEGACY_STATS_WEIGHTS and "tendency_step_hours" in attrs
-        if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not legacy_stats:
+        if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not _is_legacy_stats(attrs):
             return False
         for entry in path.iterdir():
             if entry.name in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata") or _is_sibling(entry.name):
@@ -178,6 +189,41 @@ def written_by_s2forecast(path: str | os.PathLike) -> bool:
         return False
     listed = set(marker.get("files", [])) | {MARKER_FILE}
     return all(entry.name in listed and entry.is_file() and not entry.is_symlink() for entry in path.iterdir())
+
+
+def _is_legacy_stats(attrs: dict) -> bool:
+    return attrs.get("weights") == _LEGACY_STATS_WEIGHTS and "tendency_step_hours" in attrs
+
+
+def artifact_kind(path: str | os.PathLike) -> str | None:
+    """The kind of output s2forecast recorded in the marker of ``path`` (``Output``'s ``kind``:
+    "store", "forecast", ...; "store" or "stats" for those written before the marker existed);
+    None for a path without a marker."""
+    attrs = artifact_attributes(path)
+    if attrs is None:
+        return None
+    if MARKER_ATTR in attrs:
+        return str(attrs[MARKER_ATTR])
+    if _LEGACY_STORE_ATTR in attrs:
+        return "store"
+    return "stats" if _is_legacy_stats(attrs) else None
+
+
+def _describe_kind(kind: str) -> tuple[str, str]:
+    """(what an artifact of ``kind`` is, "written by s2forecast COMMAND") for messages."""
+    what, command = KINDS.get(kind, (f"an output of kind {kind!r}", ""))
+    return what, f"written by s2forecast {command}" if command else "written by s2forecast"
+
+
+def other_kind_error(path: str | os.PathLike, found: str | None, kind: str, option: str = "--out") -> UserError:
+    """The error for an existing s2forecast output at ``path`` of kind ``found`` where a command
+    writes one of ``kind``: ``--overwrite`` replaces only an output of the command's own kind."""
+    what, by = _describe_kind(found or "unknown")
+    own, _ = _describe_kind(kind)
+    return UserError(
+        f"{option} {path} is {what} {by}; --overwrite replaces only {own}, never another kind of output: "
+        f"choose another {option}, or remove {path} yourself if it should go"
+    )
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -358,7 +404,8 @@ class Output:
         overwrite: replace an existing artifact that s2forecast wrote.
         option: what ``path`` is to the user, for messages ("--out", or e.g. "plots directory"
             for a path derived from ``--out``).
-        owned: recognises an existing ``path`` as s2forecast's (default ``written_by_s2forecast``).
+        owned: recognises an existing ``path`` as s2forecast's (default ``written_by_s2forecast``, and
+            then of ``kind`` by its marker; another ``owned`` vouches for the kind itself).
         make_parent: create a missing parent directory instead of refusing.
 
     Attributes:
@@ -367,7 +414,8 @@ class Output:
             writer to store among its attributes (``commit`` checks that it did).
 
     Raises (at construction, before anything is written):
-        ValueError: rule 1 (``check_target``), a foreign existing path, a missing parent.
+        ValueError: rule 1 (``check_target``), a foreign existing path or one of another kind, a
+            missing parent.
         FileExistsError: ``path`` exists and ``overwrite`` is not set.
         PermissionError: the parent directory cannot be written.
     """
@@ -433,11 +481,16 @@ class Output:
     def _check_existing(self) -> None:
         if not os.path.lexists(self.path):
             return
+        ours = self.owned(self.path)
+        if ours and self.owned is written_by_s2forecast:
+            found = artifact_kind(self.path)
+            if found != self.kind:  # with or without --overwrite: passing it would not help
+                raise other_kind_error(self.path, found, self.kind, self.option)
         if not self.overwrite:
             raise FileExistsError(
                 f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another --out"
             )
-        if not self.owned(self.path):
+        if not ours:
             raise foreign_error(self.path, self.option)
 
     def write_marker_file(self) -> None:

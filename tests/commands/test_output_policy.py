@@ -34,7 +34,7 @@ from s2forecast.evaluation import climatology as climatology_module
 from s2forecast.evaluation import evaluate as evaluate_module
 from s2forecast.inference import initial_conditions as initial_conditions_module
 from s2forecast.inference import rollout as rollout_module
-from s2forecast.output import GENERATION_ATTR, MARKER_ATTR, MARKER_FILE, Output, artifact_attributes
+from s2forecast.output import GENERATION_ATTR, MARKER_ATTR, MARKER_FILE, Output, artifact_attributes, artifact_kind
 
 # a tiny, fast shallow-water store: two trajectories of two states, two solver steps between them
 SWE = ["--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "1", "--solver-dt-seconds", "1800",
@@ -292,6 +292,68 @@ def test_overwrite_replaces_only_a_whole_new_artifact(inputs, tmp_path, capsys, 
     cli(command.argv(inputs, out, "--overwrite"))
     assert generation(out) != first
     assert leftovers(tmp_path) == []
+
+
+# --- outputs of another kind --------------------------------------------------------------------
+
+STORE = "a data store written by s2forecast convert-era5 or generate-swe"
+FORECAST = "a forecast written by s2forecast rollout"
+OTHER_KIND = [  # (the command that wrote --out, the command given that --out, what is there, what it writes)
+    ("convert-era5", "rollout", STORE, "a forecast"),  # the typo that destroyed a conversion
+    ("convert-era5", "rollout:zarr", STORE, "a forecast"),
+    ("convert-era5", "stats", STORE, "normalization statistics"),
+    ("generate-swe", "climatology", STORE, "a climatology"),
+    ("rollout:zarr", "convert-era5", FORECAST, "a data store"),
+    ("rollout:zarr", "climatology", FORECAST, "a climatology"),
+    ("rollout", "evaluate", FORECAST, "evaluation metrics"),
+    ("climatology", "generate-swe", "a climatology written by s2forecast climatology", "a data store"),
+    ("evaluate", "rollout", "evaluation metrics written by s2forecast evaluate", "a forecast"),
+]
+
+
+def writer_argv(inputs: Inputs, name: str, out: Path, *extra) -> list[str]:
+    if name == "stats":
+        return ["stats", str(inputs.store), "--out", str(out), "--no-progress", *extra]
+    return BY_NAME[name].argv(inputs, out, *extra)
+
+
+@pytest.mark.parametrize("overwrite", [True, False], ids=["overwrite", "plain"])
+@pytest.mark.parametrize("maker, writer, there, own", OTHER_KIND, ids=[f"{w}-over-{m}" for m, w, *_ in OTHER_KIND])
+def test_overwrite_never_replaces_another_kind_of_output(
+    inputs, tmp_path, capsys, maker, writer, there, own, overwrite
+):
+    """``--overwrite`` replaces only an output of the kind the command writes: one mistyped ``--out``
+    must not replace hours of conversion by a forecast. Without it, the same line, not a suggestion
+    to pass ``--overwrite`` (which would not help)."""
+    out = tmp_path / BY_NAME[maker].out
+    cli(BY_NAME[maker].argv(inputs, out))
+    before = snapshot(tmp_path)
+    message = refused(writer_argv(inputs, writer, out, *(["--overwrite"] if overwrite else [])), capsys)
+    assert message.endswith(
+        f"error: --out {out} is {there}; --overwrite replaces only {own}, never another kind of output: choose "
+        f"another --out, or remove {out} yourself if it should go"
+    ), message
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("maker, writer", [("rollout:zarr", "rollout"), ("generate-swe", "convert-era5")])
+def test_overwrite_replaces_an_output_of_its_kind_that_another_command_wrote(inputs, tmp_path, maker, writer):
+    """A forecast replaces a forecast whatever its format, a store a store whatever made it."""
+    out = tmp_path / BY_NAME[maker].out
+    cli(BY_NAME[maker].argv(inputs, out))
+    first, kind = generation(out), artifact_kind(out)
+    cli(BY_NAME[writer].argv(inputs, out, "--overwrite"))
+    assert generation(out) != first and artifact_kind(out) == kind
+    assert leftovers(tmp_path) == []
+
+
+def test_stats_out_replaces_only_statistics(inputs, tmp_path, capsys):
+    out = tmp_path / "stats.zarr"
+    cli(writer_argv(inputs, "stats", out))
+    first = generation(out)
+    assert "already exists; pass --overwrite" in refused(writer_argv(inputs, "stats", out), capsys)
+    cli(writer_argv(inputs, "stats", out, "--overwrite"))
+    assert generation(out) != first and artifact_kind(out) == "stats"
 
 
 def test_stats_replaces_only_its_own_stats_group(inputs, tmp_path, capsys, monkeypatch):
