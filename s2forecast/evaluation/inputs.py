@@ -452,7 +452,8 @@ def count_init_times_with_truth(
     if absent_init.any():
         warnings.warn(
             f"{int(absent_init.sum())} init time(s) ({format_times(init_times[absent_init], limit=3)}) are not in the "
-            f"truth {truth_name}: persistence is NaN for every lead",
+            f"truth {truth_name}: persistence, whose forecast is the truth at the init time, leaves them out (see "
+            "'n_init_times_persistence' in the metrics file)",
             MissingTruthWarning,
             stacklevel=3,
         )

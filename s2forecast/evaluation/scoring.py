@@ -16,7 +16,9 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
                    ``"lat0,lat1,lon0,lon1"`` and ``global_land`` etc. when the truth has a land-sea mask;
         lead_time  timedelta64 (WB2's name; was ``prediction_timedelta``), with ``lead_hours`` (float) beside it;
         level      hPa, only on fields with levels.
-    ``n_init_times(lead_time)``: init times whose valid time is in the truth.
+    ``n_init_times(lead_time)``: init times whose valid time is in the truth;
+    ``n_init_times_persistence(lead_time)``, only where it differs: those whose init time is in the truth
+    too (persistence's forecast is the truth at the init time; its scores average over these).
     ``<field>_nonfinite_forecast(lead_time)``, ``<field>_nonfinite_truth(lead_time)``: NaN or infinite values
         left out of the scores (``score``'s ``nan``), over the init times with truth; the truth's at the valid
         times and, for persistence, at the init times.
@@ -299,6 +301,9 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         values = _drop_nonfinite(values, 2 if member else None)
         arrays = {name: _drop_nonfinite(array, None) for name, array in arrays.items()}
         available = xr.DataArray(available, dims=(INIT_DIM, LEAD_DIM))
+        # persistence averages over the init times that have its forecast (the truth at the init time) too, as
+        # WeatherBench2's time mean skips NaN: one init time missing from the truth left it NaN at every lead
+        with_init = xr.DataArray(with_init, dims=(INIT_DIM, LEAD_DIM))
         dims = ("region", INIT_DIM, LEAD_DIM) + (() if levels is None else ("level",))
         for source in job.sources:
             x, axis = (values, 2 if member else None) if source == "forecast" else (arrays[source], None)
@@ -307,7 +312,7 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
                 wanted, x, arrays["truth"], job.weights, axis, arrays["climatology"], skipna=True
             )  # only the dropped non-finite values are NaN
             labelled = {key: xr.DataArray(stat, dims=dims + extra_dims[key]) for key, stat in stats.items()}
-            chunk[v, source] = Statistics.of_chunk(labelled, available)
+            chunk[v, source] = Statistics.of_chunk(labelled, with_init if source == "persistence" else available)
     return chunk, nonfinite
 
 
@@ -383,6 +388,15 @@ def _results_dataset(
         dims=(LEAD_TIME,),
         attrs={"long_name": "init times whose valid time is in the truth (the scores average over them)", "units": "1"},
     )
+    if "persistence" in sources:
+        persisted = totals[variables[0], "persistence"].counts.values
+        if not np.array_equal(persisted, results["n_init_times"].values):  # some init times are not in the truth
+            results["n_init_times_persistence"] = xr.DataArray(
+                persisted,
+                dims=(LEAD_TIME,),
+                attrs={"long_name": "init times whose init and valid times are in the truth (persistence's scores "
+                       "average over them)", "units": "1"},
+            )  # fmt: skip
     if member:
         results.attrs["members"] = int(forecast.sizes[member])
         results.attrs["ensemble_dim"] = member

@@ -172,6 +172,29 @@ def test_persistence_rmse_matches_numpy_with_wb2_weights(tmp_path, truth_path, p
     assert w[0, 0, 0] == pytest.approx((1 - math.cos(math.radians(15))) / (2 / 7))  # pole rows: half cells
 
 
+def test_persistence_leaves_out_an_init_time_missing_from_the_truth(tmp_path, truth_path, truth_ds):
+    """Persistence's forecast is the truth at the init time: one init time missing from the truth made it NaN
+    at every lead (WeatherBench2's time mean skips it). It averages over the other init times, counted apart."""
+    path = tmp_path / "truth.zarr"
+    truth_ds.isel(time=slice(1, None)).to_zarr(path, zarr_format=3, consolidated=True)  # no 2020-01-01T00
+    forecast = write_nc(perfect_forecast(truth_ds), tmp_path / "forecast.nc")
+    with pytest.warns(MissingTruthWarning, match=r"1 init time\(s\) \(2020-01-01T00\) are not in the truth .*: "
+                      r"persistence, whose forecast is the truth at the init time, leaves them out"):  # fmt: skip
+        metrics = evaluate(forecast, path, tmp_path / "metrics.nc", plots=False, progress=False)
+    k, steps = 2, 4  # lead 24 h = 4 steps of 6 h
+    o = truth_ds["geopotential"].sel(level=500).values
+    w = wb2_weights(LAT)[None, :, None]
+    mse = [np.sum(w * (o[i] - o[i + steps]) ** 2) / (np.sum(w) * LON.size) for i in range(1, INITS.size)]
+    assert score(metrics, "geopotential", "rmse", "persistence", level=500)[k] == pytest.approx(
+        math.sqrt(np.mean(mse)), rel=1e-12
+    )
+    assert metrics["n_init_times"].values.tolist() == [4, 4, 4]  # the forecast's valid times are all there
+    assert metrics["n_init_times_persistence"].values.tolist() == [3, 3, 3]
+    assert np.allclose(score(metrics, "2m_temperature", "rmse", "forecast"), 0.0)
+    full = evaluate(forecast, truth_path, tmp_path / "full.nc", plots=False, progress=False)
+    assert "n_init_times_persistence" not in full  # only where persistence averages over fewer init times
+
+
 @pytest.mark.parametrize("offset", [2.5, -40.0])
 def test_constant_offset_and_latitude_order(tmp_path, truth_path, truth_ds, offset):
     shifted = perfect_forecast(truth_ds) + offset
