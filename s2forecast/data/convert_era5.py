@@ -17,8 +17,12 @@ Inputs understood:
 
 Time: the store's ``time`` is the valid time. If a file has both ``time`` (initialization) and
 ``step``, valid time = time + step and the two dimensions are flattened into one (analysis files
-have a single step 0, so valid time = time). Level: ``pressure_level`` / ``isobaricInhPa`` /
-``level`` become ``level``, integer hPa.
+have a single step 0, so valid time = time; one forecast, whose ``time`` cfgrib squeezed to a
+scalar, has its steps' valid times). cfgrib fills the grid of every initialization x every step
+with NaN where no GRIB message is (ERA5's precipitation from the CDS: forecasts from 06 and 18 UTC,
+steps 1-12 h, only the hours asked for): a cell NaN in every variable at every point is that
+padding and left out. A file without times, or with missing (NaT) times, is refused. Level:
+``pressure_level`` / ``isobaricInhPa`` / ``level`` become ``level``, integer hPa, each once.
 
 Variables: ECMWF short names map to WeatherBench2 names (``ERA5_NAMES``; files in those names, e.g.
 WeatherBench2's own, are read as they are); a ``z`` without a level
@@ -54,6 +58,8 @@ import numpy as np
 import xarray as xr
 import zarr
 from tqdm.auto import tqdm
+from xarray.backends import BackendArray
+from xarray.core import indexing
 
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.data.engine import Engine
@@ -241,39 +247,50 @@ def _normalize_levels(ds: xr.Dataset, path: Path) -> xr.Dataset:
         values = values / 100.0
     if not np.allclose(values, np.round(values)):
         raise UserError(f"{path}: pressure levels {values.tolist()} are not whole hPa")
+    unique, counts = np.unique(np.round(values), return_counts=True)
+    if (counts > 1).any():
+        repeated = [f"{level:g}" for level in unique[counts > 1]]
+        raise UserError(
+            f"{path}: pressure level(s) {', '.join(repeated)} hPa appear more than once in its {name!r} coordinate "
+            f"({', '.join(f'{level:g}' for level in values)}); each level must appear once: download it again"
+        )
     ds = ds.rename({name: "level"}) if name != "level" else ds
     return ds.assign_coords(level=np.round(values).astype(np.int64))
 
 
 def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
-    """Give ``ds`` a single ``time`` dimension holding valid times (datetime64[ns]).
+    """Give ``ds`` a single ``time`` dimension holding valid times (datetime64[ns]); nothing is read
+    but, for a ``time`` x ``step`` grid, one value per grid cell (``_padding``).
 
     New CDS: ``valid_time`` is the dimension. cfgrib: ``time`` (initialization) and ``step`` are
-    dimensions or scalars, ``valid_time`` a coordinate; a ``step`` dimension longer than one is
-    flattened with ``time`` into one valid-time dimension, by the file's lazy indexing (nothing is read).
+    dimensions or scalars, ``valid_time`` a coordinate. A ``step`` dimension longer than one is
+    flattened with ``time`` into one valid-time dimension (``_flatten_time_step``); with a scalar
+    ``time`` (one initialization), ``step`` becomes the time dimension.
+
+    Raises:
+        UserError: no time steps, missing (NaT) times, or times that are not dates.
     """
     if "valid_time" in ds.dims:
         drop = [name for name in ("time", "step") if name in ds.coords and name not in ds.dims]
         ds = ds.drop_vars(drop).rename({"valid_time": "time"})
     elif "time" in ds.dims or "time" in ds.coords:
-        ds = _squeezed_to_dims(ds, ["time"])
         if "step" in ds.dims and ds.sizes["step"] == 1:
             ds = ds.isel(step=0)
-        if "step" in ds.dims:
-            valid = ds["valid_time"] if "valid_time" in ds.coords else ds["time"] + ds["step"]
-            valid = valid.transpose("time", "step").values.reshape(-1)
-            init, step = np.divmod(np.arange(valid.size), ds.sizes["step"])  # time-major, as valid
-            ds = ds.drop_vars(["valid_time", "time", "step"], errors="ignore")
-            ds = ds.isel(time=xr.Variable("valid", init), step=xr.Variable("valid", step))
-            ds = ds.rename({"valid": "time"}).assign_coords(time=valid)
+        if "valid_time" in ds.coords:
+            valid = ds["valid_time"]
+        elif "step" in ds.coords:
+            valid = ds["time"] + ds["step"]
         else:
-            if "valid_time" in ds.coords:
-                valid = ds["valid_time"].values
-            elif "step" in ds.coords:
-                valid = (ds["time"] + ds["step"]).values
-            else:
-                valid = ds["time"].values
-            ds = ds.drop_vars(["valid_time", "step"], errors="ignore").assign_coords(time=np.asarray(valid).ravel())
+            valid = ds["time"]
+        if "step" in ds.dims and "time" in ds.dims:
+            ds = _flatten_time_step(ds, valid, path)
+        elif "step" in ds.dims:  # one initialization, cfgrib squeezed ``time`` to a scalar
+            ds = ds.drop_vars(["valid_time", "time", "step"], errors="ignore").rename_dims({"step": "time"})
+            ds = ds.assign_coords(time=np.asarray(valid.values).ravel())
+        else:
+            ds = _squeezed_to_dims(ds, ["time"])
+            ds = ds.drop_vars(["valid_time", "step"], errors="ignore")
+            ds = ds.assign_coords(time=np.asarray(valid.values).ravel())
     else:
         return ds
     times = ds["time"].values
@@ -282,7 +299,102 @@ def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
             f"{path}: time values {times[:3]} are not dates (dtype {times.dtype}); the time coordinate needs CF "
             "'units' such as 'hours since 1900-01-01'"
         )
+    if times.size == 0:
+        raise UserError(f"{path} holds no time steps (its time dimension is empty); download it again or leave it out")
+    missing = int(np.isnat(times).sum())
+    if missing:
+        raise UserError(
+            f"{path}: {missing} of its {times.size} times are missing (NaT: a fill value in its time coordinate); "
+            "download it again or drop those times from the file"
+        )
     return ds.assign_coords(time=times.astype("datetime64[ns]"))
+
+
+def _flatten_time_step(ds: xr.Dataset, valid: xr.DataArray, path: Path) -> xr.Dataset:
+    """A cfgrib ``time`` x ``step`` grid as one ``time`` dimension of valid times, time-major, its
+    padding left out (``_padding``); read lazily by the file's own indexing (``_ValidTimeArray``).
+
+    Args:
+        valid: valid times over ``(time, step)`` (either order).
+    """
+    padding = _padding(ds)
+    if padding.size and padding.all():
+        raise UserError(
+            f"{path} holds no data: each of its {padding.size} forecast fields (initialization time x step) is NaN "
+            "everywhere; download it again or leave it out"
+        )
+    init, step = np.nonzero(~padding)  # time-major
+    valid = xr.broadcast(valid, ds["time"], ds["step"])[0].transpose("time", "step").values
+    ds = ds.drop_vars(["valid_time", "time", "step"], errors="ignore")
+    variables = {}
+    for name, var in ds.data_vars.items():
+        if "time" in var.dims and "step" in var.dims:
+            other = tuple(dim for dim in var.dims if dim not in ("time", "step"))
+            lazy = indexing.LazilyIndexedArray(_ValidTimeArray(var.variable, init, step))
+            variables[name] = xr.Variable(("time", *other), lazy, attrs=var.attrs)
+        elif "time" in var.dims:
+            variables[name] = var.variable.isel(time=init)
+        elif "step" in var.dims:
+            variables[name] = var.variable.isel(step=step).rename({"step": "time"})
+        else:
+            variables[name] = var.variable
+    coords = {name: c.variable for name, c in ds.coords.items() if "time" not in c.dims and "step" not in c.dims}
+    return xr.Dataset(variables, coords=coords, attrs=ds.attrs).assign_coords(time=valid[init, step])
+
+
+def _padding(ds: xr.Dataset) -> np.ndarray:
+    """(time, step) bool: the cells of a cfgrib ``time`` x ``step`` grid that are padding.
+
+    cfgrib lays GRIB messages out on every initialization time x every step found, NaN where no
+    message is (ERA5's accumulations from the CDS: forecasts from 06 and 18 UTC, steps 1-12 h,
+    and only the valid times asked for). A cell is padding when every variable is NaN at every
+    point there; one variable at one point decides which cells to look at whole. A field missing
+    in one variable only is no padding: it is kept, and refused when its slab is checked.
+    """
+    fields = [var.variable for var in ds.data_vars.values() if "time" in var.dims and "step" in var.dims]
+    padding = np.zeros((ds.sizes["time"], ds.sizes["step"]), dtype=bool)
+    if not fields or padding.size == 0 or any(size == 0 for size in fields[0].shape):
+        return padding
+    probe = fields[0].isel({dim: 0 for dim in fields[0].dims if dim not in ("time", "step")})
+    values = np.asarray(probe.values, dtype=np.float64)  # reads one value per cell
+    candidates = np.isnan(values if probe.dims == ("time", "step") else values.T)
+    for i, j in np.argwhere(candidates):
+        padding[i, j] = all(np.isnan(np.asarray(f.isel(time=i, step=j).values, np.float64)).all() for f in fields)
+    return padding
+
+
+class _ValidTimeArray(BackendArray):
+    """A lazily indexed ``(time, step, ...)`` variable read as ``(valid, ...)``: valid time ``k`` is
+    the cell ``(init[k], step[k])``, read on demand through the variable's own lazy indexing.
+
+    xarray's vectorized indexing (``isel`` with two ``Variable`` indexers) would do the same
+    lazily but keeps an int64 index per element and dimension: 8 times the float32 data of a
+    ``(time, step, latitude, longitude)`` variable.
+    """
+
+    def __init__(self, variable: xr.Variable, init: np.ndarray, step: np.ndarray):
+        self.variable, self.init, self.step = variable, init, step
+        self.other = tuple(dim for dim in variable.dims if dim not in ("time", "step"))
+        self.shape = (init.size, *(variable.sizes[dim] for dim in self.other))
+        self.dtype = variable.dtype
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._read)
+
+    def _read(self, key: tuple) -> np.ndarray:
+        """``key``: per dimension an int, a slice or a 1-d int array (outer indexing)."""
+        cells = np.arange(self.shape[0])[key[0]]
+        rest = dict(zip(self.other, key[1:], strict=True))
+        pieces = [  # synchronously: this may run in a dask task already
+            self.variable.isel(time=self.init[k], step=self.step[k], **rest).compute(scheduler="synchronous").values
+            for k in np.atleast_1d(cells)
+        ]
+        if np.ndim(cells) == 0:
+            return pieces[0]
+        if pieces:
+            return np.stack(pieces)
+        shape = np.empty(self.shape[1:])[key[1:]].shape  # no cell: the shape of the other dims' selection
+        return np.empty((0, *shape), self.dtype)
 
 
 def _select_member(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Dataset, bool]:

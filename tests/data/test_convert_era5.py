@@ -19,6 +19,7 @@ from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.data.store import VARIABLES, describe, open_store
 from s2forecast.data.writer import StoreWriter
+from s2forecast.user_errors import UserError
 
 DATA = Path(__file__).parents[1] / "data"
 SAMPLE_SLICE = DATA / "era5_sample_slice.nc"
@@ -292,6 +293,153 @@ def test_cfgrib_single_level_squeezed_to_a_scalar(tmp_path):
     np.testing.assert_array_equal(ds["level"].values, [500])
     np.testing.assert_array_equal(ds["specific_humidity"].values[:, 0], q["q"].values)
     np.testing.assert_array_equal(ds["temperature"].values, source([both], "t", level=[500]).values)
+
+
+def hourly(start: str, n: int) -> np.ndarray:
+    return np.datetime64(start, "ns") + np.arange(n) * np.timedelta64(1, "h")
+
+
+def cfgrib_forecast_file(path: Path, init: np.ndarray, wanted: np.ndarray, variables=("tp",), seed: int = 0) -> Path:
+    """ERA5 accumulations as cfgrib lays a CDS GRIB download out: initialization ``time`` x ``step``
+    1..12 h, ``valid_time`` over both, NaN in every cell whose valid time is not in ``wanted``
+    (no GRIB message there); with one ``init``, ``time`` is a scalar, as cfgrib squeezes it."""
+    step = (np.arange(1, 13) * np.timedelta64(1, "h")).astype("timedelta64[ns]")
+    valid = init[:, None] + step[None, :]
+    rng = np.random.default_rng(seed)
+    data = {}
+    for name in variables:
+        values = fake_values(name, (init.size, step.size, LAT.size, LON.size), rng)
+        values[~np.isin(valid, wanted)] = np.nan
+        data[name] = (("time", "step", "latitude", "longitude"), values, {"units": UNITS[name]})
+    coords = {"time": init, "step": step, "valid_time": (("time", "step"), valid), "latitude": LAT, "longitude": LON}
+    ds = xr.Dataset(data, coords=coords | {"surface": 0.0, "number": 0})
+    (ds.isel(time=0) if init.size == 1 else ds).to_netcdf(path)
+    return path
+
+
+def cells(path: Path, short: str, wanted: np.ndarray) -> np.ndarray:
+    """(time, latitude, longitude) values of ``short`` in the cells of ``wanted`` valid times, time-major."""
+    with xr.open_dataset(path) as ds:
+        if "time" not in ds[short].dims:  # one initialization
+            return ds[short].transpose("step", ...).values[np.isin(ds["valid_time"].values, wanted)]
+        init, step = np.nonzero(np.isin(ds["valid_time"].transpose("time", "step").values, wanted))
+        return ds[short].transpose("time", "step", ...).values[init, step]
+
+
+def test_cfgrib_forecast_steps_leave_out_the_grids_padding(tmp_path):
+    """ERA5 precipitation from the CDS as GRIB, read by cfgrib: forecasts from 06 and 18 UTC, steps
+    1-12 h, the valid times not asked for NaN padding of the time x step grid. A day is its 24 hourly
+    times (from three forecasts, 36 cells), matching a surface file of the same day; a NaN point of a
+    field that holds data elsewhere is kept."""
+    day = hourly("2020-01-01T00", 24)
+    init = np.array(["2019-12-31T18", "2020-01-01T06", "2020-01-01T18"], dtype="datetime64[ns]")
+    tp = cfgrib_forecast_file(tmp_path / "tp.nc", init, day)
+    with xr.open_dataset(tp) as ds:  # the point convert-era5 looks at first, NaN in a field with data
+        ds = ds.load()
+    ds["tp"][1, 0, 0, 0] = np.nan  # 2020-01-01T07
+    ds.to_netcdf(tp)
+    t2m = xr.Dataset(
+        {"t2m": (("time", "latitude", "longitude"), fake_values("t2m", (24, 5, 8), np.random.default_rng(1)))},
+        coords={"time": day, "step": np.timedelta64(0, "ns"), "valid_time": ("time", day), "latitude": LAT},
+    ).assign_coords(longitude=LON)
+    t2m["t2m"].attrs["units"] = "K"
+    t2m.to_netcdf(tmp_path / "t2m.nc")
+    expected = cells(tp, "tp", day)
+    assert np.isnan(expected[7, 0, 0]) and not np.isnan(expected[7]).all()
+    alone = open_store(convert([tp], tmp_path / "tp.zarr"))
+    np.testing.assert_array_equal(alone["time"].values, day)
+    np.testing.assert_array_equal(alone["total_precipitation"].values, expected)
+    both = open_store(convert([tp, tmp_path / "t2m.nc"], tmp_path / "both.zarr"))
+    np.testing.assert_array_equal(both["time"].values, day)
+    np.testing.assert_array_equal(both["total_precipitation"].values, expected)
+    np.testing.assert_array_equal(both["2m_temperature"].values, t2m["t2m"].values)
+    np.testing.assert_array_equal(convert_module.valid_times(tp), day)
+
+
+def test_cfgrib_field_missing_in_one_variable_is_refused_not_left_out(tmp_path):
+    """Only a cell NaN in every variable is padding: one variable NaN where another has data is a
+    missing field, refused naming it, while the padding around it is left out."""
+    day = hourly("2020-01-01T00", 24)
+    init = np.array(["2019-12-31T18", "2020-01-01T06", "2020-01-01T18"], dtype="datetime64[ns]")
+    path = cfgrib_forecast_file(tmp_path / "fc.nc", init, day, variables=("tp", "t2m"))
+    with xr.open_dataset(path) as ds:
+        ds = ds.load()
+    ds["tp"][1, 4] = np.nan  # 2020-01-01T11: t2m has data there
+    ds.to_netcdf(path)
+    with pytest.raises(UserError, match=r"fc\.nc: variable total_precipitation at 2020-01-01T11.* has only NaN"):
+        convert([path], tmp_path / "out.zarr")
+
+
+def test_cfgrib_one_initialization_several_steps(tmp_path):
+    """One forecast's steps: cfgrib squeezes ``time`` to a scalar and ``valid_time`` has dims (step,)."""
+    init = np.array(["2020-01-01T06"], dtype="datetime64[ns]")
+    wanted = hourly("2020-01-01T07", 12)
+    path = cfgrib_forecast_file(tmp_path / "tp.nc", init, wanted)
+    with xr.open_dataset(path) as ds:
+        assert ds["time"].ndim == 0 and ds["valid_time"].dims == ("step",)
+    np.testing.assert_array_equal(convert_module.valid_times(path), wanted)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    run(parser.parse_args([str(path), "--out", str(tmp_path / "out.zarr"), "--no-progress"]))
+    ds = open_store(tmp_path / "out.zarr")
+    np.testing.assert_array_equal(ds["time"].values, wanted)
+    np.testing.assert_array_equal(ds["total_precipitation"].values, cells(path, "tp", wanted))
+
+
+@pytest.mark.parametrize("case", ["all_padding", "no_forecasts"])
+def test_cfgrib_grid_without_data_is_refused_in_one_line(tmp_path, case):
+    """A time x step grid with no cell of data, or no initialization time at all."""
+    init = np.array(["2020-01-01T06", "2020-01-01T18"], dtype="datetime64[ns]")
+    wanted = hourly("2021-01-01T00", 3) if case == "all_padding" else init[:0]
+    path = cfgrib_forecast_file(tmp_path / "fc.nc", init if case == "all_padding" else init[:0], wanted)
+    message = {
+        "all_padding": r"fc\.nc holds no data: each of its 24 forecast fields \(initialization time x step\) is NaN",
+        "no_forecasts": r"fc\.nc holds no time steps \(its time dimension is empty\)",
+    }[case]
+    with pytest.raises(UserError, match=message) as error:
+        convert([path], tmp_path / "out.zarr")
+    assert "\n" not in str(error.value) and not (tmp_path / "out.zarr").exists()
+    with pytest.raises(UserError, match=message):
+        convert_module.valid_times(path)
+
+
+def malformed(path: Path, case: str) -> Path:
+    """A new-CDS file of 2 times of t (at 500 hPa twice for ``level_dup``) broken as ``case`` says."""
+    times = six_hourly("2020-01-01", 2)
+    if case == "time_nat":
+        times = np.array([times[0], np.datetime64("NaT", "ns")])
+    elif case == "empty_time":
+        times = times[:0]
+    levels = [500.0, 500.0] if case == "level_dup" else [500.0, 850.0]
+    values = np.full((times.size, 2, LAT.size, LON.size), 250.0, np.float32)
+    ds = xr.Dataset(
+        {"t": (("valid_time", "pressure_level", "latitude", "longitude"), values, {"units": "K"})},
+        coords={"valid_time": times, "pressure_level": levels, "latitude": LAT, "longitude": LON},
+    )
+    ds.to_netcdf(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("time_nat", r"time_nat\.nc: 1 of its 2 times are missing \(NaT: a fill value in its time coordinate\)"),
+        ("empty_time", r"empty_time\.nc holds no time steps \(its time dimension is empty\)"),
+        ("level_dup", r"level_dup\.nc: pressure level\(s\) 500 hPa appear more than once in its 'pressure_level'"),
+    ],
+)
+def test_malformed_times_or_levels_are_refused_in_one_line(tmp_path, case, message):
+    path = malformed(tmp_path / f"{case}.nc", case)
+    before = path.read_bytes()
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(UserError, match=message) as error:
+        run(parser.parse_args([str(path), "--out", str(tmp_path / "out.zarr"), "--no-progress"]))
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "out.zarr").exists() and path.read_bytes() == before
+    if case != "level_dup":  # rollout lists a file's times with valid_times
+        with pytest.raises(UserError, match=message):
+            convert_module.valid_times(path)
 
 
 # --- selection ----------------------------------------------------------------------------------
