@@ -72,11 +72,14 @@ from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import (
     MARKER_ATTR,
     Output,
+    artifact_kind,
     check_local,
     check_target,
     check_unchanged,
     file_sha256,
     netcdf_attributes,
+    remove_own,
+    written_by_s2forecast,
 )
 from s2forecast.provenance import history_line
 from s2forecast.user_errors import UserError, one_line
@@ -211,6 +214,7 @@ def evaluate(
         storage_options=storage_options,
     )  # fmt: skip
     outputs = _claim_outputs(out, inputs.local_paths, overwrite, plots)
+    earlier_plots = _earlier_plots(out, overwrite)
     with contextlib.ExitStack() as stack:  # on any error every temporary output goes, nothing at --out changes
         for output in outputs:
             stack.enter_context(output)
@@ -218,7 +222,19 @@ def evaluate(
                                             engine=engine, nan=nan)  # fmt: skip
         for output in written:
             output.commit()
+    if earlier_plots is not None and "plots_dir" not in metrics.attrs:  # results without plots: none of another run
+        remove_own(earlier_plots)
     return metrics
+
+
+def _earlier_plots(out: Path, overwrite: bool) -> Path | None:
+    """With ``overwrite``, the plots directory of the results being replaced (s2forecast's, of kind plots):
+    removed when the new results come without plots (``--no-plots``, or drawing them failed), so that no
+    plots of another run sit beside them. None otherwise (a directory of the user's is left alone)."""
+    plot_dir = out.with_name(f"{out.stem}_plots")
+    if overwrite and written_by_s2forecast(plot_dir) and artifact_kind(plot_dir) == "plots":
+        return plot_dir
+    return None
 
 
 class PlotWarning(UserWarning):

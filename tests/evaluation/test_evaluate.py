@@ -395,6 +395,20 @@ def test_climatology_end_given_as_a_date_is_all_of_that_day(tmp_path, truth_path
     assert open_results(out).attrs["climatology_n_times"] == 8  # 4 times a day, Jan 1 and 2
 
 
+def test_overwrite_without_plots_removes_the_earlier_runs_plots(tmp_path, truth_path, perfect_path, truth_ds):
+    """--overwrite replaces the results (metrics, CSV, plots): new results without plots left the earlier run's
+    plots beside them, plots of other fields. A directory of the user's by that name is left alone."""
+    out = tmp_path / "m.nc"
+    evaluate(perfect_path, truth_path, out, progress=False, variables=["2m_temperature"])
+    assert any((tmp_path / "m_plots").iterdir())
+    evaluate(perfect_path, truth_path, out, progress=False, overwrite=True, plots=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv", "m.nc"]
+    (tmp_path / "m_plots").mkdir()
+    (tmp_path / "m_plots" / "mine.txt").write_text("the user's")
+    evaluate(perfect_path, truth_path, out, progress=False, overwrite=True, plots=False)
+    assert (tmp_path / "m_plots" / "mine.txt").read_text() == "the user's"
+
+
 # --- errors --------------------------------------------------------------------------------------
 
 
