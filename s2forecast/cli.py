@@ -86,7 +86,9 @@ def _main(argv: list[str]) -> None:
                 BY_NAME[command].run(argv)  # LightningCLI parses the rest
             return
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the subcommand's parser: its prog and its --help, not the top level's
+            parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command is None:
             parser.print_help()
             sys.exit(2)
@@ -126,11 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"s2forecast {__version__}")
     parser.add_argument(DEBUG, action="store_true", help="print the traceback of an error (any command)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.commands = {}
     for command in COMMANDS:
         # no abbreviations: `--member 1` would be taken as `--members 1`
         sub = subparsers.add_parser(command.name, help=command.help, add_help=not command.lightning, allow_abbrev=False)
         if not command.lightning:
             command.arguments(sub)
+        parser.commands[command.name] = sub
     return parser
 
 

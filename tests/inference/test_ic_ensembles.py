@@ -126,7 +126,10 @@ def test_perturbed_ensemble_of_a_noise_model(crps_run, swe_store, tmp_path):
         (["--members", "1", "--perturbation", "spherical-noise"], "add --members K with K >= 2"),
         (["--members", "3", "--perturbation-scale", "0.1"], "perturbs nothing without --perturbation"),
         (["--members", "2"], "deterministic (no network.noise_channels) and the initial conditions are not perturbed"),
-        (["--member", "1"], "unrecognized arguments: --member 1"),  # not taken as --members 1
+        (
+            ["--member", "1"],
+            "s2forecast rollout: error: unrecognized arguments: --member 1 (see s2forecast rollout --help)",
+        ),  # not taken as --members 1; named by rollout's parser, not the top level's
         (["--members", "2", "--perturbation", "gaussian", "--ic-members", "all"], "is a store, which holds one"),
         (["--ic-members", "1,1"], "member(s) [1] given twice"),
         (["--ic-members", "x"], "--ic-members must be 'all' or member numbers >= 0 such as 0,3,5"),
