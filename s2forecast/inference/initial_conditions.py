@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from s2forecast.data.convert_era5 import convert_era5, ensemble_members, valid_times
+from s2forecast.data.convert_era5 import convert_era5, ensemble_members, resolve_variables, valid_times
 from s2forecast.data.fields import FieldDataset, SampleSpec
 from s2forecast.data.forcings import forcing_names
 from s2forecast.data.stats import ChannelStats
@@ -159,6 +159,27 @@ def is_era5_file(source: str | Path) -> bool:
     return not is_url(source) and Path(source).is_file()
 
 
+def _check_era5_variables(variables: list[str], source) -> None:
+    """A NetCDF/GRIB ``--store`` is read as ERA5 files (``convert_era5``): a model of other variables
+    (e.g. shallow water) is told so, not that an option it never gave (--variables) is wrong."""
+    try:
+        resolve_variables(variables)
+    except UserError:
+        others = [name for name in variables if not _is_era5_name(name)]
+        raise UserError(
+            f"{source} is read as ERA5 NetCDF/GRIB files (as convert-era5 reads them), but the checkpoint's "
+            f"variable(s) {', '.join(others)} are not ERA5 variables; pass a zarr store that holds them as --store"
+        ) from None
+
+
+def _is_era5_name(name: str) -> bool:
+    try:
+        resolve_variables([name])
+    except UserError:
+        return False
+    return True
+
+
 def select_ic_members(value) -> str | tuple[int, ...] | None:
     """``--ic-members`` checked: None, ``"all"``, or member numbers (the values of an ERA5 file's
     ``number`` dimension) from "0,3,5", "2" or a sequence of integers.
@@ -240,6 +261,7 @@ class InitialConditions:
         layout = ChannelLayout.from_channels(model.data.channels)
         statics = [name for name in model.data.static_channels if name not in model.static_fields]
         variables = [*layout.variables, *statics]  # the checkpoint's own static fields are not needed
+        _check_era5_variables(variables, source)
         with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:
             datasets, stores = [], []
             try:

@@ -86,6 +86,25 @@ def test_initial_conditions_missing_a_variable_is_one_line(era5_model, tmp_path,
     assert not (tmp_path / "f.nc").exists()
 
 
+def test_a_file_of_a_model_that_is_not_era5_is_told_to_pass_a_store(mse_run_1_epoch, swe_store, tmp_path, capsys):
+    """A NetCDF --store is read as ERA5 files: a shallow-water model's fields in one were refused as 'unknown
+    variable ... in --variables', an option rollout does not have."""
+    ds = xr.open_zarr(swe_store).drop_vars(["written", "trajectory"], errors="ignore").isel(time=slice(0, 2)).load()
+    for name in ds.variables:
+        ds[name].encoding = {}
+    ds.attrs = {}
+    ds.to_netcdf(tmp_path / "swe.nc")
+    init = str(ds.time.values[0])[:13]
+    with pytest.raises(SystemExit):
+        run_rollout(mse_run_1_epoch.checkpoint, tmp_path / "swe.nc", init, tmp_path / "f.nc")
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert len(err) == 1 and "--variables" not in err[0], err
+    assert (
+        "swe.nc is read as ERA5 NetCDF/GRIB files" in err[0] and "are not ERA5 variables; pass a zarr store" in err[0]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["swe.nc"]
+
+
 def cds_members(path, times, members=(0, 1, 2)):
     """An ERA5 ensemble file: the members' 2 m temperature along a 'number' dimension, as the CDS delivers them."""
     fields = [xr.open_dataset(cds_t2m(path.with_name(f"m{n}.nc"), times, seed=10 + n)).load() for n in members]
