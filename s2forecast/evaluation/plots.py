@@ -344,6 +344,9 @@ def plot_spectra(
         units: the field's units.
         forecast_label: the forecast's name in the legend, e.g. ``members`` (an ensemble's
             spectra are its members' mean power).
+
+    Returns:
+        ``path``. A lead whose spectra are all NaN (no truth at it) is left out.
     """
     figure = _figure(11, 4.2)
     axes = figure.subplots(1, 2, gridspec_kw={"left": 0.08, "right": 0.98, "bottom": 0.13, "top": 0.86, "wspace": 0.25})
@@ -353,6 +356,8 @@ def plot_spectra(
     wavelength_km = zonal_power["zonal_wavelength"].values / 1000.0
     for k, lead in enumerate(leads):
         hours = float(lead / np.timedelta64(1, "h"))
+        if np.isnan(sh_power.isel(spectrum_lead_time=k).values).all():
+            continue  # a lead without truth (evaluate's MissingTruthWarning): nothing to draw
         for source, name, style in (("forecast", forecast_label, "-"), ("truth", "truth", "--")):
             sh = sh_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
             axes[0].loglog(degree[1:], sh[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
@@ -368,6 +373,8 @@ def plot_spectra(
     axes[1].invert_xaxis()  # large scales left, as the degree axis
     for ax in axes:
         ax.grid(True, which="both", alpha=0.25)
+        if not ax.lines:
+            continue
         ax.legend(fontsize=8)
         values = np.concatenate([line.get_ydata() for line in ax.lines])
         positive = values[np.isfinite(values) & (values > 0)]

@@ -22,7 +22,7 @@ from s2forecast.evaluation.scoring import LEAD_TIME
 COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units", "rank"]
 LABELLED_DIMS = ("metric", "source", "region", "spectrum_source")  # string dims, written as CF label variables
 TIMEDELTA_COORDS = (LEAD_TIME, "spectrum_lead_time")  # written in hours, read back as timedelta64
-SPECTRA_INITS = 8  # init times averaged in the spectra: evenly spaced over those with truth at every lead
+SPECTRA_INITS = 8  # init times averaged in the spectra per lead: evenly spaced over those with truth at it
 
 
 # (label, variable, level or None): the WB2 headline scores, listed first in the table
@@ -94,6 +94,13 @@ def _table_leads(n: int, max_leads: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(0, n - 1, max_leads)).astype(int))
 
 
+def shown_region(metrics: xr.Dataset) -> str:
+    """The region of the table and of the score plots: ``global`` when scored, else the first
+    (then named in the table's header and the plots' titles)."""
+    regions = metrics["region"].values.tolist()
+    return "global" if "global" in regions else regions[0]
+
+
 def _format_value(value: float) -> str:
     return "n/a" if not np.isfinite(value) else f"{value:.4g}"
 
@@ -102,12 +109,13 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     """A compact text table: per field, forecast RMSE, persistence RMSE and forecast ACC per lead
     (those of them the results hold), and an ensemble's CRPS and spread/skill.
 
-    Headline fields (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
+    The scores of :func:`shown_region`, named in the header when not ``global``. Headline fields
+    (Z500, T850, T2M) come first; at most ``max_leads`` leads, evenly chosen.
     ACC is marked ``ACC*``, with a footnote, when the results carry an ``acc_caveat``.
     """
     leads = _table_leads(metrics.sizes[LEAD_TIME], max_leads)
     headers = [f"{lead_hours(metrics[LEAD_TIME].values[k])}h" for k in leads]
-    region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
+    region = shown_region(metrics)
     quantities = [("RMSE", "rmse", "forecast"), ("RMSE persistence", "rmse", "persistence"), ("ACC", "acc", "forecast"),
                   ("CRPS", "crps", "forecast"), ("spread/skill", "spread_skill", "forecast")]  # fmt: skip
     caveat = metrics.attrs.get("acc_caveat")
@@ -129,10 +137,11 @@ def format_table(metrics: xr.Dataset, max_leads: int = MAX_TABLE_LEADS) -> str:
     nonfinite = [metrics[name].values for name in metrics.data_vars if "_nonfinite_" in str(name)]
     if any(count.any() for count in nonfinite):  # left out of the scores: say so beside them
         rows.append(("NaN/inf values", "skipped", [str(int(n)) for n in np.sum(nonfinite, axis=0)[leads]]))
-    width_name = max(len(row[0]) for row in rows)
+    corner = "" if region == "global" else f"region {region}"  # which scores these are, when not global
     width_quantity = max(len(row[1]) for row in rows)
+    width_name = max(*(len(row[0]) for row in rows), len(corner) - width_quantity - 2)
     width = max(9, *(len(h) for h in headers), *(len(x) for row in rows for x in row[2])) + 1
-    lines = [" " * (width_name + width_quantity + 2) + "".join(h.rjust(width) for h in headers)]
+    lines = [corner.ljust(width_name + width_quantity + 2) + "".join(h.rjust(width) for h in headers)]
     for name, quantity, cells in rows:
         lines.append(f"{name:<{width_name}}  {quantity:<{width_quantity}}" + "".join(x.rjust(width) for x in cells))
     if caveat and any(metric == "acc" for _, metric, _ in quantities):
@@ -168,11 +177,11 @@ def write_plots(
     plot_dir: Path,
 ) -> list[Path]:
     """The PNGs of an evaluation in ``plot_dir`` (made if absent): per plotted field (:func:`_plot_levels`)
-    its scores versus lead (global region, or the first), spectra (when the results hold them) and the
-    maps of the first init time at ``map_leads``; for an ensemble also its CRPS and spread-skill
-    versus lead (``<field>_ensemble.png``, when the results hold them) and rank histograms
-    (``<field>_rank_histogram.png``), its maps and spectra those of the ensemble mean and of the
-    members; a scorecard against each baseline the results hold.
+    its scores versus lead (:func:`shown_region`, named in the title when not global), spectra (when
+    the results hold them) and the maps of the first init time at ``map_leads``; for an ensemble
+    also its CRPS and spread-skill versus lead (``<field>_ensemble.png``, when the results hold
+    them) and rank histograms (``<field>_rank_histogram.png``), its maps and spectra those of the
+    ensemble mean and of the members; a scorecard against each baseline the results hold.
 
     Args:
         metrics: the results (``evaluation.scoring`` layout).
@@ -191,6 +200,7 @@ def write_plots(
     valid = init[0] + map_leads
     present = valid[np.isin(valid, truth[INIT_DIM].values)]
     coast = land_sea_mask(truth)
+    region = shown_region(metrics)
     for v in variables:
         levels = metrics["level"].values.tolist() if "level" in metrics[v].dims else None
         units = metrics[v].attrs.get("field_units", "")
@@ -209,16 +219,16 @@ def write_plots(
         for level in _plot_levels(v, levels):
             label = field_label(v, level)
             scores = metrics[v].sel(level=level) if level is not None else metrics[v]
-            region = "global" if "global" in metrics["region"].values.tolist() else metrics["region"].values[0]
             scores = scores.sel(region=region)
+            scored = label if region == "global" else f"{label} ({region})"  # which scores, when not global
             path = plot_dir / f"{_file_stem(v, level)}_scores.png"
             counts = metrics["n_init_times"].values
-            files.append(plots.plot_scores(scores, path, title=label, units=units, n_init_times=counts,
+            files.append(plots.plot_scores(scores, path, title=scored, units=units, n_init_times=counts,
                                            acc_caveat=metrics.attrs.get("acc_caveat"),
                                            forecast_label=forecast_label))  # fmt: skip
             if set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
                 path = plot_dir / f"{_file_stem(v, level)}_ensemble.png"
-                files.append(plots.plot_ensemble_scores(scores, path, title=label, units=units, n_init_times=counts))
+                files.append(plots.plot_ensemble_scores(scores, path, title=scored, units=units, n_init_times=counts))
             if f"{v}_rank_histogram" in metrics:
                 hist = metrics[f"{v}_rank_histogram"].sel(region=region)
                 hist = hist.sel(level=level) if level is not None else hist
@@ -269,43 +279,77 @@ def scorecard(
 
 
 def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], leads: np.ndarray) -> xr.Dataset:
-    """Spectra of forecast and truth at ``leads`` (``evaluation.spectra``), averaged over up to
-    ``SPECTRA_INITS`` init times (evenly spaced over those whose valid times are all in the truth);
-    of an ensemble, the mean power of its members (each member keeps the small scales that the
-    ensemble mean averages out).
+    """Spectra of forecast and truth at ``leads`` (``evaluation.spectra``), each lead averaged over up
+    to ``SPECTRA_INITS`` init times (evenly spaced over those whose valid time at that lead is in the
+    truth); of an ensemble, the mean power of its members (each member keeps the small scales that
+    the ensemble mean averages out). A lead without truth for any init time has NaN spectra and is a
+    :class:`MissingTruthWarning`.
 
     Returns:
         per field ``<field>_sh_power`` (spectrum_source, spectrum_lead_time, [level], degree) and
         ``<field>_zonal_power`` (spectrum_source, spectrum_lead_time, [level], frequency),
-        spectrum_source = forecast, truth; an empty Dataset when no init time has all the truth.
+        spectrum_source = forecast, truth; the coordinate ``spectra_n_init_times`` (spectrum_lead_time)
+        and the attribute ``spectra_init_times`` (:func:`_spectra_init_times`) count the init times
+        averaged; an empty Dataset when no lead has truth.
     """
     from s2forecast.evaluation import spectra
 
     truth_times = truth[INIT_DIM].values
     init_times = forecast[INIT_DIM].values
-    complete = init_times[[bool(np.isin(t + leads, truth_times).all()) for t in init_times]]
-    if complete.size == 0:
+    chosen = []  # per lead: the init times averaged
+    for lead in leads:
+        have = init_times[np.isin(init_times + lead, truth_times)]
+        positions = np.round(np.linspace(0, have.size - 1, min(SPECTRA_INITS, have.size))).astype(int)
+        chosen.append(have[np.unique(positions)])
+    counts = np.array([c.size for c in chosen])
+    if (counts == 0).any():
+        warnings.warn(
+            f"the truth has no data at map lead(s) {', '.join(f'{lead_hours(lead)} h' for lead in leads[counts == 0])}"
+            " for any init time: their spectra are " + ("left out" if (counts == 0).all() else "NaN"),
+            MissingTruthWarning,
+            stacklevel=3,
+        )
+    if not counts.any():
         return xr.Dataset()
-    positions = np.round(np.linspace(0, complete.size - 1, min(SPECTRA_INITS, complete.size))).astype(int)
-    chosen = complete[np.unique(positions)]
     result = {}
     try:
         for v in variables:
             # one init time at a time, its spectra summed: memory of one init time's fields whatever the number
             # (at 0.25 deg, 8 init times at once held ~1.2 GB of fields and Fourier coefficients)
-            total = None
-            for init in chosen:
-                one = _init_spectra(forecast[v], truth[v], init, leads)
-                with xr.set_options(keep_attrs=True):  # the sum keeps the spectra's units
-                    total = one if total is None else total + one
-            with xr.set_options(keep_attrs=True):
-                pair = (total / chosen.size).rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})
+            totals = [None] * leads.size  # per lead: the sum of its init times' spectra
+            for init in np.unique(np.concatenate(chosen)):
+                at = [k for k, c in enumerate(chosen) if np.isin(init, c)]  # the leads that average this init time
+                one = _init_spectra(forecast[v], truth[v], init, leads[at])
+                for j, k in enumerate(at):
+                    with xr.set_options(keep_attrs=True):  # the sum keeps the spectra's units
+                        lead = one.isel({LEAD_DIM: j})
+                        totals[k] = lead if totals[k] is None else totals[k] + lead
+            some = next(total for total in totals if total is not None)
+            with xr.set_options(keep_attrs=True):  # a lead of no init time: NaN
+                means = [some.where(False).assign_coords({LEAD_DIM: lead}) if total is None else total / n
+                         for total, n, lead in zip(totals, counts, leads, strict=True)]  # fmt: skip
+                pair = xr.concat(means, dim=LEAD_DIM, coords="minimal", compat="override")
+            pair = pair.transpose("source", LEAD_DIM, ...)
+            pair = pair.rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})
             pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
             result[f"{v}_sh_power"] = pair["sh_power"]
             result[f"{v}_zonal_power"] = pair["zonal_power"]
     finally:  # the grid's Legendre table (0.75 GB at 0.25 deg) is not needed by the plots that come next
         spectra.release_tables()
-    return xr.Dataset(result).assign_attrs(spectra_init_times=int(chosen.size))
+    n_init = ("spectrum_lead_time", counts, {"long_name": "init times averaged in the spectra", "units": "1"})
+    return (
+        xr.Dataset(result)
+        .assign_coords(spectra_n_init_times=n_init)
+        .assign_attrs(spectra_init_times=_spectra_init_times(counts, leads))
+    )
+
+
+def _spectra_init_times(counts: np.ndarray, leads: np.ndarray) -> int | str:
+    """The init times averaged in the spectra: their number when the same at every lead (``8``),
+    else per lead (``"1 (lead 0 h), 0 (lead 30 h)"``)."""
+    if (counts == counts[0]).all():
+        return int(counts[0])
+    return ", ".join(f"{n} (lead {lead_hours(lead)} h)" for n, lead in zip(counts, leads, strict=True))
 
 
 def _init_spectra(forecast: xr.DataArray, truth: xr.DataArray, init: np.datetime64, leads: np.ndarray) -> xr.Dataset:
