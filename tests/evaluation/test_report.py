@@ -119,17 +119,22 @@ def test_plotted_spectra_leave_out_a_lead_without_truth(tmp_path, monkeypatch):
 # --- the region of the table and of the score plots -------------------------------------------------
 
 
-def test_table_and_score_plots_name_their_region_when_not_global(tmp_path, monkeypatch):
-    """Without ``global`` the table and the score plots show the first region's scores and say so."""
+def evaluate_with_titles(tmp_path, monkeypatch, regions):
+    """``evaluate`` of a one-lead forecast, and the titles of the plots it drew."""
     titles = []
     real_save = plots._save
     monkeypatch.setattr(plots, "_save", lambda figure, path: titles.append(figure._suptitle.get_text())
                         or real_save(figure, path))  # fmt: skip
     truth = make_truth()
-    forecast = make_forecast(truth, [6])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the climatology of a day: ACC caveat
-        metrics = evaluate(forecast, truth, tmp_path / "m.nc", progress=False, regions=["europe", "tropics"])
+        metrics = evaluate(make_forecast(truth, [6]), truth, tmp_path / "m.nc", progress=False, regions=regions)
+    return metrics, titles
+
+
+def test_table_and_score_plots_name_their_region_when_not_global(tmp_path, monkeypatch):
+    """Without ``global`` the table and the score plots show the first region's scores and say so."""
+    metrics, titles = evaluate_with_titles(tmp_path, monkeypatch, ["europe", "tropics"])
     header, first = format_table(metrics).splitlines()[:2]
     assert header.startswith("region europe ") and header.endswith("6h")
     europe = metrics["2m_temperature"].sel(metric="rmse", source="forecast", region="europe").item()
@@ -138,15 +143,7 @@ def test_table_and_score_plots_name_their_region_when_not_global(tmp_path, monke
 
 
 def test_table_and_score_plots_name_no_region_when_global(tmp_path, monkeypatch):
-    titles = []
-    real_save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda figure, path: titles.append(figure._suptitle.get_text())
-                        or real_save(figure, path))  # fmt: skip
-    truth = make_truth()
-    forecast = make_forecast(truth, [6])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        metrics = evaluate(forecast, truth, tmp_path / "m.nc", progress=False, regions=["europe", "global"])
+    metrics, titles = evaluate_with_titles(tmp_path, monkeypatch, ["europe", "global"])
     header = format_table(metrics).splitlines()[0]
     assert header.split() == ["6h"] and header.startswith(" ")
     assert "T2M: skill versus lead time" in titles
