@@ -125,10 +125,12 @@ class Engine:
                                          dashboard_address=None, silence_logs=logging.ERROR)  # fmt: skip
             return Client(self._cluster, set_as_default=False)
         try:
-            if self.scheduler.endswith(".json"):
-                file = _scheduler_file(self.scheduler)
-                return Client(scheduler_file=file, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-            return Client(self.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            address = _scheduler_file(self.scheduler) if self.scheduler.endswith(".json") else self.scheduler
+            # first a bounded exchange of its own: Client's handshake has no deadline (an address that accepts
+            # but never answers as a scheduler, e.g. the dashboard's port, hung it), and a Client that fails to
+            # start spends 2 x its timeout closing itself, after the error line, with a traceback
+            _probe_scheduler(address, CONNECT_TIMEOUT_S)
+            return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except UserError:
             raise
         except Exception as error:  # OSError (timed out, refused), ValueError (no port), garbage answers
@@ -350,16 +352,47 @@ def _on_worker(call: Callable, function: Callable, item, *args):
 
 
 def _scheduler_file(path: str) -> str:
+    """The address the scheduler file at ``path`` holds."""
     if not Path(path).is_file():
         raise UserError(
             f"--scheduler {path}: no such scheduler file (it is written by `dask scheduler --scheduler-file "
             f"{path}`); give the scheduler's address (tcp://HOST:8786) or the file it wrote"
         )
     try:
-        json.loads(Path(path).read_text())["address"]
+        address = json.loads(Path(path).read_text())["address"]
     except (OSError, ValueError, KeyError, TypeError):
         raise UserError(f"--scheduler {path} is not a dask scheduler file (JSON with an 'address')") from None
-    return path
+    if not isinstance(address, str):
+        raise UserError(f"--scheduler {path} is not a dask scheduler file: its 'address' is {address!r}, not a string")
+    return address
+
+
+def _probe_scheduler(address: str, timeout_s: float) -> None:
+    """Connect to ``address`` and ask who is there, all within ``timeout_s`` (dask's connection
+    handshake included); raises OSError / ValueError unless a dask scheduler answers."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def ask() -> None:
+        args = Security().get_connection_args("client")  # dask's TLS settings, for a tls:// address
+        comm = await connect(address, timeout=timeout_s, **args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            answer = await comm.read()
+        finally:
+            comm.abort()
+        if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
+            raise OSError(f"what answers there is not a dask scheduler ({str(answer)[:80]})")
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(ask(), timeout_s)
+        except TimeoutError:
+            raise OSError(f"no dask scheduler answered within {timeout_s:g} s (is it the dashboard's port?)") from None
+
+    asyncio.run(bounded())
 
 
 def _quiet_logs() -> None:

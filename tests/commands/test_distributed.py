@@ -320,6 +320,34 @@ def test_an_unreachable_scheduler_is_one_line_and_leaves_no_output(inputs, tmp_p
     assert snapshot(inputs) == before and list(tmp_path.iterdir()) == []
 
 
+def test_an_address_that_never_answers_as_a_scheduler_is_one_line_in_time(inputs, tmp_path, capfd, monkeypatch):
+    """A port that accepts but never answers as a dask scheduler (the dashboard's, a mistyped one) hung
+    Client's handshake, which has no deadline, beyond Ctrl-C; a scheduler file whose address is not one
+    gave the line and then 40 s and a traceback of the half-started Client closing itself."""
+    import socket
+    import time
+
+    monkeypatch.setattr(engine_module, "CONNECT_TIMEOUT_S", 2)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()  # accepts, never answers
+        address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(SystemExit):
+            cli([str(a) for a in argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", address)])
+        assert time.monotonic() - start < 30  # hung without end before
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "no dask scheduler answered within 2 s (is it the dashboard's port?)" in err, err
+    (tmp_path / "scheduler.json").write_text('{"address": "garbage"}')
+    start = time.monotonic()
+    with pytest.raises(SystemExit):
+        cli([str(a) for a in argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", tmp_path / "scheduler.json")])
+    assert time.monotonic() - start < 20  # 42 s before
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "missing port number in address 'garbage'" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scheduler.json"]
+
+
 def test_a_scheduler_file_that_is_not_there_is_one_line(inputs, tmp_path, capsys):
     message = refused(argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", tmp_path / "scheduler.json"), capsys)
     assert f"--scheduler {tmp_path / 'scheduler.json'}: no such scheduler file" in message
