@@ -162,14 +162,12 @@ def is_era5_file(source: str | Path) -> bool:
 def _check_era5_variables(variables: list[str], source) -> None:
     """A NetCDF/GRIB ``--store`` is read as ERA5 files (``convert_era5``): a model of other variables
     (e.g. shallow water) is told so, not that an option it never gave (--variables) is wrong."""
-    try:
-        resolve_variables(variables)
-    except UserError:
-        others = [name for name in variables if not _is_era5_name(name)]
+    others = [name for name in variables if not _is_era5_name(name)]
+    if others:
         raise UserError(
             f"{source} is read as ERA5 NetCDF/GRIB files (as convert-era5 reads them), but the checkpoint's "
             f"variable(s) {', '.join(others)} are not ERA5 variables; pass a zarr store that holds them as --store"
-        ) from None
+        )
 
 
 def _is_era5_name(name: str) -> bool:
