@@ -31,6 +31,7 @@ so such a run leaves nothing behind.
 import contextlib
 import json
 import logging
+import numbers
 import os
 import threading
 from collections import deque
@@ -40,12 +41,35 @@ from pathlib import Path
 
 from s2forecast.user_errors import UserError, one_line
 
+WORKERS_PER_CORE = 4  # --workers' bound: beyond one per core only reads that wait on a network gain
 THREADS = 2  # tasks at once in this process: one reads while the other reduces
 BACKGROUND_THREADS = 3 * THREADS  # per task: one read ahead and two writes behind (climatology pass 2)
 CONNECT_TIMEOUT_S = 20  # how long to wait for a --scheduler to answer
 DRAIN_TIMEOUT_S = 60  # how long a failed run waits for its tasks still running on workers
 INSTALL = "pip install 's2forecast[distributed]' (or distributed, the version of your dask)"
 START_ONE = "start one with `dask scheduler` (and `dask worker ADDRESS`), or use --workers N for a local cluster"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: taskset, a SLURM allocation), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _check_workers(workers) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        raise UserError(f"--workers must be an integer >= 1, got {workers!r}")
+    cores = usable_cores()
+    most = WORKERS_PER_CORE * cores
+    if workers > most:  # each worker is a process of its own: thousands would exhaust the machine, not speed it up
+        raise UserError(
+            f"--workers {workers} is more than this machine can run: it has {cores} core(s), so at most {most} "
+            f"local worker processes ({WORKERS_PER_CORE} per core); for more, start workers on other machines and "
+            "give their scheduler with --scheduler"
+        )
+    return int(workers)
 
 
 class Shared:
@@ -65,10 +89,11 @@ class Engine:
     Args:
         scheduler: the address of a running dask scheduler (``tcp://host:8786``, ``host:8786``)
             or the JSON scheduler file of ``dask scheduler --scheduler-file``.
-        workers: worker processes of a local cluster started for this engine (>= 1).
+        workers: worker processes of a local cluster started for this engine (>= 1, at most
+            ``WORKERS_PER_CORE`` per core of this machine).
 
     Raises:
-        UserError: both given, ``workers`` < 1, or dask.distributed not installed.
+        UserError: both given, ``workers`` < 1 or too many, or dask.distributed not installed.
     """
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None):
@@ -77,8 +102,8 @@ class Engine:
                 f"--scheduler {scheduler} and --workers {workers} exclude each other: use a running scheduler "
                 "(--scheduler) or a local cluster (--workers), not both"
             )
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise UserError(f"--workers must be an integer >= 1, got {workers!r}")
+        if workers is not None:
+            workers = _check_workers(workers)
         if scheduler is not None or workers is not None:
             try:
                 import distributed  # noqa: F401

@@ -11,6 +11,7 @@ the latency of a remote store (one HTTP request per chunk) does not add up over 
 its I/O and decompression outside the GIL.
 """
 
+import numbers
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -36,11 +37,11 @@ NAN_POLICIES = ("fail", "skip")
 
 def check_read_threads(read_threads) -> int:
     """``read_threads`` as an int >= 1, or a one-line UserError naming the value."""
-    if isinstance(read_threads, bool) or not isinstance(read_threads, int) or read_threads < 1:
+    if isinstance(read_threads, bool) or not isinstance(read_threads, numbers.Integral) or read_threads < 1:
         raise UserError(
             f"read_threads must be an integer >= 1 (1: read a sample's chunks one after another), got {read_threads!r}"
         )
-    return read_threads
+    return int(read_threads)  # a numpy integer (a value computed in a script) as the int the pool takes
 
 
 # the dims of a variable a model reads, in the order ``open_store`` puts them (any order in the store)

@@ -7,6 +7,7 @@ import http.server
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from test_datamodules import six_hourly, synthetic_store
@@ -143,6 +144,13 @@ def test_bad_read_threads_are_one_line(local_store, bad):
     assert repr(bad) in str(error.value) and "\n" not in str(error.value)
     with pytest.raises(UserError, match=r"read_threads must be an integer >= 1"):
         FieldDataset(local_store, SampleSpec(("2m_temperature",)), read_threads=bad)
+
+
+def test_read_threads_may_be_a_numpy_integer(local_store):
+    # a count computed in a script (np.int64) is an integer like any other
+    dataset = FieldDataset(local_store, SampleSpec(("2m_temperature",)), read_threads=np.int64(3))
+    assert dataset.read_threads == 3 and type(dataset.read_threads) is int
+    assert ERA5DataModule(str(local_store), read_threads=np.int32(2)).read_threads == 2
 
 
 def test_read_threads_from_the_command_line(local_store, capsys, tmp_path):

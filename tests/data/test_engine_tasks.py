@@ -6,8 +6,10 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
+from s2forecast.data import engine as engine_module
 from s2forecast.data.engine import BACKGROUND_THREADS, Engine, Shared, background
 from s2forecast.user_errors import UserError
 
@@ -74,6 +76,18 @@ def test_an_error_waits_for_the_running_tasks_and_drops_the_rest():
 def test_bad_engine_arguments(options, message):
     with pytest.raises(UserError, match=message):
         Engine(**options)
+
+
+def test_workers_are_bounded_by_the_cores_and_may_be_numpy_integers(monkeypatch):
+    monkeypatch.setattr(engine_module, "usable_cores", lambda: 3)
+    with pytest.raises(UserError) as error:  # 100000 processes would exhaust the machine before any work
+        Engine(workers=100000)
+    assert str(error.value) == (
+        "--workers 100000 is more than this machine can run: it has 3 core(s), so at most 12 local worker processes "
+        "(4 per core); for more, start workers on other machines and give their scheduler with --scheduler"
+    )
+    with Engine(workers=np.int64(12)) as engine:  # at the bound, as a numpy integer: no cluster before the first task
+        assert engine.workers == 12 and type(engine.workers) is int
 
 
 def test_without_dask_distributed_the_options_name_the_extra(monkeypatch):
