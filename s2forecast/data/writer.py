@@ -54,6 +54,21 @@ from s2forecast.user_errors import UserError
 STORE_KIND = "store"  # the kind of output a ``StoreWriter`` writes (``s2forecast.output.KINDS``)
 
 
+def store_maker(signature) -> str | None:
+    """The command that wrote a store, from its ``s2forecast_signature`` (JSON): "convert-era5",
+    "generate-swe", or None when it does not say."""
+    try:
+        fields = json.loads(signature)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(fields, dict):
+        return None
+    if fields.get("kind") == "swe":
+        return "generate-swe"
+    converter = fields.get("converter")
+    return converter if isinstance(converter, str) else None
+
+
 class InvalidInputData(UserError):
     """A writer's input holds values no store may contain (infinite, a field of only NaN).
 
@@ -109,8 +124,10 @@ class StoreWriter:
             (time,) bool array of the time steps already written (all false for a new store).
         """
         self._n_times = template.sizes["time"]
-        if os.path.lexists(self.path) and not self.overwrite:
-            return self._resume()
+        if os.path.lexists(self.path):
+            self._check_same_maker()
+            if not self.overwrite:
+                return self._resume()
         output = Output(self.path, STORE_KIND, directory=True, inputs=self.inputs, overwrite=self.overwrite)
         with output:
             self._write_skeleton(template, output)
@@ -138,6 +155,20 @@ class StoreWriter:
                 "the same command resumes it"
             ) from error
         return False
+
+    def _check_same_maker(self) -> None:
+        """Refuse a store at ``path`` that another command made (convert-era5 vs generate-swe), with or
+        without ``overwrite``: a mistyped ``--out`` must not replace hours of conversion by a toy store."""
+        attrs = zarr_attributes(self.path)
+        if attrs is None or not written_by_s2forecast(self.path) or artifact_kind(self.path) != STORE_KIND:
+            return  # not a store of ours: the output policy's own refusals apply
+        theirs, ours = store_maker(attrs.get("s2forecast_signature")), store_maker(self.signature)
+        if theirs is not None and ours is not None and theirs != ours:
+            raise UserError(
+                f"--out {self.path} is a data store written by s2forecast {theirs}; {ours} replaces or resumes only a "
+                f"store {ours} wrote, never another command's: choose another --out, or remove {self.path} yourself "
+                "if it should go"
+            )
 
     def _resume(self) -> np.ndarray:
         """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""

@@ -336,9 +336,27 @@ def test_overwrite_never_replaces_another_kind_of_output(
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("maker, writer", [("rollout:zarr", "rollout"), ("generate-swe", "convert-era5")])
+@pytest.mark.parametrize("overwrite", [True, False], ids=["overwrite", "plain"])
+@pytest.mark.parametrize("maker, writer", [("convert-era5", "generate-swe"), ("generate-swe", "convert-era5")])
+def test_a_store_is_replaced_or_resumed_only_by_the_command_that_made_it(
+    inputs, tmp_path, capsys, maker, writer, overwrite
+):
+    """Both commands write data stores, but a mistyped ``generate-swe --overwrite --out era5.zarr`` must
+    not replace hours of conversion by a toy store (nor a conversion resume into a SWE store)."""
+    out = tmp_path / BY_NAME[maker].out
+    cli(BY_NAME[maker].argv(inputs, out))
+    before = snapshot(tmp_path)
+    message = refused(BY_NAME[writer].argv(inputs, out, *(["--overwrite"] if overwrite else [])), capsys)
+    assert message.endswith(
+        f"error: --out {out} is a data store written by s2forecast {maker}; {writer} replaces or resumes only a store "
+        f"{writer} wrote, never another command's: choose another --out, or remove {out} yourself if it should go"
+    ), message
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("maker, writer", [("rollout:zarr", "rollout"), ("generate-swe", "generate-swe")])
 def test_overwrite_replaces_an_output_of_its_kind_that_another_command_wrote(inputs, tmp_path, maker, writer):
-    """A forecast replaces a forecast whatever its format, a store a store whatever made it."""
+    """A forecast replaces a forecast whatever its format, a store the store its own command made."""
     out = tmp_path / BY_NAME[maker].out
     cli(BY_NAME[maker].argv(inputs, out))
     first, kind = generation(out), artifact_kind(out)
