@@ -28,6 +28,17 @@ def test_any_convention_and_first_column_reads_as_zero_to_360():
     assert to_model_order(same)["t"].values is same["t"].values  # already in order: untouched
 
 
+def test_float_noise_below_zero_east_is_the_first_column():
+    """np.arange(-180, 180, 0.1) puts -1.02e-11 where 0 E is: taken mod 360 that is the last column, so
+    every column moved by one (and the same grid written 0..359.9 was a "different grid")."""
+    lon = np.arange(-180, 180, 0.1)
+    assert -1e-9 < lon[1800] < 0  # the noise this test is about
+    data = np.random.default_rng(2).normal(size=(1, 3, lon.size))
+    read = to_model_order(dataset(lon, data))
+    assert read["longitude"].values[0] == 0.0 and abs(read["longitude"].values[-1] - 359.9) < 1e-9
+    assert np.array_equal(read["t"].values, np.roll(data, -1800, axis=-1))  # the 0 E column first
+
+
 def test_reordering_is_lazy(tmp_path):
     data = np.random.default_rng(1).normal(size=(3, 5, 30)).astype(np.float32)
     dataset(np.arange(30) * 12.0 - 180.0, data).to_zarr(tmp_path / "west.zarr")
