@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
@@ -165,10 +166,25 @@ def to_model_order(ds: xr.Dataset, leading: tuple[str, ...] = ("time",)) -> xr.D
         fields[name] = var.transpose(*order)
     if fields:
         ds = ds.assign(fields)
+    ds = naive_utc_times(ds)
     lat = ds["latitude"].values if "latitude" in ds.coords else np.empty(0)
-    if lat.size > 1 and lat[0] < lat[-1]:
-        ds = ds.isel(latitude=slice(None, None, -1))
+    if lat.ndim == 1 and lat.size > 1 and np.any(np.diff(lat) > 0):
+        if np.all(np.diff(lat) > 0):
+            ds = ds.isel(latitude=slice(None, None, -1))
+        else:  # in no order (a regridder's, a merge's): sorted north -> south, as lazily as a reversal
+            ds = ds.isel(latitude=np.argsort(-lat, kind="stable"))
     return longitudes_from_zero(ds)
+
+
+def naive_utc_times(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with its time-zone-aware time indexes (a pandas ``DatetimeIndex`` with ``tz``, from
+    Python: files hold UTC) as the naive UTC ``datetime64[ns]`` every time axis here is."""
+    aware = {
+        name: index.tz_convert("UTC").tz_localize(None).as_unit("ns")
+        for name, index in ds.indexes.items()
+        if isinstance(index, pd.DatetimeIndex) and index.tz is not None
+    }
+    return ds.assign_coords({name: (name, index, ds[name].attrs) for name, index in aware.items()}) if aware else ds
 
 
 def longitudes_from_zero(ds: xr.Dataset) -> xr.Dataset:

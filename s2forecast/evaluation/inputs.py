@@ -17,7 +17,15 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
-from s2forecast.data.store import is_url, normalize_units, open_store, open_url, open_zarr, to_model_order
+from s2forecast.data.store import (
+    is_url,
+    naive_utc_times,
+    normalize_units,
+    open_store,
+    open_url,
+    open_zarr,
+    to_model_order,
+)
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
 from s2forecast.evaluation.config import EvaluationConfig
 from s2forecast.evaluation.metrics import (
@@ -28,6 +36,7 @@ from s2forecast.evaluation.metrics import (
     MissingTruthWarning,
     check_forecast_layout,
     check_members,
+    coordinate_tolerance,
     member_dim,
 )
 from s2forecast.evaluation.regions import (
@@ -111,7 +120,7 @@ def open_forecast(source: str | os.PathLike | xr.Dataset, storage_options: dict 
         ValueError: the layout is not WB2's (names the missing dim and how to rename it).
     """
     if isinstance(source, xr.Dataset):
-        forecast = source
+        forecast = naive_utc_times(source)  # tz-aware init times (from pandas) as UTC, as files hold them
     elif is_url(source):
         forecast = open_url(source, "forecast", storage_options, chunks={})
     else:
@@ -162,7 +171,7 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
         store's, latitude north -> south (``store.to_model_order``).
     """
     if isinstance(source, xr.Dataset):
-        truth = source
+        truth = naive_utc_times(source)
     else:
         if is_url(source):
             truth = open_store(source, storage_options=storage_options)
@@ -298,9 +307,11 @@ def _check_grid(forecast: xr.Dataset, other: xr.Dataset, name: str, where: str) 
             raise UserError(f"the {name} {where} has no {dim!r} dim (dims {dict(other.sizes)}); rename it")
         a = np.sort(np.asarray(forecast[dim].values, dtype=np.float64))
         b = np.sort(np.asarray(other[dim].values, dtype=np.float64))
-        if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-6):
+        tolerance = coordinate_tolerance(a)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=tolerance):
             hint = ""
-            if dim == "longitude" and a.shape == b.shape and np.allclose(np.sort(a % 360), np.sort(b % 360), atol=1e-6):
+            same_shape = a.shape == b.shape
+            if dim == "longitude" and same_shape and np.allclose(np.sort(a % 360), np.sort(b % 360), atol=tolerance):
                 hint = " (longitudes differ only in convention: convert the forecast's to [0, 360) with lon % 360)"
             raise UserError(
                 f"the forecast and the {name} {where} are on different grids: forecast {_grid_summary(forecast)}, "

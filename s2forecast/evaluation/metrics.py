@@ -173,6 +173,15 @@ def _align_weights(weights: xr.DataArray, x: Data) -> xr.DataArray:
 # --- alignment helpers -----------------------------------------------------------------
 
 
+def coordinate_tolerance(values: np.ndarray) -> float:
+    """How far two grids' coordinate values may differ and still be the same point: 1e-3 of the
+    smallest spacing of ``values`` (as ``Grid.from_coords``), so a latitude stored as float32 (2e-6
+    off at 0.25 deg) or rounded to 89.99999 matches; 1e-6 for a single value."""
+    distinct = np.unique(np.asarray(values, dtype=np.float64))
+    gaps = np.diff(distinct)
+    return 1e-3 * float(gaps.min()) if gaps.size else 1e-6
+
+
 def _matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name: str, target_name: str) -> np.ndarray:
     """Positions in ``source`` of each value of ``target`` (same set of values, any order)."""
     if source.shape != target.shape:
@@ -182,12 +191,14 @@ def _matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name
         )
     source_order = np.argsort(source, kind="stable")
     target_order = np.argsort(target, kind="stable")
-    if np.issubdtype(source.dtype, np.number) and np.issubdtype(target.dtype, np.number):
-        same = np.allclose(source[source_order], target[target_order], rtol=0.0, atol=1e-6)
+    numeric = np.issubdtype(source.dtype, np.number) and np.issubdtype(target.dtype, np.number)
+    tolerance = coordinate_tolerance(target) if numeric else 0.0
+    if numeric:
+        same = np.allclose(source[source_order], target[target_order], rtol=0.0, atol=tolerance)
     else:
         same = np.array_equal(source[source_order], target[target_order])
     if not same:
-        bad = np.flatnonzero(~np.isclose(source[source_order], target[target_order], rtol=0.0, atol=1e-6))
+        bad = np.flatnonzero(~np.isclose(source[source_order], target[target_order], rtol=0.0, atol=tolerance))
         i = bad[0] if bad.size else 0
         raise UserError(
             f"{source_name} and {target_name} have different {dim!r} values (e.g. {source[source_order][i]!r} vs "

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from s2forecast.data.store import longitudes_from_zero
+
 COASTLINES = Path(__file__).with_name("coastlines_110m.npz")
 SOURCE_STYLES = {
     "forecast": {"color": "tab:blue", "marker": "o", "label": "forecast"},
@@ -320,8 +322,10 @@ def _edges(centres: np.ndarray) -> np.ndarray:
 
 
 def _map_order(data: xr.DataArray) -> xr.DataArray:
-    """``data`` as (..., latitude, longitude), both ascending, whatever its dim order and directions."""
-    return data.sortby("latitude").sortby("longitude").transpose(..., "latitude", "longitude")
+    """``data`` as (..., latitude, longitude), latitude ascending and longitude ascending in [0, 360),
+    whatever its dim order, directions and longitude convention (a -180..180 land-sea mask beside a
+    0..360 forecast would have no point east of 180 E)."""
+    return longitudes_from_zero(data).sortby("latitude").transpose(..., "latitude", "longitude")
 
 
 def plot_spectra(

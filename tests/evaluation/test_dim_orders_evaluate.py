@@ -173,6 +173,21 @@ def test_a_forecast_in_another_order_than_its_truth(canonical, tmp_path):
     assert_same_results(run(tmp_path / "forecast.nc", store, tmp_path / "metrics.nc", plots=False), reference)
 
 
+def test_float_noise_unsorted_latitudes_and_zoned_times_score_as_the_canonical(canonical, tmp_path):
+    """A truth whose latitudes were stored as float32 with rounding noise (up to ~4e-6 deg: it was a
+    "different grid" with a 1e-6 tolerance) and in no order (scored, then every score lost in the
+    spectra), and init and valid times with time zones (pandas, in Python: a TypeError)."""
+    truth, forecast, reference, *_ = canonical
+    shuffled = truth.isel(latitude=np.random.default_rng(3).permutation(truth.sizes["latitude"]))
+    noise = 3e-6 * np.where(np.arange(truth.sizes["latitude"]) % 2, 1.0, -1.0)
+    noisy = shuffled.assign_coords(latitude=(shuffled["latitude"] + noise).astype(np.float32))
+    assert np.abs(np.sort(noisy["latitude"].values.astype(np.float64)) - np.sort(truth["latitude"].values)).max() > 1e-6
+    zoned = noisy.assign_coords(time=pd.DatetimeIndex(noisy["time"].values).tz_localize("UTC"))
+    paris = pd.DatetimeIndex(forecast["time"].values).tz_localize("UTC").tz_convert("Europe/Paris")
+    results = run(forecast.assign_coords(time=paris), zoned, tmp_path / "metrics.nc", plots=False)
+    assert_same_results(results, reference)
+
+
 def test_spectra_and_maps_take_any_dim_order(canonical, tmp_path):
     truth, forecast, *_ = canonical
     f = forecast["2m_temperature"].isel(time=[0]).astype(np.float64)

@@ -139,6 +139,29 @@ def test_maps_contour_the_land_sea_mask_when_given(tmp_path, t2m, monkeypatch):
     np.testing.assert_array_equal(masks[0], land.sortby("latitude").values)
 
 
+def test_maps_take_the_mask_and_truth_in_another_longitude_convention(tmp_path, t2m, monkeypatch):
+    """A -180..180 mask beside a 0..360 map had no point east of 180 E (no coastline on half the map),
+    and a -180..180 truth was a matplotlib error: both are put in the map's [0, 360) order."""
+    masks, images = [], []
+    monkeypatch.setattr(plots, "draw_coastlines", lambda ax, lon, lat, land_sea_mask=None: masks.append(land_sea_mask))
+    import matplotlib.axes
+
+    real = matplotlib.axes.Axes.pcolorfast
+
+    def record(ax, x, y, values, **kwargs):
+        images.append(np.array(values))
+        return real(ax, x, y, values, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "pcolorfast", record)
+    land = (t2m.isel(prediction_timedelta=0, drop=True) > 280.0).astype(float)
+    west = lambda field: field.assign_coords(longitude=((field.longitude + 180) % 360) - 180).sortby("longitude")  # noqa: E731
+    plots.plot_maps(t2m, west(t2m), tmp_path / "maps.png", title="T2M", land_sea_mask=west(land))
+    np.testing.assert_array_equal(masks[0], land.sortby("latitude").values)  # every column, none NaN
+    expected = t2m.isel(prediction_timedelta=0).sortby("latitude").values
+    np.testing.assert_array_equal(images[1], expected)  # the truth panel, column for column
+    assert np.all(images[2] == 0)  # forecast - truth of the same field
+
+
 def test_scorecard_labels_fit_and_colours_saturate():
     rows = ["T2M global", "mean_sea_level_pressure extra-tropics", "10m_u_component_of_wind north-america"]
     cells = np.array([[-10.0, 5.0], [324.0, np.nan], [-50.0, np.inf]])
