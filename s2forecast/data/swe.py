@@ -43,7 +43,10 @@ MAX_DEPTH_RATIO = 2.0  # a layer deeper than twice its mean depth (10 km) means 
 def trajectory_times(trajectories: int, steps: int, dt_hours: float) -> tuple[np.ndarray, np.ndarray]:
     """(time, trajectory) coordinates: ``steps + 1`` times per trajectory, dt_hours apart."""
     days = math.ceil((steps + 1) * dt_hours / 24.0)
-    offsets = pd.to_timedelta(np.arange(steps + 1) * dt_hours, unit="h").values
+    # whole multiples of one step rounded to the millisecond: 1/6 h as float hours gave 00:10:00.000000001 and
+    # 00:19:59.999999998, spacings that are not one step (fit refused the store)
+    step = pd.to_timedelta(dt_hours, unit="h").round("ms").to_timedelta64().astype("timedelta64[ns]")
+    offsets = np.arange(steps + 1) * step
     times = [SWE_START + np.timedelta64(k * days, "D") + offsets for k in range(trajectories)]
     return np.concatenate(times).astype("datetime64[ns]"), np.repeat(np.arange(trajectories), steps + 1)
 

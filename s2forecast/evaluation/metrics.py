@@ -383,6 +383,7 @@ class Metric:
             spread_skill: ``mse``) have it computed once (:func:`compute_statistics`).
         needs_climatology: ``statistics`` uses the climatology at the valid times (ACC's anomalies).
         needs_members: only for ensemble forecasts (the rank histogram).
+        min_members: the members its ensemble statistics need (the fair CRPS and spread: 2).
         statistic_dims: dims a statistic has after the forecast's (the rank histogram's ``rank``).
 
     Arrays of ``statistics``: forecast ``(time, lead, [member], [level], lat, lon)`` with the member
@@ -398,6 +399,7 @@ class Metric:
     provides: ClassVar[tuple[str, ...]]
     needs_climatology: ClassVar[bool] = False
     needs_members: ClassVar[bool] = False
+    min_members: ClassVar[int] = 1
     statistic_dims: ClassVar[tuple[str, ...]] = ()
 
     def statistics(self, forecast, truth, weights, member_axis=None, climatology=None, skipna=False) -> dict:
@@ -538,6 +540,7 @@ class Spread(Metric):
     0 for a deterministic forecast."""
 
     name = "spread"
+    min_members = 2
     definition = (
         "sqrt(mean over init times of the area-weighted unbiased ensemble variance); "
         "spread_skill = spread / ensemble_mean_rmse (WeatherBench2)"
@@ -557,6 +560,7 @@ class SpreadSkill(Metric):
     """Spread / ensemble-mean RMSE (WB2's spread-skill ratio; 1 for a reliable ensemble)."""
 
     name = "spread_skill"
+    min_members = 2
     units = "1"
     definition = None  # stated in spread's
     provides = ("ensemble_variance", "mse")
@@ -581,6 +585,7 @@ class CRPS(Metric):
     """
 
     name = "crps"
+    min_members = 2
     definition = (
         "fair CRPS mean_m |X_m - Y| - sum_ij |X_i - X_j| / (2 M (M - 1)), area-weighted, averaged over init times "
         "(WeatherBench2)"
@@ -761,6 +766,8 @@ def _per_init_statistics(metric: Metric, forecast, truth, climatology, weights, 
     member = member_dim(forecast.dims)
     if member is None and metric.needs_members:
         raise UserError(f"metric {metric.name!r} needs an ensemble forecast (a member dim, one of {MEMBER_DIMS})")
+    if member is not None and metric.min_members > 1:  # one member: CRPS and spread were NaN
+        check_members(forecast.sizes[member], member)
     arrays = [forecast, truth] + ([] if climatology is None else [climatology])
     spatial = list(SPATIAL_DIMS)
     core = [[member, *spatial] if member else spatial] + [spatial] * (len(arrays) - 1)

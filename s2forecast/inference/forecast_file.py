@@ -21,6 +21,8 @@ import numpy as np
 from s2forecast.output import field_compressors
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
+# the units of a NetCDF forecast's times, coarsest first, and their length in ns
+TIME_UNITS = (("hours", 3_600_000_000_000), ("minutes", 60_000_000_000), ("seconds", 1_000_000_000))
 MEMBER_DIM = "realization"  # WeatherBench2's name of the ensemble dimension
 
 
@@ -95,6 +97,19 @@ def zarr_template(layout: ChannelLayout, init_times, leads, lat, lon, units, att
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
+def time_numbers(init_times: np.ndarray, leads: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
+    """(unit, init times since 1970, leads) as NetCDF numbers: int64 in the coarsest of hours,
+    minutes, seconds that holds every value exactly (float64 hours made 00:20 read back as
+    00:19:59.999999872, which no truth time matched); float64 seconds below a second."""
+    init_ns = (np.asarray(init_times, "datetime64[ns]") - EPOCH).astype(np.int64)
+    lead_ns = np.asarray(leads, "timedelta64[ns]").astype(np.int64)
+    every = np.concatenate([init_ns, lead_ns])
+    for unit, length in TIME_UNITS:
+        if np.all(every % length == 0):
+            return unit, init_ns // length, lead_ns // length
+    return "seconds", init_ns / 1e9, lead_ns / 1e9
+
+
 class ForecastFile:
     """A forecast file written step by step (NetCDF4 or zarr) at ``path`` (the temporary path of
     an ``s2forecast.output.Output``); ``shards``: initialization times per zarr shard (0: unsharded).
@@ -131,22 +146,22 @@ class ForecastFile:
                 ds.createDimension("level", self.n_levels)
             ds.createDimension("latitude", len(lat))
             ds.createDimension("longitude", len(lon))
-            hours = (init_times - EPOCH) / np.timedelta64(1, "h")
-            lead_hours = leads / np.timedelta64(1, "h")
+            unit, init_values, lead_values = time_numbers(init_times, leads)
             # NetCDF holds times as numbers: their units here ("dtype" makes xarray decode the lead as
             # timedelta64, as WeatherBench2 stores it)
-            since = {"units": "hours since 1970-01-01 00:00:00", "calendar": "proleptic_gregorian"}
+            since = {"units": f"{unit} since 1970-01-01 00:00:00", "calendar": "proleptic_gregorian"}
             encoded = {"time": since, "valid_time": since,
-                       "prediction_timedelta": {"units": "hours", "dtype": "timedelta64[ns]"}}  # fmt: skip
-            arrays = {"time": (("time",), hours), "prediction_timedelta": (("prediction_timedelta",), lead_hours),
-                      "valid_time": (dims, hours[:, None] + lead_hours[None, :]), "latitude": (("latitude",), lat),
-                      "longitude": (("longitude",), lon)}  # fmt: skip
+                       "prediction_timedelta": {"units": unit, "dtype": "timedelta64[ns]"}}  # fmt: skip
+            arrays = {"time": (("time",), init_values),
+                      "prediction_timedelta": (("prediction_timedelta",), lead_values),
+                      "valid_time": (dims, init_values[:, None] + lead_values[None, :]),
+                      "latitude": (("latitude",), lat), "longitude": (("longitude",), lon)}  # fmt: skip
             if self.n_levels:
                 arrays["level"] = (("level",), np.array(layout.levels, dtype=np.int32))
             if members:
                 arrays[MEMBER_DIM] = ((MEMBER_DIM,), np.arange(members, dtype=np.int32))
             for name, (vdims, values) in arrays.items():
-                var = ds.createVariable(name, "f8" if values.dtype.kind == "f" else "i4", vdims)
+                var = ds.createVariable(name, values.dtype, vdims)
                 var[:] = values
                 var.setncatts({**encoded.get(name, {}), **COORDINATE_ATTRS[name]})
             for name, pressure in zip(layout.variables, layout.pressure, strict=True):

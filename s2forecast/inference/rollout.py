@@ -144,9 +144,9 @@ def ensemble_size(options: RolloutOptions, initial_conditions: int, stochastic: 
             ensemble file; 1 for a store).
 
     Raises:
-        ValueError: a perturbation of fewer than 2 members, K not a multiple of M, or members
-            that would repeat (a deterministic model, unperturbed, more members than initial
-            conditions, or a single one).
+        ValueError: K = 1 (an ensemble of one), a perturbation of fewer than 2 members, K not a
+            multiple of M, or members that would repeat (a deterministic model, unperturbed, more
+            members than initial conditions).
     """
     m = initial_conditions
     size = options.members or (m if m > 1 else 0)
@@ -155,12 +155,17 @@ def ensemble_size(options: RolloutOptions, initial_conditions: int, stochastic: 
             f"--perturbation {options.perturbation} perturbs the initial conditions of the members of an ensemble: add "
             "--members K with K >= 2 (e.g. --members 10)"
         )
+    if size == 1:  # an ensemble of one: evaluate refuses it (CRPS and spread need 2 members)
+        raise UserError(
+            "--members 1 makes an ensemble of one member, which has no spread or CRPS: give --members K with K >= 2, "
+            "or leave --members out for one forecast"
+        )
     if size and size % m:
         raise UserError(
             f"--members {size} cannot share the {m} selected IC-file members equally: give a multiple of {m} (member j "
             f"starts from IC member j mod {m}), or leave --members out for {m} members"
         )
-    if size and not options.perturbation and not stochastic and (size > m or size < 2):
+    if size and not options.perturbation and not stochastic and size > m:
         raise UserError(
             f"--members {size}: the checkpoint's model is deterministic (no network.noise_channels) and the initial "
             f"conditions are not perturbed, so members would repeat; add --perturbation gaussian or spherical-noise "

@@ -172,3 +172,13 @@ def test_a_batch_does_not_touch_an_existing_store_from_other_options(tmp_path):
     with pytest.raises(ValueError, match="other inputs or options"):
         generate_swe(path, 8, 16, trajectories=2, steps=3, batch=2, progress=False)
     np.testing.assert_array_equal(fields(path), before)
+
+
+@pytest.mark.parametrize("dt_hours", [1 / 6, 1 / 3, 0.1, 6.0])
+def test_times_are_whole_steps_apart(dt_hours):
+    """1/6 h as float hours made 00:10:00.000000001 and 00:19:59.999999998: spacings that are not one
+    step, so fit refused the store. Every spacing within a trajectory is the same step, to the ms."""
+    times, trajectory = swe.trajectory_times(2, 7, dt_hours)
+    spacings = np.diff(times[trajectory == 1])
+    assert np.unique(spacings).size == 1
+    assert abs(spacings[0] / np.timedelta64(1, "ms") - dt_hours * 3_600_000) < 0.5

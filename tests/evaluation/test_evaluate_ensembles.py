@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 
 from s2forecast.evaluation.evaluate import evaluate, format_table
+from s2forecast.evaluation.metrics import METRICS
 from s2forecast.evaluation.report import open_results
 
 SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
@@ -91,6 +92,34 @@ def test_single_member_ensemble_is_refused(tmp_path, truth):
     with pytest.raises(ValueError, match="member dim 'number' has 1 member; CRPS and spread need at least 2"):
         evaluate(ensemble(data, 1), path, tmp_path / "m.nc", plots=False, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_variable_without_the_member_dim_is_one_line(tmp_path, truth):
+    """Scored as members, its latitude axis was taken for the members' axis: an internal error."""
+    path, data = truth
+    forecast = ensemble(data, 3)
+    forecast["deterministic_2m_temperature"] = forecast["2m_temperature"].isel(number=0, drop=True)
+    with pytest.raises(ValueError) as error:
+        evaluate(forecast, path, tmp_path / "m.nc", plots=False, progress=False)
+    assert str(error.value) == (
+        "forecast variable(s) ['deterministic_2m_temperature'] have no 'number' dim but the others do: an "
+        "ensemble's fields all have members; evaluate them apart (forecast[['deterministic_2m_temperature']] as a "
+        "deterministic forecast)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_ensemble_metrics_refuse_one_member_in_python_too(truth):
+    """``METRICS[...].compute`` gave NaN CRPS and spread for one member where evaluate refuses it; the
+    ensemble mean's RMSE of one member is that member's."""
+    _, data = truth
+    one = ensemble(data, 1)["2m_temperature"]
+    observed = data["2m_temperature"]  # by valid time
+    for name in ("crps", "spread", "spread_skill"):
+        with pytest.raises(ValueError, match="member dim 'number' has 1 member; CRPS and spread need at least 2"):
+            METRICS[name].compute(one, observed)
+    deterministic = one.isel(number=0, drop=True)
+    xr.testing.assert_allclose(METRICS["rmse"].compute(one, observed), METRICS["rmse"].compute(deterministic, observed))
 
 
 def test_regions_through_evaluate_and_land(tmp_path, truth):

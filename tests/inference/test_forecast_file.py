@@ -96,3 +96,24 @@ def test_netcdf_and_zarr_coordinates_carry_the_same_cf_attributes(tmp_path):
             assert " since " in ds[name].encoding["units"] and ds[name].encoding["calendar"], (fmt, name)
         assert ds["prediction_timedelta"].dtype.kind == "m" and ds["time"].dtype.kind == "M", fmt
     np.testing.assert_array_equal(opened["netcdf"]["valid_time"].values, opened["zarr"]["valid_time"].values)
+
+
+@pytest.mark.parametrize(
+    ("step", "unit"),
+    [(np.timedelta64(6, "h"), "hours"), (np.timedelta64(10, "m"), "minutes"), (np.timedelta64(90, "s"), "seconds")],
+)
+def test_netcdf_times_read_back_exactly(tmp_path, step, unit):
+    """Times were float64 hours: 00:20 read back as 00:19:59.999999872, which no truth time matched
+    (evaluate: "none of the forecast's valid times is in the truth"). They are whole numbers of the
+    coarsest unit that holds them."""
+    init = np.datetime64("2000-01-01T00", "ns") + np.arange(1, 4) * step.astype("timedelta64[ns]")
+    leads = np.arange(1, 3) * step.astype("timedelta64[ns]")
+    forecast = ForecastFile(tmp_path / "f.nc", "netcdf", LAYOUT, init, leads, LAT, LON, UNITS, {"title": "t"})
+    forecast.close()
+    with xr.open_dataset(tmp_path / "f.nc") as back:
+        assert np.array_equal(back["time"].values, init)
+        assert np.array_equal(back["prediction_timedelta"].values, leads)
+        assert np.array_equal(back["valid_time"].values, init[:, None] + leads[None, :])
+    with xr.open_dataset(tmp_path / "f.nc", decode_times=False, decode_timedelta=False) as raw:
+        assert raw["time"].attrs["units"] == f"{unit} since 1970-01-01 00:00:00"
+        assert raw["prediction_timedelta"].attrs["units"] == unit and raw["time"].dtype == np.int64

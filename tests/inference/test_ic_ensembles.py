@@ -113,6 +113,14 @@ def test_perturbed_ensemble_of_a_noise_model(crps_run, swe_store, tmp_path):
     assert not np.allclose(values, noise_only["vorticity"].values)
 
 
+def test_an_ensemble_of_one_member_of_a_noise_model_is_refused(crps_run, swe_store, tmp_path, capsys):
+    """It wrote a file with a realization dim of 1, which evaluate then refused."""
+    message = refused(["rollout", "--ckpt", crps_run.checkpoint, "--store", swe_store, "--steps", "1", "--init-times",
+                       INITS, "--out", tmp_path / "f.nc", "--members", "1"], capsys)  # fmt: skip
+    assert "--members 1 makes an ensemble of one member" in message
+    assert not (tmp_path / "f.nc").exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -125,6 +133,11 @@ def test_perturbed_ensemble_of_a_noise_model(crps_run, swe_store, tmp_path):
         (["--perturbation", "gaussian"], "add --members K with K >= 2"),
         (["--members", "1", "--perturbation", "spherical-noise"], "add --members K with K >= 2"),
         (["--members", "3", "--perturbation-scale", "0.1"], "perturbs nothing without --perturbation"),
+        (
+            ["--members", "1"],
+            "--members 1 makes an ensemble of one member, which has no spread or CRPS: give "
+            "--members K with K >= 2, or leave --members out for one forecast",
+        ),
         (["--members", "2"], "deterministic (no network.noise_channels) and the initial conditions are not perturbed"),
         (
             ["--member", "1"],
