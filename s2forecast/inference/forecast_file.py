@@ -161,7 +161,7 @@ class ForecastFile:
             if members:
                 arrays[MEMBER_DIM] = ((MEMBER_DIM,), np.arange(members, dtype=np.int32))
             for name, (vdims, values) in arrays.items():
-                var = ds.createVariable(name, values.dtype, vdims)
+                var = ds.createVariable(name, f"{values.dtype.kind}{values.dtype.itemsize}", vdims)  # native order
                 var[:] = values
                 var.setncatts({**encoded.get(name, {}), **COORDINATE_ATTRS[name]})
             for name, pressure in zip(layout.variables, layout.pressure, strict=True):

@@ -339,6 +339,9 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
 
         model, opened = collectively(ranks, load)
         with opened as initial:
+            if options.store_stats:  # back to physical units with the statistics the inputs were normalized with
+                stats = initial.dataset.stats
+                model = model.with_statistics(stats.mean, stats.std, stats.tendency_std)
             members = collectively(ranks, lambda: ensemble_size(options, len(initial.datasets), model.stochastic))
             options = replace(options, members=members)
 

@@ -19,9 +19,12 @@ land-sea mask) are stored in the checkpoint too (``static_fields``), so initial 
 only the time-dependent variables.
 """
 
+import copy
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -51,16 +54,34 @@ class Forecaster(nn.Module):
         n_static, n_forcing = len(data.static_channels), len(data.forcing_channels)
         in_channels = self.history * len(self.channels) + n_static + (self.history + 1) * n_forcing
         self.net = build_network(architecture, self.grid, in_channels, len(self.channels), **self.network_options)
-        mean, std = torch.tensor(data.mean), torch.tensor(data.std)
-        tendency_std = torch.tensor(data.tendency_std)
-        scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
-        # statistics are rebuilt from ``data``: not part of the weights (state_dict)
-        self.register_buffer("mean", mean[:, None, None].float(), persistent=False)
-        self.register_buffer("std", std[:, None, None].float(), persistent=False)
-        self.register_buffer("tendency_scale", scale[:, None, None].float(), persistent=False)
+        self._register_statistics(data)
         # name -> (nlat, nlon) float32 in physical units, on ``grid``: the training store's static
         # fields, saved with the checkpoint (empty for checkpoints from before they were saved)
         self.static_fields: dict[str, torch.Tensor] = {}
+
+    def _register_statistics(self, data: DataSpec, device=None) -> None:
+        """The normalization buffers (channels, 1, 1) of ``data``'s statistics: rebuilt from ``data``,
+        not part of the weights (state_dict)."""
+        mean, std = torch.tensor(data.mean), torch.tensor(data.std)
+        tendency_std = torch.tensor(data.tendency_std)
+        scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
+        for name, values in (("mean", mean), ("std", std), ("tendency_scale", scale)):
+            self.register_buffer(name, values[:, None, None].float().to(device), persistent=False)
+
+    def with_statistics(self, mean, std, tendency_std) -> "Forecaster":
+        """The same network normalizing with other statistics ((channels,) in physical units, e.g. a
+        store's own: ``rollout --store-stats``), both ways: inputs normalized and outputs turned back
+        into physical units with the same ones (mixing them offset forecasts by their difference).
+        Shares the weights."""
+        values = {name: tuple(float(v) for v in np.asarray(a).ravel()) for name, a in
+                  (("mean", mean), ("std", std), ("tendency_std", tendency_std))}  # fmt: skip
+        if any(len(v) != len(self.channels) for v in values.values()):
+            raise UserError(f"statistics of {[len(v) for v in values.values()]} channels for {len(self.channels)}")
+        other = copy.copy(self)  # the same submodules (weights); its own buffers and data
+        other._buffers = dict(self._buffers)
+        other.data = replace(self.data, **values)
+        other._register_statistics(other.data, self.mean.device)
+        return other
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, map_location="cpu") -> "Forecaster":

@@ -155,6 +155,25 @@ def test_forecast_from_new_initial_conditions_uses_the_checkpoint_statistics(tra
     assert not np.allclose(xr.open_dataset(store_normalized)["vorticity"].values, expected["vorticity"].values)
 
 
+def test_store_stats_normalize_and_denormalize_with_the_same_statistics(trained, tmp_path, monkeypatch):
+    """--store-stats normalized the inputs with the store's statistics but turned the outputs back into
+    physical units with the checkpoint's: a model that keeps its normalized input (persistence) was off
+    by the statistics' difference. Now it gives the initial state at every lead, with either."""
+    store, checkpoint = trained
+    new = new_dates_store(store, tmp_path)
+    compute_stats(new, end=str(times_of(new)[3]))  # statistics of another period than training's
+    monkeypatch.setattr(Forecaster, "step", lambda self, states, static, forcings, noise=None: states[:, -1])
+    inits = times_of(new)[[0, 9]]
+    initial = open_store(new).sel(time=inits)
+    for options in (RolloutOptions(), RolloutOptions(store_stats=True)):
+        out = xr.open_dataset(rollout(checkpoint, new, 2, inits, tmp_path / f"{options.store_stats}.nc", options,
+                                      progress=False))  # fmt: skip
+        for name in ("geopotential_height", "vorticity", "divergence"):
+            for lead in range(2):
+                np.testing.assert_allclose(out[name].values[:, lead], initial[name].values, rtol=1e-5,
+                                           atol=1e-6 * float(np.abs(initial[name]).max()), err_msg=name)  # fmt: skip
+
+
 def test_non_finite_forecast(trained, tmp_path, monkeypatch):
     store, checkpoint = trained
     real = Forecaster.step

@@ -70,3 +70,14 @@ def test_checkpoint_of_before_data_spec_loads(tmp_path):
     ours, theirs = loaded.state_dict(), trained.state_dict()
     assert list(ours) == list(theirs) and all(torch.equal(ours[name], theirs[name]) for name in ours)
     assert loaded.mean.flatten().tolist() == [250.5, 280.25]
+
+
+def test_with_statistics_shares_the_weights_and_changes_only_the_normalization():
+    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, DataSpec.from_dict(OLD_DICT))
+    other = model.with_statistics([200.0, 290.0], [5.0, 20.0], [1.0, float("nan")])
+    assert other.net is model.net and other.data.mean == (200.0, 290.0) and other.data.std == (5.0, 20.0)
+    assert model.data.mean == (250.5, 280.25) and model.mean.flatten().tolist() == [250.5, 280.25]  # untouched
+    assert other.mean.flatten().tolist() == [200.0, 290.0] and other.std.flatten().tolist() == [5.0, 20.0]
+    assert other.tendency_scale.flatten().tolist() == pytest.approx([0.2, 1.0])  # tendency_std / std, or 1
+    with pytest.raises(ValueError, match=r"statistics of \[1, 2, 2\] channels for 2"):
+        model.with_statistics([1.0], [1.0, 2.0], [1.0, 2.0])
