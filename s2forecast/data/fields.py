@@ -212,7 +212,8 @@ class FieldDataset(torch.utils.data.Dataset):
         check_time_axis(self.times, self.path)  # samples are found by bisection
         self.step = self._check_step(self.times, spec.step_hours)
         self.offsets = np.arange(-(spec.history - 1), spec.rollout + 1)  # in steps, relative to t0
-        trajectory = ds["trajectory"].values if "trajectory" in ds.coords else None
+        # (time,) trajectory of each time (SWE stores), None for a record: no sample spans two trajectories
+        self.trajectory = trajectory = ds["trajectory"].values if "trajectory" in ds.coords else None
         if trajectories is not None and trajectory is None:
             raise UserError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
         self.samples = self._sample_indices(start, end, trajectory, trajectories)

@@ -125,13 +125,24 @@ def input_indices(dataset: FieldDataset, t0: np.datetime64, source: str | Path |
         ValueError: one of them is not in the store (names ``t0`` and the store's range).
     """
     offsets = np.arange(-(dataset.spec.history - 1), 1) * dataset.step
+    where = "the store" if source is None else "the file"
     try:
-        return dataset.time_indices(t0 + offsets, None if source is None else str(source))
+        positions = dataset.time_indices(t0 + offsets, None if source is None else str(source))
     except ValueError as error:
-        where = "the store" if source is None else "the file"
         raise UserError(
             f"initialization time {format_time(t0)} needs inputs that are not in {where}: {error}"
         ) from None
+    if dataset.trajectory is not None and np.unique(dataset.trajectory[positions]).size > 1:
+        # back-to-back trajectories of an SWE store: the history would be another run's state
+        first = dataset.trajectory[positions[-1]]
+        start = dataset.times[np.flatnonzero(dataset.trajectory == first)[0]]
+        raise UserError(
+            f"initialization time {format_time(t0)} needs the {dataset.spec.history} states up to it, but "
+            f"{format_time(dataset.times[positions[0]])} is in another trajectory of {where} than it (trajectory "
+            f"{first} starts at {format_time(start)}); samples never span two trajectories: start "
+            f"{dataset.spec.history - 1} step(s) or more after a trajectory's start"
+        )
+    return positions
 
 
 def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps: int) -> InitialStates:

@@ -215,3 +215,32 @@ def test_missing_history_of_wider_spaced_initial_conditions_is_named(swe_store, 
     ), error.value
     with pytest.raises(UserError, match=r"step_hours=1.0 is not a multiple of the time step of .* \(2 h\)"):
         FieldDataset(two_hourly, SampleSpec(channels, None, (), (), 1, 1.0, 1), stats=checkpoint_stats(model)[0])
+
+
+def test_a_history_that_would_span_two_trajectories_is_refused(tmp_path):
+    """Trajectories of 6 states 4 h apart lie back to back (a day each): a history-2 initialization at
+    the second one's first time took its first state from the first trajectory (training never does)."""
+    from s2forecast.data import generate_swe
+    from s2forecast.geometry import Grid
+    from s2forecast.inference.initial_conditions import InitialConditions
+    from s2forecast.models.data_spec import DataSpec
+    from s2forecast.models.forecaster import Forecaster
+    from s2forecast.user_errors import UserError
+
+    store = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=2, steps=5, dt_hours=4.0,
+                         solver_dt_seconds=3600, progress=False)  # fmt: skip
+    channels = ("geopotential_height", "vorticity", "divergence")
+    data = DataSpec(channels=channels, static_channels=(), forcing_channels=(), grid=Grid(8, 16), history=2,
+                    step_hours=4.0, rollout_steps=1, mean=(0.0,) * 3, std=(1.0,) * 3,
+                    tendency_std=(1.0,) * 3)  # fmt: skip
+    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, data)
+    with InitialConditions.open(store, model) as initial:
+        assert np.diff(initial.dataset.times)[5] == np.timedelta64(4, "h")  # back to back: 20 h, then 00 h
+        initial.check(np.array(["2000-01-02T04"], dtype="datetime64[ns]"))  # both states in trajectory 1
+        with pytest.raises(UserError) as error:
+            initial.check(np.array(["2000-01-02T00"], dtype="datetime64[ns]"))
+    assert str(error.value) == (
+        "initialization time 2000-01-02T00 needs the 2 states up to it, but 2000-01-01T20 is in another trajectory "
+        "of the store than it (trajectory 1 starts at 2000-01-02T00); samples never span two trajectories: start 1 "
+        "step(s) or more after a trajectory's start"
+    )
