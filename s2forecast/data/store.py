@@ -127,6 +127,8 @@ def cf_attributes(name: str) -> dict[str, str]:
     return attrs
 
 
+# CF calendars that decode to datetime64 (the real-world one); others (noleap, 360_day, julian) to cftime
+STANDARD_CALENDARS = ("standard", "gregorian", "proleptic_gregorian")
 # the trailing dims of every field in the model's order; any others (time, lead, member) come first
 TRAILING_DIMS = ("level", "latitude", "longitude")
 
@@ -302,6 +304,13 @@ def open_store(
         raise
     if "time" in ds.coords and not np.issubdtype(ds["time"].dtype, np.datetime64):
         example = ds["time"].values.ravel()[:1].tolist()
+        calendar = ds["time"].encoding.get("calendar") or ds["time"].attrs.get("calendar")
+        if calendar is not None and str(calendar).lower() not in STANDARD_CALENDARS:  # decoded, but to cftime
+            raise UserError(
+                f"the time coordinate of store {path} uses the calendar {calendar!r} (values such as {example}): "
+                f"s2forecast reads the real-world calendar only ({', '.join(STANDARD_CALENDARS)}: ERA5's); "
+                "convert the store's times to it"
+            )
         raise UserError(
             f"the time coordinate of store {path} holds {ds['time'].dtype} values such as {example}, not dates "
             "(datetime64): rewrite the store with CF-encoded times (e.g. units 'hours since 2000-01-01') or "

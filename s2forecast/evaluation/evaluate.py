@@ -67,7 +67,7 @@ from s2forecast.evaluation import report, scoring
 from s2forecast.evaluation.climatology import MIN_ACC_YEARS, ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
 from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
-from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS
+from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS, nearest_hours
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import (
     MARKER_ATTR,
@@ -107,6 +107,22 @@ NONFINITE = {
     "is left out for every member; counts per lead: <field>_nonfinite_forecast, <field>_nonfinite_truth",
     "error": "refused (--nan error): the scored forecast and truth values are all finite",
 }
+
+
+def _substituted_hours(climatology: xr.Dataset | None, init_times: np.ndarray, leads: np.ndarray) -> str:
+    """ "valid hour 3 -> 0, ..." for the valid hours a climatology of several hours lacks (its nearest
+    held hour is used: ``metrics.climatology_slots``); "" when it holds them all, or one hour (a mean
+    that applies to every hour, by design)."""
+    if climatology is None or climatology.sizes.get("hour", 0) < 2:
+        return ""
+    held = np.asarray(climatology["hour"].values, dtype=np.int64)
+    valid = np.unique(pd.DatetimeIndex((init_times[:, None] + leads[None, :]).ravel()).hour)
+    lacking = valid[~np.isin(valid, held)]
+    if lacking.size == 0:
+        return ""
+    used = nearest_hours(lacking, held).tolist()
+    pairs = ", ".join(f"{h} -> {n}" for h, n in zip(lacking.tolist(), used, strict=True))
+    return f"valid hour {pairs} (the climatology holds hours {sorted(held.tolist())})"
 
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
@@ -282,6 +298,14 @@ def _score_and_write(
             ClimatologyWarning,
             stacklevel=3,
         )
+    substituted = _substituted_hours(inputs.climatology, init_times, inputs.forecast[LEAD_DIM].values)
+    if substituted:
+        warnings.warn(
+            f"the climatology lacks valid hours of the forecast: {substituted}; scored against those hours "
+            "(ACC, the climatology baseline); give a climatology of every valid hour to score them at their own",
+            ClimatologyWarning,
+            stacklevel=3,
+        )
     defined = dict.fromkeys(DETERMINISTIC + ENSEMBLE + names)  # the standard metrics' definitions, and any other's
     metrics.attrs = {
         "title": "forecast skill scores (s2forecast evaluate)",
@@ -300,6 +324,7 @@ def _score_and_write(
         **{name: BASELINES[name] for name in config.baselines if BASELINES[name]},
         "missing_truth": MISSING_TRUTH,
         **({"acc_caveat": f"ACC not meaningful: {caveat}"} if caveat else {}),
+        **({"climatology_hours_substituted": substituted} if substituted else {}),
         **({"named_regions": "; ".join(named)} if (named := [r for r in config.regions or () if "=" in r]) else {}),
         "nonfinite_values": NONFINITE[nan],
         "csv": str(csv_path.resolve()),

@@ -898,6 +898,28 @@ def nearest_hours(hours, available_hours) -> np.ndarray:
     return available[np.argmin(distance, axis=1)].reshape(hours.shape)
 
 
+def climatology_slots(valid_times, available_hours) -> tuple[np.ndarray, np.ndarray]:
+    """The (dayofyear, hour) slot of a climatology holding ``available_hours`` for each valid time:
+    the nearest held hour (:func:`nearest_hours`), on the day that hour falls on: 22 h of Mar 1
+    against a 00/06/12/18 climatology is 00 h of Mar 2, not of Mar 1 (22 h earlier).
+
+    Args:
+        valid_times: (...) datetime64 values.
+        available_hours: (n,) hours of day the climatology holds.
+
+    Returns:
+        (dayofyear, hour), each (...) int64.
+    """
+    values = np.asarray(valid_times, dtype="datetime64[ns]")
+    stamps = pd.DatetimeIndex(values.ravel())
+    hours = np.asarray(stamps.hour, dtype=np.int64)
+    chosen = nearest_hours(hours, available_hours)
+    forward, backward = (chosen - hours) % 24, (hours - chosen) % 24
+    offset = np.where(forward < backward, forward, -backward)  # as nearest_hours chose: ties go back
+    target = stamps + pd.to_timedelta(offset, unit="h")
+    return np.asarray(target.day_of_year, dtype=np.int64).reshape(values.shape), chosen.reshape(values.shape)
+
+
 def climatology_at_valid_times(climatology: Data, valid_time) -> Data:
     """Select a WB2-layout climatology at given valid times.
 
@@ -905,8 +927,8 @@ def climatology_at_valid_times(climatology: Data, valid_time) -> Data:
     convention: 1 = Jan 1, 60 = Feb 29 in leap years and Mar 1 otherwise, 366 = Dec 31 of
     leap years), the hour is ``time.dt.hour``. When the climatology lacks the valid hour
     (e.g. it holds only 00 and 12 UTC, or a single hour), the nearest available hour on
-    the 24 h circle is used, ties going to the earlier hour (:func:`nearest_hours`); a
-    single-hour climatology thus applies to every hour.
+    the 24 h circle is used, ties going to the earlier hour (:func:`nearest_hours`), on the day it
+    falls on (:func:`climatology_slots`); a single-hour climatology thus applies to every hour.
 
     Args:
         climatology: dims ``(dayofyear, hour, ...)`` (:func:`open_climatology` layout).
@@ -921,9 +943,7 @@ def climatology_at_valid_times(climatology: Data, valid_time) -> Data:
         if dim not in climatology.dims:
             raise UserError(f"the climatology has no {dim!r} dim (dims {tuple(climatology.dims)}); expected WB2 layout")
     valid = _as_time_array(valid_time, INIT_DIM, "valid_time", "datetime")
-    stamps = pd.DatetimeIndex(valid.values.ravel())
-    doy = np.asarray(stamps.day_of_year, dtype=np.int64).reshape(valid.shape)
-    hour = np.asarray(stamps.hour, dtype=np.int64).reshape(valid.shape)
+    doy, hour = climatology_slots(valid.values, climatology["hour"].values)
     have_doy = set(np.asarray(climatology["dayofyear"].values).tolist())
     lacking = sorted(set(np.unique(doy).tolist()) - have_doy)
     if lacking:
@@ -931,7 +951,6 @@ def climatology_at_valid_times(climatology: Data, valid_time) -> Data:
             f"the climatology lacks dayofyear value(s) {lacking[:10]}{' ...' if len(lacking) > 10 else ''} needed "
             "for the valid times; a WB2-layout climatology must hold dayofyear 1..366"
         )
-    hour = nearest_hours(hour, climatology["hour"].values)
     coords = {name: coord for name, coord in valid.coords.items() if name not in ("dayofyear", "hour")}
     indexers = {
         "dayofyear": xr.DataArray(doy, dims=valid.dims, coords=coords),

@@ -48,7 +48,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from s2forecast.data.engine import Engine
@@ -60,11 +59,11 @@ from s2forecast.evaluation.metrics import (
     align_like,
     check_members,
     climatology_forecast,
+    climatology_slots,
     compute_statistics,
     get_metric,
     member_dim,
     metric_units,
-    nearest_hours,
     persistence_forecast,
     truth_at_valid_times,
 )
@@ -277,9 +276,8 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
     needed = np.union1d(init, valid)
     truth_times = truth[INIT_DIM].values
     present = needed[np.isin(needed, truth_times)]
-    stamps = pd.DatetimeIndex(valid)
-    doys = np.unique(np.asarray(stamps.day_of_year))
-    hours = np.unique(nearest_hours(np.asarray(stamps.hour), clim["hour"].values))
+    slot_doys, slot_hours = climatology_slots(valid, clim["hour"].values)
+    doys, hours = np.unique(slot_doys), np.unique(slot_hours)
     chunk, nonfinite = {}, {}
     for v in job.variables:
         f = forecast[v].isel({INIT_DIM: block.init, LEAD_DIM: block.lead}).astype(np.float64).load()

@@ -76,6 +76,26 @@ def test_a_time_coordinate_of_strings_is_refused(swe_store, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["strings.zarr"]
 
 
+@pytest.mark.parametrize("calendar", ["noleap", "360_day"])
+def test_another_calendar_is_named(swe_store, tmp_path, capsys, calendar):
+    """Such times are CF-encoded already: the advice to CF-encode them did not help."""
+    ds = xr.open_zarr(swe_store).load().drop_encoding()
+    ds.attrs = {}
+    hours = (ds["time"].values - ds["time"].values[0]) / np.timedelta64(1, "h")
+    ds = ds.assign_coords(time=("time", hours, {"units": "hours since 2000-01-01", "calendar": calendar}))
+    store = tmp_path / "calendar.zarr"
+    ds.to_zarr(store, zarr_format=3, consolidated=True)
+    for argv in (["stats", store, "--out", tmp_path / "s.zarr"], ["climatology", store, "--out", tmp_path / "c.zarr"]):
+        message = refused(argv, capsys)
+        named = f"the time coordinate of store {store} uses the calendar {calendar!r} (values such as [cftime."
+        assert named in message, message
+        assert message.endswith(
+            "s2forecast reads the real-world calendar only (standard, gregorian, proleptic_gregorian: ERA5's); "
+            "convert the store's times to it"
+        ), message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calendar.zarr"]
+
+
 def test_a_pickle_codec_is_refused_without_asyncio_tracebacks(swe_store, tmp_path, caplog):
     store = tmp_path / "pickle.zarr"
     ds = xr.open_zarr(swe_store).load().drop_encoding()

@@ -3,6 +3,7 @@
 fails never loses the scores."""
 
 import inspect
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +187,26 @@ def test_float_noise_unsorted_latitudes_and_zoned_times_score_as_the_canonical(c
     paris = pd.DatetimeIndex(forecast["time"].values).tz_localize("UTC").tz_convert("Europe/Paris")
     results = run(forecast.assign_coords(time=paris), zoned, tmp_path / "metrics.nc", plots=False)
     assert_same_results(results, reference)
+
+
+def test_a_climatology_lacking_valid_hours_is_named_in_a_warning_and_the_results(canonical, tmp_path):
+    """Valid hours 06 and 18 against a 00/12 climatology were scored against 00 and 12 silently."""
+    from s2forecast.evaluation.climatology import ClimatologyWarning
+
+    truth, forecast, *_ = canonical
+    mean = truth[["geopotential", "2m_temperature"]].mean("time")
+    climatology = mean.expand_dims(dayofyear=np.arange(1, 367), hour=[0, 12]).astype(np.float32)
+    with pytest.warns(ClimatologyWarning) as caught:
+        results = run(forecast, truth, tmp_path / "metrics.nc", climatology=climatology, plots=False)
+    said = "valid hour 6 -> 0, 18 -> 12 (the climatology holds hours [0, 12])"
+    assert any(said in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert results.attrs["climatology_hours_substituted"] == said
+    every_hour = mean.expand_dims(dayofyear=np.arange(1, 367), hour=[0, 6, 12, 18]).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = run(forecast, truth, tmp_path / "every.nc", climatology=every_hour, plots=False)
+    assert "climatology_hours_substituted" not in results.attrs
+    assert not any("lacks valid hours" in str(w.message) for w in caught)
 
 
 def test_spectra_and_maps_take_any_dim_order(canonical, tmp_path):

@@ -479,8 +479,11 @@ def test_nearest_hour_on_the_clock():
     np.testing.assert_array_equal(nearest_hours([0, 5, 6, 7, 17, 18, 19, 23], [0, 12]), [0, 0, 0, 12, 12, 12, 0, 0])
     np.testing.assert_array_equal(nearest_hours([3, 21], [0]), [0, 0])
     np.testing.assert_array_equal(nearest_hours([6, 18], [0, 6, 12, 18]), [6, 18])
-    out = climatology_at_valid_times(encoded_climatology(hours=[0, 12]), ["2021-01-01T07", "2021-01-01T23"])
-    np.testing.assert_array_equal(out["2m_temperature"][:, 0, 0].values, [112, 100])
+    # 23 h is nearest to 00 h of the next day (doy 2), not of its own day 23 h earlier; Dec 31 23 h of a
+    # leap year to Jan 1 00 h; 02 h back to 00 h of its own day
+    times = ["2021-01-01T07", "2021-01-01T23", "2020-12-31T23", "2021-03-01T02", "2020-02-28T22"]
+    out = climatology_at_valid_times(encoded_climatology(hours=[0, 12]), times)
+    np.testing.assert_array_equal(out["2m_temperature"][:, 0, 0].values, [112, 200, 100, 6000, 6000])
 
 
 def test_persistence_forecast_and_baselines():
