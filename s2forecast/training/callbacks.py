@@ -17,7 +17,10 @@ class EMAWeightAveraging(WeightAveraging):
     def __init__(self, decay: float = 0.999, start_step: int = 0, device: str | None = None):
         if not 0.0 < decay < 1.0:
             raise UserError(f"decay must be in (0, 1), got {decay}")
-        super().__init__(device=device, use_buffers=True, multi_avg_fn=get_ema_multi_avg_fn(decay))
+        # buffers are not averaged: ours are constants of the grid (attention masks hold -inf, and
+        # lerp(-inf, -inf, w) is NaN: validation failed from the second update on), and there are no
+        # running statistics (no batch norm) an average would stand for
+        super().__init__(device=device, use_buffers=False, multi_avg_fn=get_ema_multi_avg_fn(decay))
         self.decay, self.start_step = decay, start_step
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:

@@ -1,0 +1,31 @@
+"""The EMA of the weights (``EMAWeightAveraging``, the ERA5 configs' callback) on a grid whose
+neighborhood attention holds -inf in its (constant) buffers: averaging them made NaN
+(lerp(-inf, -inf, w)), so validation failed from the second update on."""
+
+import torch
+from torch.optim.swa_utils import AveragedModel
+
+from s2forecast.geometry import Grid
+from s2forecast.models.spherical_transformer import SphericalTransformer
+from s2forecast.training.callbacks import EMAWeightAveraging
+
+
+def test_the_average_keeps_the_constant_buffers_and_averages_the_weights():
+    net = SphericalTransformer(Grid(9, 16), 3, 3, embed_dim=16, num_layers=1, num_heads=2, scale_factor=1,
+                               attention="neighborhood")  # fmt: skip
+    buffers = {name: b.clone() for name, b in net.named_buffers() if b.is_floating_point()}
+    assert any(torch.isinf(b).any() for b in buffers.values())  # the case: a mask of -inf
+    callback = EMAWeightAveraging(decay=0.5)
+    average = AveragedModel(net, use_buffers=callback._use_buffers, **callback._kwargs)  # as WeightAveraging.setup
+    first = [p.detach().clone() for p in net.parameters()]
+    for _ in range(3):
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(1.0)
+        average.update_parameters(net)
+    for name, b in average.module.named_buffers():
+        if name in buffers:
+            assert torch.equal(b, buffers[name]), name  # -inf where it was, nothing NaN
+    # EMA with decay 0.5 of the weights +1, +2, +3: +1, then (1 + 2) / 2, then (1.5 + 3) / 2
+    for p0, p in zip(first, average.module.parameters(), strict=True):
+        torch.testing.assert_close(p, p0 + 2.25)
