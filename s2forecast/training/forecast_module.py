@@ -16,6 +16,7 @@ latitude-weighted RMSE (WeatherBench2 cell areas) in physical units at every lea
 
 import math
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 
@@ -257,13 +258,25 @@ class ForecastModule(pl.LightningModule):
         """(batch, steps, channels, nlat, nlon) normalized predictions for leads 1..steps."""
         return torch.stack(list(self.forecaster.rollout(batch.inputs, batch.static, batch.forcings, steps)), dim=1)
 
-    def ensemble(self, batch: Batch, steps: int) -> torch.Tensor:
+    def ensemble(self, batch: Batch, steps: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """(batch, members, steps, channels, nlat, nlon): each sample rolled out by every member
-        (``Forecaster.ensemble_rollout``; each member draws its own noise)."""
+        (``Forecaster.ensemble_rollout``; each member draws its own noise, from ``generator``)."""
         leads = self.forecaster.ensemble_rollout(
-            batch.inputs, batch.static, batch.forcings, steps, self.hparams.members
+            batch.inputs, batch.static, batch.forcings, steps, self.hparams.members, generator
         )
         return torch.stack(list(leads), dim=2)
+
+    def noise_generator(self, batch_idx: int, stage: str = "train") -> torch.Generator:
+        """The random numbers of a step's model noise, from the run's seed (``seed_everything``), the
+        stage, the optimizer step, the batch (training: the micro-batch within the step) and the rank,
+        not from the global random state: a run resumed from a checkpoint draws what the uninterrupted
+        run drew (the global state restarts at the seed), in training and in validation."""
+        accumulate = self.trainer.accumulate_grad_batches if self._trainer is not None else 1
+        index = batch_idx % accumulate if stage == "train" else batch_idx
+        stages = ("train", "val", "test")
+        key = [torch.initial_seed(), stages.index(stage), self.global_step, index, self.global_rank]
+        seed = int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0]) & (2**63 - 1)
+        return torch.Generator(self.device).manual_seed(seed)
 
     @property
     def probabilistic(self) -> bool:
@@ -305,25 +318,31 @@ class ForecastModule(pl.LightningModule):
             )
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        prediction = self.ensemble(batch, self.rollout) if self.probabilistic else self(batch, self.rollout)
+        if self.probabilistic:
+            prediction = self.ensemble(batch, self.rollout, self.noise_generator(batch_idx))
+        else:
+            prediction = self(batch, self.rollout)
         loss = self.loss(prediction, batch.targets[:, : self.rollout])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.inputs))
         self.log("train/rollout", float(self.rollout), batch_size=len(batch.inputs))
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._score(batch, "val")
+        self._score(batch, batch_idx, "val")
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._score(batch, "test")
+        self._score(batch, batch_idx, "test")
 
     def predict_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         """Physical-unit forecasts (batch, steps, channels, nlat, nlon) for every target."""
         return self.to_physical(self(batch, batch.targets.shape[1]))
 
-    def _score(self, batch: Batch, stage: str) -> None:
+    def _score(self, batch: Batch, batch_idx: int, stage: str) -> None:
         steps = batch.targets.shape[1]
-        prediction = self.ensemble(batch, steps) if self.probabilistic else self(batch, steps)
+        if self.probabilistic:
+            prediction = self.ensemble(batch, steps, self.noise_generator(batch_idx, stage))
+        else:
+            prediction = self(batch, steps)
         size = len(batch.inputs)
         self.log(f"{stage}/loss", self.loss(prediction, batch.targets), prog_bar=True, batch_size=size, sync_dist=True)
         if self.probabilistic:

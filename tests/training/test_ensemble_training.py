@@ -3,6 +3,7 @@ through the Lightning CLI, `rollout --members` writing the realization dimension
 from a seed, and `evaluate` scoring it with CRPS and spread; issue 30's variant configs fitted and
 forecast the same way."""
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,37 @@ def test_variant_configs_fit_and_forecast(configs, swe_store, tmp_path):
     b = rollout(checkpoint, swe_store, tmp_path / "b.nc", "--members", "2", "--seed", "3")
     np.testing.assert_array_equal(a["vorticity"].values, b["vorticity"].values)
     assert np.isfinite(a["vorticity"].values).all()
+
+
+def test_training_noise_comes_from_the_seed_and_step_not_the_global_random_state(ensemble_checkpoint, swe_store):
+    """A resumed run restarts the global random state at the seed, so noise drawn from it differed
+    from the uninterrupted run's (weights 1e-3 apart after 10 steps). The noise of a step depends on
+    the seed, the stage and the batch only; the global random state is neither used nor advanced."""
+    from s2forecast.training import ForecastModule
+    from s2forecast.training.datamodule import SWEDataModule
+
+    module = ForecastModule.load_from_checkpoint(ensemble_checkpoint, weights_only=True)
+    data = SWEDataModule(str(swe_store), train_trajectories=(0, 2), val_trajectories=None, test_trajectories=None,
+                         batch_size=2)  # fmt: skip
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    module.rollout = 1
+
+    def members(batch_idx, stage="train"):
+        return module.ensemble(batch, 1, module.noise_generator(batch_idx, stage))
+
+    torch.manual_seed(0)
+    first = members(0)
+    torch.rand(7)  # another global random state, the same seed
+    assert torch.equal(members(0), first)
+    torch.manual_seed(0)
+    torch.rand(7)
+    before = torch.get_rng_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # self.log without a Trainer
+        module.training_step(batch, 0)
+    assert torch.equal(torch.get_rng_state(), before)  # the global random state neither used nor advanced
+    assert not torch.equal(first[:, 0], first[:, 1])  # the members differ
+    assert not torch.equal(members(0, "val"), first)  # validation draws its own
+    torch.manual_seed(1)
+    assert not torch.equal(members(0), first)  # another seed, other noise
