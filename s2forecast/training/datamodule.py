@@ -60,23 +60,29 @@ class ResumableLoader(torch.utils.data.DataLoader):
     then serves the rest of that epoch in the uninterrupted run's order.
     """
 
-    served = 0  # batches of the sampler's current epoch handed out
+    first = 0  # the position in the sampler's current epoch this iteration started from (samples)
+    served = 0  # batches of this iteration handed out
 
     def __iter__(self):
         # A generator, so the sampler draws at the first batch, after Lightning's set_epoch: on
         # resume Lightning calls iter() before set_epoch, and workers draw indices at once.
-        self.served = self.sampler.start // self.batch_size if isinstance(self.sampler, EpochShuffleSampler) else 0
+        self.first = self.sampler.start if isinstance(self.sampler, EpochShuffleSampler) else 0
+        self.served = 0
         for batch in super().__iter__():
             self.served += 1
             yield batch
 
     def state_dict(self) -> dict:
-        return {"epoch": getattr(self.sampler, "epoch", 0), "batches": self.served}
+        # in samples, not batches: a run resumed with another batch_size goes on from the same sample
+        # (in batches it skipped or repeated samples of the epoch)
+        samples = min(self.first + self.served * self.batch_size, len(self.sampler))
+        return {"epoch": getattr(self.sampler, "epoch", 0), "samples": samples}
 
     def load_state_dict(self, state: dict) -> None:
         if isinstance(self.sampler, EpochShuffleSampler):
             self.sampler.set_epoch(state["epoch"])
-            self.sampler.start = state["batches"] * self.batch_size
+            # checkpoints written before "samples" counted batches of this batch size
+            self.sampler.start = state["samples"] if "samples" in state else state["batches"] * self.batch_size
 
 
 class FieldDataModule(pl.LightningDataModule):

@@ -396,7 +396,7 @@ def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
     iterator = iter(interrupted)
     assert [next(iterator).tolist() for _ in range(2)] == full[:2]
     state = interrupted.state_dict()
-    assert state == {"epoch": 1, "batches": 2}
+    assert state == {"epoch": 1, "samples": 4}
 
     resumed = make_loader(workers=2)
     resumed.load_state_dict(state)
@@ -406,8 +406,29 @@ def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
     assert epoch_batches(fresh, 1, set_epoch_after_iter=True) == full
 
     finished = make_loader()
-    finished.load_state_dict({"epoch": 1, "batches": 5})  # saved at the end of epoch 1
+    finished.load_state_dict({"epoch": 1, "samples": 10})  # saved at the end of epoch 1
     assert epoch_batches(finished, 2) == epoch_batches(make_loader(), 2)
+    old = make_loader(workers=2)  # a checkpoint of before "samples": batches of this batch size
+    old.load_state_dict({"epoch": 1, "batches": 2})
+    assert epoch_batches(old, 1, set_epoch_after_iter=True) == full[2:]
+
+
+def test_a_resume_with_another_batch_size_goes_on_from_the_same_sample():
+    """The position was saved in batches and restored with the new batch size: batch 2 -> 1 trained 3
+    samples of the epoch twice, 2 -> 4 skipped 4. In samples, each one of the epoch is served once."""
+    order = [i for batch in epoch_batches(make_loader(), 1) for i in batch]
+    interrupted = make_loader()
+    interrupted.sampler.set_epoch(1)
+    iterator = iter(interrupted)
+    seen = [i for _ in range(2) for i in next(iterator).tolist()]
+    for batch_size in (1, 3):
+        data = torch.arange(11)
+        resumed = ResumableLoader(data, batch_size=batch_size, sampler=EpochShuffleSampler(data, seed=3),
+                                  drop_last=True)  # fmt: skip
+        resumed.load_state_dict(interrupted.state_dict())
+        rest = [i for batch in epoch_batches(resumed, 1, set_epoch_after_iter=True) for i in batch]
+        assert seen + rest[: len(order) - len(seen)] == order, batch_size  # none twice, none skipped
+        assert len(rest) == (11 - 4) // batch_size * batch_size  # drop_last of the new batch size
 
 
 def test_sampler_shards_by_rank():
