@@ -169,7 +169,40 @@ class _Reducer:
             return self.bad_class(key, class_path, base)
         return f"{key} ({class_path}): {one_line(body)}{self.location(key)}"
 
+    def overlay(self, key: str, required: bool = False) -> str | None:
+        """For a ``data.init_args`` key (unknown: one a ``FieldDataModule`` subclass takes; or
+        ``required``) of config files none of which (nor the command line) gives ``data.class_path``:
+        they are overlays of a base config left out, and the keys were checked against the base class
+        (``FieldDataModule``): say that, not which of its keys is close."""
+        if not key.startswith("data.init_args.") or not self.configs:
+            return None
+        if any(arg.split("=", 1)[0] in ("--data", "--data.class_path") for arg in self.args):
+            return None
+        contents = []
+        for path in self.configs:
+            try:
+                contents.append(yaml.safe_load(path.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                return None
+        if any(_has_key(content, ["data", "class_path"]) for content in contents):
+            return None
+        if not required:  # a typo in a config of the base class itself gets its "did you mean"
+            from s2forecast.training.datamodule import FieldDataModule
+
+            name = key.removeprefix("data.init_args.").split(".")[0]
+            subclasses = [path for path in _subclass_paths(FieldDataModule) if path != _public_path(FieldDataModule)]
+            if not any(name in _init_args(path) for path in subclasses):
+                return None
+        files = ", ".join(str(path) for path in self.configs)
+        names = " ".join(f"--config {path}" for path in self.configs)
+        return (
+            f"no config gives data.class_path, so {files} is an overlay of another config (its first lines name "
+            f"it): give the base config first, --config BASE.yaml {names}"
+        )
+
     def unknown_key(self, key: str, candidates: list[str]) -> str:
+        if overlay := self.overlay(key):
+            return overlay
         where = self.location(key)
         if not where:  # not in a config file: it came from the command line
             return f"unknown option --{key}; {self.suggestion(key, candidates, prefix='--')}"
@@ -186,6 +219,8 @@ class _Reducer:
 
     def missing(self, key: str, names: str) -> str:
         names = [name.strip() for name in names.split(",")]
+        if overlay := self.overlay(f"{key}.{names[0]}", required=True):
+            return overlay
         missing = ", ".join(f"{key}.{name}" for name in names)
         return f"{missing} is required: add it to the config or pass --{key}.{names[0]}"
 

@@ -2,6 +2,8 @@
 naming the option (they were tracebacks: TypeError, ZeroDivisionError, or a failure at the first
 training step), before any training step."""
 
+from pathlib import Path
+
 import pytest
 from session_fixtures import tiny_args
 
@@ -32,3 +34,26 @@ def test_fit_refuses_in_one_line(case, swe_store, tmp_path, capsys):
     assert len(errors) == 1 and errors[0] == lines[-1] and "Traceback" not in "\n".join(lines), lines
     assert lines[-1].startswith("s2forecast fit: error: ") and message in lines[-1] and value in lines[-1], lines[-1]
     assert not list(tmp_path.rglob("*.ckpt"))  # refused before training
+
+
+@pytest.mark.parametrize("overlay", ["s2_neighborhood_crps", "s2_neighborhood_crps_fgn"])
+def test_an_overlay_config_alone_is_named_as_one(overlay, swe_store, tmp_path, capsys, monkeypatch):
+    """Alone, its data keys were checked against the base FieldDataModule: "did you mean
+    'data.init_args.spec.rollout'?" or "data.init_args.spec.variables ... is required"."""
+    config = Path(__file__).parents[2] / "configs" / "swe" / f"{overlay}.yaml"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(config), "--data.init_args.store", str(swe_store)])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"s2forecast fit: error: no config gives data.class_path, so {config} is an overlay of another config (its "
+        f"first lines name it): give the base config first, --config BASE.yaml --config {config}"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_typo_in_a_config_of_the_base_data_module_still_gets_its_suggestion(swe_store, tmp_path, capsys):
+    config = tmp_path / "base.yaml"
+    config.write_text("data:\n  init_args:\n    batch_sise: 2\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(config), "--data.init_args.store", str(swe_store)])
+    assert "did you mean 'data.init_args.batch_size'?" in capsys.readouterr().err
