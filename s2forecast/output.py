@@ -12,7 +12,7 @@ convert-era5, generate-swe) claims its output through ``Output`` before it does 
    store, a climatology or metrics):
 
    - zarr (stores, forecasts, climatologies, a store's ``stats`` group): root attribute
-     ``s2forecast_artifact``, and nothing in the directory but zarr nodes;
+     ``s2forecast_artifact``, and nothing at any level but zarr nodes, metadata and chunks;
    - NetCDF (forecasts, metrics): global attribute ``s2forecast_artifact``;
    - plain directories (plots): a ``.s2forecast-artifact.json`` file listing every file in it.
 
@@ -20,9 +20,11 @@ convert-era5, generate-swe) claims its output through ``Output`` before it does 
    output of another kind.
 3. The output is written under a temporary sibling ``.NAME.s2forecast-tmp-PID-HOST`` and
    renamed into place when complete, so a crash never leaves a half-written ``NAME``; an
-   artifact being replaced is first renamed to ``.NAME.s2forecast-old-PID-HOST``. The next run
-   on the same path removes the leftovers of a killed run (its PID no longer alive on this
-   host) and puts back an old artifact whose replacement never arrived.
+   artifact being replaced is first renamed to ``.NAME.s2forecast-old-PID-HOST``. While it
+   writes, the run holds an flock on ``.NAME.s2forecast-lock-PID-HOST``. The next run on the
+   same path removes the leftovers of a killed run (its PID no longer alive on this host and
+   its lock free: a live run in another PID namespace, a container sharing the host name, holds
+   it) and puts back an old artifact (one s2forecast wrote) whose replacement never arrived.
 
 Every artifact also carries ``s2forecast_generation``, a fresh id per write. Long readers
 record the generation of their inputs when they open them and call ``check_unchanged``
@@ -37,6 +39,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -64,6 +67,9 @@ KINDS = {
     "stats": ("normalization statistics", "stats"),
 }
 _SIBLING = ".s2forecast-"
+_SIBLING_NAME = re.compile(r"^\..+\.s2forecast-(tmp|old|lock)-\d+-[^/]+$")  # exactly ``sibling``'s names
+_ZARR_METADATA = ("zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata")
+_CHUNK_KEY = re.compile(r"^(c|\d+)([.]\d+)*$")  # a chunk (or shard) file: c.0.0 / 0.0.0 / a digit of c/0/0
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # failed writes, reported as one line naming the output (permissions only when on the output)
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
@@ -154,15 +160,55 @@ def artifact_attributes(path: str | os.PathLike) -> dict | None:
 
 
 def _is_sibling(name: str) -> bool:
-    return name.startswith(".") and _SIBLING in name
+    """Whether ``name`` is exactly one of s2forecast's siblings (``sibling``): ``.NAME.s2forecast-ROLE-PID-HOST``."""
+    return _SIBLING_NAME.match(name) is not None
+
+
+def _node_type(directory: Path) -> str | None:
+    """ "group" or "array" for a zarr node directory (v3 ``zarr.json``, v2 ``.zgroup``/``.zarray``), else None."""
+    if (directory / ".zarray").is_file():
+        return "array"
+    if (directory / ".zgroup").is_file():
+        return "group"
+    try:
+        document = json.loads((directory / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return None
+    node = document.get("node_type") if isinstance(document, dict) else None
+    return node if node in ("group", "array") else None
+
+
+def _only_zarr(directory: Path, node: str) -> bool:
+    """Whether the zarr ``node`` ("group" or "array") at ``directory`` holds nothing but zarr metadata,
+    child nodes, chunks (an array's ``c``/digit chunk directories, whose contents are not listed: a
+    record has millions) and s2forecast's own siblings."""
+    for entry in directory.iterdir():
+        name = entry.name
+        if entry.is_symlink():
+            return False
+        if _is_sibling(name):
+            continue
+        if entry.is_file():
+            if name not in _ZARR_METADATA and not (node == "array" and _CHUNK_KEY.match(name)):
+                return False
+        elif entry.is_dir():
+            child = _node_type(entry)
+            if child is not None:
+                if not _only_zarr(entry, child):
+                    return False
+            elif not (node == "array" and (name == "c" or name.isdigit())):
+                return False
+        else:
+            return False
+    return True
 
 
 def written_by_s2forecast(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an artifact s2forecast wrote, by its marker (module docstring).
 
-    A zarr directory also must hold nothing but zarr nodes (and s2forecast's own temporary
-    siblings), and a plain directory nothing but the files its marker lists: a file a user put
-    inside an artifact makes it foreign.
+    A zarr directory also must hold nothing but zarr nodes, their metadata and chunks (and
+    s2forecast's own temporary siblings), at every level, and a plain directory nothing but the
+    files its marker lists: a file a user put inside an artifact makes it foreign.
     """
     path = Path(path)
     if path.is_symlink():
@@ -176,14 +222,7 @@ def written_by_s2forecast(path: str | os.PathLike) -> bool:
     if attrs is not None:
         if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not _is_legacy_stats(attrs):
             return False
-        for entry in path.iterdir():
-            if entry.name in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata") or _is_sibling(entry.name):
-                continue
-            if entry.is_symlink() or not entry.is_dir():
-                return False
-            if not any((entry / name).is_file() for name in ("zarr.json", ".zarray", ".zgroup")):
-                return False
-        return True
+        return _only_zarr(path, "group")
     marker = _marker_file(path)
     if marker is None or MARKER_ATTR not in marker:
         return False
@@ -247,7 +286,7 @@ def generation_of(path: str | os.PathLike) -> str | None:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} was removed")
-    attrs = artifact_attributes(path) or {}
+    attrs = artifact_attributes(path.resolve()) or {}  # an input may be a link to the store (never an output)
     generation = attrs.get(GENERATION_ATTR)
     return None if generation is None else str(generation)
 
@@ -291,7 +330,7 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     Raises:
         ValueError: naming the path, the input it collides with and what to do.
     """
-    path = Path(path)
+    path = Path(path).expanduser()  # "~/out.nc" quoted, or from Python: the home directory, as netCDF4 takes it
     target = path.resolve()
     cwd = Path.cwd().resolve()
     if target == cwd or target in cwd.parents:
@@ -364,23 +403,64 @@ def remove_own(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _locked(lock: Path) -> bool:
+    """Whether a live run holds ``lock`` (``Output``'s lock sibling): its flock, which a process of
+    another PID namespace on this kernel (a container sharing the host name) holds as well."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the PID alone decides
+        return False
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (releases the probe's own lock)
+    return False
+
+
+def _hold_lock(lock: Path) -> int | None:
+    """Create ``lock`` and hold its flock until the returned descriptor is closed (None: no flock here)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def clean_leftovers(path: str | os.PathLike) -> None:
     """Remove the temporary siblings of ``path`` left by killed runs on this host; put back an
-    old artifact whose replacement never arrived. Siblings of live processes are left alone."""
+    old artifact whose replacement never arrived. Siblings of live processes are left alone: a
+    process of that PID is alive here, or a run holds the lock sibling of that PID (a run in
+    another PID namespace, e.g. a container with the host's name, has PIDs this one cannot see)."""
     path = Path(path)
     parent = path.parent
     prefix = f".{path.name}{_SIBLING}"
     try:
-        entries = [entry for entry in parent.iterdir() if entry.name.startswith(prefix)]
+        entries = [entry for entry in parent.iterdir() if entry.name.startswith(prefix) and _is_sibling(entry.name)]
     except OSError:
         return
-    for entry in entries:
+    for entry in sorted(entries, key=lambda e: e.name.startswith(f"{prefix}lock-")):  # locks last
         role, _, rest = entry.name[len(prefix) :].partition("-")
         pid, _, host = rest.partition("-")
-        if role not in ("tmp", "old") or not pid.isdigit() or host != _host() or _alive(int(pid)):
+        if host != _host() or _alive(int(pid)):
             continue
-        if role == "old" and not os.path.lexists(path):
+        if _locked(parent / f"{prefix}lock-{pid}-{host}"):
+            continue
+        if role == "old" and not os.path.lexists(path) and written_by_s2forecast(entry):
             os.rename(entry, path)
+        elif role == "old" and not written_by_s2forecast(entry):
+            continue  # a name like ours on something s2forecast did not write: not ours to touch
         else:
             remove_own(entry)
 
@@ -433,7 +513,7 @@ class Output:
         make_parent: bool = False,
     ):
         check_local(path, option)
-        self.path, self.kind, self.directory = Path(path), kind, directory
+        self.path, self.kind, self.directory = Path(path).expanduser(), kind, directory
         self.overwrite, self.option, self.owned = overwrite, option, owned
         check_target(self.path, inputs, option)
         parent = self.path.parent
@@ -451,13 +531,26 @@ class Output:
         self._seen = self._state()
         self.generation = new_generation()
         self.tmp = sibling(self.path, "tmp")
+        self._lock_path, self._lock = sibling(self.path, "lock"), None
         try:
+            self._lock = _hold_lock(self._lock_path)  # tells other runs this one is alive (clean_leftovers)
             if directory:
                 self.tmp.mkdir()
             else:
                 self.tmp.touch(exist_ok=False)
         except OSError as error:
+            self._release()
             raise self._unwritable(error) from None
+
+    def _release(self) -> None:
+        """Drop the lock sibling (after ``tmp`` is committed or discarded)."""
+        if self._lock is not None:
+            self._lock_path.unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
+
+    def tmp_name(self) -> str:
+        return sibling(self.path, "tmp").name
 
     @property
     def attrs(self) -> dict[str, str]:
@@ -465,6 +558,12 @@ class Output:
         return {MARKER_ATTR: self.kind, GENERATION_ATTR: self.generation}
 
     def _unwritable(self, error: OSError) -> PermissionError:
+        if error.errno == errno.ENAMETOOLONG:
+            return PermissionError(
+                f"cannot write {self.option} {self.path}: its name of {len(self.path.name)} characters is too long "
+                f"for the file system once s2forecast's temporary suffix is added ({len(self.tmp_name())} characters); "
+                f"choose a shorter {self.option}"
+            )
         reason = error.strerror or str(error)
         return PermissionError(
             f"cannot write {self.option} {self.path}: directory {self.path.parent} is not writable ({reason}); "
@@ -526,6 +625,7 @@ class Output:
             os.rename(self.path, old)
             os.rename(self.tmp, self.path)
             remove_own(old)
+        self._release()
         return self.path
 
     def discard(self) -> None:
@@ -534,14 +634,15 @@ class Output:
         it is removed is removed again, a few times, before giving up."""
         for attempt in range(DISCARD_ATTEMPTS):
             if not os.path.lexists(self.tmp):
-                return
+                break
             try:
                 remove_own(self.tmp)
-                return
+                break
             except OSError as error:
                 if error.errno != errno.ENOTEMPTY or attempt == DISCARD_ATTEMPTS - 1:
                     raise
                 time.sleep(0.05 * (attempt + 1))
+        self._release()
 
     def _is_write_error(self, error: OSError) -> bool:
         if error.errno in _WRITE_ERRNOS:

@@ -119,7 +119,7 @@ def local_output(text: str):
             f"{text!r} is a URL; s2forecast writes its outputs to local paths only: write to a local path and copy "
             "the result there"
         )
-    return Path(text)
+    return Path(text).expanduser()  # a quoted "~/out.nc" is the home directory, as the shell's would be
 
 
 def resolve_device(text: str) -> str:

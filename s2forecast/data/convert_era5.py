@@ -787,7 +787,7 @@ def convert_era5(
     if time_chunk < 1:
         raise UserError(f"time_chunk must be >= 1, got {time_chunk}")
     check_shards(shards, time_chunk)
-    out = Path(out)
+    out = Path(out).expanduser()
     paths = resolve_inputs(inputs)
     check_target(out, paths)  # before reading anything; the rest of the policy in StoreWriter.create
     requested = resolve_variables(variables) if variables else None

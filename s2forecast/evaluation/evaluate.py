@@ -224,7 +224,7 @@ def evaluate(
     if nan not in scoring.NAN_POLICIES:
         raise UserError(f"nan must be one of {scoring.NAN_POLICIES}, got {nan!r}")
     check_local(out)
-    out = Path(out)
+    out = Path(out).expanduser()
     inputs = EvaluationInputs.open(
         forecast, truth, climatology, config=config, map_leads=map_leads, climatology_period=climatology_period,
         storage_options=storage_options,

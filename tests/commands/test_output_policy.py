@@ -34,7 +34,16 @@ from s2forecast.evaluation import climatology as climatology_module
 from s2forecast.evaluation import evaluate as evaluate_module
 from s2forecast.inference import initial_conditions as initial_conditions_module
 from s2forecast.inference import rollout as rollout_module
-from s2forecast.output import GENERATION_ATTR, MARKER_ATTR, MARKER_FILE, Output, artifact_attributes, artifact_kind
+from s2forecast.output import (
+    GENERATION_ATTR,
+    MARKER_ATTR,
+    MARKER_FILE,
+    Output,
+    artifact_attributes,
+    artifact_kind,
+    clean_leftovers,
+    written_by_s2forecast,
+)
 
 # a tiny, fast shallow-water store: two trajectories of two states, two solver steps between them
 SWE = ["--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "1", "--solver-dt-seconds", "1800",
@@ -635,3 +644,89 @@ def test_dataset_refuses_a_store_rewritten_since_it_was_built(inputs, tmp_path):
     compute_stats(store)
     with pytest.raises(ValueError, match=f"store {store} was rewritten while it was read \\(generation {opened} -> "):
         dataset[0]
+
+
+# --- links, locks, names (a review's attacks) ----------------------------------------------------
+
+
+def test_inputs_reached_through_symbolic_links_are_read(inputs, tmp_path):
+    """A link to shared data is a common way to point at it: every reading command failed with "was
+    rewritten while it was read (generation ... -> None)", the generation of a link being None."""
+    store, forecast = tmp_path / "store-link.zarr", tmp_path / "forecast-link.nc"
+    store.symlink_to(inputs.store, target_is_directory=True)
+    forecast.symlink_to(inputs.forecast)
+    cli(["stats", str(store), "--out", str(tmp_path / "s.zarr")])
+    cli(["climatology", str(store), "--out", str(tmp_path / "c.zarr")])
+    cli(["rollout", "--ckpt", str(inputs.ckpt), "--store", str(store), "--steps", "1", "--init-times",
+         "2000-01-01T01", "--out", str(tmp_path / "f.nc"), "--no-progress"])  # fmt: skip
+    cli(["evaluate", "--forecast", str(forecast), "--truth", str(store), "--climatology", str(tmp_path / "c.zarr"),
+         "--out", str(tmp_path / "m.nc"), "--variables", "vorticity", "--no-plots", "--no-progress"])  # fmt: skip
+    for name in ("s.zarr", "c.zarr", "f.nc", "m.nc"):
+        assert written_by_s2forecast(tmp_path / name), name
+
+
+@pytest.mark.parametrize("where", ["file in an array", "directory in an array", "file in a chunk-free group"])
+def test_a_users_file_anywhere_inside_a_zarr_output_makes_it_foreign(inputs, tmp_path, capsys, where):
+    out = tmp_path / "f.zarr"
+    cli(BY_NAME["rollout:zarr"].argv(inputs, out))
+    if where == "file in an array":
+        (out / "vorticity" / "my_notes.txt").write_text("mine\n")
+    elif where == "directory in an array":
+        (out / "vorticity" / "my_analysis").mkdir()
+        (out / "vorticity" / "my_analysis" / "fig.png").write_bytes(b"png")
+    else:
+        (out / ".backup.s2forecast-notes").write_text("named like a sibling, but not one\n")
+    before = snapshot(tmp_path)
+    message = refused(BY_NAME["rollout:zarr"].argv(inputs, out, "--overwrite"), capsys)
+    assert "exists and was not written by s2forecast" in message
+    assert snapshot(tmp_path) == before
+
+
+def test_a_live_run_in_another_pid_namespace_keeps_its_temporary(tmp_path):
+    """A run whose PID this process cannot see (a container sharing the host name) holds its lock
+    sibling: its temporary output is not a leftover. Once the lock is free, it is."""
+    import fcntl
+    import socket
+
+    host = socket.gethostname()
+    pid = 4_000_000  # above any pid_max: no process of this namespace has it
+    tmp = tmp_path / f".f.nc.s2forecast-tmp-{pid}-{host}"
+    tmp.write_bytes(b"a forecast being written")
+    lock = tmp_path / f".f.nc.s2forecast-lock-{pid}-{host}"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        clean_leftovers(tmp_path / "f.nc")
+        assert tmp.exists() and lock.exists()
+    clean_leftovers(tmp_path / "f.nc")  # the run died: its lock is free
+    assert not tmp.exists() and not lock.exists()
+
+
+def test_only_s2forecasts_own_set_aside_copy_is_put_back(tmp_path):
+    """A user's file named like a set-aside copy (".f.nc.s2forecast-old-PID-HOST") became f.nc."""
+    import socket
+
+    mine = tmp_path / f".f.nc.s2forecast-old-4000000-{socket.gethostname()}"
+    mine.write_text("my notes\n")
+    clean_leftovers(tmp_path / "f.nc")
+    assert mine.read_text() == "my notes\n" and not (tmp_path / "f.nc").exists()
+
+
+def test_a_home_directory_path_is_expanded(inputs, tmp_path, monkeypatch):
+    """A quoted "~/m.nc" (or one from Python) made a directory "./~", committed an empty CSV there and
+    left the real results as temporaries in the home directory."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    cli(["evaluate", "--forecast", str(inputs.forecast), "--truth", str(inputs.store), "--out", "~/m.nc",
+         "--variables", "vorticity", "--no-plots", "--no-progress"])  # fmt: skip
+    assert sorted(p.name for p in home.iterdir()) == ["m.csv", "m.nc"] and list(work.iterdir()) == []
+    assert written_by_s2forecast(home / "m.nc") and (home / "m.csv").stat().st_size > 0
+
+
+def test_a_name_too_long_with_the_temporary_suffix_says_so(inputs, tmp_path, capsys):
+    out = tmp_path / ("x" * 233 + ".nc")  # fits NAME_MAX (255); with ".NAME.s2forecast-tmp-PID-HOST" it does not
+    message = refused(BY_NAME["rollout"].argv(inputs, out), capsys)
+    assert "characters is too long for the file system once s2forecast's temporary suffix is added" in message
+    assert list(tmp_path.iterdir()) == []
