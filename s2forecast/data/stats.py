@@ -378,7 +378,7 @@ def _in_s2forecast_layout(path) -> bool:
     every store writer has set since the first layout (stores of older versions have no marker).
     Stores of others (WeatherBench2, ARCO-ERA5) have neither and are never written into."""
     attrs = zarr_attributes(Path(path)) or {}
-    return written_by_s2forecast(Path(path)) or COMPLETE_ATTR in attrs
+    return COMPLETE_ATTR in attrs or written_by_s2forecast(Path(path))  # the flag first: no walk of a big store
 
 
 def _check_replaceable(path: Path) -> None:
