@@ -42,8 +42,9 @@ NetCDF inputs; the store's raw read is timed once per store, before the first ca
 ``mb_per_s`` is input_mb over the wall time; ``ratio`` = mb_per_s / raw_mb_per_s (1: as fast as
 reading the input). Wall time, CPU time (user + system, all threads, imports included) and peak
 RSS come from ``/usr/bin/time -f "%e %U %S %M"``. ``startup`` (python, importing torch and
-s2forecast.cli) is printed too; ``ratio_net`` is the ratio with each side's import
-time taken off (what the case imports before its work, ``Case.imports``, and xarray's for the baseline).
+s2forecast.cli) is printed too; ``ratio_net`` is the ratio with each side's import time taken off
+(what the case imports before its work, ``Case.imports``, and xarray's for the baseline), timed
+once: null when either side took less than its imports (on a busy machine), never negative.
 
 ``output_write_s`` / ``output_write_cpu_s`` (climatology): the wall and CPU seconds of writing its
 output again, chunk by chunk from memory, with its chunks and compressors (each chunk read first,
@@ -460,9 +461,11 @@ def throughput(input_bytes: int, wall: float, startup: float, raw: str, raw_time
         "raw_peak_rss_mb": round(raw_rss),
         "raw_mb_per_s": round(raw_rate, 1),
         "ratio": round(input_bytes / 1e6 / wall / raw_rate, 3),
-        # the same without the imports (s2forecast's torch, the baseline's xarray): the reading
-        # (null when the case took less than the startup alone: a load-dependent startup)
-        "ratio_net": round((raw_wall - raw_startup) / (wall - startup), 3) if wall > startup else None,
+        # the same without the imports (s2forecast's torch, the baseline's xarray): the reading (null when
+        # either side took less than its imports alone, timed once: a startup that varies with the load)
+        "ratio_net": round((raw_wall - raw_startup) / (wall - startup), 3)
+        if raw_wall > raw_startup and wall > startup
+        else None,
     }
 
 

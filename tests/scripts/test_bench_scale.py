@@ -129,3 +129,27 @@ def test_bench_scale_removes_only_what_it_wrote_in_a_given_workdir(tmp_path, cap
     assert [json.loads(line)["case"] for line in capsys.readouterr().out.splitlines()] == ["startup", "stats"]
     assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
     assert (workdir / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("raw_wall", "wall", "ratio_net"),
+    [(1.2, 2.0, None), (3.0, 0.4, None), (3.0, 2.0, 1.0)],  # raw read, command < its imports; both above
+)
+def test_ratio_net_is_null_when_either_side_took_less_than_its_imports(tmp_path, capsys, monkeypatch, raw_wall, wall,
+                                                                      ratio_net):  # fmt: skip
+    """ratio_net = (raw read - xarray's imports) / (command - its imports), the imports timed once: on a
+    busy machine either side can take less than them, and the ratio is then null, not negative."""
+    bench = load_script()
+    # seconds by the code each measured python runs; the stats command itself takes `wall`
+    seconds = {bench.STARTUP: 4.0, bench.RAW_STARTUP: 1.5, bench.RAW: raw_wall, bench.CASES["stats"].imports: 0.5}
+
+    def measure(argv):
+        taken = seconds.get(argv[2], wall)
+        return taken, 100.0, taken, ""
+
+    monkeypatch.setattr(bench, "measure", measure)
+    bench.main(["--grid", "8x4", "--steps", "2", "--levels", "500", "--variables", "temperature",
+                "--cases", "stats", "--workdir", str(tmp_path)])  # fmt: skip
+    row = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (row["case"], row["raw_wall_s"], row["wall_s"]) == ("stats", raw_wall, wall)
+    assert row["ratio_net"] == ratio_net
