@@ -81,13 +81,14 @@ DISCARD_ATTEMPTS = 10  # removals of a temporary output that writer threads may 
 def field_compressors() -> tuple:
     """The codecs of every gridded field s2forecast writes to zarr: Blosc LZ4 with bit shuffle.
 
-    zarr 3's default, Zstandard level 3, compressed a smooth 0.25 deg float32 field at 0.21 GB/s to
-    1.33x on this project's 2-core machine; LZ4 at 0.80 GB/s to 1.82x, which matters where a command
-    writes far more than it reads (a 0.25 deg climatology: 6 GB a channel). Bit shuffle rather than
-    zarr 2's byte shuffle: on the real ERA5 fields of the shared 1 deg sample, mean sea level pressure
-    1.80x -> 2.46x, 2 m temperature 1.93x -> 2.34x, winds 1.45x either way, precipitation 2.79x ->
-    2.51x; encoding 1.1-1.6x faster, decoding up to 11 % slower (scripts/bench_codecs.py,
-    docs/bench/codecs_era5_1deg.jsonl)."""
+    Against zarr 3's default (Zstandard level 0, i.e. zstd's 3, no shuffle), one thread, on the
+    721x1440 float32 fields of scripts/bench_scale.py's synthetic store: encoded at 1.6-2.1 against
+    0.25-0.47 GB/s, 1.61-1.74x against 1.26-1.30x (README, Benchmarks, Scale), which matters where
+    a command writes far more than it reads (a 0.25 deg climatology: 6 GB a channel). Bit shuffle
+    rather than zarr 2's byte shuffle: on the real ERA5 fields of the shared 1 deg sample, mean sea
+    level pressure 1.80x -> 2.46x, 2 m temperature 1.93x -> 2.34x, winds 1.45x either way,
+    precipitation 2.79x -> 2.51x; encoding 1.1-1.6x faster, decoding up to 11 % slower
+    (scripts/bench_codecs.py, docs/bench/codecs_era5_1deg.jsonl)."""
     from zarr.codecs import BloscCodec
 
     return (BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle"),)

@@ -12,6 +12,10 @@ its input in the same run, and prints per command:
      "channels", "steps", "load"}   (+ "inits", "leads" for evaluate and rollout, "plots" for evaluate,
      "output_write_s", "output_write_cpu_s" for climatology)
 
+evaluate and rollout have null ``input_mb``, ``mb_per_s``, ``raw*`` and ``ratio*``: what they read is a
+forecast or a checkpoint plus some steps of the truth, not a whole input that a raw read could be
+timed on, so they have no read-throughput figure (their wall time and peak RSS are what counts).
+
 The cases:
     stats, climatology   of the store.
     convert-era5  of CDS-style NetCDF files that the script writes from the store (untimed) as
@@ -34,11 +38,13 @@ The cases:
 ``--inits`` takes a list (8,16): evaluate and rollout run once per count (peak vs inits).
 
 ``input_mb`` is the bytes on disk a case's raw read reads (the store, or for convert-era5 its
-NetCDF inputs); ``mb_per_s`` is input_mb over the wall time; ``ratio`` = mb_per_s /
-raw_mb_per_s (1: as fast as reading the input). Wall time, CPU time (user + system, all threads,
-imports included) and peak RSS come from ``/usr/bin/time -f "%e %U %S %M"``. ``startup`` (python,
-importing torch and s2forecast.cli) is printed too; ``ratio_net`` is the ratio with each side's import
-time taken off (what the case imports before its work, ``Case.imports``, and xarray's for the baseline).
+NetCDF inputs; the store's raw read is timed once per store, before the first case that needs it);
+``mb_per_s`` is input_mb over the wall time; ``ratio`` = mb_per_s / raw_mb_per_s (1: as fast as
+reading the input). Wall time, CPU time (user + system, all threads, imports included) and peak
+RSS come from ``/usr/bin/time -f "%e %U %S %M"``. ``startup`` (python, importing torch and
+s2forecast.cli) is printed too; ``ratio_net`` is the ratio with each side's import time taken off
+(what the case imports before its work, ``Case.imports``, and xarray's for the baseline), timed
+once: null when either side took less than its imports (on a busy machine), never negative.
 
 ``output_write_s`` / ``output_write_cpu_s`` (climatology): the wall and CPU seconds of writing its
 output again, chunk by chunk from memory, with its chunks and compressors (each chunk read first,
@@ -127,7 +133,9 @@ class Run:
 class Case:
     """A command: its argv after ``s2forecast``; ``prepare`` (untimed) writes its other inputs and
     returns the files its raw read reads instead of the store (None: the store); ``uses_inits``:
-    run once per ``--inits`` count; ``report``: extra JSON keys; ``cleanup``: after the case."""
+    run once per ``--inits`` count, and no throughput (a forecast or checkpoint plus parts of the
+    truth are read, not the store: no raw read measures them); ``report``: extra JSON keys;
+    ``cleanup``: after the case."""
 
     argv: Callable[[Run], list[str]]
     prepare: Callable[[Run], list[Path] | None] | None = None
@@ -352,6 +360,18 @@ RAW_NETCDF = (
     "for path in sys.argv[1:]: xr.open_dataset(path, chunks={'valid_time': 1}).mean().compute()"
 )
 RAW_STARTUP = "import xarray, dask.array, zarr"
+# a row's throughput keys: null for the cases that use --inits
+READ_KEYS = (
+    "input_mb",
+    "mb_per_s",
+    "raw",
+    "raw_wall_s",
+    "raw_cpu_s",
+    "raw_peak_rss_mb",
+    "raw_mb_per_s",
+    "ratio",
+    "ratio_net",
+)
 # what a case imports before its work (ratio_net), unless its Case says otherwise: python + torch
 STARTUP = "import torch, torch_harmonics, s2forecast.cli, s2forecast.geometry"
 
@@ -426,6 +446,29 @@ def measure(argv: list[str]) -> tuple[float, float, float, str]:
     return float(wall), float(peak_kb) / 1024, float(user) + float(system), result.stderr[-500:]
 
 
+def throughput(input_bytes: int, wall: float, startup: float, raw: str, raw_time, raw_startup: float) -> dict:
+    """The ``READ_KEYS`` of a case that took ``wall`` s (``startup`` of it its imports) on ``input_bytes``,
+    against a raw read of the same input of ``raw_time`` = (wall s, peak RSS MB, CPU s), ``raw_startup``
+    of it xarray's imports."""
+    raw_wall, raw_rss, raw_cpu = raw_time
+    raw_rate = input_bytes / 1e6 / raw_wall
+    return {
+        "input_mb": round(input_bytes / 1e6, 1),
+        "mb_per_s": round(input_bytes / 1e6 / wall, 1),
+        "raw": raw,
+        "raw_wall_s": round(raw_wall, 2),
+        "raw_cpu_s": round(raw_cpu, 2),
+        "raw_peak_rss_mb": round(raw_rss),
+        "raw_mb_per_s": round(raw_rate, 1),
+        "ratio": round(input_bytes / 1e6 / wall / raw_rate, 3),
+        # the same without the imports (s2forecast's torch, the baseline's xarray): the reading (null when
+        # either side took less than its imports alone, timed once: a startup that varies with the load)
+        "ratio_net": round((raw_wall - raw_startup) / (wall - startup), 3)
+        if raw_wall > raw_startup and wall > startup
+        else None,
+    }
+
+
 def s2forecast_argv(args: list[str]) -> list[str]:
     return [sys.executable, "-c", "import sys; from s2forecast.cli import main; main(sys.argv[1:])", *args]
 
@@ -491,7 +534,7 @@ def main(argv=None) -> None:
             write_store(store, nlat, nlon, steps, variables, levels, surface)
             size = store_bytes(store)
             data = 4 * steps * nlat * nlon * (len(variables) * len(levels) + len(surface))
-            store_raw = measure([sys.executable, "-c", RAW, str(store)])[:3]
+            store_raw = None  # (wall s, peak MB, CPU s) of the store's raw read, once a case needs it
             base = Run(store, root, root, steps, leads=args.leads, file_steps=args.file_steps, keep=args.keep)
             for case in cases:
                 spec = CASES[case]
@@ -508,19 +551,24 @@ def main(argv=None) -> None:
                     work.mkdir()
                     run = replace(base, work=work, inits=count)
                     inputs = spec.prepare(run) if spec.prepare else None
-                    if inputs is None:
-                        input_size, (raw_wall, raw_rss, raw_cpu), raw = size, store_raw, "zarr"
+                    if spec.uses_inits:
+                        baseline = None
+                    elif inputs is None:
+                        store_raw = store_raw or measure([sys.executable, "-c", RAW, str(store)])[:3]
+                        baseline = size, "zarr", store_raw
                     else:  # the case reads these files, not the store: its baseline reads them
-                        input_size = sum(path.stat().st_size for path in inputs)
-                        raw_wall, raw_rss, raw_cpu, _ = measure([sys.executable, "-c", RAW_NETCDF, *map(str, inputs)])
-                        raw = "netcdf"
+                        raw_time = measure([sys.executable, "-c", RAW_NETCDF, *map(str, inputs)])[:3]
+                        baseline = sum(path.stat().st_size for path in inputs), "netcdf", raw_time
                     options = ["--workers", str(nworkers)] if nworkers else []
                     wall, rss, cpu, _ = measure(s2forecast_argv(spec.argv(run) + options))
                     extra = spec.report(run) if spec.report else {}
                     if spec.cleanup:
                         spec.cleanup(run)
-                    raw_rate = input_size / 1e6 / raw_wall
-                    own_startup = startups[spec.imports]
+                    if baseline is None:
+                        reading = dict.fromkeys(READ_KEYS)
+                    else:
+                        input_size, raw, raw_time = baseline
+                        reading = throughput(input_size, wall, startups[spec.imports], raw, raw_time, raw_startup)
                     row = {
                         "case": case,
                         "workers": nworkers,
@@ -529,19 +577,7 @@ def main(argv=None) -> None:
                         "peak_rss_mb": round(rss),
                         "store_mb": round(size / 1e6, 1),
                         "data_mb": round(data / 1e6, 1),
-                        "input_mb": round(input_size / 1e6, 1),
-                        "mb_per_s": round(input_size / 1e6 / wall, 1),
-                        "raw": raw,
-                        "raw_wall_s": round(raw_wall, 2),
-                        "raw_cpu_s": round(raw_cpu, 2),
-                        "raw_peak_rss_mb": round(raw_rss),
-                        "raw_mb_per_s": round(raw_rate, 1),
-                        "ratio": round(input_size / 1e6 / wall / raw_rate, 3),
-                        # the same without the imports (s2forecast's torch, the baseline's xarray): the reading
-                        # (null when the case took less than the startup alone: a load-dependent startup)
-                        "ratio_net": round((raw_wall - raw_startup) / (wall - own_startup), 3)
-                        if wall > own_startup
-                        else None,
+                        **reading,
                         "grid": f"{nlat}x{nlon}",
                         "channels": len(variables) * len(levels) + len(surface),
                         "steps": steps,
