@@ -123,6 +123,30 @@ def test_maps_free_their_figure_when_written(tmp_path, t2m):
     assert retained < 0.05 * peak, (retained, peak)
 
 
+def test_maps_leave_no_object_frozen_and_a_callers_frozen_objects_frozen(tmp_path, t2m, monkeypatch):
+    """plot_maps freezes the heap while it draws (its collection then walks the figure alone): it
+    unfreezes it when written or failed, and leaves alone what its caller froze."""
+    assert gc.get_freeze_count() == 0
+    plots.plot_maps(t2m, t2m + 1, tmp_path / "a.png", title="T2M")
+    assert gc.get_freeze_count() == 0
+    mine = [object()]  # an object of the caller's, frozen by it: gc.get_objects() lists unfrozen ones
+    gc.freeze()
+    try:
+        plots.plot_maps(t2m, t2m + 1, tmp_path / "b.png", title="T2M")
+        assert gc.get_freeze_count() > 0 and not any(obj is mine for obj in gc.get_objects())
+    finally:
+        gc.unfreeze()
+    assert any(obj is mine for obj in gc.get_objects())
+
+    def broken(*args):
+        raise RuntimeError("no display")
+
+    monkeypatch.setattr(plots, "_draw_maps", broken)
+    with pytest.raises(RuntimeError, match="no display"):
+        plots.plot_maps(t2m, t2m + 1, tmp_path / "c.png", title="T2M")
+    assert gc.get_freeze_count() == 0
+
+
 def test_maps_contour_the_land_sea_mask_when_given(tmp_path, t2m, monkeypatch):
     masks = []
     original = plots.draw_coastlines
