@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import xarray as xr
 
 from s2forecast.cli import build_parser
@@ -60,9 +61,11 @@ main()
 
 
 def environment() -> dict:
-    """This worktree's s2forecast, outside any process group of the test run itself."""
+    """This worktree's s2forecast, outside any process group of the test run itself, with as many
+    threads as this process (the one-process file it is compared with is made here: another thread
+    count sums in another order, and the files would differ in the last bits)."""
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES and not k.startswith("SLURM_")}
-    return {**env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return {**env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(torch.get_num_threads())}
 
 
 def torchrun(*argv, script=None, **env) -> subprocess.CompletedProcess:
