@@ -396,9 +396,21 @@ def _probe_scheduler(address: str, timeout_s: float) -> None:
     """Connect to ``address`` and ask who is there, all within ``timeout_s`` (dask's connection
     handshake included); raises OSError / ValueError unless a dask scheduler answers."""
     import asyncio
+    import socket
 
     from distributed.comm import connect
+    from distributed.comm.addressing import parse_address, parse_host_port
     from distributed.security import Security
+
+    scheme, location = parse_address(address)
+    if scheme == "tcp":  # nothing listening is known at once: dask's connect retries it until its timeout
+        host, port = parse_host_port(location)
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except ConnectionRefusedError:
+            raise OSError(f"nothing listens at {host}:{port} (connection refused): is the scheduler running?") from None
+        except OSError:
+            pass  # unreachable, timed out, unknown host: dask's connect below says which
 
     async def ask() -> None:
         args = Security().get_connection_args("client")  # dask's TLS settings, for a tls:// address

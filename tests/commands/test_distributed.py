@@ -320,6 +320,24 @@ def test_an_unreachable_scheduler_is_one_line_and_leaves_no_output(inputs, tmp_p
     assert snapshot(inputs) == before and list(tmp_path.iterdir()) == []
 
 
+def test_an_address_where_nothing_listens_is_one_line_at_once(inputs, tmp_path, capfd):
+    """dask's connect retried a refused connection for the whole timeout (20 s) and then blamed the
+    dashboard's port."""
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(SystemExit):
+        cli([str(a) for a in argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", f"tcp://127.0.0.1:{port}")])
+    assert time.monotonic() - start < 10
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and f"nothing listens at 127.0.0.1:{port} (connection refused)" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_address_that_never_answers_as_a_scheduler_is_one_line_in_time(inputs, tmp_path, capfd, monkeypatch):
     """A port that accepts but never answers as a dask scheduler (the dashboard's, a mistyped one) hung
     Client's handshake, which has no deadline, beyond Ctrl-C; a scheduler file whose address is not one
