@@ -518,6 +518,11 @@ class Output:
         self.overwrite, self.option, self.owned = overwrite, option, owned
         check_target(self.path, inputs, option)
         parent = self.path.parent
+        if ".." in parent.parts and not parent.exists():  # mkdir would make the part before "..", then fail
+            raise UserError(
+                f"{option} {path}: its directory {parent} does not exist, and s2forecast does not create a directory "
+                f"only to leave it by '..': write the path without it, e.g. {option} {os.path.normpath(self.path)}"
+            )
         if make_parent and not parent.exists():
             try:
                 parent.mkdir(parents=True)

@@ -730,3 +730,14 @@ def test_a_name_too_long_with_the_temporary_suffix_says_so(inputs, tmp_path, cap
     message = refused(BY_NAME["rollout"].argv(inputs, out), capsys)
     assert "characters is too long for the file system once s2forecast's temporary suffix is added" in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_directory_left_by_dotdot_is_one_line_and_creates_nothing(inputs, tmp_path, capsys, monkeypatch):
+    """evaluate (which makes a missing parent) made ./sub and then blamed permissions ("File exists")."""
+    monkeypatch.chdir(tmp_path)
+    message = refused(BY_NAME["evaluate"].argv(inputs, "sub/../m.nc"), capsys)
+    assert message.endswith(
+        "--out sub/../m.nc: its directory sub/.. does not exist, and s2forecast does not create a directory only to "
+        "leave it by '..': write the path without it, e.g. --out m.nc"
+    ), message
+    assert list(tmp_path.iterdir()) == []
