@@ -33,6 +33,7 @@ from s2forecast.times import format_time, format_times, parse_end
 from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "skip")
+MAX_STEP_SECONDS = 100 * 366 * 86400  # a model step of a century; datetime64[ns] spans 584 years
 
 
 def check_read_threads(read_threads) -> int:
@@ -273,6 +274,8 @@ class FieldDataset(torch.utils.data.Dataset):
         return tuple(levels)
 
     def _check_step(self, times: np.ndarray, step_hours: float) -> np.timedelta64:
+        if not 0 < step_hours * 3600 < MAX_STEP_SECONDS:  # nanoseconds would wrap around (1e13 h became 6 h)
+            raise UserError(f"step_hours={step_hours} is not a step between 0 and {MAX_STEP_SECONDS / 3600:g} hours")
         step = np.timedelta64(int(round(step_hours * 3600)), "s").astype("timedelta64[ns]")
         if self.spec.rollout == 0:  # initial conditions: whatever the spacing, e.g. one analysis a day for a 6 h
             return step  # model; each needed input time is looked up (time_indices), missing ones named there

@@ -52,7 +52,7 @@ from s2forecast.data.store import (
     open_store,
 )
 from s2forecast.geometry.quadrature import cell_area_weights
-from s2forecast.output import Output, written_by_s2forecast, zarr_attributes
+from s2forecast.output import GENERATION_ATTR, Output, written_by_s2forecast, zarr_attributes
 from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError, one_line
@@ -238,6 +238,7 @@ def _statistics(
             "tendency_step_hours": float(step / np.timedelta64(1, "h")),
             "weights": "WeatherBench2 cell areas",
             "source": describe_input(path),
+            **({"source_generation": ds.attrs[GENERATION_ATTR]} if GENERATION_ATTR in ds.attrs else {}),
             "history": history(python_call("compute_stats", path)),
         },
     )
@@ -310,6 +311,13 @@ def _tendency_step(step_hours: float | None, times: np.ndarray) -> np.timedelta6
     if not np.isfinite(seconds) or round(seconds) <= 0:
         raise UserError(
             f"--step-hours must be a positive number of hours, got {step_hours:g}; the store's time step is "
+            f"{_hours(time_step(times))} h"
+        )
+    span = (times[-1] - times[0]) / np.timedelta64(1, "s") if times.size else 0.0
+    if seconds > span:  # (also before nanoseconds overflow: 1e13 h wrapped around to 6 h)
+        raise UserError(
+            f"--step-hours {step_hours:g} is longer than the whole record ({span / 3600:g} h from "
+            f"{format_time(times[0])}): no two times are that far apart; the store's time step is "
             f"{_hours(time_step(times))} h"
         )
     return np.timedelta64(int(round(seconds)), "s").astype("timedelta64[ns]")
@@ -562,6 +570,21 @@ class ChannelStats:
     tendency_step_hours: float
 
 
+def _check_not_stale(stats: xr.Dataset, store, stats_path) -> None:
+    """Refuse statistics written with ``--out`` from this very store before it was rewritten (the
+    store's generation then differs from the one they record); statistics of another store, or of a
+    store without generations (WeatherBench2's), are the user's choice."""
+    recorded = stats.attrs.get("source_generation")
+    if recorded is None or is_url(str(store)) or stats.attrs.get("source") != describe_input(store):
+        return
+    now = (zarr_attributes(Path(store)) or {}).get(GENERATION_ATTR)
+    if now is not None and str(now) != str(recorded):
+        raise UserError(
+            f"the statistics {stats_path} were computed from {store} before it was rewritten (generation "
+            f"{recorded}, now {now}): compute them again, `s2forecast stats {store} --out {stats_path} --overwrite`"
+        )
+
+
 def load_stats(
     path: str | Path, channels: list[str], constant_ok: bool = False, stats_path: str | Path | None = None
 ) -> ChannelStats:
@@ -573,6 +596,7 @@ def load_stats(
     Raises:
         ValueError: no statistics (says how to compute them), or channels missing from them.
     """
+    store = path
     try:
         if stats_path is not None:
             stats = xr.open_zarr(stats_path, chunks=None)
@@ -597,8 +621,15 @@ def load_stats(
         ) from None
     known = list(stats["channel"].values)
     missing = [c for c in channels if c not in known]
+    if missing and stats_path is not None:
+        raise UserError(
+            f"the statistics {stats_path} lack channels {missing} of {store}; compute them for this store: "
+            f"`s2forecast stats {store} --out {stats_path} --overwrite`"
+        )
     if missing:
         raise UserError(f"statistics of {path} lack channels {missing}; rerun `s2forecast stats {path}`")
+    if stats_path is not None:
+        _check_not_stale(stats, store, stats_path)
     sel = stats.sel(channel=channels)
     std = sel["std"].values
     if constant_ok:

@@ -341,6 +341,13 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
         with opened as initial:
             if options.store_stats:  # back to physical units with the statistics the inputs were normalized with
                 stats = initial.dataset.stats
+                if not np.isclose(stats.tendency_step_hours, model.data.step_hours):  # the tendency scale's step
+                    raise UserError(
+                        f"--store-stats: the statistics of {source} are of tendencies over "
+                        f"{stats.tendency_step_hours:g} h, the model steps {model.data.step_hours:g} h: compute them "
+                        f"over its step (`s2forecast stats {source} --step-hours {model.data.step_hours:g}`), or "
+                        "leave --store-stats out to use the checkpoint's"
+                    )
                 model = model.with_statistics(stats.mean, stats.std, stats.tendency_std)
             members = collectively(ranks, lambda: ensemble_size(options, len(initial.datasets), model.stochastic))
             options = replace(options, members=members)

@@ -50,6 +50,40 @@ def test_unreadable_statistics_say_so_and_why(swe_store, tmp_path):
         FieldDataset(swe_store, SPEC, stats_path=stats)
 
 
+def test_statistics_of_another_shape_or_time_are_named(swe_store, tmp_path):
+    """--out statistics that lack a channel told the user to rerun `s2forecast stats STATS` (which
+    fails: it is no store); those of the same store before it was rewritten were used silently."""
+    import xarray as xr
+
+    from s2forecast.data import generate_swe
+    from s2forecast.data.stats import load_stats
+
+    stats, partial = tmp_path / "stats.zarr", tmp_path / "partial.zarr"
+    compute_stats(swe_store, out=stats)
+    xr.open_zarr(stats).load().sel(channel=["vorticity"]).to_zarr(partial, zarr_format=3)
+    with pytest.raises(ValueError) as error:
+        load_stats(swe_store, ["geopotential_height", "vorticity"], stats_path=partial)
+    assert str(error.value) == (
+        f"the statistics {partial} lack channels ['geopotential_height'] of {swe_store}; compute them for this "
+        f"store: `s2forecast stats {swe_store} --out {partial} --overwrite`"
+    )
+    store = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, progress=False)
+    compute_stats(store, out=stats, overwrite=True)
+    FieldDataset(store, SPEC, stats_path=stats)  # current: taken
+    generate_swe(store, 8, 16, trajectories=2, steps=3, solver_dt_seconds=1800, seed=7, overwrite=True, progress=False)
+    with pytest.raises(ValueError, match=rf"the statistics {stats} were computed from {store} before it was rewritten "
+                       rf"\(generation \w+, now \w+\): compute them again, `s2forecast stats {store} --out {stats} "
+                       r"--overwrite`"):  # fmt: skip
+        FieldDataset(store, SPEC, stats_path=stats)
+
+
+def test_a_step_past_what_nanoseconds_hold_is_one_line(swe_store):
+    """step_hours=1.0008e13 wrapped around to 6 h in nanoseconds and was taken."""
+    spec = SampleSpec(SPEC.variables, static=(), step_hours=10007999171940.436)
+    with pytest.raises(ValueError, match=r"step_hours=10007999171940.436 is not a step between 0 and 878400 hours"):
+        FieldDataset(swe_store, spec)
+
+
 @pytest.mark.parametrize(
     ("options", "expected"),
     [

@@ -309,6 +309,11 @@ def set_time(group, values: np.ndarray) -> None:
         (["--step-hours", "nan"], None, r"--step-hours must be a positive number of hours, got nan"),
         (["--step-hours", "9"], None, r"--step-hours 9 is not a multiple of the time step of .*store\.zarr \(6 h\): "
          r"no two of its times are 9 h apart; use 6, 12, \.\.\."),
+        # past int64 nanoseconds: a traceback (1e300), a negative step in the message (3e6), 6 h (1.0008e13)
+        (["--step-hours", "1e300"], None, r"--step-hours 1e\+300 is longer than the whole record \(30 h from "
+         r"2020-01-01T00\): no two times are that far apart; the store's time step is 6 h"),
+        (["--step-hours", "3e6"], None, r"--step-hours 3e\+06 is longer than the whole record"),
+        (["--step-hours", "10007999171940.436"], None, r"--step-hours 1\.0008e\+13 is longer than the whole record"),
         (["--start", "2020-01-01T12", "--end", "2020-01-01T12"], None, r"no two times of .* between "
          r"2020-01-01T12 and 2020-01-01T12 are 6 h apart"),
         (["--start", "2020-01-02", "--end", "2020-01-01T06"], None, r"--start 2020-01-02T00 is after --end "

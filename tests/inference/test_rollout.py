@@ -174,6 +174,21 @@ def test_store_stats_normalize_and_denormalize_with_the_same_statistics(trained,
                                            atol=1e-6 * float(np.abs(initial[name]).max()), err_msg=name)  # fmt: skip
 
 
+def test_store_stats_of_another_tendency_step_are_refused(trained, tmp_path):
+    """The tendency scale of 2 h statistics made a 1 h model's steps up to 0.16 std off, silently."""
+    store, checkpoint = trained
+    new = new_dates_store(store, tmp_path)
+    compute_stats(new, step_hours=2)
+    with pytest.raises(ValueError) as error:
+        rollout(checkpoint, new, 1, times_of(new)[:1], tmp_path / "f.nc", RolloutOptions(store_stats=True),
+                progress=False)  # fmt: skip
+    assert str(error.value) == (
+        f"--store-stats: the statistics of {new} are of tendencies over 2 h, the model steps 1 h: compute them over "
+        f"its step (`s2forecast stats {new} --step-hours 1`), or leave --store-stats out to use the checkpoint's"
+    )
+    assert not (tmp_path / "f.nc").exists()
+
+
 def test_non_finite_forecast(trained, tmp_path, monkeypatch):
     store, checkpoint = trained
     real = Forecaster.step
