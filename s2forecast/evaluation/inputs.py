@@ -148,6 +148,11 @@ def open_forecast(source: str | os.PathLike | xr.Dataset, storage_options: dict 
         forecast = forecast.assign_coords({LEAD_DIM: values})
     if not forecast.indexes[LEAD_DIM].is_unique:
         raise UserError("forecast 'prediction_timedelta' has duplicate values; drop them")
+    if "level" in forecast.indexes and not forecast.indexes["level"].is_unique:  # (a traceback mid-scoring)
+        levels = forecast.indexes["level"]
+        raise UserError(f"forecast 'level' has duplicate values {sorted(set(levels[levels.duplicated()]))}; drop them")
+    if not forecast.indexes[LEAD_DIM].is_monotonic_increasing:  # plots draw skill along the leads, in order
+        forecast = forecast.sortby(LEAD_DIM)
     member = member_dim(forecast.dims)  # realization (WB2), number (ECMWF/cfgrib) or member
     if member is not None:
         check_members(forecast.sizes[member], member)
@@ -224,6 +229,13 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
         )
     for v in variables:
         expected = {d for d in forecast[v].dims if d not in (INIT_DIM, LEAD_DIM, *MEMBER_DIMS)}
+        other = sorted(expected - {"level", *SPATIAL_DIMS})
+        if other:  # scored fields are (time, lead, [member], [level], lat, lon): another dim failed mid-scoring
+            raise UserError(
+                f"variable {v!r} has dim(s) {other} besides time, prediction_timedelta, a member dim, level, latitude "
+                f"and longitude; select one value (forecast.sel({other[0]}=...)) or, for a vertical one, rename it "
+                "'level'"
+            )
         have = {d for d in truth[v].dims if d not in (INIT_DIM, "dayofyear", "hour")}
         if expected != have:
             raise UserError(

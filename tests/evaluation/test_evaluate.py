@@ -480,3 +480,24 @@ def test_unwritable_output(tmp_path, truth_path, perfect_path, monkeypatch):
     assert calls == []  # refused before any scoring
     with pytest.raises(ValueError, match=r"ending in \.nc"):
         evaluate(perfect_path, truth_path, tmp_path / "m.csv", progress=False)
+
+
+def test_repeated_levels_other_dims_and_unordered_leads(tmp_path, truth_path, truth_ds):
+    """A repeated level and a vertical dim not named 'level' passed the checks and failed mid-scoring
+    (an internal error; 'is a file damaged?'); leads out of order were plotted as zigzags."""
+    forecast = perfect_forecast(truth_ds).drop_vars("valid_time")
+    twice = xr.concat([forecast[["geopotential"]]] * 2, dim="level")
+    with pytest.raises(UserError, match=r"^forecast 'level' has duplicate values \[500, 850\]; drop them$"):
+        evaluate(twice, truth_path, tmp_path / "a.nc", plots=False, progress=False)
+    heights = forecast[["2m_temperature"]].expand_dims(height=[10.0, 100.0], axis=2)
+    truth = truth_ds.drop_vars("written")[["2m_temperature"]].expand_dims(height=[10.0, 100.0], axis=1)
+    with pytest.raises(UserError, match=r"variable '2m_temperature' has dim\(s\) \['height'\] besides time, "
+                       r"prediction_timedelta, a member dim, level, latitude and longitude; select one value "
+                       r"\(forecast.sel\(height=...\)\) or, for a vertical one, rename it 'level'"):  # fmt: skip
+        evaluate(heights, truth, tmp_path / "b.nc", plots=False, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    shuffled = forecast.isel(prediction_timedelta=[2, 0, 1])
+    results = evaluate(shuffled, truth_path, tmp_path / "c.nc", plots=False, progress=False, regions=["global"])
+    ordered = evaluate(forecast, truth_path, tmp_path / "d.nc", plots=False, progress=False, regions=["global"])
+    assert results["lead_hours"].values.tolist() == [6.0, 12.0, 24.0]  # as the plots draw them
+    xr.testing.assert_allclose(results["geopotential"], ordered["geopotential"])
