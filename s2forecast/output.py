@@ -67,9 +67,16 @@ KINDS = {
     "stats": ("normalization statistics", "stats"),
 }
 _SIBLING = ".s2forecast-"
+try:
+    import fcntl  # noqa: F401 (whether flock tells live runs: POSIX)
+
+    _HAS_FLOCK = True
+except ImportError:
+    _HAS_FLOCK = False
 _SIBLING_NAME = re.compile(r"^\..+\.s2forecast-(tmp|old|lock)-\d+-[^/]+$")  # exactly ``sibling``'s names
 _ZARR_METADATA = ("zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata")
 _CHUNK_KEY = re.compile(r"^(c|\d+)([.]\d+)*$")  # a chunk (or shard) file: c.0.0 / 0.0.0 / a digit of c/0/0
+ZARR_PARTIAL = re.compile(r"^.+\.[0-9a-f]{32}\.partial$")  # zarr's atomic write, left by a run killed amid it
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # failed writes, reported as one line naming the output (permissions only when on the output)
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
@@ -187,7 +194,7 @@ def _only_zarr(directory: Path, node: str) -> bool:
         name = entry.name
         if entry.is_symlink():
             return False
-        if _is_sibling(name):
+        if _is_sibling(name) or (entry.is_file() and ZARR_PARTIAL.match(name)):
             continue
         if entry.is_file():
             if name not in _ZARR_METADATA and not (node == "array" and _CHUNK_KEY.match(name)):
@@ -424,19 +431,64 @@ def _locked(lock: Path) -> bool:
     return False
 
 
-def _hold_lock(lock: Path) -> int | None:
-    """Create ``lock`` and hold its flock until the returned descriptor is closed (None: no flock here)."""
+_HELD: dict[str, list[int]] = {}  # lock sibling -> [descriptor, holders in this process]
+
+
+def hold_lock(path: Path) -> None:
+    """Hold the lock sibling of ``path`` (``.NAME.s2forecast-lock-PID-HOST``): other runs then leave
+    this run's siblings alone (``clean_leftovers``) and refuse to write ``path`` (``busy``). Nested
+    holders in this process share it; each ``release_lock`` drops one."""
+    lock = str(sibling(path, "lock"))
+    if lock in _HELD:
+        _HELD[lock][1] += 1
+        return
     try:
         import fcntl
-    except ImportError:
-        return None
+    except ImportError:  # not POSIX: PIDs alone tell live runs
+        return
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
         raise
-    return fd
+    _HELD[lock] = [fd, 1]
+
+
+def release_lock(path: Path) -> None:
+    """Drop one hold of ``path``'s lock sibling; the last one removes it."""
+    lock = str(sibling(path, "lock"))
+    held = _HELD.get(lock)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] == 0:
+        del _HELD[lock]
+        Path(lock).unlink(missing_ok=True)
+        os.close(held[0])
+
+
+def busy(path: str | os.PathLike) -> str | None:
+    """The lock sibling of ``path`` another live run holds (it is writing ``path`` or its replacement),
+    or None."""
+    path = Path(path)
+    prefix = f".{path.name}{_SIBLING}lock-"
+    try:
+        locks = [entry for entry in path.parent.iterdir() if entry.name.startswith(prefix) and _is_sibling(entry.name)]
+    except OSError:
+        return None
+    for lock in locks:
+        if str(lock) not in _HELD and _locked(lock):
+            return lock.name
+    return None
+
+
+def busy_error(path, other: str, option: str = "--out") -> UserError:
+    pid_host = other.rsplit("lock-", 1)[-1]
+    return UserError(
+        f"{option} {path} is being written by another run (process-host {pid_host}, lock {other}); let it finish or "
+        "stop it, then rerun"
+    )
 
 
 def clean_leftovers(path: str | os.PathLike) -> None:
@@ -454,9 +506,12 @@ def clean_leftovers(path: str | os.PathLike) -> None:
     for entry in sorted(entries, key=lambda e: e.name.startswith(f"{prefix}lock-")):  # locks last
         role, _, rest = entry.name[len(prefix) :].partition("-")
         pid, _, host = rest.partition("-")
-        if host != _host() or _alive(int(pid)):
+        lock = parent / f"{prefix}lock-{pid}-{host}"
+        if host != _host() or str(lock) in _HELD or _locked(lock):
             continue
-        if _locked(parent / f"{prefix}lock-{pid}-{host}"):
+        # this process's own PID on a sibling it does not hold: a killed run's (a restarted container is PID 1
+        # again); without flock the PID alone tells
+        if _alive(int(pid)) and (int(pid) != os.getpid() or not _HAS_FLOCK):
             continue
         if role == "old" and not os.path.lexists(path) and written_by_s2forecast(entry):
             os.rename(entry, path)
@@ -533,13 +588,16 @@ class Output:
         if not parent.is_dir():
             raise self._unwritable(NotADirectoryError(errno.ENOTDIR, "not a directory"))
         clean_leftovers(self.path)
+        if other := busy(self.path):
+            raise busy_error(self.path, other, option)
         self._check_existing()
         self._seen = self._state()
         self.generation = new_generation()
         self.tmp = sibling(self.path, "tmp")
-        self._lock_path, self._lock = sibling(self.path, "lock"), None
+        self._holding = False
         try:
-            self._lock = _hold_lock(self._lock_path)  # tells other runs this one is alive (clean_leftovers)
+            hold_lock(self.path)  # tells other runs this one is alive (clean_leftovers) and writing (busy)
+            self._holding = True
             if directory:
                 self.tmp.mkdir()
             else:
@@ -549,11 +607,10 @@ class Output:
             raise self._unwritable(error) from None
 
     def _release(self) -> None:
-        """Drop the lock sibling (after ``tmp`` is committed or discarded)."""
-        if self._lock is not None:
-            self._lock_path.unlink(missing_ok=True)
-            os.close(self._lock)
-            self._lock = None
+        """Drop this output's hold of the lock sibling (after ``tmp`` is committed or discarded)."""
+        if self._holding:
+            self._holding = False
+            release_lock(self.path)
 
     def tmp_name(self) -> str:
         return sibling(self.path, "tmp").name

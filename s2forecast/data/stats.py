@@ -602,7 +602,9 @@ def load_stats(
             stats = xr.open_zarr(stats_path, chunks=None)
             path = stats_path  # what the messages below name
         else:
-            stats = xr.open_zarr(path, group=STATS_GROUP, chunks=None)
+            # not the root's consolidated metadata: a run killed between writing the group and consolidating
+            # would pair the old attributes (tendency step, period) with the new values
+            stats = xr.open_zarr(path, group=STATS_GROUP, chunks=None, consolidated=False)
         stats["channel"]
     except (FileNotFoundError, KeyError, ValueError, OSError) as error:
         where = Path(stats_path) if stats_path is not None else Path(path) / STATS_GROUP

@@ -38,13 +38,18 @@ import zarr
 
 from s2forecast.data.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
 from s2forecast.output import (
+    ZARR_PARTIAL,
     Output,
     artifact_kind,
+    busy,
+    busy_error,
     check_target,
     clean_leftovers,
     field_compressors,
     foreign_error,
+    hold_lock,
     other_kind_error,
+    release_lock,
     remove_own,
     written_by_s2forecast,
     zarr_attributes,
@@ -115,6 +120,7 @@ class StoreWriter:
         self._replacement: Output | None = None
         self._n_times = 0  # the store's time steps, known at ``create``
         self._created = False  # whether this run created the store at ``path`` (it holds only this run's data)
+        self._holding = False  # whether this writer holds the store's lock sibling (``create`` to ``finish``)
 
     def create(self, template: xr.Dataset) -> np.ndarray:
         """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
@@ -124,6 +130,12 @@ class StoreWriter:
             (time,) bool array of the time steps already written (all false for a new store).
         """
         self._n_times = template.sizes["time"]
+        check_target(self.path, self.inputs)  # before any sibling of it is looked at or made
+        clean_leftovers(self.path)  # first: a killed run of this PID (a restarted container's) left siblings
+        if other := busy(self.path):  # another run fills it (in place, or its replacement beside it)
+            raise busy_error(self.path, other)
+        hold_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
+        self._holding = True
         if os.path.lexists(self.path):
             self._check_same_maker()
             if not self.overwrite:
@@ -142,6 +154,7 @@ class StoreWriter:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
+        self._release()
         if error is None:
             return False
         if self._replacement is not None:  # the old store stays; the half-built new one goes
@@ -174,6 +187,9 @@ class StoreWriter:
         """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""
         check_target(self.path, self.inputs)
         clean_leftovers(self.path)
+        for partial in self.path.glob("*.partial"):  # a metadata write of a killed run (no other run writes: busy)
+            if ZARR_PARTIAL.match(partial.name):
+                partial.unlink()
         attrs = zarr_attributes(self.path)
         if attrs is None or not written_by_s2forecast(self.path):
             raise foreign_error(self.path)
@@ -254,6 +270,12 @@ class StoreWriter:
         if self._replacement is not None:
             self._replacement.commit()
             self._replacement, self.target = None, self.path
+        self._release()
+
+    def _release(self) -> None:
+        if self._holding:
+            self._holding = False
+            release_lock(self.path)
 
 
 def write_region(target: str | Path, slab: xr.Dataset, start: int) -> None:

@@ -741,3 +741,62 @@ def test_a_missing_directory_left_by_dotdot_is_one_line_and_creates_nothing(inpu
         "leave it by '..': write the path without it, e.g. --out m.nc"
     ), message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_another_run_writes_is_refused_while_its_lock_is_held(inputs, tmp_path, capsys):
+    """An --overwrite conversion replaced a store another run was filling in place: the result was
+    marked complete with both runs' data. A run's lock sibling now makes the path busy."""
+    import fcntl
+    import socket
+
+    out = tmp_path / "s.zarr"
+    lock = tmp_path / f".s.zarr.s2forecast-lock-4000000-{socket.gethostname()}"  # another run's, held
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for name in ("convert-era5", "generate-swe", "rollout"):
+            message = refused(BY_NAME[name].argv(inputs, out, "--overwrite"), capsys)
+            assert message.endswith(
+                f"--out {out} is being written by another run (process-host 4000000-{socket.gethostname()}, lock "
+                f"{lock.name}); let it finish or stop it, then rerun"
+            ), message
+    cli(BY_NAME["generate-swe"].argv(inputs, out))  # released: the killed run's lock is a leftover
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+def test_a_killed_runs_siblings_with_this_processs_pid_are_leftovers(inputs, tmp_path):
+    """A restarted container is PID 1 again: its killed run's siblings bore this process's PID and were
+    taken for its own, so every rerun failed ("directory not writable (File exists)")."""
+    import socket
+
+    host = socket.gethostname()
+    for role in ("tmp", "lock"):
+        (tmp_path / f".f.nc.s2forecast-{role}-{os.getpid()}-{host}").write_bytes(b"left by a killed run")
+    cli(BY_NAME["rollout"].argv(inputs, tmp_path / "f.nc"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.nc"]
+
+
+def test_zarrs_own_partial_write_left_by_a_kill_does_not_make_a_store_foreign(inputs, tmp_path):
+    """A kill amid zarr's atomic write of zarr.json leaves zarr.<hex>.partial: the store was then
+    "not written by s2forecast" for good; a rerun finishes it and removes the partial file."""
+    out = tmp_path / "s.zarr"
+    cli(BY_NAME["generate-swe"].argv(inputs, out))
+    partial = out / "zarr.json.0123456789abcdef0123456789abcdef.partial"
+    partial.write_text("{")
+    assert written_by_s2forecast(out)
+    cli(BY_NAME["generate-swe"].argv(inputs, out))  # resumes (complete: nothing to do)
+    assert not partial.exists() and written_by_s2forecast(out)
+
+
+def test_statistics_rewritten_but_not_consolidated_read_whole(inputs, tmp_path, monkeypatch):
+    """A run killed between writing the stats group and consolidating the store's metadata paired the
+    old attributes (tendency step, period) with the new values."""
+    from s2forecast.data.stats import load_stats
+
+    store = own_store(inputs, tmp_path)
+    compute_stats(store)
+    monkeypatch.setattr(stats_module.zarr, "consolidate_metadata", lambda *a, **k: (_ for _ in ()).throw(
+        KeyboardInterrupt()))  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        compute_stats(store, step_hours=2)
+    monkeypatch.undo()
+    assert load_stats(store, ["vorticity"]).tendency_step_hours == 2.0
