@@ -134,7 +134,13 @@ class StoreWriter:
         clean_leftovers(self.path)  # first: a killed run of this PID (a restarted container's) left siblings
         if other := busy(self.path):  # another run fills it (in place, or its replacement beside it)
             raise busy_error(self.path, other)
-        hold_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
+        try:
+            hold_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
+        except OSError as error:
+            raise PermissionError(
+                f"cannot write --out {self.path}: directory {self.path.parent} is not writable "
+                f"({error.strerror or error}); choose another --out"
+            ) from None
         self._holding = True
         if os.path.lexists(self.path):
             self._check_same_maker()
