@@ -190,24 +190,26 @@ def _only_zarr(directory: Path, node: str) -> bool:
     """Whether the zarr ``node`` ("group" or "array") at ``directory`` holds nothing but zarr metadata,
     child nodes, chunks (an array's ``c``/digit chunk directories, whose contents are not listed: a
     record has millions) and s2forecast's own siblings."""
-    for entry in directory.iterdir():
-        name = entry.name
-        if entry.is_symlink():
-            return False
-        if _is_sibling(name) or (entry.is_file() and ZARR_PARTIAL.match(name)):
-            continue
-        if entry.is_file():
-            if name not in _ZARR_METADATA and not (node == "array" and _CHUNK_KEY.match(name)):
+    with os.scandir(directory) as entries:  # DirEntry types: no system call per chunk file (v2 flat keys)
+        for entry in entries:
+            name = entry.name
+            if entry.is_symlink():
                 return False
-        elif entry.is_dir():
-            child = _node_type(entry)
-            if child is not None:
-                if not _only_zarr(entry, child):
+            is_file = entry.is_file(follow_symlinks=False)
+            if _is_sibling(name) or (is_file and ZARR_PARTIAL.match(name)):
+                continue
+            if is_file:
+                if name not in _ZARR_METADATA and not (node == "array" and _CHUNK_KEY.match(name)):
                     return False
-            elif not (node == "array" and (name == "c" or name.isdigit())):
+            elif entry.is_dir(follow_symlinks=False):
+                child = _node_type(Path(entry.path))
+                if child is not None:
+                    if not _only_zarr(Path(entry.path), child):
+                        return False
+                elif not (node == "array" and (name == "c" or name.isdigit())):
+                    return False
+            else:
                 return False
-        else:
-            return False
     return True
 
 
@@ -424,8 +426,8 @@ def _locked(lock: Path) -> bool:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
+    except OSError as error:
+        return error.errno in (errno.EWOULDBLOCK, errno.EAGAIN)  # else no flock on this file system: PIDs tell
     finally:
         os.close(fd)  # (releases the probe's own lock)
     return False
@@ -449,9 +451,12 @@ def hold_lock(path: Path) -> None:
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as error:
         os.close(fd)
-        raise
+        Path(lock).unlink(missing_ok=True)
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        return  # a file system without flock (Lustre mounted noflock, some FUSE/CIFS): PIDs alone tell live runs
     _HELD[lock] = [fd, 1]
 
 
@@ -481,6 +486,21 @@ def busy(path: str | os.PathLike) -> str | None:
         if str(lock) not in _HELD and _locked(lock):
             return lock.name
     return None
+
+
+def unwritable(path: Path, error: OSError, option: str = "--out") -> PermissionError:
+    """The one-line error for a sibling of ``path`` that could not be made: a name too long once the
+    sibling's suffix is added, or a directory that cannot be written."""
+    if error.errno == errno.ENAMETOOLONG:
+        return PermissionError(
+            f"cannot write {option} {path}: its name of {len(path.name)} characters is too long for the file system "
+            f"once s2forecast's temporary suffix is added ({len(sibling(path, 'lock').name)} characters); choose a "
+            f"shorter {option}"
+        )
+    return PermissionError(
+        f"cannot write {option} {path}: directory {path.parent} is not writable ({error.strerror or error}); choose "
+        f"another {option}"
+    )
 
 
 def busy_error(path, other: str, option: str = "--out") -> UserError:
@@ -588,16 +608,24 @@ class Output:
         if not parent.is_dir():
             raise self._unwritable(NotADirectoryError(errno.ENOTDIR, "not a directory"))
         clean_leftovers(self.path)
-        if other := busy(self.path):
-            raise busy_error(self.path, other, option)
-        self._check_existing()
-        self._seen = self._state()
-        self.generation = new_generation()
-        self.tmp = sibling(self.path, "tmp")
         self._holding = False
         try:
             hold_lock(self.path)  # tells other runs this one is alive (clean_leftovers) and writing (busy)
-            self._holding = True
+        except OSError as error:
+            raise self._unwritable(error) from None
+        self._holding = True
+        if other := busy(self.path):  # after taking ours: of two runs started together, one sees the other
+            self._release()
+            raise busy_error(self.path, other, option)
+        try:
+            self._check_existing()
+        except BaseException:
+            self._release()
+            raise
+        self._seen = self._state()
+        self.generation = new_generation()
+        self.tmp = sibling(self.path, "tmp")
+        try:
             if directory:
                 self.tmp.mkdir()
             else:
@@ -612,26 +640,13 @@ class Output:
             self._holding = False
             release_lock(self.path)
 
-    def tmp_name(self) -> str:
-        return sibling(self.path, "tmp").name
-
     @property
     def attrs(self) -> dict[str, str]:
         """The marker and generation, to store among the artifact's attributes."""
         return {MARKER_ATTR: self.kind, GENERATION_ATTR: self.generation}
 
     def _unwritable(self, error: OSError) -> PermissionError:
-        if error.errno == errno.ENAMETOOLONG:
-            return PermissionError(
-                f"cannot write {self.option} {self.path}: its name of {len(self.path.name)} characters is too long "
-                f"for the file system once s2forecast's temporary suffix is added ({len(self.tmp_name())} characters); "
-                f"choose a shorter {self.option}"
-            )
-        reason = error.strerror or str(error)
-        return PermissionError(
-            f"cannot write {self.option} {self.path}: directory {self.path.parent} is not writable ({reason}); "
-            f"choose another {self.option}"
-        )
+        return unwritable(self.path, error, self.option)
 
     def _state(self) -> tuple | None:
         try:

@@ -34,6 +34,7 @@ import logging
 import numbers
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -402,6 +403,7 @@ def _probe_scheduler(address: str, timeout_s: float) -> None:
     from distributed.comm.addressing import parse_address, parse_host_port
     from distributed.security import Security
 
+    total, deadline = timeout_s, time.monotonic() + timeout_s
     scheme, location = parse_address(address)
     if scheme == "tcp":  # nothing listening is known at once: dask's connect retries it until its timeout
         host, port = parse_host_port(location)
@@ -411,6 +413,7 @@ def _probe_scheduler(address: str, timeout_s: float) -> None:
             raise OSError(f"nothing listens at {host}:{port} (connection refused): is the scheduler running?") from None
         except OSError:
             pass  # unreachable, timed out, unknown host: dask's connect below says which
+    timeout_s = max(deadline - time.monotonic(), 0.1)  # the whole probe within the caller's timeout
 
     async def ask() -> None:
         args = Security().get_connection_args("client")  # dask's TLS settings, for a tls:// address
@@ -427,7 +430,7 @@ def _probe_scheduler(address: str, timeout_s: float) -> None:
         try:
             await asyncio.wait_for(ask(), timeout_s)
         except TimeoutError:
-            raise OSError(f"no dask scheduler answered within {timeout_s:g} s (is it the dashboard's port?)") from None
+            raise OSError(f"no dask scheduler answered within {total:g} s (is it the dashboard's port?)") from None
 
     asyncio.run(bounded())
 

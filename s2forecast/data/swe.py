@@ -161,7 +161,7 @@ def generate_swe(
                         )
                     )
         writer.finish()
-    return Path(out)
+    return Path(out).expanduser()
 
 
 def check_arguments(

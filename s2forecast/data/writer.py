@@ -51,6 +51,7 @@ from s2forecast.output import (
     other_kind_error,
     release_lock,
     remove_own,
+    unwritable,
     written_by_s2forecast,
     zarr_attributes,
 )
@@ -109,7 +110,7 @@ class StoreWriter:
     ):
         if shards < 0:
             raise ValueError(f"shards must be >= 0, got {shards}")
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         self.shards = shards
         # only sharded stores carry it, so unsharded stores written before shards existed still resume
         self.signature = json.dumps({**signature, "shards": shards} if shards else signature, sort_keys=True,
@@ -132,16 +133,14 @@ class StoreWriter:
         self._n_times = template.sizes["time"]
         check_target(self.path, self.inputs)  # before any sibling of it is looked at or made
         clean_leftovers(self.path)  # first: a killed run of this PID (a restarted container's) left siblings
-        if other := busy(self.path):  # another run fills it (in place, or its replacement beside it)
-            raise busy_error(self.path, other)
         try:
             hold_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
         except OSError as error:
-            raise PermissionError(
-                f"cannot write --out {self.path}: directory {self.path.parent} is not writable "
-                f"({error.strerror or error}); choose another --out"
-            ) from None
+            raise unwritable(self.path, error) from None
         self._holding = True
+        if other := busy(self.path):  # another run fills it (in place, or its replacement); after taking ours:
+            self._release()  # of two runs started together, one sees the other
+            raise busy_error(self.path, other)
         if os.path.lexists(self.path):
             self._check_same_maker()
             if not self.overwrite:

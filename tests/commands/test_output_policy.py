@@ -725,11 +725,32 @@ def test_a_home_directory_path_is_expanded(inputs, tmp_path, monkeypatch):
     assert written_by_s2forecast(home / "m.nc") and (home / "m.csv").stat().st_size > 0
 
 
-def test_a_name_too_long_with_the_temporary_suffix_says_so(inputs, tmp_path, capsys):
+@pytest.mark.parametrize("command", ["rollout", "generate-swe"])
+def test_a_name_too_long_with_the_temporary_suffix_says_so(inputs, tmp_path, capsys, command):
     out = tmp_path / ("x" * 233 + ".nc")  # fits NAME_MAX (255); with ".NAME.s2forecast-tmp-PID-HOST" it does not
-    message = refused(BY_NAME["rollout"].argv(inputs, out), capsys)
+    message = refused(BY_NAME[command].argv(inputs, out), capsys)
     assert "characters is too long for the file system once s2forecast's temporary suffix is added" in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_without_flock_the_commands_write_and_leave_no_lock(inputs, tmp_path, monkeypatch):
+    """On a file system without flock (Lustre mounted noflock, some FUSE/CIFS) every writing command
+    was refused as 'not writable (Function not implemented)', leaving a lock file; PIDs then tell."""
+    import fcntl
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    cli(BY_NAME["rollout"].argv(inputs, tmp_path / "f.nc"))
+    cli(BY_NAME["generate-swe"].argv(inputs, tmp_path / "s.zarr"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.nc", "s.zarr"]
+
+
+def test_a_store_path_from_python_expands_the_home_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    store = generate_swe("~/s.zarr", 8, 16, trajectories=1, steps=1, solver_dt_seconds=1800, progress=False)
+    assert Path(store) == tmp_path / "s.zarr" and written_by_s2forecast(tmp_path / "s.zarr")
 
 
 def test_a_missing_directory_left_by_dotdot_is_one_line_and_creates_nothing(inputs, tmp_path, capsys, monkeypatch):
