@@ -276,7 +276,8 @@ class FieldDataset(torch.utils.data.Dataset):
     def _check_step(self, times: np.ndarray, step_hours: float) -> np.timedelta64:
         if not 0 < step_hours * 3600 < MAX_STEP_SECONDS:  # nanoseconds would wrap around (1e13 h became 6 h)
             raise UserError(f"step_hours={step_hours} is not a step between 0 and {MAX_STEP_SECONDS / 3600:g} hours")
-        step = np.timedelta64(int(round(step_hours * 3600)), "s").astype("timedelta64[ns]")
+        # to the millisecond, as generate-swe lays out its times (1/7 h: 514.286 s, not 514 s)
+        step = np.timedelta64(int(round(step_hours * 3_600_000)), "ms").astype("timedelta64[ns]")
         if self.spec.rollout == 0:  # initial conditions: whatever the spacing, e.g. one analysis a day for a 6 h
             return step  # model; each needed input time is looked up (time_indices), missing ones named there
         if times.size < 2:

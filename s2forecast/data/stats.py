@@ -320,7 +320,7 @@ def _tendency_step(step_hours: float | None, times: np.ndarray) -> np.timedelta6
             f"{format_time(times[0])}): no two times are that far apart; the store's time step is "
             f"{_hours(time_step(times))} h"
         )
-    return np.timedelta64(int(round(seconds)), "s").astype("timedelta64[ns]")
+    return np.timedelta64(int(round(seconds * 1000)), "ms").astype("timedelta64[ns]")  # as generate-swe's times
 
 
 def _no_pairs(path, step: np.timedelta64, store_step: np.timedelta64, selected: np.ndarray) -> str:

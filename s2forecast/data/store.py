@@ -203,7 +203,7 @@ def longitudes_from_zero(ds: xr.Dataset) -> xr.Dataset:
     lon = ds["longitude"].values.astype(np.float64)
     east = np.mod(lon, 360.0)
     # -1e-11 (np.arange(-180, 180, 0.1)'s 0 E) is 0 E, not the last column: 360 - 1e-11 would shift every column
-    east[east > 360.0 - 1e-6 * 360.0 / lon.size] = 0.0
+    east[east > 360.0 - 1e-3 * 360.0 / lon.size] = 0.0  # within the grid-matching tolerance (coordinate_tolerance)
     order = np.argsort(east, kind="stable")
     if np.array_equal(order, np.arange(lon.size)) and np.array_equal(east, lon):
         return ds

@@ -187,6 +187,8 @@ def check_arguments(
     for name, value in (("dt-hours", dt_hours), ("solver-dt-seconds", solver_dt_seconds)):
         if not (math.isfinite(value) and value > 0):
             raise UserError(f"--{name} must be a positive number, got {value}")
+    if round(dt_hours * 3_600_000) < 1:  # the stored times are whole milliseconds apart (trajectory_times)
+        raise UserError(f"--dt-hours must be at least a millisecond ({1 / 3_600_000:.3g} h), got {dt_hours:g}")
     check_time_axis_size(nlat, nlon, trajectories, steps, dt_hours)
 
 

@@ -156,13 +156,6 @@ def open_forecast(source: str | os.PathLike | xr.Dataset, storage_options: dict 
     member = member_dim(forecast.dims)  # realization (WB2), number (ECMWF/cfgrib) or member
     if member is not None:
         check_members(forecast.sizes[member], member)
-        lacking = [name for name, var in forecast.data_vars.items()
-                   if INIT_DIM in var.dims and LEAD_DIM in var.dims and member not in var.dims]  # fmt: skip
-        if lacking:  # scored as members, their latitude axis was taken for the members' (a traceback)
-            raise UserError(
-                f"forecast variable(s) {lacking} have no {member!r} dim but the others do: an ensemble's fields all "
-                f"have members; evaluate them apart (forecast[{lacking}] as a deterministic forecast)"
-            )
     return to_model_order(forecast, leading=(INIT_DIM, LEAD_DIM))
 
 
@@ -221,6 +214,13 @@ def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -
 
 def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], name: str, where: str) -> None:
     """The truth (or climatology) holds every variable with the same non-time dims and every level."""
+    member = member_dim(forecast.dims)
+    lacking = [v for v in variables if member is not None and member not in forecast[v].dims]
+    if lacking:  # scored as members, their latitude axis was taken for the members' (a traceback)
+        raise UserError(
+            f"forecast variable(s) {lacking} have no {member!r} dim but the others do: an ensemble's fields all have "
+            f"members; score them apart (--variables without them, or forecast[{lacking}] as a deterministic forecast)"
+        )
     absent = [v for v in variables if v not in truth.data_vars]
     if absent:
         raise UserError(

@@ -22,7 +22,13 @@ from s2forecast.output import field_compressors
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
 # the units of a NetCDF forecast's times, coarsest first, and their length in ns
-TIME_UNITS = (("hours", 3_600_000_000_000), ("minutes", 60_000_000_000), ("seconds", 1_000_000_000))
+TIME_UNITS = (
+    ("hours", 3_600_000_000_000),
+    ("minutes", 60_000_000_000),
+    ("seconds", 1_000_000_000),
+    ("milliseconds", 1_000_000),
+    ("microseconds", 1_000),
+)
 MEMBER_DIM = "realization"  # WeatherBench2's name of the ensemble dimension
 
 
@@ -99,8 +105,8 @@ def zarr_template(layout: ChannelLayout, init_times, leads, lat, lon, units, att
 
 def time_numbers(init_times: np.ndarray, leads: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
     """(unit, init times since 1970, leads) as NetCDF numbers: int64 in the coarsest of hours,
-    minutes, seconds that holds every value exactly (float64 hours made 00:20 read back as
-    00:19:59.999999872, which no truth time matched); float64 seconds below a second."""
+    minutes, seconds, milliseconds, microseconds that holds every value exactly (float64 hours made
+    00:20 read back as 00:19:59.999999872, which no truth time matched); float64 seconds below."""
     init_ns = (np.asarray(init_times, "datetime64[ns]") - EPOCH).astype(np.int64)
     lead_ns = np.asarray(leads, "timedelta64[ns]").astype(np.int64)
     every = np.concatenate([init_ns, lead_ns])

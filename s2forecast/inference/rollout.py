@@ -341,7 +341,7 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
         with opened as initial:
             if options.store_stats:  # back to physical units with the statistics the inputs were normalized with
                 stats = initial.dataset.stats
-                if not np.isclose(stats.tendency_step_hours, model.data.step_hours):  # the tendency scale's step
+                if model.residual and not np.isclose(stats.tendency_step_hours, model.data.step_hours):
                     raise UserError(
                         f"--store-stats: the statistics of {source} are of tendencies over "
                         f"{stats.tendency_step_hours:g} h, the model steps {model.data.step_hours:g} h: compute them "

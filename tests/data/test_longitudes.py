@@ -37,6 +37,8 @@ def test_float_noise_below_zero_east_is_the_first_column():
     read = to_model_order(dataset(lon, data))
     assert read["longitude"].values[0] == 0.0 and abs(read["longitude"].values[-1] - 359.9) < 1e-9
     assert np.array_equal(read["t"].values, np.roll(data, -1800, axis=-1))  # the 0 E column first
+    noisy = to_model_order(dataset(np.arange(1440) * 0.25 - 3e-6, data[..., :1440]))  # a float32-like 0.25 deg
+    assert noisy["longitude"].values[0] == 0.0 and np.array_equal(noisy["t"].values, data[..., :1440])
 
 
 def test_reordering_is_lazy(tmp_path):

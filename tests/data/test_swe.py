@@ -182,3 +182,20 @@ def test_times_are_whole_steps_apart(dt_hours):
     spacings = np.diff(times[trajectory == 1])
     assert np.unique(spacings).size == 1
     assert abs(spacings[0] / np.timedelta64(1, "ms") - dt_hours * 3_600_000) < 0.5
+
+
+def test_a_store_of_any_millisecond_step_trains_at_that_step(tmp_path, capsys):
+    """1/7 h steps were stored 514.286 s apart while fit stepped 514 s (whole seconds): no sample. A
+    step under a millisecond made every time the same."""
+    from s2forecast.data.fields import FieldDataset, SampleSpec
+    from s2forecast.data.stats import compute_stats
+
+    store = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=1, steps=3, dt_hours=1 / 7,
+                         solver_dt_seconds=600, progress=False)  # fmt: skip
+    compute_stats(store)
+    spec = SampleSpec(("vorticity",), static=(), step_hours=1 / 7)
+    assert len(FieldDataset(store, spec)) == 3
+    with pytest.raises(SystemExit):
+        cli(["generate-swe", "--out", str(tmp_path / "tiny.zarr"), "--nlat", "8", "--nlon", "16", "--dt-hours", "1e-7"])
+    assert "--dt-hours must be at least a millisecond (2.78e-07 h), got 1e-07" in capsys.readouterr().err
+    assert not (tmp_path / "tiny.zarr").exists()

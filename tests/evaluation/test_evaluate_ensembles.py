@@ -103,10 +103,13 @@ def test_a_variable_without_the_member_dim_is_one_line(tmp_path, truth):
         evaluate(forecast, path, tmp_path / "m.nc", plots=False, progress=False)
     assert str(error.value) == (
         "forecast variable(s) ['deterministic_2m_temperature'] have no 'number' dim but the others do: an "
-        "ensemble's fields all have members; evaluate them apart (forecast[['deterministic_2m_temperature']] as a "
-        "deterministic forecast)"
+        "ensemble's fields all have members; score them apart (--variables without them, or "
+        "forecast[['deterministic_2m_temperature']] as a deterministic forecast)"
     )
     assert list(tmp_path.iterdir()) == []
+    # a field left out of the scores may lack the members (an ensemble mean beside the members)
+    results = evaluate(forecast, path, tmp_path / "m.nc", plots=False, progress=False, variables=["2m_temperature"])
+    assert "2m_temperature" in results and "deterministic_2m_temperature" not in results
 
 
 def test_the_ensemble_metrics_refuse_one_member_in_python_too(truth):
