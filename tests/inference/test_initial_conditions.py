@@ -188,24 +188,30 @@ def test_initial_conditions_a_day_apart_for_a_6_h_model(era5_model, tmp_path):
         np.testing.assert_array_equal(forecast["2m_temperature"].values, expected["2m_temperature"].values)
 
 
+def history_2_swe_model(step_hours: float):
+    """An untrained 8x16 SWE forecaster of two input states ``step_hours`` apart, unit statistics."""
+    from s2forecast.geometry import Grid
+    from s2forecast.models.data_spec import DataSpec
+    from s2forecast.models.forecaster import Forecaster
+
+    data = DataSpec(channels=("geopotential_height", "vorticity", "divergence"), static_channels=(),
+                    forcing_channels=(), grid=Grid(8, 16), history=2, step_hours=step_hours, rollout_steps=1,
+                    mean=(0.0,) * 3, std=(1.0,) * 3, tendency_std=(1.0,) * 3)  # fmt: skip
+    return Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, data)
+
+
 def test_missing_history_of_wider_spaced_initial_conditions_is_named(swe_store, tmp_path):
     """A history-2 model of 1 h steps on a 2-hourly store: it opens, and an init time whose
     previous hour is missing is refused naming it; training's spacing check stays."""
     from s2forecast.data.fields import FieldDataset, SampleSpec
-    from s2forecast.geometry import Grid
     from s2forecast.inference.initial_conditions import InitialConditions, checkpoint_stats
-    from s2forecast.models.data_spec import DataSpec
-    from s2forecast.models.forecaster import Forecaster
     from s2forecast.user_errors import UserError
 
     two_hourly = tmp_path / "two_hourly.zarr"
     with xr.open_zarr(swe_store) as hourly:
         hourly.isel(time=[0, 2, 4]).to_zarr(two_hourly, zarr_format=3)  # 00, 02, 04 of the first trajectory
     channels = ("geopotential_height", "vorticity", "divergence")
-    data = DataSpec(channels=channels, static_channels=(), forcing_channels=(), grid=Grid(8, 16), history=2,
-                    step_hours=1.0, rollout_steps=1, mean=(0.0,) * 3, std=(1.0,) * 3,
-                    tendency_std=(1.0,) * 3)  # fmt: skip
-    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, data)
+    model = history_2_swe_model(step_hours=1.0)
     with InitialConditions.open(two_hourly, model) as initial:
         with pytest.raises(UserError) as error:
             initial.check(np.array(["2000-01-01T02"], dtype="datetime64[ns]"))
@@ -221,19 +227,12 @@ def test_a_history_that_would_span_two_trajectories_is_refused(tmp_path):
     """Trajectories of 6 states 4 h apart lie back to back (a day each): a history-2 initialization at
     the second one's first time took its first state from the first trajectory (training never does)."""
     from s2forecast.data import generate_swe
-    from s2forecast.geometry import Grid
     from s2forecast.inference.initial_conditions import InitialConditions
-    from s2forecast.models.data_spec import DataSpec
-    from s2forecast.models.forecaster import Forecaster
     from s2forecast.user_errors import UserError
 
     store = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=2, steps=5, dt_hours=4.0,
                          solver_dt_seconds=3600, progress=False)  # fmt: skip
-    channels = ("geopotential_height", "vorticity", "divergence")
-    data = DataSpec(channels=channels, static_channels=(), forcing_channels=(), grid=Grid(8, 16), history=2,
-                    step_hours=4.0, rollout_steps=1, mean=(0.0,) * 3, std=(1.0,) * 3,
-                    tendency_std=(1.0,) * 3)  # fmt: skip
-    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, data)
+    model = history_2_swe_model(step_hours=4.0)
     with InitialConditions.open(store, model) as initial:
         assert np.diff(initial.dataset.times)[5] == np.timedelta64(4, "h")  # back to back: 20 h, then 00 h
         initial.check(np.array(["2000-01-02T04"], dtype="datetime64[ns]"))  # both states in trajectory 1
