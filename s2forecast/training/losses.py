@@ -72,7 +72,10 @@ def spectral_crps(
     """Channel-weighted almost-fair CRPS of the fields' spherical harmonic coefficients.
 
     The CRPS of the real and of the imaginary part of every orthonormal coefficient c_lm, summed
-    over all degrees l and orders m = -l..l (those of m < 0, the conjugates of m > 0 for a real
+    over the degrees l the ``analysis`` resolves exactly (``nn.SphericalHarmonicAnalysis``: l < nlat
+    on Legendre-Gauss grids, l < (nlat + 1) // 2 on equiangular ones, where the grid's quadrature
+    is exact; finer scales on equiangular grids are not scored by this term, only on the grid) and
+    orders m = -l..l (those of m < 0, the conjugates of m > 0 for a real
     field, counted by doubling m > 0) and divided by sqrt(4 pi): for a field that is constant
     over the sphere (l = 0 only) it is the grid CRPS. Every scale counts by its amplitude, not by
     its area as on the grid, so members that blur small scales pay for it (FourCastNet 3).
