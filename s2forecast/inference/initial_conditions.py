@@ -268,7 +268,8 @@ class InitialConditions:
             return
         members = _file_members(Path(source), ic_members)
         layout = ChannelLayout.from_channels(model.data.channels)
-        statics = [name for name in model.data.static_channels if name not in model.static_fields]
+        # on another grid the checkpoint's static fields do not apply: the file's are needed (open_inputs)
+        statics = [name for name in model.data.static_channels if other_grid or name not in model.static_fields]
         variables = [*layout.variables, *statics]  # the checkpoint's own static fields are not needed
         _check_era5_variables(variables, source)
         with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:

@@ -112,6 +112,7 @@ class Forecaster(nn.Module):
             raise UserError(f"the {self.architecture} model is bound to its training grid {self.grid}")
         other = Forecaster(self.architecture, self.network_options, self.data.on_grid(grid), self.residual)
         other.net = self.net.on_grid(grid)
+        other.static_fields = self.static_fields if grid == self.grid else {}  # the checkpoint's, on its grid
         return other.to(self.mean.device).train(self.training)
 
     # --- the model step ------------------------------------------------------------------

@@ -221,6 +221,12 @@ class SphericalTransformer(nn.Module):
         self.midpoint = grid.kind == "equiangular-midpoint"
         grid = Grid(grid.nlat + 1, grid.nlon, "equiangular") if self.midpoint else grid
         self.latent = Grid(max(2, grid.nlat // scale_factor), max(1, grid.nlon // scale_factor), latent_kind)
+        if grid.nlon % self.latent.nlon:  # the DISCO encoder maps whole columns onto the latent grid's
+            raise UserError(
+                f"a {grid.nlat}x{grid.nlon} grid cannot run this network: its {grid.nlon} longitudes are not a "
+                f"multiple of the latent grid's {self.latent.nlon} (nlon // scale_factor {scale_factor}); use a grid "
+                f"whose nlon is a multiple of {scale_factor}"
+            )
         kernel_shape = tuple(encoder_kernel_shape)
         self.encoder = DiscreteContinuousConvS2(
             in_channels, embed_dim, grid.shape, self.latent.shape, kernel_shape, basis_type,

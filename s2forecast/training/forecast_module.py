@@ -14,6 +14,7 @@ anemoi and makani), normalized to mean 1. Validation and test log per channel th
 latitude-weighted RMSE (WeatherBench2 cell areas) in physical units at every lead.
 """
 
+import inspect
 import math
 
 import numpy as np
@@ -145,9 +146,16 @@ def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
     state = read_checkpoint(checkpoint)
     if "state_dict" not in state:
         raise UserError(f"--model.init_from {checkpoint} is not a checkpoint of s2forecast fit (no state_dict)")
+    _check_same_network(forecaster, state.get("hyper_parameters") or {}, checkpoint)
     theirs = forecaster_weights(state["state_dict"])
     ours = forecaster.state_dict()
     parameters = {name for name, _ in forecaster.named_parameters()}
+    extra = sorted(name for name in theirs if name.startswith("net.") and name not in ours)
+    if extra:  # a deeper network's: its layers would be dropped without a word
+        raise UserError(
+            f"--model.init_from {checkpoint} does not fit this model: it has weight {extra[0]} this model lacks "
+            f"({len(extra)} such); fine-tuning needs the same architecture, network options and channels"
+        )
     missing = sorted(name for name in parameters if name not in theirs)
     differ = sorted(name for name in parameters if name in theirs and theirs[name].shape != ours[name].shape)
     if missing or differ:
@@ -159,6 +167,46 @@ def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
         )
     load = {name: value for name, value in theirs.items() if name in ours and value.shape == ours[name].shape}
     forecaster.load_state_dict(load, strict=False)
+
+
+def _check_same_network(forecaster: Forecaster, hparams: dict, checkpoint: str) -> None:
+    """The checkpoint's architecture, residual and network options (defaults filled in) are this
+    model's; on another grid only without a grid-bound position embedding. Weights of the same
+    shapes under other options (heads, activation, attention kind, scale factor) would load into
+    another network silently."""
+    from s2forecast.models import ARCHITECTURES
+    from s2forecast.models.data_spec import DataSpec
+    from s2forecast.models.spherical_transformer import GRID_BOUND_EMBEDDINGS
+
+    if not hparams.get("network") and not hparams.get("architecture"):
+        return  # a checkpoint without hyper-parameters: the weights' names and shapes alone are checked
+    architecture = hparams.get("architecture", "spherical")
+    if architecture != forecaster.architecture or hparams.get("residual", True) != forecaster.residual:
+        raise UserError(
+            f"--model.init_from {checkpoint} is a {architecture!r} network (residual {hparams.get('residual', True)}); "
+            f"this model is {forecaster.architecture!r} (residual {forecaster.residual}): fine-tuning needs the same "
+            "architecture, network options and channels"
+        )
+    cls = ARCHITECTURES[architecture]
+    defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
+                if p.default is not inspect.Parameter.empty}  # fmt: skip
+    theirs, ours = {**defaults, **(hparams.get("network") or {})}, {**defaults, **forecaster.network_options}
+    differ = sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name))
+    if differ:
+        name = differ[0]
+        raise UserError(
+            f"--model.init_from {checkpoint} has network option {name}={theirs.get(name)!r}, this model "
+            f"{ours.get(name)!r} ({len(differ)} option(s) differ: {differ}); fine-tuning needs the same architecture, "
+            "network options and channels"
+        )
+    data = hparams.get("data")
+    embedding = ours.get("position_embedding")
+    if data and embedding in GRID_BOUND_EMBEDDINGS and DataSpec.from_dict(data).grid != forecaster.grid:
+        raise UserError(
+            f"--model.init_from {checkpoint}: position embedding {embedding!r} is tied to the training grid "
+            f"{DataSpec.from_dict(data).grid}, and this run's grid is {forecaster.grid}: fine-tune it on its own grid, "
+            "or train a model with a grid-free embedding (sprepe or none) for another"
+        )
 
 
 class ForecastModule(pl.LightningModule):

@@ -117,3 +117,19 @@ def test_given_static_field_on_another_grid_is_refused(trained):
         FieldDataset(store, spec, given_static={"land_sea_mask": np.zeros((4, 8))})
     dataset = FieldDataset(store, spec, given_static={"land_sea_mask": np.ones((9, 16))})
     np.testing.assert_array_equal(dataset.physical_static("land_sea_mask"), np.ones((9, 16), np.float32))
+
+
+def test_other_grid_initial_conditions_file_gives_its_own_static_fields(trained, tmp_path):
+    """On another grid the checkpoint's mask does not apply: the file's is needed, and the conversion
+    left it out (the checkpoint carries one): 'static fields ['land_sea_mask'] are not in ...'."""
+    _, _, ckpt = trained
+    lat, lon = np.linspace(90.0, -90.0, 17), np.arange(32) * 11.25
+    times = pd.date_range("2020-01-01", periods=6, freq="6h").values
+    rng = np.random.default_rng(3)
+    t2m = 288.0 - 30.0 * np.sin(np.radians(lat))[None, :, None] ** 2 + rng.normal(0.0, 2.0, (6, 17, 32))
+    mask = np.repeat((rng.random((1, 17, 32)) > 0.6).astype(np.float32), 6, axis=0)
+    dims = ("valid_time", "latitude", "longitude")
+    fields = {"t2m": (dims, t2m.astype(np.float32), {"units": "K"}), "lsm": (dims, mask, {"units": "1"})}
+    xr.Dataset(fields, coords={"valid_time": times, "latitude": lat, "longitude": lon}).to_netcdf(tmp_path / "fine.nc")
+    forecast = rollout(ckpt, tmp_path / "fine.nc", tmp_path / "f.nc", "2020-01-01T06", "--other-grid")
+    assert forecast["2m_temperature"].shape[-2:] == (17, 32) and np.isfinite(forecast["2m_temperature"]).all()

@@ -81,3 +81,22 @@ def test_with_statistics_shares_the_weights_and_changes_only_the_normalization()
     assert other.tendency_scale.flatten().tolist() == pytest.approx([0.2, 1.0])  # tendency_std / std, or 1
     with pytest.raises(ValueError, match=r"statistics of \[1, 2, 2\] channels for 2"):
         model.with_statistics([1.0], [1.0, 2.0], [1.0, 2.0])
+
+
+def test_on_grid_keeps_the_checkpoints_static_fields_only_on_its_own_grid():
+    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, DataSpec.from_dict(OLD_DICT))
+    model.static_fields = {"land_sea_mask": torch.ones(8, 16)}
+    assert model.on_grid(model.grid).static_fields is model.static_fields  # they were lost: {}
+    assert model.on_grid(Grid(16, 32)).static_fields == {}  # another grid takes the store's
+
+
+def test_a_grid_the_encoder_cannot_map_is_one_line():
+    """9x15 with scale factor 2 (latent 4x7) was torch-harmonics' ValueError, an internal error."""
+    from s2forecast.models.spherical_transformer import SphericalTransformer
+
+    with pytest.raises(
+        ValueError,
+        match=r"a 9x15 grid cannot run this network: its 15 longitudes are not a multiple "
+        r"of the latent grid's 7 \(nlon // scale_factor 2\); use a grid whose nlon is a multiple of 2",
+    ):
+        SphericalTransformer(Grid(9, 15), 3, 3, embed_dim=8, num_layers=1)

@@ -67,9 +67,38 @@ def test_init_from_another_model_is_one_line(trained, finer_store, tmp_path, cap
     with pytest.raises(SystemExit):
         cli(["fit", *args])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
-    assert len(err) == 1 and f"--model.init_from {trained} does not fit this model: weight " in err[0], err
-    assert "of other shapes); fine-tuning needs the same architecture, network options and channels" in err[0]
+    assert len(err) == 1 and f"--model.init_from {trained} has network option embed_dim=" in err[0], err
+    assert "this model 12 (1 option(s) differ: ['embed_dim']); fine-tuning needs the same architecture" in err[0]
+    assert not (tmp_path / "runs").exists()
+    # options that keep every weight's shape (or drop whole layers) loaded into another network silently
+    for option, value in (("num_layers", "1"), ("num_heads", "2"), ("activation", "relu"), ("attention", "global")):
+        with pytest.raises(SystemExit):
+            cli(["fit", *tiny_args(finer_store, tmp_path, "--data.init_args.train_trajectories", "[0, 2]",
+                                   "--data.init_args.val_trajectories", "[2, 3]", f"--model.network.{option}", value,
+                                   "--model.init_from", str(trained))])  # fmt: skip
+        assert f"network option {option}=" in capsys.readouterr().err, option
     assert not (tmp_path / "runs").exists()
     with pytest.raises(SystemExit):
         cli(["fit", *tiny_args(finer_store, tmp_path, "--model.init_from", str(tmp_path / "nothing.ckpt"))])
     assert "no checkpoint file at" in capsys.readouterr().err
+
+
+def test_a_grid_bound_position_embedding_is_not_fine_tuned_on_another_grid():
+    """RoPE has no grid-shaped weight, so the shape check let its checkpoint onto another grid, where
+    its offsets stand for other distances (rollout --other-grid refuses it)."""
+    from s2forecast.geometry import Grid
+    from s2forecast.models.data_spec import DataSpec
+    from s2forecast.models.forecaster import Forecaster
+    from s2forecast.training.forecast_module import _check_same_network
+
+    def spec(grid):
+        return DataSpec(channels=("vorticity",), static_channels=(), forcing_channels=(), grid=grid, history=1,
+                        step_hours=1.0, rollout_steps=1, mean=(0.0,), std=(1.0,), tendency_std=(1.0,))  # fmt: skip
+
+    network = {"embed_dim": 8, "num_layers": 1, "position_embedding": "rope"}
+    finer = Forecaster("spherical", network, spec(Grid(16, 32)))
+    hparams = {"architecture": "spherical", "network": network, "data": spec(Grid(8, 16)).to_dict()}
+    with pytest.raises(ValueError, match=r"position embedding 'rope' is tied to the training grid .*8.*16.*, and this "
+                       r"run's grid is .*16.*32.*: fine-tune it on its own grid"):  # fmt: skip
+        _check_same_network(finer, hparams, "rope.ckpt")
+    _check_same_network(finer, {**hparams, "data": spec(Grid(16, 32)).to_dict()}, "rope.ckpt")  # its own grid
