@@ -192,14 +192,15 @@ class StoreWriter:
         """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""
         check_target(self.path, self.inputs)
         clean_leftovers(self.path)
-        for partial in self.path.glob("*.partial"):  # a metadata write of a killed run (no other run writes: busy)
-            if ZARR_PARTIAL.match(partial.name):
-                partial.unlink()
         attrs = zarr_attributes(self.path)
         if attrs is None or not written_by_s2forecast(self.path):
             raise foreign_error(self.path)
         if artifact_kind(self.path) != STORE_KIND:
             raise other_kind_error(self.path, artifact_kind(self.path), STORE_KIND)
+        # a metadata write of a killed run, in a store judged ours (no other run writes it: busy)
+        for partial in self.path.glob("*.partial"):
+            if ZARR_PARTIAL.match(partial.name):
+                remove_own(partial)
         if attrs.get("s2forecast_signature") != self.signature:
             raise UserError(
                 f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "

@@ -834,3 +834,15 @@ def test_a_store_whose_lock_cannot_be_made_is_one_line(inputs, tmp_path, capsys,
     assert message.endswith(f"cannot write --out {tmp_path / 's.zarr'}: directory {tmp_path} is not writable "
                             "(Permission denied); choose another --out"), message  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_partial_file_in_a_store_of_someone_else_is_left_alone(inputs, tmp_path, capsys):
+    """The .partial clean-up ran before the store was judged s2forecast's."""
+    out = tmp_path / "s.zarr"
+    out.mkdir()
+    (out / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    partial = out / "notes.0123456789abcdef0123456789abcdef.partial"
+    partial.write_text("mine\n")
+    before = snapshot(tmp_path)
+    assert "exists and was not written by s2forecast" in refused(BY_NAME["generate-swe"].argv(inputs, out), capsys)
+    assert snapshot(tmp_path) == before
