@@ -215,7 +215,7 @@ def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -
 def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str], name: str, where: str) -> None:
     """The truth (or climatology) holds every variable with the same non-time dims and every level."""
     member = member_dim(forecast.dims)
-    lacking = [v for v in variables if member is not None and member not in forecast[v].dims]
+    lacking = [v for v in variables if member not in forecast[v].dims] if member else []
     if lacking:  # scored as members, their latitude axis was taken for the members' (a traceback)
         raise UserError(
             f"forecast variable(s) {lacking} have no {member!r} dim but the others do: an ensemble's fields all have "

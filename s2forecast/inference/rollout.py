@@ -175,6 +175,22 @@ def ensemble_size(options: RolloutOptions, initial_conditions: int, stochastic: 
     return size
 
 
+def with_store_statistics(model: Forecaster, stats, source) -> Forecaster:
+    """``model`` normalizing with a store's own statistics (``--store-stats``) both ways: the inputs
+    were normalized with them, so the outputs go back into physical units with them too.
+
+    Raises:
+        ValueError: tendency statistics over another step than a residual model's.
+    """
+    if model.residual and not np.isclose(stats.tendency_step_hours, model.data.step_hours):
+        raise UserError(
+            f"--store-stats: the statistics of {source} are of tendencies over {stats.tendency_step_hours:g} h, the "
+            f"model steps {model.data.step_hours:g} h: compute them over its step (`s2forecast stats {source} "
+            f"--step-hours {model.data.step_hours:g}`), or leave --store-stats out to use the checkpoint's"
+        )
+    return model.with_statistics(stats.mean, stats.std, stats.tendency_std)
+
+
 def batch_generator(options: RolloutOptions, start: int) -> torch.Generator:
     """The random numbers of the batch of initialization times from ``start`` on (perturbations,
     then the noise of a stochastic model), on ``options.device``: a rerun draws the same, and the
@@ -339,16 +355,8 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
 
         model, opened = collectively(ranks, load)
         with opened as initial:
-            if options.store_stats:  # back to physical units with the statistics the inputs were normalized with
-                stats = initial.dataset.stats
-                if model.residual and not np.isclose(stats.tendency_step_hours, model.data.step_hours):
-                    raise UserError(
-                        f"--store-stats: the statistics of {source} are of tendencies over "
-                        f"{stats.tendency_step_hours:g} h, the model steps {model.data.step_hours:g} h: compute them "
-                        f"over its step (`s2forecast stats {source} --step-hours {model.data.step_hours:g}`), or "
-                        "leave --store-stats out to use the checkpoint's"
-                    )
-                model = model.with_statistics(stats.mean, stats.std, stats.tendency_std)
+            if options.store_stats:
+                model = with_store_statistics(model, initial.dataset.stats, source)
             members = collectively(ranks, lambda: ensemble_size(options, len(initial.datasets), model.stochastic))
             options = replace(options, members=members)
 

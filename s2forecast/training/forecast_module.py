@@ -22,9 +22,11 @@ import pytorch_lightning as pl
 import torch
 
 from s2forecast.data.fields import Batch
+from s2forecast.models import ARCHITECTURES
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
+from s2forecast.models.spherical_transformer import GRID_BOUND_EMBEDDINGS
 from s2forecast.nn import SphericalHarmonicAnalysis
 from s2forecast.training.checkpoints import reopen_cut_epoch
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
@@ -174,10 +176,6 @@ def _check_same_network(forecaster: Forecaster, hparams: dict, checkpoint: str) 
     model's; on another grid only without a grid-bound position embedding. Weights of the same
     shapes under other options (heads, activation, attention kind, scale factor) would load into
     another network silently."""
-    from s2forecast.models import ARCHITECTURES
-    from s2forecast.models.data_spec import DataSpec
-    from s2forecast.models.spherical_transformer import GRID_BOUND_EMBEDDINGS
-
     if not hparams.get("network") and not hparams.get("architecture"):
         return  # a checkpoint without hyper-parameters: the weights' names and shapes alone are checked
     architecture = hparams.get("architecture", "spherical")
@@ -199,13 +197,13 @@ def _check_same_network(forecaster: Forecaster, hparams: dict, checkpoint: str) 
             f"{ours.get(name)!r} ({len(differ)} option(s) differ: {differ}); fine-tuning needs the same architecture, "
             "network options and channels"
         )
-    data = hparams.get("data")
     embedding = ours.get("position_embedding")
-    if data and embedding in GRID_BOUND_EMBEDDINGS and DataSpec.from_dict(data).grid != forecaster.grid:
+    trained_on = DataSpec.from_dict(hparams["data"]).grid if hparams.get("data") else forecaster.grid
+    if embedding in GRID_BOUND_EMBEDDINGS and trained_on != forecaster.grid:
         raise UserError(
             f"--model.init_from {checkpoint}: position embedding {embedding!r} is tied to the training grid "
-            f"{DataSpec.from_dict(data).grid}, and this run's grid is {forecaster.grid}: fine-tune it on its own grid, "
-            "or train a model with a grid-free embedding (sprepe or none) for another"
+            f"{trained_on}, and this run's grid is {forecaster.grid}: fine-tune it on its own grid, or train a model "
+            "with a grid-free embedding (sprepe or none) for another"
         )
 
 
