@@ -473,6 +473,19 @@ def release_lock(path: Path) -> None:
         os.close(held[0])
 
 
+def claim_lock(path: Path, option: str = "--out") -> None:
+    """Hold ``path``'s lock sibling (``hold_lock``), or refuse in one line: its directory cannot take
+    it, or another live run holds one (checked after taking ours: of two runs started together, one
+    sees the other)."""
+    try:
+        hold_lock(path)
+    except OSError as error:
+        raise unwritable(path, error, option) from None
+    if other := busy(path):
+        release_lock(path)
+        raise busy_error(path, other, option)
+
+
 def busy(path: str | os.PathLike) -> str | None:
     """The lock sibling of ``path`` another live run holds (it is writing ``path`` or its replacement),
     or None."""
@@ -608,15 +621,8 @@ class Output:
         if not parent.is_dir():
             raise self._unwritable(NotADirectoryError(errno.ENOTDIR, "not a directory"))
         clean_leftovers(self.path)
-        self._holding = False
-        try:
-            hold_lock(self.path)  # tells other runs this one is alive (clean_leftovers) and writing (busy)
-        except OSError as error:
-            raise self._unwritable(error) from None
+        claim_lock(self.path, option)  # tells other runs this one is alive (clean_leftovers) and writing (busy)
         self._holding = True
-        if other := busy(self.path):  # after taking ours: of two runs started together, one sees the other
-            self._release()
-            raise busy_error(self.path, other, option)
         try:
             self._check_existing()
         except BaseException:

@@ -41,17 +41,14 @@ from s2forecast.output import (
     ZARR_PARTIAL,
     Output,
     artifact_kind,
-    busy,
-    busy_error,
     check_target,
+    claim_lock,
     clean_leftovers,
     field_compressors,
     foreign_error,
-    hold_lock,
     other_kind_error,
     release_lock,
     remove_own,
-    unwritable,
     written_by_s2forecast,
     zarr_attributes,
 )
@@ -133,14 +130,8 @@ class StoreWriter:
         self._n_times = template.sizes["time"]
         check_target(self.path, self.inputs)  # before any sibling of it is looked at or made
         clean_leftovers(self.path)  # first: a killed run of this PID (a restarted container's) left siblings
-        try:
-            hold_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
-        except OSError as error:
-            raise unwritable(self.path, error) from None
+        claim_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
         self._holding = True
-        if other := busy(self.path):  # another run fills it (in place, or its replacement); after taking ours:
-            self._release()  # of two runs started together, one sees the other
-            raise busy_error(self.path, other)
         if os.path.lexists(self.path):
             self._check_same_maker()
             if not self.overwrite:

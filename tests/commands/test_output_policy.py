@@ -824,12 +824,12 @@ def test_statistics_rewritten_but_not_consolidated_read_whole(inputs, tmp_path, 
 
 
 def test_a_store_whose_lock_cannot_be_made_is_one_line(inputs, tmp_path, capsys, monkeypatch):
-    from s2forecast.data import writer as writer_module
+    from s2forecast import output as output_module
 
     def denied(path):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(writer_module, "hold_lock", denied)  # a read-only directory (root ignores modes)
+    monkeypatch.setattr(output_module, "hold_lock", denied)  # a read-only directory (root ignores modes)
     message = refused(BY_NAME["generate-swe"].argv(inputs, tmp_path / "s.zarr"), capsys)
     assert message.endswith(f"cannot write --out {tmp_path / 's.zarr'}: directory {tmp_path} is not writable "
                             "(Permission denied); choose another --out"), message  # fmt: skip
