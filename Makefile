@@ -12,16 +12,19 @@ endif
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install -e ".[dev]"
-	@# the help of fit/validate/test takes seconds of imports: render it once now (s2forecast/help_cache.py)
-	-$(PYTHON) -m s2forecast.help_cache fit validate test
 	@mkdir -p .make && touch $@
 
+# The help of fit/validate/test takes seconds of imports: render it once now (s2forecast/help_cache.py).
+# Not on the way to test or demo, which never print it (11 s of a fresh clone's make test).
 install: $(STAMP)
+	-$(PYTHON) -m s2forecast.help_cache fit validate test
 
 # pytest-xdist workers, one per core (at most 8); JOBS=0 runs the tests in this process (pdb, -s).
 # The shared tiny stores and checkpoints are built once per run (tests/session_fixtures.py).
+# Only the plugins the suite uses: others installed here (hypothesis', zarr's, ...) cost each worker
+# 1.4 s of imports and could change how the tests run.
 JOBS ?= logical
-PYTEST := $(PYTHON) -m pytest -q -n $(JOBS) --maxprocesses 8
+PYTEST := PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PYTHON) -m pytest -p xdist.plugin -q -n $(JOBS) --maxprocesses 8
 
 # Every test. PYTEST_ARGS adds options, e.g. make test PYTEST_ARGS="-x tests/data".
 test: $(STAMP)

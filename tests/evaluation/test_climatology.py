@@ -345,6 +345,11 @@ def direct_climatology(values, times, window_days=61):
     return np.stack(out, axis=1)  # (dayofyear, hour, ...)
 
 
+def to_zarr_one_time_per_chunk(ds: xr.Dataset, path) -> None:
+    """``ds.chunk(time=1).to_zarr(path, zarr_format=2)`` without a dask task per chunk (3x faster)."""
+    ds.to_zarr(path, zarr_format=2, encoding={name: {"chunks": (1, *var.shape[1:])} for name, var in ds.items()})
+
+
 def test_a_year_with_a_missing_step_and_a_missing_value_keeps_its_seasonal_cycle(tmp_path):
     """One time step missing made ``auto`` fall back to one mean per hour for every day of year (10 K off
     at 0.25 deg's seasons: found by a review), and one NaN value blanked 59 days of the climatology at its
@@ -366,7 +371,7 @@ def test_a_year_with_a_missing_step_and_a_missing_value_keeps_its_seasonal_cycle
             "temperature": (("time", "level", "longitude", "latitude"), temperature, {"units": "K"}),
         },
         coords={"time": times, "level": [500, 850], "longitude": lon, "latitude": lat},
-    ).chunk(time=1).to_zarr(store, zarr_format=2)
+    ).pipe(to_zarr_one_time_per_chunk, store)
     clim = open_climatology(write_climatology(store, tmp_path / "clim.zarr"))
     assert clim.attrs["climatology_method"] == "dayofyear_hour"
     assert "but for gaps of at most 1 day(s) (hour 12" in clim.attrs["climatology_method_reason"]
@@ -540,7 +545,7 @@ def one_time_per_chunk_store(tmp_path_factory):
             "temperature": (("time", "level", "longitude", "latitude"), temperature, {"units": "K"}),
         },
         coords={"time": times, "level": [500, 850], "longitude": lon, "latitude": lat},
-    ).chunk(time=1).to_zarr(store, zarr_format=2)
+    ).pipe(to_zarr_one_time_per_chunk, store)
     return store
 
 
