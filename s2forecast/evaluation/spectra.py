@@ -16,8 +16,9 @@ order) and ``longitude`` (degrees, evenly spaced) as their last two dimensions:
   sum_l P(l) is the area mean of f^2 (units^2). Coefficients come from the grid's own
   quadrature (``geometry.latitude_quadrature``: torch-harmonics' rules for equiangular and
   Gauss-Legendre grids, Fejer's for WB2's cell-centred grids) and torch-harmonics' normalized
-  associated Legendre functions; degrees are truncated as torch-harmonics' SHT does
-  (``truncate_sht``: those whose squares the rule integrates exactly).
+  associated Legendre functions (``geometry.quadrature.normalized_legendre``, in NumPy: scoring imports no
+  torch); degrees are truncated as torch-harmonics' SHT does (``truncate_sht``: those whose
+  squares the rule integrates exactly).
 
 ``spectra`` computes both for a forecast and its truth at chosen leads, averaged over
 initialization times, as one dataset for the results file and the plots.
@@ -27,11 +28,10 @@ import functools
 import math
 
 import numpy as np
-import torch
 import xarray as xr
 
 from s2forecast.geometry import Grid
-from s2forecast.geometry.quadrature import latitude_quadrature
+from s2forecast.geometry.quadrature import latitude_quadrature, normalized_legendre
 from s2forecast.user_errors import UserError
 
 EARTH_RADIUS_M = 6_371_000.0  # WeatherBench2's schema.EARTH_RADIUS_M
@@ -162,13 +162,11 @@ SH_FIELDS = 8
 
 def _sh_power(values: np.ndarray, grid: Grid) -> np.ndarray:
     """(..., nlat, nlon) north-first values -> (..., lmax) power per degree (area mean units)."""
-    from torch_harmonics.truncation import truncate_sht
-
     # the degrees whose squares the rule integrates exactly: Gauss-Legendre nlat; equiangular
-    # rules (Clenshaw-Curtis, Fejer), exact to degree ~nlat - 1, (nlat + 1) // 2
-    kind = "legendre-gauss" if grid.kind == "legendre-gauss" else "equiangular"
-    exact = grid.nlat if kind == "legendre-gauss" else (grid.nlat + 1) // 2
-    lmax, mmax = truncate_sht(grid.nlat, grid.nlon, lmax=exact, grid=kind)
+    # rules (Clenshaw-Curtis, Fejer), exact to degree ~nlat - 1, (nlat + 1) // 2; then
+    # torch-harmonics' truncate_sht: triangular, at most the longitudes' Nyquist order
+    exact = grid.nlat if grid.kind == "legendre-gauss" else (grid.nlat + 1) // 2
+    lmax = mmax = min(exact, grid.nlon // 2 + 1)
     table = _weighted_legendre(mmax, lmax, grid.nlat, grid.kind)  # (mmax, lmax, nlat)
     flat = values.reshape(-1, grid.nlat, grid.nlon)
     power = np.empty((flat.shape[0], lmax))
@@ -198,10 +196,8 @@ def _weighted_legendre(mmax: int, lmax: int, nlat: int, kind: str) -> np.ndarray
     """(mmax, lmax, nlat) w_j P_lm(x_j): the orthonormal associated Legendre functions (2 pi int
     P_lm^2 dx = 1) at the grid's colatitudes times its quadrature weights (summing to 2). Read-only:
     it is shared between calls."""
-    from torch_harmonics.legendre import legpoly
-
     colats, weights = latitude_quadrature(nlat, kind)
-    legendre = legpoly(mmax, lmax, torch.from_numpy(np.cos(colats)), norm="ortho", csphase=False).numpy()
+    legendre = normalized_legendre(mmax, lmax, np.cos(colats))
     legendre *= weights  # in place: the table alone is 0.75 GB at 0.25 deg
     legendre.flags.writeable = False
     return legendre

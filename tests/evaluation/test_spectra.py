@@ -157,11 +157,11 @@ def test_a_single_harmonic_puts_its_power_at_its_degree(kind):
 
 def test_legendre_functions_are_computed_once_per_grid(monkeypatch):
     """Every field of an evaluation is on one grid: its Legendre table (~10 s at 0.25 deg) is made once."""
-    import torch_harmonics.legendre
+    from s2forecast.evaluation import spectra
 
     calls = []
-    original = torch_harmonics.legendre.legpoly
-    monkeypatch.setattr(torch_harmonics.legendre, "legpoly", lambda *a, **k: calls.append(a[:2]) or original(*a, **k))
+    original = spectra.normalized_legendre
+    monkeypatch.setattr(spectra, "normalized_legendre", lambda *a, **k: calls.append(a[:2]) or original(*a, **k))
     grid = Grid(23, 46, "equiangular")  # a grid of this test alone: nothing cached before
     coords = {"latitude": grid.lats_deg.numpy(), "longitude": grid.lons_deg.numpy()}
     field = xr.DataArray(real_harmonic(5, 2, grid), dims=("latitude", "longitude"), coords=coords)

@@ -1,11 +1,15 @@
 import math
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 from torch_harmonics.legendre import legpoly
 from torch_harmonics.quadrature import precompute_latitudes
 
 from s2forecast.geometry import Grid
+from s2forecast.geometry.quadrature import latitude_quadrature, normalized_legendre
 
 KINDS = ["equiangular", "equiangular-midpoint", "legendre-gauss"]
 
@@ -25,6 +29,45 @@ def test_weights_equal_torch_harmonics(kind):
     colats, w = precompute_latitudes(37, grid=kind)
     assert torch.allclose(grid.colats, colats.double(), atol=1e-14)
     assert torch.allclose(grid.quadrature_weights[:, 0], 2 * math.pi * w.double() / 72, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["equiangular", "legendre-gauss"])
+@pytest.mark.parametrize("nlat", [2, 3, 8, 121, 721])
+def test_numpy_rules_are_torch_harmonics_ones(kind, nlat):
+    """latitude_quadrature ports torch-harmonics' rules to NumPy (no torch import to read a grid)."""
+    colats, weights = precompute_latitudes(nlat, grid=kind)
+    ours, our_weights = latitude_quadrature(nlat, kind)
+    np.testing.assert_allclose(ours, colats.numpy(), rtol=0, atol=4e-15)
+    np.testing.assert_allclose(our_weights, weights.numpy(), rtol=0, atol=1e-16)
+    assert ours.dtype == our_weights.dtype == np.float64 and np.all(np.diff(ours) > 0)
+
+
+@pytest.mark.parametrize(("mmax", "lmax", "n"), [(1, 1, 5), (4, 7, 9), (7, 4, 6), (61, 61, 121), (90, 121, 241)])
+def test_numpy_legendre_functions_are_torch_harmonics_ones(mmax, lmax, n):
+    """normalized_legendre ports legpoly(norm="ortho", csphase=False); x at the poles included."""
+    x = np.cos(np.linspace(0.0, math.pi, n))
+    expected = legpoly(mmax, lmax, torch.from_numpy(x), norm="ortho", csphase=False).numpy()
+    got = normalized_legendre(mmax, lmax, x)
+    assert got.shape == expected.shape == (mmax, lmax, n)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
+
+
+def test_spectra_import_no_torch():
+    """Scoring a field's spectrum reads its grid's quadrature and Legendre functions in NumPy: no 3.4 s
+    torch-harmonics import (it calls torch.compile) and no torch."""
+    code = (
+        "import sys, numpy as np, xarray as xr\n"
+        "from s2forecast.evaluation.spectra import spherical_harmonic_power\n"
+        "gauss = np.degrees(np.arcsin(np.polynomial.legendre.leggauss(8)[0]))[::-1]\n"
+        "for lat in (np.linspace(90, -90, 9), gauss):  # equiangular with poles, Gauss-Legendre\n"
+        "    field = xr.DataArray(np.ones((lat.size, 16)), dims=('latitude', 'longitude'),\n"
+        "                         coords={'latitude': lat, 'longitude': np.arange(16) * 22.5})\n"
+        "    assert abs(float(spherical_harmonic_power(field).sum()) - 1.0) < 1e-12\n"
+        "print(sorted(name for name in ('torch', 'torch_harmonics') if name in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def real_spherical_harmonics(grid: Grid, lmax: int) -> torch.Tensor:
