@@ -341,7 +341,8 @@ def compute_climatology(
         clim = smooth_dayofyear(_dayofyear_hour_means(data, stamps), window_days)
     elif method == "hour":
         hours = np.asarray(stamps.hour)
-        clim = _means_by(data, hours, "hour", np.unique(hours)).expand_dims(dayofyear=DAYS_OF_YEAR)
+        clim = data.assign_coords(hour=("time", hours)).groupby("hour").mean(keep_attrs=True)
+        clim = clim.expand_dims(dayofyear=DAYS_OF_YEAR)
     else:
         hours = np.unique(np.asarray(stamps.hour)) if stamps is not None else np.array([0])
         clim = data.mean("time", keep_attrs=True).expand_dims(dayofyear=DAYS_OF_YEAR, hour=hours)
@@ -500,32 +501,11 @@ def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
         extra = at_hour[(doy[at_hour] == 365) & ~leap[at_hour]]
         index = np.concatenate([at_hour, extra])
         keys = np.concatenate([doy[at_hour], np.full(extra.size, 366)])
-        means = _means_by(data.isel(time=index), keys, "dayofyear", DAYS_OF_YEAR)
+        sub = data.isel(time=index).assign_coords(dayofyear=("time", keys))
+        means = sub.groupby("dayofyear").mean(keep_attrs=True)
+        means = means.reindex(dayofyear=DAYS_OF_YEAR)
         per_hour.append(_fill_gaps_periodic(means, np.isin(DAYS_OF_YEAR, keys)))
     return xr.concat(per_hour, dim=xr.DataArray(hours, dims="hour", name="hour"), coords="minimal")
-
-
-def _means_by(data: Data, keys: np.ndarray, dim: str, slots: np.ndarray) -> Data:
-    """Mean over ``time`` of the times of each slot (``keys``: (time,), each one of ``slots``), NaN
-    skipped; dims ``(dim, ...)`` with ``dim`` = ``slots``, NaN where a slot has no finite value (or
-    no time).
-
-    Sums and counts are products with a (time, slots) indicator matrix, in float64: one task per
-    chunk for dask-backed data, where a groupby over 366 dayofyear slots made hundreds of tasks per
-    chunk (a 14-month 12-hourly record of 12 points: 0.2 s instead of 1.4 s; in memory 0.01 s
-    instead of 0.26 s)."""
-    indicator = xr.DataArray(
-        (keys[:, None] == slots[None, :]).astype(np.float64), dims=("time", dim), coords={dim: slots}
-    )
-
-    def means(array: xr.DataArray) -> xr.DataArray:
-        dtype = array.dtype if np.issubdtype(array.dtype, np.floating) else np.float64
-        sums = xr.dot(array.fillna(0).astype(np.float64), indicator, dim="time")
-        counts = xr.dot(array.notnull().astype(np.float64), indicator, dim="time")
-        mean = (sums / counts.where(counts > 0)).astype(dtype)
-        return mean.transpose(dim, ...).assign_attrs(array.attrs).rename(array.name)
-
-    return _map_arrays(data, means)
 
 
 # --- streaming: one pass over a store, bounded memory ------------------------------------------------

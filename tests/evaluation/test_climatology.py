@@ -594,14 +594,14 @@ def test_one_channel_variables_are_read_by_pass_two_alone(one_time_per_chunk_sto
 
 
 @pytest.mark.parametrize(("method", "period"), [("hour", {}), ("dayofyear_hour", {}), ("auto", {"start": "2005-01"})])
-def test_store_read_by_pass_two_matches_the_lazy_computation(one_time_per_chunk_store, method, period, tmp_path):
+def test_store_read_by_pass_two_matches_the_in_memory_computation(one_time_per_chunk_store, method, period, tmp_path):
     """The per-hour means, the gap-filled days (a month left out, ``dayofyear_hour`` forced), a period
     that leaves store times out, and the NaN (a missing value, and a point missing at every time of a
-    slot) of a variable read by pass 2 alone equal the lazy computation's."""
+    slot) of a variable read by pass 2 alone equal the in-memory computation's."""
     truth = xr.open_zarr(one_time_per_chunk_store)[["surface_pressure"]].drop_encoding().load()
     truth = truth.isel(time=(truth.time.dt.month != 4) | (truth.time.dt.year != 2005))
     streamed = compute_climatology(truth, method=method, out=tmp_path / "clim.zarr", **period)
-    expected = compute_climatology(truth.chunk(time=50), method=method, **period).compute()
+    expected = compute_climatology(truth, method=method, **period)  # lazy == in memory: test_dask_input_stays_lazy...
     assert streamed.attrs["climatology_start"] == expected.attrs["climatology_start"]
     values, expected_values = streamed["surface_pressure"].values, expected["surface_pressure"].values
     np.testing.assert_array_equal(np.isnan(values), np.isnan(expected_values))
