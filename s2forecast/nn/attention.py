@@ -264,8 +264,14 @@ class S2NeighborhoodAttention(SphericalAttentionLayer):
             in_channels, num_heads, out_channels, qk_channels, bias, use_qknorm, dropout, position_embedding
         )
         self.grid = check_grid(grid, "grid")
-        self.theta = default_radius(grid) if theta is None else check_radius(theta)
+        self._theta = default_radius(grid) if theta is None else check_radius(theta)
         self._init_backend(backend)
+
+    @property
+    def theta(self) -> float:
+        """The disk radius in radians, fixed at construction: the backend's state (neighborhoods,
+        tables) is built from it, so a new radius needs a new layer."""
+        return self._theta
 
     def _prepare(self, backend, device, dtype):
         return backend.prepare(self.grid, self.theta, device, dtype)

@@ -6,7 +6,10 @@ position p (unit vector) is multiplied by the Householder reflection R_m(p) = I 
 v = (n_m - p) / |n_m - p|, which swaps p and the triplet's auxiliary point n_m. In a score,
 R_m(p_i)^T R_m(p_j) is the rotation about the normal of the plane through n_m, p_i and p_j
 that maps p_j to p_i, so q.k carries the relative position on the sphere while each token only
-needs its own position, like RoPE.
+needs its own position, like RoPE. Unlike RoPE's offsets, that rotation also depends on n_m,
+which stays where it is: a score is unchanged when positions, auxiliary points and q/k triplets
+rotate together (``tests/nn/test_position_embedding.py``), not when only the positions do (the
+paper's construction; rotating a grid onto itself changes scores).
 
 R x = x - 2 v (v . x) is the paper's elementwise eq. (5) (diagonal 1 - 2 v_a^2, off-diagonal
 -2 v_a v_b) written with the three coefficients v per (position, triplet); they are
@@ -125,7 +128,7 @@ class SpRePE(GeometricBuffers):
         self.mask, self.aux_points = mask, aux_points
         self.ratio_min, self.ratio_max = ratio_min, ratio_max
         ratio = ratio if mask == "fixed" else (ratio_max if mask == "adaptive" else 1.0)
-        self.triplets = int(ratio * head_dim) // 3
+        self.triplets = int(ratio * head_dim + 1e-9) // 3  # floor(0.7 * 90) is 63, not 62.99999999999999
         if self.triplets == 0:
             raise UserError(f"head_dim={head_dim} with ratio {ratio} leaves no channel triplet for SpRePE")
 

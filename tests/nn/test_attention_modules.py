@@ -156,3 +156,17 @@ def test_module_bad_input():
         S2Attention(8, 2, (8, 16))
     with pytest.raises(ValueError, match="backend must be one of"):
         S2NeighborhoodAttention(8, 2, grid, backend="cuda")
+
+
+def test_neighborhood_radius_cannot_be_changed_after_construction():
+    """Its neighborhoods are built at construction: a new theta was shown by repr and ignored (a review
+    found it); it is refused now, and a layer of another radius is a new layer."""
+    grid = Grid(8, 16)
+    layer = S2NeighborhoodAttention(8, 2, grid, theta=1.5)
+    with pytest.raises(AttributeError, match="theta"):
+        layer.theta = 0.3
+    assert layer.theta == 1.5 and "theta=1.5" in repr(layer)
+    x = torch.randn(1, 8, *grid.shape)
+    narrow = S2NeighborhoodAttention(8, 2, grid, theta=0.3)
+    narrow.load_state_dict(layer.state_dict())
+    assert not torch.allclose(narrow(x), layer(x))  # the radius matters: same weights, other outputs

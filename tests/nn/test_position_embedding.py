@@ -128,6 +128,12 @@ def test_fixed_mask_touches_exactly_its_channels():
     assert (changed > 1e-3).all()  # every claimed triplet moves somewhere
 
 
+@pytest.mark.parametrize(("ratio", "head_dim", "channels"), [(0.7, 90, 63), (0.7, 180, 126), (0.35, 180, 63)])
+def test_fixed_mask_takes_floor_of_ratio_times_head_dim(ratio, head_dim, channels):
+    """0.7 * 90 is 62.99999999999999 in floating point: int() of it dropped a triplet (a review found it)."""
+    assert SpRePE(1, head_dim, Grid(4, 8), ratio=ratio).channels() == channels
+
+
 def test_adaptive_mask_follows_latitude():
     grid = Grid(17, 32)
     pe = SpRePE(1, 30, grid, mask="adaptive", ratio_min=0.2, ratio_max=1.0)
