@@ -95,7 +95,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--perturbation-scale", type=positive_float, metavar="S",
-        help=f"std of the perturbation in units of each channel's std (checkpoint statistics) (default: "
+        help=f"std of the perturbation in units of each channel's std (the normalization statistics) (default: "
         f"{DEFAULT_SCALE})",
     )  # fmt: skip
     parser.add_argument(

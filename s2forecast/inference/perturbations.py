@@ -111,8 +111,10 @@ class Perturbation:
             return self.scale * torch.randn((*shape, *grid.shape), generator=generator, device=device)
         return self.scale * spherical_noise(grid, shape, generator, device)
 
-    def describe(self) -> str:
-        return f"{self.kind}, scale {self.scale:g} x each channel's std (checkpoint statistics)"
+    def describe(self, statistics: str = "the checkpoint's statistics") -> str:
+        """What the forecast file's ``ensemble`` attribute says; ``statistics``: those the inputs
+        are normalized with, whose std the noise is in units of."""
+        return f"{self.kind}, scale {self.scale:g} x each channel's std ({statistics})"
 
 
 def member_states(

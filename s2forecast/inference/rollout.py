@@ -195,7 +195,8 @@ def batch_generator(options: RolloutOptions, start: int) -> torch.Generator:
     """The random numbers of the batch of initialization times from ``start`` on (perturbations,
     then the noise of a stochastic model), on ``options.device``: a rerun draws the same, and the
     caller's random state is untouched."""
-    return torch.Generator(options.device).manual_seed(options.seed * 1_000_003 + start)
+    # modulo 2**64, the seeds a generator takes: a --seed above 1.8e13 overflowed it (a traceback)
+    return torch.Generator(options.device).manual_seed((options.seed * 1_000_003 + start) % 2**64)
 
 
 def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> Forecaster:
@@ -462,7 +463,8 @@ def ensemble_description(options: RolloutOptions, ic_members: tuple[int, ...] | 
         parts.append(f"member j starts from member {list(ic_members)}[j mod {len(ic_members)}] of the initial "
                      "conditions file (its ensemble dimension)")  # fmt: skip
     if options.perturbation:
-        parts.append(f"initial conditions perturbed: {options.perturbation_spec.describe()}")
+        statistics = "the store's statistics (--store-stats)" if options.store_stats else "the checkpoint's statistics"
+        parts.append(f"initial conditions perturbed: {options.perturbation_spec.describe(statistics)}")
     if stochastic:
         parts.append("each member draws its own model noise")
     return "; ".join(parts)

@@ -177,3 +177,19 @@ def test_member_j_starts_from_initial_condition_j_mod_m():
     torch.testing.assert_close(noise[:, :, 0], noise[:, :, 1], rtol=0, atol=1e-6)  # the same at every input time
     with pytest.raises(ValueError, match="4 members cannot share 3 initial conditions equally"):
         member_states(inputs, 4, grid)
+
+
+def test_any_seed_makes_a_generator_and_the_usual_seeds_keep_their_draws():
+    """--seed above 1.8e13 overflowed the generator's 64-bit seed: a traceback (a review found it)."""
+    assert batch_generator(RolloutOptions(seed=5), 4).initial_seed() == 5 * 1_000_003 + 4  # as before
+    huge = 18446688733644
+    assert batch_generator(RolloutOptions(seed=huge), 2).initial_seed() == (huge * 1_000_003 + 2) % 2**64
+
+
+def test_ensemble_attribute_names_the_statistics_the_perturbation_is_scaled_by():
+    """With --store-stats the noise is in units of the store's std; the attribute said the checkpoint's."""
+    from s2forecast.inference.rollout import ensemble_description
+
+    for store_stats, named in ((False, "(the checkpoint's statistics)"), (True, "(the store's statistics")):
+        options = RolloutOptions(members=2, perturbation="gaussian", perturbation_scale=0.1, store_stats=store_stats)
+        assert f"gaussian, scale 0.1 x each channel's std {named}" in ensemble_description(options, None, False)

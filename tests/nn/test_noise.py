@@ -54,6 +54,19 @@ def chain(noise, steps: int, batch: int, seed: int = 0) -> torch.Tensor:
     return torch.stack(out).double()
 
 
+@pytest.mark.parametrize("shape", [(9, 16), (17, 32), (33, 64), (16, 32), (9, 17)])
+def test_spherical_noise_has_unit_variance_at_every_point(shape, monkeypatch):
+    """Exact: the fields are linear in the draw, so the identity as the draw gives each coefficient's
+    field. Grids with nlat >= nlon / 2 + 1 kept the longitudes' Nyquist order, which irfft takes once
+    (not as a +-m pair): white noise had 0.94 at 9x16 (a review found it)."""
+    noise = SphericalNoise(Grid(*shape), 1, alpha=0.0, tau=3.0).double()
+    count = noise.std.numel() * 2
+    monkeypatch.setattr(torch, "randn", lambda size, **kw: torch.eye(count, dtype=kw["dtype"]).reshape(size))
+    fields = noise(count)[:, 0]  # (draw, nlat, nlon)
+    variance = fields.square().sum(0)
+    torch.testing.assert_close(variance, torch.ones_like(variance), rtol=1e-6, atol=1e-6)  # std is kept in float32
+
+
 @pytest.mark.parametrize("source", ["field", "vector"])
 def test_noise_correlation_across_steps_is_rho(source):
     rho, steps, batch, channels = 0.6, 4, 1024, 4
