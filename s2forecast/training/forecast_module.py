@@ -135,6 +135,10 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+# what a fine-tuning config puts in model.init_from: refused until --model.init_from names a checkpoint
+INIT_FROM_REQUIRED = "required"
+
+
 def load_network_weights(forecaster: Forecaster, checkpoint: str) -> None:
     """Copy the network weights of ``checkpoint`` into ``forecaster`` (fine-tuning).
 
@@ -234,7 +238,8 @@ class ForecastModule(pl.LightningModule):
         init_from: fine-tuning: start from the network weights of this checkpoint (read
             weights-only), with this run's data, statistics, schedule and optimizer; the grid may
             differ where the network's weights do not depend on it (S2 models without grid-bound
-            position embeddings). ``--ckpt_path`` instead resumes a run exactly.
+            position embeddings). ``--ckpt_path`` instead resumes a run exactly. ``"required"``
+            (a fine-tuning config's value) is refused: the checkpoint must be given.
     """
 
     def __init__(
@@ -271,6 +276,11 @@ class ForecastModule(pl.LightningModule):
             self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
         except UserError as error:  # the network's own checks: name the options they are about
             raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
+        if init_from == INIT_FROM_REQUIRED:  # a fine-tuning config given without its checkpoint
+            raise UserError(
+                "model.init_from is required by this config (fine-tuning): pass --model.init_from CKPT, a "
+                "checkpoint of the model to fine-tune (without it this run would train from scratch)"
+            )
         if init_from is not None:
             load_network_weights(self.forecaster, init_from)
         self.grid, self.channels = self.forecaster.grid, self.forecaster.channels

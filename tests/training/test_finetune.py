@@ -60,6 +60,22 @@ def test_finetune_config_runs_through_the_cli(trained, finer_store, tmp_path):
     assert out["hyper_parameters"]["data"]["grid"][:2] == [16, 32] and out["global_step"] > 0
 
 
+def test_finetune_config_without_its_checkpoint_is_one_line(finer_store, tmp_path, capsys):
+    """The overlay said init_from was required, but without it the run trained from scratch, silently
+    (a review found it)."""
+    args = tiny_args(finer_store, tmp_path, "--config", str(FINETUNE), "--data.init_args.store", str(finer_store),
+                     "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"))  # fmt: skip
+    with pytest.raises(SystemExit) as exit_status:
+        cli(["fit", *args])
+    assert exit_status.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert err == [
+        "s2forecast fit: error: model.init_from is required by this config (fine-tuning): pass --model.init_from "
+        "CKPT, a checkpoint of the model to fine-tune (without it this run would train from scratch)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_init_from_another_model_is_one_line(trained, finer_store, tmp_path, capsys):
     args = tiny_args(finer_store, tmp_path, "--data.init_args.train_trajectories", "[0, 2]",
                      "--data.init_args.val_trajectories", "[2, 3]", "--model.network.embed_dim", "12",
