@@ -695,7 +695,26 @@ class _Record:
 
 
 def _static(fields: list[_Field]) -> np.ndarray:
-    """A static field at the earliest time of its files, computed: (latitude, longitude) float32."""
+    """A static field at the earliest time of its files, computed: (latitude, longitude) float32.
+
+    Each file's first and last times must hold the same field (within a file, one packing): a
+    pressure-level ``z`` of a one-level download has no level dim and reads as the surface
+    geopotential, whose other times would be dropped silently (z500 passes its range check)."""
+    for one in fields:
+        first, last = (np.asarray(one.data.isel(time=i).values, dtype=np.float64) for i in (0, -1))
+        scale = float(np.nanmax(np.abs(first), initial=0.0))
+        if not np.allclose(first, last, rtol=0.0, atol=1e-6 * scale, equal_nan=True):
+            change = float(np.nanmax(np.abs(last - first)))
+            hint = (
+                " ('z' without a level dim is read as it: pressure-level geopotential of a one-level download has "
+                "lost its level; download two levels or more, or name the level in the file)"
+                if one.name == SURFACE_GEOPOTENTIAL
+                else ""
+            )
+            raise UserError(
+                f"{one.name} in {one.path} changes in time (by up to {change:.6g} from "
+                f"{format_time(one.times[0])} to {format_time(one.times[-1])}), but it is a static field{hint}"
+            )
     earliest = min(fields, key=lambda f: (np.isnat(f.times[0]), f.times[0]))
     return np.asarray(earliest.data.isel(time=0).values, dtype=np.float32)
 

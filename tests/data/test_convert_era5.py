@@ -98,14 +98,13 @@ def cds_file(
     shape = tuple(len(coords[d][1]) for d in dims)
     units = {**UNITS, **(units or {})}
     level_axis = dims.index("pressure_level") if levels else 0
-    data = {
-        name: (
-            dims,
-            fake_values(name, shape, rng, levels, level_axis),
-            {"units": units.get(name, "1"), "long_name": name},
-        )
-        for name in variables
-    }
+    data = {}
+    for name in variables:
+        values = fake_values(name, shape, rng, levels, level_axis)
+        if name == "lsm" or (name == "z" and not levels):  # static fields: the same at every time, as ERA5's
+            time_axis = dims.index("valid_time")
+            values = np.broadcast_to(values.take([0], axis=time_axis), shape).copy()
+        data[name] = (dims, values, {"units": units.get(name, "1"), "long_name": name})
     ds = xr.Dataset(data, coords=coords, attrs={"Conventions": "CF-1.7", "institution": "ECMWF"})
     encoding = {"valid_time": {"units": "seconds since 1970-01-01", "dtype": "int64"}}
     ds.to_netcdf(path, encoding=encoding)
@@ -745,3 +744,24 @@ def test_cds_netcdf_to_datamodule_batch(monthly, tmp_path):
         for c, level in enumerate(levels, start=1):
             expected = source(monthly, "t", level=level).sel(time=init).values
             assert np.allclose(physical[i, c], expected, atol=1e-3)
+
+
+def test_a_static_field_that_changes_in_time_is_refused(tmp_path):
+    """The old CDS drops the level dim of a one-level download: z at 500 hPa read as the surface
+    geopotential, its other times dropped silently (a review found it; z500 passes that field's range)."""
+    times = six_hourly("2020-01-01", 4)
+    rng = np.random.default_rng(3)
+    z500 = (9.80665 * (5500 + 200 * rng.standard_normal((4, LAT.size, LON.size)))).astype(np.float32)
+    ds = xr.Dataset({"z": (("time", "latitude", "longitude"), z500, {"units": "m**2 s**-2"})},
+                    coords={"time": times, "latitude": LAT, "longitude": LON})  # fmt: skip
+    ds.to_netcdf(tmp_path / "z500.nc")
+    t2m = cds_file(tmp_path / "t2m.nc", times, ("t2m",))
+    with pytest.raises(UserError) as error:
+        convert([tmp_path / "z500.nc", t2m], tmp_path / "out.zarr")
+    message = str(error.value)
+    assert message.startswith(f"geopotential_at_surface in {tmp_path / 'z500.nc'} changes in time (by up to ")
+    assert "it is a static field ('z' without a level dim is read as it" in message
+    assert not (tmp_path / "out.zarr").exists()
+    ds.isel(time=[0, 0, 0, 0]).assign_coords(time=times).to_netcdf(tmp_path / "z_surface.nc")  # constant: static
+    store = open_store(convert([tmp_path / "z_surface.nc", t2m], tmp_path / "ok.zarr"))
+    np.testing.assert_array_equal(store["geopotential_at_surface"].values, z500[0])
