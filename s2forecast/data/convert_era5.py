@@ -63,6 +63,7 @@ from xarray.core import indexing
 
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.data.engine import Engine
+from s2forecast.data.netcdf_classic import required_size
 from s2forecast.data.plausibility import check_plausible
 from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty, write_region
@@ -192,6 +193,14 @@ def _open(path: Path) -> xr.Dataset:
                 f"{path} is GRIB: install cfgrib (pip install cfgrib) or download NetCDF from the CDS"
             ) from error
         return xr.open_dataset(path, engine="cfgrib", cache=False, decode_timedelta=True)
+    try:  # a classic NetCDF file cut short opens, and reads zeros past its end: refuse it first
+        needed = required_size(path)
+    except ValueError as error:
+        raise UserError(f"cannot read {path} as NetCDF: {error}; download it again") from None
+    if needed is not None and path.stat().st_size < needed:
+        raise UserError(
+            f"{path} is truncated ({path.stat().st_size} bytes, its header needs {needed}): download it again"
+        )
     try:
         ds = xr.open_dataset(path, cache=False, decode_timedelta=True)
     except (OSError, ValueError) as error:

@@ -765,3 +765,38 @@ def test_a_static_field_that_changes_in_time_is_refused(tmp_path):
     ds.isel(time=[0, 0, 0, 0]).assign_coords(time=times).to_netcdf(tmp_path / "z_surface.nc")  # constant: static
     store = open_store(convert([tmp_path / "z_surface.nc", t2m], tmp_path / "ok.zarr"))
     np.testing.assert_array_equal(store["geopotential_at_surface"].values, z500[0])
+
+
+@pytest.mark.parametrize("format", ["NETCDF3_CLASSIC", "NETCDF3_64BIT"])
+@pytest.mark.parametrize("unlimited", [None, ["time"]])
+def test_a_truncated_netcdf3_download_is_refused(tmp_path, format, unlimited):
+    """The old CDS's NetCDF3 files open when cut short, and netCDF-C reads zeros past their end: a
+    cut download was converted with zeros in its last fields (a review found it)."""
+    from s2forecast.data.netcdf_classic import required_size
+
+    times = six_hourly("2020-01-01", 4)
+    rng = np.random.default_rng(8)
+    msl = (101325 + 500 * rng.standard_normal((4, LAT.size, LON.size))).astype(np.float32)
+    t2m = (280 + 10 * rng.standard_normal((4, LAT.size, LON.size))).astype(np.float32)
+    ds = xr.Dataset({"msl": (("time", "latitude", "longitude"), msl, {"units": "Pa"}),
+                     "t2m": (("time", "latitude", "longitude"), t2m, {"units": "K"})},
+                    coords={"time": times, "latitude": LAT, "longitude": LON})  # fmt: skip
+    whole = tmp_path / "whole.nc"
+    ds.to_netcdf(whole, format=format, unlimited_dims=unlimited, engine="netcdf4")
+    assert required_size(whole) == whole.stat().st_size  # the header accounts for every byte
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.nc"
+    cut.write_bytes(data[:-40])  # the last 10 values of the last field
+    with pytest.raises(UserError) as error:
+        convert([cut], tmp_path / "out.zarr")
+    assert (
+        str(error.value)
+        == f"{cut} is truncated ({len(data) - 40} bytes, its header needs {len(data)}): download it again"
+    )
+    assert not (tmp_path / "out.zarr").exists()
+    header = tmp_path / "header.nc"
+    header.write_bytes(data[:20])  # cut inside the header
+    with pytest.raises(UserError, match=r"header\.nc as NetCDF: its header is cut short or malformed"):
+        convert([header], tmp_path / "out.zarr")
+    store = open_store(convert([whole], tmp_path / "ok.zarr"))  # the whole file converts as before
+    np.testing.assert_array_equal(store["mean_sea_level_pressure"].values, msl)
