@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dask
 import numpy as np
 import pandas as pd
 import torch
@@ -234,6 +235,7 @@ class FieldDataset(torch.utils.data.Dataset):
             )
         self._store: xr.Dataset | None = None
         self._pid = None
+        self._created_pid = os.getpid()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = None
         self._static_cache: np.ndarray | None = None
@@ -353,6 +355,11 @@ class FieldDataset(torch.utils.data.Dataset):
             ValueError: the store was rewritten since this dataset was built.
         """
         if self._store is None or self._pid != os.getpid():
+            if os.getpid() != self._created_pid:
+                # a DataLoader worker: dask's threaded scheduler, inherited through fork, never ran a
+                # task here (reading a store in WeatherBench2's order, transposed by dask, hung); this
+                # process's reads run in parallel in its own read_threads pool anyway
+                dask.config.set(scheduler="synchronous")
             store = open_store(self.path, storage_options=self.storage_options)
             if store.attrs.get(GENERATION_ATTR) != self.generation:
                 raise rewritten_error(self.path, self.generation, store.attrs.get(GENERATION_ATTR))

@@ -204,3 +204,20 @@ def test_variables_that_are_not_fields_are_left_out_with_a_warning(stores, tmp_p
     xr.testing.assert_allclose(clim, expected, rtol=1e-6)
     ours, theirs = FieldDataset(path, spec(), stats_path=stats), FieldDataset(canonical, spec(), stats_path=stats)
     np.testing.assert_array_equal(ours.read_states(ours.samples[0]), theirs.read_states(theirs.samples[0]))
+
+
+def test_dataloader_workers_read_a_store_in_wb2_order(stores, tmp_path):
+    """A store in WeatherBench2's order is transposed by dask: DataLoader workers forked after the parent
+    had used dask's threaded scheduler never had a task run, and num_workers=2 (ERA5DataModule's
+    default) hung (a review found it). The workers' samples are the parent's."""
+    root, canonical, stats, data = stores
+    path = write_store(data, tmp_path / "store.zarr", *LAYOUTS[0].values)
+    dataset = FieldDataset(path, spec(), stats_path=stats)
+    expected = [dataset[i] for i in range(len(dataset))]  # dask's threaded scheduler runs here first
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60)
+    served = list(loader)  # a hang is a RuntimeError after 60 s
+    assert len(served) == len(expected) > 0
+    for got, want in zip(served, expected, strict=True):
+        assert got.keys() == want.keys()
+        for key in want:
+            np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want[key]), err_msg=key)
