@@ -197,10 +197,8 @@ def _open(path: Path) -> xr.Dataset:
         needed = required_size(path)
     except ValueError as error:
         raise UserError(f"cannot read {path} as NetCDF: {error}; download it again") from None
-    if needed is not None and path.stat().st_size < needed:
-        raise UserError(
-            f"{path} is truncated ({path.stat().st_size} bytes, its header needs {needed}): download it again"
-        )
+    if needed is not None and (size := path.stat().st_size) < needed:
+        raise UserError(f"{path} is truncated ({size} bytes, its header needs {needed}): download it again")
     try:
         ds = xr.open_dataset(path, cache=False, decode_timedelta=True)
     except (OSError, ValueError) as error:

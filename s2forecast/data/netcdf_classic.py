@@ -30,7 +30,7 @@ class _Header:
         self.position += size
         return value
 
-    def count(self) -> int:  # nelems, dim lengths, vsize: 8 bytes in CDF-5
+    def count(self) -> int:  # numrecs, nelems, dim lengths and ids, vsize: 8 bytes in CDF-5
         return self.integer(8 if self.version == 5 else 4)
 
     def skip(self, size: int) -> None:
@@ -66,7 +66,7 @@ def required_size(path: str | Path) -> int | None:
     version = head[3]
     reader = _Header(data, version)
     try:
-        numrecs = reader.integer(8 if version == 5 else 4)
+        numrecs = reader.count()
         tag, count = reader.integer(4), reader.count()
         if tag not in (0, NC_DIMENSION):
             raise ValueError(f"dimension list tag {tag}")
@@ -81,7 +81,7 @@ def required_size(path: str | Path) -> int | None:
         fixed_end, records = 0, []  # records: (begin, bytes of one record)
         for _ in range(count):
             reader.name()
-            dims = [reader.integer(8 if version == 5 else 4) for _ in range(reader.count())]
+            dims = [reader.count() for _ in range(reader.count())]
             reader.attributes()
             size = TYPE_SIZES[reader.integer(4)]
             reader.count()  # vsize: recomputed from the dims (it saturates for variables over 4 GiB)

@@ -271,16 +271,16 @@ class ForecastModule(pl.LightningModule):
         )  # fmt: skip
         if problems:  # all at once, each naming its key: a run costs seconds before it gets here
             raise UserError("; ".join(problems))
-        self.save_hyperparameters()
-        try:
-            self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
-        except UserError as error:  # the network's own checks: name the options they are about
-            raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
         if init_from == INIT_FROM_REQUIRED:  # a fine-tuning config given without its checkpoint
             raise UserError(
                 "model.init_from is required by this config (fine-tuning): pass --model.init_from CKPT, a "
                 "checkpoint of the model to fine-tune (without it this run would train from scratch)"
             )
+        self.save_hyperparameters()
+        try:
+            self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
+        except UserError as error:  # the network's own checks: name the options they are about
+            raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
         if init_from is not None:
             load_network_weights(self.forecaster, init_from)
         self.grid, self.channels = self.forecaster.grid, self.forecaster.channels
