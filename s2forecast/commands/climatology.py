@@ -19,8 +19,10 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from s2forecast.data.engine import reuse_freed_memory
     from s2forecast.evaluation.climatology import write_climatology
 
+    reuse_freed_memory()  # a new array per block read and per output chunk: faulted in anew each time otherwise
     with engine(args, ("store", "out")) as runner:
         out = write_climatology(args.store, args.out, args.start, args.end, overwrite=args.overwrite,
                                 progress=not args.no_progress, storage_options=args.storage_options,

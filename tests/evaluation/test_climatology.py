@@ -606,3 +606,35 @@ def test_store_read_by_pass_two_matches_the_in_memory_computation(one_time_per_c
     values, expected_values = streamed["surface_pressure"].values, expected["surface_pressure"].values
     np.testing.assert_array_equal(np.isnan(values), np.isnan(expected_values))
     np.testing.assert_allclose(values, expected_values, rtol=1e-6)
+
+
+def test_slot_means_are_the_float64_means_rounded_once_whatever_the_count():
+    """Pass 1's slot means (``_slot_means``): per point, the float64 sum of the finite values over the
+    slot's times divided by their number, rounded to float32 once; NaN where none is finite. Slots of
+    one time take that time's values directly (every slot of a one-year record): the same bits."""
+    from s2forecast.evaluation import climatology as module
+
+    rng = np.random.default_rng(3)
+    n_times, points = 7, 50
+    values = (280.0 + 40.0 * rng.normal(size=(n_times, 1, points))).astype(np.float32)
+    values[1, 0, :5] = np.nan  # slot 0's second time: its mean is of its first time there
+    values[3, 0, 5:8] = np.nan  # slot 1's only time: NaN there
+    # slot 0: times 0, 1, 2; slot 1: time 3; slot 2: times 4 and 5 (5 in slots 2 and 3, as a Dec 31);
+    # slot 3: times 5 and 6; slot 4: no time
+    primary = np.array([0, 0, 0, 1, 2, 3, 3])
+    extra = np.array([-1, -1, -1, -1, -1, 2, -1])
+    counts = np.array([3, 1, 2, 2, 0])
+    data = xr.Dataset({"t": (("time", "latitude", "longitude"), values.reshape(n_times, 5, 10))})
+    data = data.assign_coords(time=pd.date_range("2001-01-01", periods=n_times, freq="6h"))
+    job = module._Job(data, "unused", primary, extra, counts, "dayofyear_hour", np.array([0]), 61)
+
+    means = module._slot_means(job, "t", range(5), [(0, 4), (4, 7)], iter([values[:4], values[4:]]))
+
+    members = [[0, 1, 2], [3], [4, 5], [5, 6], []]
+    for slot, times in enumerate(members):
+        block = values[times].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expected = (np.nansum(block, axis=0) / np.isfinite(block).sum(axis=0)).astype(np.float32)
+        assert means.dtype == np.float32
+        np.testing.assert_array_equal(means[slot], expected, err_msg=f"slot {slot}")
+    assert np.isnan(means[1, 0, 5:8]).all() and np.isnan(means[4]).all()
