@@ -310,17 +310,32 @@ class FieldDataset(torch.utils.data.Dataset):
         if not valid.any() and trajectories is not None:
             raise UserError(self._no_trajectory_sample(trajectory, trajectories))
         if not valid.any():
+            span = (self.offsets.max() - self.offsets.min()) * self.step
+            inside = times[(times >= lo) & (times <= hi)]
+            no_sample = (
+                f"no sample of {self.spec.history} input and {self.spec.rollout} target states "
+                f"{self.spec.step_hours:g} h apart in {self.path} between {format_time(lo)} and "
+                f"{end.strip() if isinstance(end, str) else format_time(hi)}"
+            )
+            if not inside.size:
+                raise UserError(
+                    f"{no_sample}: it has no time there (it holds {format_time(times[0])} .. {format_time(times[-1])})"
+                )
+            if inside[-1] - inside[0] < span:  # the period, not the step: its spacings would point at the wrong thing
+                hours = span / np.timedelta64(1, "h")
+                raise UserError(
+                    f"{no_sample}: a sample spans {hours:g} h and the store's times there ({format_time(inside[0])} .. "
+                    f"{format_time(inside[-1])}) {(inside[-1] - inside[0]) / np.timedelta64(1, 'h'):g} h; "
+                    f"give a period at least {hours:g} h long"
+                )
             in_range = (times >= lo) & (times <= hi)
-            diffs = np.unique(np.diff(times[in_range])) if in_range.sum() > 1 else []
+            diffs = np.unique(np.diff(inside))
             spacing = [float(d / np.timedelta64(1, "h")) for d in diffs]
             first_missing = next(
                 (format_time(needed[i][~exists[i]][0]) for i in np.flatnonzero(in_range) if not exists[i].all()), None
             )
             raise UserError(
-                f"no sample of {self.spec.history} input and {self.spec.rollout} target states "
-                f"{self.spec.step_hours:g} h apart in {self.path} between {format_time(lo)} and "
-                f"{end.strip() if isinstance(end, str) else format_time(hi)}: the "
-                f"time axis there has spacings {spacing} h"
+                f"{no_sample}: the time axis there has spacings {spacing} h"
                 + (f"; e.g. {first_missing} does not exist" if first_missing else "")
                 + ". Choose a step the axis has, or another time range."
             )

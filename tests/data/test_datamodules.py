@@ -384,6 +384,36 @@ def test_real_era5_slice_has_no_six_hour_step(tmp_path):
     assert len(FieldDataset(slice_path, SampleSpec(("2m_temperature",), step_hours=7))) == 1
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "shown"),
+    [
+        ("2020-01-01T00", "2020-01-01T06", "between 2020-01-01T00 and 2020-01-01T06: a sample spans 12 h and the "
+                                           "store's times there (2020-01-01T00 .. 2020-01-01T06) 6 h"),
+        ("2020-01-02T00", None, "between 2020-01-02T00 and 2020-01-02T06: a sample spans 12 h and the store's times "
+                                "there (2020-01-02T00 .. 2020-01-02T06) 6 h"),
+    ],
+)  # fmt: skip
+def test_a_period_shorter_than_a_sample_is_named_not_the_step(tmp_path, start, end, shown):
+    """A period shorter than one sample's span was refused with the time axis' spacings, as if the step
+    were wrong (it is the store's own 6 h)."""
+    path = tmp_path / "store.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(6))
+    compute_stats(path)
+    spec = SampleSpec(("2m_temperature",), step_hours=6, rollout=2)
+    with pytest.raises(ValueError) as error:
+        FieldDataset(path, spec, start=start, end=end)
+    message = str(error.value)
+    assert f"no sample of 1 input and 2 target states 6 h apart in {path} {shown}" in message
+    assert "give a period at least 12 h long" in message and "spacing" not in message
+    assert len(FieldDataset(path, spec, start="2020-01-01T00", end="2020-01-01T12")) == 1
+    with pytest.raises(ValueError) as error:
+        FieldDataset(path, spec, start="2021-01-01")
+    assert str(error.value) == (
+        f"no sample of 1 input and 2 target states 6 h apart in {path} between 2021-01-01T00 and 2020-01-02T06: it "
+        "has no time there (it holds 2020-01-01T00 .. 2020-01-02T06)"
+    )
+
+
 # --- forcings ------------------------------------------------------------------------------------
 def test_cos_zenith_and_toa_radiation():
     lat, lon = np.array([0.0, 23.44, -60.0, 89.0]), np.array([0.0, 90.0, 180.0, 270.0])
