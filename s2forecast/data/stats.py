@@ -132,6 +132,17 @@ def compute_stats(
             f"{path}: left out of the statistics, not gridded fields: {describe_not_fields(ds, list(info.not_fields))}",
             stacklevel=2,
         )
+    beyond = [name for name in info.variables if set(ds[name].dims) - set(FIELD_DIMS)]
+    if beyond:  # e.g. an ensemble's member dim: no model reads them (FieldDataset refuses them by name)
+        warnings.warn(
+            f"{path}: left out of the statistics, dims other than {FIELD_DIMS}: "
+            + ", ".join(f"{name} {ds[name].dims}" for name in beyond),
+            stacklevel=2,
+        )
+        ds = ds.drop_vars(beyond)
+        info = describe(ds, str(path))
+    if not info.variables:
+        raise UserError(f"{path} has no field of dims (time, [level], latitude, longitude): no statistics to compute")
     if out is None:
         if is_url(path) or not _in_s2forecast_layout(path):
             raise UserError(
@@ -290,13 +301,12 @@ def _period(start, end, times: np.ndarray, path) -> tuple[np.datetime64, np.date
             "are differences between times)"
         )
     lo = _parse_time(start, "--start") if start is not None else first
-    named = _parse_time(end, "--end") if end is not None else last  # where the period --end names begins
-    for option, value in (("--start", lo), ("--end", named)):
-        if not first <= value <= last:
-            raise UserError(
-                f"{option} {format_time(value)} is outside the store {path}, which covers "
-                f"{format_time(first)} .. {format_time(last)}"
-            )
+    # a date names a period (--end 2017: all of 2017): refused only where that period misses the store
+    for option, value in (("--start", start), ("--end", end)):
+        if value is not None and (_parse_time(value, option) > last or parse_end(value, option) < first):
+            covers = f"{format_time(first)} .. {format_time(last)}"
+            raise UserError(f"{option} {value} is outside the store {path}, which covers {covers}")
+    lo = max(lo, first)
     hi = min(parse_end(end, "--end"), last) if end is not None else last
     if lo > hi:
         raise UserError(f"--start {format_time(lo)} is after --end {end}")
@@ -381,6 +391,9 @@ def _check_stats(path, channels: list[str], values: np.ndarray, time_dependent: 
         raise UserError(f"{path}: the statistics of {channels[k]} are not finite ({listed}); check its values")
 
 
+FIELD_DIMS = ("time", "level", "latitude", "longitude")  # of a variable the statistics are of
+
+
 def _in_s2forecast_layout(path) -> bool:
     """A local store an s2forecast writer made: its artifact marker, or the completeness flag
     every store writer has set since the first layout (stores of older versions have no marker).
@@ -390,11 +403,17 @@ def _in_s2forecast_layout(path) -> bool:
 
 
 def _check_replaceable(path: Path) -> None:
-    group = path / STATS_GROUP
-    if os.path.lexists(group) and not written_by_s2forecast(group):
+    if not (path / "zarr.json").is_file():  # a v2 copy of one of ours (to_zarr(zarr_format=2) keeps its flag)
         raise UserError(
-            f"{group} exists and was not written by s2forecast stats (it has no s2forecast marker); it is never "
-            "replaced: move it away yourself to store statistics in this store"
+            f"{path} is not a zarr v3 store: statistics are written into s2forecast's own (v3) stores only; put "
+            f"them in a store of their own: s2forecast stats {path} --out STATS.zarr (and stats: STATS.zarr in the "
+            "DataModule)"
+        )
+    group = path / STATS_GROUP
+    if os.path.lexists(group) and (group.is_symlink() or not written_by_s2forecast(group)):
+        why = "is a symbolic link" if group.is_symlink() else "was not written by s2forecast stats (it has no marker)"
+        raise UserError(
+            f"{group} exists and {why}; it is never replaced: move it away yourself to store statistics in this store"
         )
 
 

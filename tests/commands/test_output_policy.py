@@ -399,6 +399,15 @@ def test_stats_replaces_only_its_own_stats_group(inputs, tmp_path, capsys, monke
     message = refused(["stats", store], capsys)
     assert f"{store / 'stats'} exists and was not written by s2forecast stats" in message
     assert snapshot(store) == before
+    # a link to statistics s2forecast wrote elsewhere: refused as the link it is (it said "no marker")
+    shutil.rmtree(store / "stats")
+    cli(["stats", str(store), "--out", str(tmp_path / "elsewhere.zarr")])
+    (store / "stats").symlink_to(tmp_path / "elsewhere.zarr")
+    before, elsewhere = snapshot(store), snapshot(tmp_path / "elsewhere.zarr")
+    message = refused(["stats", store], capsys)
+    assert message.endswith(f"{store / 'stats'} exists and is a symbolic link; it is never replaced: move it away "
+                            "yourself to store statistics in this store")  # fmt: skip
+    assert snapshot(store) == before and snapshot(tmp_path / "elsewhere.zarr") == elsewhere
 
 
 # --- crashes ------------------------------------------------------------------------------------

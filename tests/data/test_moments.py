@@ -59,6 +59,24 @@ def test_moments_of_a_channel_without_values_are_nan():
     assert moments.count[0] == 0 and np.isnan(moments.finalize()).all()
 
 
+@pytest.mark.parametrize("value", [280.1, 0.3, -5.5e4])
+def test_a_constant_field_has_zero_spread_with_or_without_nan(value):
+    """With a NaN (the masked path) the deviations were taken about the weighted mean, a rounding away
+    from the value: std 6e-14, which training's zero-spread check let through (and divided by)."""
+    w = cell_area_weights(np.linspace(90, -90, 9))
+    x = np.full((4, 2, 9, 16), value, np.float32)
+    x[:, 1] = np.float32(value) + np.arange(16, dtype=np.float32)  # a second channel that varies
+    clean = Moments.of(x, w)
+    x[1, 0, 2, 3] = x[0, 0, 0, 0] = x[2, 1, 4, 5] = np.nan  # the first value too: the reference is the first finite
+    masked = Moments.of(x, w)
+    for moments in (clean, masked):
+        mean, std = moments.finalize()
+        assert std[0] == 0.0 and mean[0] == np.float32(value)
+    expected_mean, expected_std = reference(x.astype(np.float64), w)  # the varying channel: as the definition
+    np.testing.assert_allclose(masked.finalize()[0][1], expected_mean[1], rtol=1e-13)
+    np.testing.assert_allclose(masked.finalize()[1][1], expected_std[1], rtol=1e-12)
+
+
 def wb2_store(path, times: int = 9) -> xr.Dataset:
     """WeatherBench2's layout: (time, level, longitude, latitude), north to south, zarr v2, one
     time per chunk; two trajectories (a tendency never pairs across them), some NaN."""

@@ -318,9 +318,11 @@ def set_time(group, values: np.ndarray) -> None:
          r"2020-01-01T12 and 2020-01-01T12 are 6 h apart"),
         (["--start", "2020-01-02", "--end", "2020-01-01T06"], None, r"--start 2020-01-02T00 is after --end "
          r"2020-01-01T06$"),
-        (["--start", "2019-12-31"], None, r"--start 2019-12-31T00 is outside the store .*store\.zarr, which covers "
+        (["--start", "2019-12-31"], None, r"--start 2019-12-31 is outside the store .*store\.zarr, which covers "
          r"2020-01-01T00 \.\. 2020-01-02T06"),
-        (["--end", "2020-01-03"], None, r"--end 2020-01-03T00 is outside the store"),
+        (["--end", "2020-01-03"], None, r"--end 2020-01-03 is outside the store"),
+        (["--end", "2019"], None, r"--end 2019 is outside the store"),
+        (["--start", "2021-01"], None, r"--start 2021-01 is outside the store"),
         (["--start", "soon"], None, r"--start 'soon' is not a date; use e\.g\. 2020-01-01"),
         (["--start", "2020-01-01T00", "--end", "2020-01-01T05"], None, r"no two times of .* between "
          r"2020-01-01T00 and 2020-01-01T00 are 6 h apart"),
@@ -351,6 +353,45 @@ def test_stats_refuses_bad_arguments_and_data_and_keeps_earlier_stats(
     assert digest(path / "stats") == before
 
 
+def test_stats_are_not_written_into_a_zarr_v2_copy_of_our_store(tmp_path, capsys):
+    """A v2 copy keeps the completeness flag: a v3 stats group was written into it, then the v3
+    consolidation failed with 'error: file://...' (exit 2) although the group was there."""
+    path = tmp_path / "v2.zarr"
+    copy = xr.open_zarr(store(tmp_path / "store.zarr")).load()
+    for variable in copy.variables.values():
+        variable.encoding = {}  # v3 codecs
+    copy.to_zarr(path, zarr_format=2, consolidated=True)
+    assert copy.attrs["s2forecast_complete"] == "true"
+    before = digest(path)
+    err = refused(["stats", str(path), "--no-progress"], capsys)
+    assert err == (
+        f"s2forecast stats: error: {path} is not a zarr v3 store: statistics are written into s2forecast's own "
+        f"(v3) stores only; put them in a store of their own: s2forecast stats {path} --out STATS.zarr (and stats: "
+        "STATS.zarr in the DataModule)"
+    )
+    assert digest(path) == before
+    cli(["stats", str(path), "--out", str(tmp_path / "stats.zarr"), "--no-progress"])  # the way out it names
+
+
+def test_stats_leave_out_fields_with_other_dims_and_say_so(tmp_path, capsys):
+    """A field with an ensemble's member dim crashed the reduction with an internal error; it is left out
+    with a warning (no model reads it), and a store of nothing else is one line."""
+    path = store(tmp_path / "store.zarr")
+    members = xr.DataArray(np.ones((6, 2, 5, 8)), dims=("time", "number", "latitude", "longitude"), name="members")
+    members.to_dataset().to_zarr(path, mode="a")
+    with pytest.warns(UserWarning, match=r"left out of the statistics, dims other than \('time', 'level', 'latitude', "
+                      r"'longitude'\): members \('time', 'number', 'latitude', 'longitude'\)"):  # fmt: skip
+        stats = compute_stats(path, out=tmp_path / "stats.zarr")
+    assert "members" not in "".join(stats["channel"].values) and "2m_temperature" in stats["channel"].values
+    only = tmp_path / "only.zarr"
+    coords = {"time": pd.date_range("2020", periods=6, freq="6h"), "latitude": GRID_LAT, "longitude": GRID_LON}
+    members.to_dataset().assign_coords(coords).to_zarr(only)
+    err = refused(["stats", str(only), "--out", str(tmp_path / "none.zarr"), "--no-progress"], capsys)
+    assert err.endswith(f"error: {only} has no field of dims (time, [level], latitude, longitude): no statistics to "
+                        "compute")  # fmt: skip
+    assert not (tmp_path / "none.zarr").exists()
+
+
 def test_stats_end_given_as_a_date_is_all_of_that_day(tmp_path):
     """As climatology's --end and WeatherBench2's periods: ``--end 2020-01-01`` took 2020-01-01T00 alone."""
     path = store(tmp_path / "store.zarr")
@@ -358,6 +399,17 @@ def test_stats_end_given_as_a_date_is_all_of_that_day(tmp_path):
     assert (stats.attrs["times"], stats.attrs["end"][:13]) == (4, "2020-01-01T18")
     stats = compute_stats(path, start="2020-01-01T06", end="2020-01-01T12", out=tmp_path / "hours.zarr")
     assert (stats.attrs["times"], stats.attrs["end"][:13]) == (2, "2020-01-01T12")
+    # a year or a month names all of it: taken where it overlaps the store (--end 2020 was refused as 2020-01-01T00,
+    # before the store's first time, when the store began later that year)
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    set_time(group, group["time"][:] + (group["time"][1] - group["time"][0]))  # from 2020-01-01T06: after 2020 begins
+    zarr.consolidate_metadata(path, zarr_format=3)
+    whole = compute_stats(path, out=tmp_path / "whole.zarr")
+    assert whole.attrs["start"][:13] == "2020-01-01T06"
+    for start, end in (("2020", "2020"), ("2020-01", "2020-01"), ("2020-01-01", "2020")):
+        stats = compute_stats(path, start=start, end=end, out=tmp_path / f"{start}-{end}.zarr")
+        xr.testing.assert_identical(stats.drop_attrs(), whole.drop_attrs())
+        assert stats.attrs["start"] == whole.attrs["start"] and stats.attrs["end"] == whole.attrs["end"]
 
 
 def test_stats_of_a_store_of_one_time_says_so(tmp_path, capsys):
