@@ -190,27 +190,33 @@ def _only_zarr(directory: Path, node: str) -> bool:
     """Whether the zarr ``node`` ("group" or "array") at ``directory`` holds nothing but zarr metadata,
     child nodes, chunks (an array's ``c``/digit chunk directories, whose contents are not listed: a
     record has millions) and s2forecast's own siblings."""
+    return _foreign_entry(directory, node) is None
+
+
+def _foreign_entry(directory: Path, node: str) -> Path | None:
+    """The first entry under the zarr ``node`` at ``directory`` that ``_only_zarr`` does not allow, or None."""
     with os.scandir(directory) as entries:  # DirEntry types: no system call per chunk file (v2 flat keys)
         for entry in entries:
             name = entry.name
             if entry.is_symlink():
-                return False
+                return Path(entry.path)
             is_file = entry.is_file(follow_symlinks=False)
             if _is_sibling(name) or (is_file and ZARR_PARTIAL.match(name)):
                 continue
             if is_file:
                 if name not in _ZARR_METADATA and not (node == "array" and _CHUNK_KEY.match(name)):
-                    return False
+                    return Path(entry.path)
             elif entry.is_dir(follow_symlinks=False):
                 child = _node_type(Path(entry.path))
                 if child is not None:
-                    if not _only_zarr(Path(entry.path), child):
-                        return False
+                    found = _foreign_entry(Path(entry.path), child)
+                    if found is not None:
+                        return found
                 elif not (node == "array" and (name == "c" or name.isdigit())):
-                    return False
+                    return Path(entry.path)
             else:
-                return False
-    return True
+                return Path(entry.path)
+    return None
 
 
 def written_by_s2forecast(path: str | os.PathLike) -> bool:
@@ -237,7 +243,7 @@ def written_by_s2forecast(path: str | os.PathLike) -> bool:
     if marker is None or MARKER_ATTR not in marker:
         return False
     listed = set(marker.get("files", [])) | {MARKER_FILE}
-    return all(entry.name in listed and entry.is_file() and not entry.is_symlink() for entry in path.iterdir())
+    return all(entry.name in listed and _plain_file(entry) for entry in path.iterdir())
 
 
 def _is_legacy_stats(attrs: dict) -> bool:
@@ -376,9 +382,31 @@ def check_local(path, option: str = "--out") -> None:
 def foreign_error(path: Path, option: str = "--out") -> UserError:
     """The error for an existing ``path`` that s2forecast did not write."""
     return UserError(
-        f"{option} {path} exists and was not written by s2forecast (it has no s2forecast marker); it is never "
+        f"{option} {path} exists and was not written by s2forecast ({_why_foreign(Path(path))}); it is never "
         "replaced, even with --overwrite: choose another --out or move it away yourself"
     )
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _why_foreign(path: Path) -> str:
+    """What makes ``path`` foreign (``written_by_s2forecast``), for a message."""
+    if path.is_symlink():
+        return "it is a symbolic link"
+    if path.is_dir():
+        attrs, marker = zarr_attributes(path), _marker_file(path)
+        if attrs is not None and MARKER_ATTR in attrs:
+            entry = _foreign_entry(path, "group")
+            if entry is not None:
+                return f"it holds {entry.relative_to(path)}, which s2forecast did not write"
+        elif attrs is None and marker is not None and MARKER_ATTR in marker:
+            listed = set(marker.get("files", [])) | {MARKER_FILE}
+            extra = next((e.name for e in sorted(path.iterdir()) if e.name not in listed or not _plain_file(e)), None)
+            if extra is not None:
+                return f"it holds {extra}, which s2forecast did not write"
+    return "it has no s2forecast marker"
 
 
 def _host() -> str:
@@ -707,6 +735,12 @@ class Output:
         else:
             old = sibling(self.path, "old")
             os.rename(self.path, old)
+            # judged again once set aside, whole: a file saved inside it during the run (hours, for a
+            # rollout) changes no stamp of its root, and would go with it
+            if not self.owned(old):
+                os.rename(old, self.path)
+                self.discard()
+                raise foreign_error(self.path, self.option)
             os.rename(self.tmp, self.path)
             remove_own(old)
         self._release()

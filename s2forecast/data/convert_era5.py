@@ -233,6 +233,22 @@ def ensemble_members(path: str | Path) -> list[int]:
         return [int(x) for x in ds["number"].values] if "number" in ds.dims else []
 
 
+def file_grid(path: str | Path) -> "Grid | None":
+    """The grid of an ERA5 NetCDF or GRIB file (as ``convert_era5`` would lay it out), None where its
+    latitudes/longitudes make no grid s2forecast knows (``convert_era5`` says why)."""
+    from s2forecast.geometry import Grid
+
+    with _open(Path(path)) as ds:
+        ds = ds.rename({old: new for old, new in (("lat", "latitude"), ("lon", "longitude")) if old in ds.dims})
+        if "latitude" not in ds.dims or "longitude" not in ds.dims:
+            return None
+        ds = _store_grid_order(ds)  # lazy: no data read
+        try:
+            return Grid.from_coords(ds["latitude"].values, ds["longitude"].values)
+        except ValueError:
+            return None
+
+
 def _squeezed_to_dims(ds: xr.Dataset, names: Iterable[str]) -> xr.Dataset:
     """Promote scalar coordinates (length-1 dims cfgrib squeezed away) back to dimensions, the data
     chunked first: xarray reads a lazily opened file whole to add a dimension to it."""

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from s2forecast.data.convert_era5 import convert_era5, ensemble_members, resolve_variables, valid_times
+from s2forecast.data.convert_era5 import convert_era5, ensemble_members, file_grid, resolve_variables, valid_times
 from s2forecast.data.fields import FieldDataset, SampleSpec
 from s2forecast.data.forcings import forcing_names
 from s2forecast.data.stats import ChannelStats
-from s2forecast.data.store import is_url, open_store
+from s2forecast.data.store import grid_of, is_url, open_store
 from s2forecast.inference.forecast_file import ChannelLayout
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import check_unchanged
@@ -93,8 +93,11 @@ def open_inputs(
         data.history, data.step_hours, targets,  # 0: inputs only, the truth is not needed to forecast
     )  # fmt: skip
     stats, static = (None, None) if store_stats else checkpoint_stats(model)
-    # the static fields the model was trained with, unless the store is on another grid
-    given = None if other_grid else {name: v.cpu().numpy() for name, v in model.static_fields.items()}
+    # the static fields the model was trained with, unless the store is on another grid (--other-grid
+    # on the training grid changes nothing: the store's own static fields were taken, or required)
+    given = {name: v.cpu().numpy() for name, v in model.static_fields.items()}
+    if other_grid and _store_grid(store, storage_options) != model.grid:
+        given = None
     try:
         dataset = FieldDataset(store, spec, stats=stats, static_stats=static, given_static=given,
                                storage_options=storage_options)  # fmt: skip
@@ -109,11 +112,13 @@ def open_inputs(
         raise UserError(f"store {store} does not fit checkpoint: {error}") from None
     if list(dataset.channels) != list(data.channels):
         raise UserError(f"store channels {list(dataset.channels)} differ from the checkpoint's {list(data.channels)}")
-    if dataset.grid != model.grid and not other_grid:
-        raise UserError(
-            f"store grid {dataset.grid} differs from the checkpoint's {model.grid}; pass --other-grid to run "
-            "the model on the store's grid (spherical models without grid-bound position embeddings)"
-        )
+    if dataset.grid != model.grid and (not other_grid or model.bound_to_grid() is not None):
+        reason = model.bound_to_grid()
+        fix = (
+            f"{reason}: regrid the store to {model.grid}" if reason is not None
+            else "pass --other-grid to run the model on the store's grid"
+        )  # fmt: skip
+        raise UserError(f"store grid {dataset.grid} differs from the checkpoint's {model.grid}; {fix}")
     return dataset
 
 
@@ -163,6 +168,14 @@ def source_times(source: str | Path, storage_options: dict | None = None) -> np.
     if is_era5_file(source):
         return valid_times(source)
     return open_store(source, storage_options=storage_options)["time"].values.astype("datetime64[ns]")
+
+
+def _store_grid(store, storage_options: dict | None):
+    """The grid of ``store``, None where it cannot be opened or has none (``FieldDataset`` then says why)."""
+    try:
+        return grid_of(open_store(store, storage_options=storage_options))
+    except (ValueError, OSError, KeyError):
+        return None
 
 
 def is_era5_file(source: str | Path) -> bool:
@@ -269,7 +282,8 @@ class InitialConditions:
         members = _file_members(Path(source), ic_members)
         layout = ChannelLayout.from_channels(model.data.channels)
         # on another grid the checkpoint's static fields do not apply: the file's are needed (open_inputs)
-        statics = [name for name in model.data.static_channels if other_grid or name not in model.static_fields]
+        elsewhere = other_grid and file_grid(source) != model.grid
+        statics = [name for name in model.data.static_channels if elsewhere or name not in model.static_fields]
         variables = [*layout.variables, *statics]  # the checkpoint's own static fields are not needed
         _check_era5_variables(variables, source)
         with tempfile.TemporaryDirectory(prefix="s2forecast-initial-conditions-") as tmp:

@@ -116,7 +116,7 @@ class RolloutOptions:
             raise UserError(f"--shards must be >= 1 initialization times per shard, got {self.shards}")
         if self.shards and self.fmt != "zarr":
             raise UserError(f"--shards {self.shards} needs --format zarr (sharding is a zarr v3 feature); add "
-                            "--format zarr or leave --shards out")  # fmt: skip
+                            "--format zarr and an --out such as forecast.zarr, or leave --shards out")  # fmt: skip
         if self.shards and self.batch_size % self.shards:
             fit = -(-self.batch_size // self.shards) * self.shards
             raise UserError(

@@ -106,10 +106,16 @@ class Forecaster(nn.Module):
             raise UserError(f"{path} is not a forecaster checkpoint: {str(error).splitlines()[0]}") from None
         return model.to(map_location).eval()
 
+    def bound_to_grid(self) -> str | None:
+        """Why these weights cannot run on another grid than the training one, or None."""
+        if not hasattr(self.net, "on_grid"):
+            return f"the {self.architecture} model is bound to its training grid"
+        return self.net.bound_to_grid() if hasattr(self.net, "bound_to_grid") else None
+
     def on_grid(self, grid: Grid) -> "Forecaster":
         """The same weights on another data grid (spherical networks: ``SphericalTransformer.on_grid``)."""
-        if not hasattr(self.net, "on_grid"):
-            raise UserError(f"the {self.architecture} model is bound to its training grid {self.grid}")
+        if grid != self.grid and (reason := self.bound_to_grid()) is not None:
+            raise UserError(f"the model cannot run on {grid}: {reason}; regrid the data to {self.grid}")
         other = Forecaster(self.architecture, self.network_options, self.data.on_grid(grid), self.residual)
         other.net = self.net.on_grid(grid)
         other.static_fields = self.static_fields if grid == self.grid else {}  # the checkpoint's, on its grid

@@ -311,13 +311,16 @@ class SphericalTransformer(nn.Module):
         last rollout step's noise, which a temporally correlated noise continues from."""
         return None if self.noise is None else self.noise(batch, generator, previous)
 
+    def bound_to_grid(self) -> str | None:
+        """Why these weights cannot run on another grid (a grid-bound position embedding), or None."""
+        if self.config["position_embedding"] in GRID_BOUND_EMBEDDINGS:
+            return f"its position embedding {self.config['position_embedding']!r} is tied to the training grid"
+        return None
+
     def on_grid(self, grid: Grid) -> "SphericalTransformer":
         """The same weights on another data grid (neural-operator property)."""
-        if self.config["position_embedding"] in GRID_BOUND_EMBEDDINGS:
-            raise UserError(
-                f"position embedding {self.config['position_embedding']!r} is tied to the training grid; "
-                "a model with it cannot run at another resolution"
-            )
+        if grid != self.grid and (reason := self.bound_to_grid()) is not None:
+            raise UserError(f"the model cannot run on {grid}: {reason}; regrid the data to {self.grid}")
         other = SphericalTransformer(grid, self.in_channels, self.out_channels, **self.config)
         state = {k: v for k, v in self.state_dict().items()}
         other.load_state_dict(state, strict=False)

@@ -687,8 +687,31 @@ def test_a_users_file_anywhere_inside_a_zarr_output_makes_it_foreign(inputs, tmp
         (out / ".backup.s2forecast-notes").write_text("named like a sibling, but not one\n")
     before = snapshot(tmp_path)
     message = refused(BY_NAME["rollout:zarr"].argv(inputs, out, "--overwrite"), capsys)
-    assert "exists and was not written by s2forecast" in message
+    named = {"file in an array": "vorticity/my_notes.txt", "directory in an array": "vorticity/my_analysis",
+             "file in a chunk-free group": ".backup.s2forecast-notes"}[where]  # fmt: skip
+    assert f"exists and was not written by s2forecast (it holds {named}, which s2forecast did not write)" in message
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["vorticity/USER_NOTES.txt", "USER_NOTES.txt"])
+def test_a_users_file_saved_inside_the_output_while_it_is_replaced_is_kept(inputs, tmp_path, capsys, where):
+    """The output is judged when the run starts and again at its end: a file saved inside a zarr
+    forecast during a rollout --overwrite (in an array: no stamp of the root changes) went with it."""
+    out = tmp_path / "f.zarr"
+    cli(BY_NAME["rollout:zarr"].argv(inputs, out))
+    real_commit = Output.commit
+
+    def commit(self):  # the user saves a file into the forecast being replaced, before it is
+        if self.path == out:
+            (out / where).write_text("my analysis\n")
+        return real_commit(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Output, "commit", commit)
+        message = refused(BY_NAME["rollout:zarr"].argv(inputs, out, "--overwrite"), capsys)
+    assert f"(it holds {where}, which s2forecast did not write)" in message
+    assert (out / where).read_text() == "my analysis\n" and written_by_s2forecast(out) is False
+    assert leftovers(tmp_path) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["f.zarr"]
 
 
 def test_a_live_run_in_another_pid_namespace_keeps_its_temporary(tmp_path):

@@ -133,3 +133,20 @@ def test_other_grid_initial_conditions_file_gives_its_own_static_fields(trained,
     xr.Dataset(fields, coords={"valid_time": times, "latitude": lat, "longitude": lon}).to_netcdf(tmp_path / "fine.nc")
     forecast = rollout(ckpt, tmp_path / "fine.nc", tmp_path / "f.nc", "2020-01-01T06", "--other-grid")
     assert forecast["2m_temperature"].shape[-2:] == (17, 32) and np.isfinite(forecast["2m_temperature"]).all()
+
+
+def test_other_grid_on_the_training_grid_changes_nothing(trained, tmp_path):
+    """--other-grid decided on the flag, not on the grid: on the training grid it took a file's or a
+    store's own mask instead of the checkpoint's (1.72 K apart in a review) and refused a file without
+    one ('selected variables ['land_sea_mask'] are not in the inputs')."""
+    root, store, ckpt = trained
+    times = pd.date_range("2020-01-01", periods=12, freq="6h").values
+    flipped = xr.open_dataset(cds_file(tmp_path / "other.nc", times, True)).load()
+    flipped["lsm"] = 1.0 - flipped["lsm"]
+    flipped.to_netcdf(tmp_path / "flipped.nc")
+    flipped_store = convert_era5([tmp_path / "flipped.nc"], tmp_path / "flipped.zarr", progress=False)
+    bare = cds_file(tmp_path / "t2m_only.nc", times, False)
+    for n, source in enumerate((tmp_path / "flipped.nc", flipped_store, bare)):
+        plain = rollout(ckpt, source, tmp_path / f"plain{n}.nc")["2m_temperature"].values
+        other = rollout(ckpt, source, tmp_path / f"other{n}.nc", "2020-01-02T00", "--other-grid")
+        np.testing.assert_array_equal(other["2m_temperature"].values, plain, err_msg=str(source))

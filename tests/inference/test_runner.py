@@ -101,6 +101,21 @@ def test_initial_conditions_errors(swe_store, tmp_path):
     with pytest.raises(ValueError, match=r"store grid .* differs from the checkpoint's .*; pass --other-grid to run"):
         with InitialConditions.open(swe_store, other):
             pass
+    # grid-bound weights are not told to pass --other-grid (which failed next, naming no fix)
+    for architecture, network, reason in (
+        ("planar", {"embed_dim": 8, "num_layers": 1, "patch_size": 2},
+         "the planar model is bound to its training grid"),
+        ("spherical", {"embed_dim": 8, "num_layers": 1, "position_embedding": "ape"},
+         "its position embedding 'ape' is tied to the training grid"),
+    ):  # fmt: skip
+        bound = Forecaster(architecture, network, data.on_grid(Grid(16, 32)))
+        for other_grid in (False, True):
+            with pytest.raises(ValueError) as error:
+                with InitialConditions.open(swe_store, bound, other_grid=other_grid):
+                    pass
+            assert str(error.value).endswith(f"; {reason}: regrid the store to {Grid(16, 32)}"), str(error.value)
+        with pytest.raises(ValueError, match=rf"^the model cannot run on .*: {reason}; regrid the data to "):
+            bound.on_grid(Grid(8, 16))
     renamed = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, DataSpec.from_dict(
         {**data.to_dict(), "channels": ["geopotential_height", "vorticity", "humidity"]}))  # fmt: skip
     with pytest.raises(ValueError, match=rf"^store {swe_store} does not fit checkpoint: .*humidity"):

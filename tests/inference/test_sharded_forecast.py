@@ -62,7 +62,7 @@ def test_shards_as_large_as_the_batch_cover_every_init_time(mse_run_1_epoch, swe
     "options, message",
     [
         (dict(fmt="netcdf", shards=2), "--shards 2 needs --format zarr (sharding is a zarr v3 feature); add --format "
-         "zarr or leave --shards out"),
+         "zarr and an --out such as forecast.zarr, or leave --shards out"),
         (dict(fmt="zarr", batch_size=4, shards=3), "--shards 3 does not divide --batch-size 4, so batches would split "
          "shards; use --batch-size 6 or a --shards that divides 4"),
         (dict(fmt="zarr", shards=-1), "--shards must be >= 1 initialization times per shard, got -1"),
