@@ -48,7 +48,11 @@ def _day_fraction(time: np.datetime64) -> tuple[float, float]:
 def cos_zenith(time: np.datetime64, lat_deg: np.ndarray, lon_deg: np.ndarray) -> np.ndarray:
     """(nlat, nlon) cosine of the solar zenith angle at UTC ``time``."""
     doy, hour = _day_fraction(time)
-    gamma = 2.0 * np.pi / 365.0 * (doy - 1.0 + (hour - 12.0) / 24.0)
+    year = np.datetime64(time, "Y")
+    days_in_year = ((year + 1).astype("datetime64[D]") - year.astype("datetime64[D]")) / np.timedelta64(1, "D")
+    # NOAA's fractional year: the whole day of year and the hour (doy's fraction is the hour already), over
+    # the year's own length: continuous across every midnight and new year
+    gamma = 2.0 * np.pi / days_in_year * (np.floor(doy) - 1.0 + (hour - 12.0) / 24.0)
     declination = (
         0.006918
         - 0.399912 * np.cos(gamma)
