@@ -41,7 +41,9 @@ The cases:
 NetCDF inputs; the store's raw read is timed once per store, before the first case that needs it);
 ``mb_per_s`` is input_mb over the wall time; ``ratio`` = mb_per_s / raw_mb_per_s (1: as fast as
 reading the input). Wall time, CPU time (user + system, all threads, imports included) and peak
-RSS come from ``/usr/bin/time -f "%e %U %S %M"``. ``startup`` (python, importing torch and
+RSS come from ``/usr/bin/time -f "%e %U %S %M"``; the ``*peak_rss_mb`` fields are MiB (2**20 bytes:
+its KiB / 1024), the sizes (``store_mb``, ``data_mb``, ``input_mb``, ``mb_per_s``) 10**6 bytes.
+``startup`` (python, importing torch and
 s2forecast.cli) is printed too; ``ratio_net`` is the ratio with each side's import time taken off
 (what the case imports before its work, ``Case.imports``, and xarray's for the baseline), timed
 once: null when either side took less than its imports (on a busy machine), never negative.
@@ -50,6 +52,11 @@ once: null when either side took less than its imports (on a busy machine), neve
 output again, chunk by chunk from memory, with its chunks and compressors (each chunk read first,
 untimed): what writing the output alone costs, against ``raw_cpu_s`` for reading the input. The
 copy needs as much free disk as the output (3.5 GB a channel at 0.25 deg) and is removed at once.
+
+Everything is written in a directory the run makes inside ``--workdir`` (default /tmp), one
+subdirectory per record length (``steps_N``: its store and every case's output), removed after that
+length; ``--keep`` keeps them all and names the run's directory in the ``startup`` line
+(``"workdir"``). Nothing else in ``--workdir`` is written or removed.
 
 ``--workers 2`` runs each case that takes it (all but rollout) again with ``--workers 2`` (a local
 dask.distributed cluster of 2 worker processes, ``s2forecast.data.engine``; ``workers`` is 0 for
@@ -319,7 +326,9 @@ def rollout_argv(run: Run) -> list[str]:
 CASES = {
     "stats": Case(
         lambda run: ["stats", str(run.store), "--out", str(run.work / "stats.zarr"), "--no-progress"],
-        imports="import s2forecast.cli, s2forecast.data.stats, s2forecast.geometry",  # no torch (test_cli_startup)
+        # no torch (test_cli_startup); dask.array and zarr, as the command loads them before reading (and the
+        # baseline's RAW_STARTUP): else part of the command's imports would count as its work in ratio_net
+        imports="import s2forecast.cli, s2forecast.data.stats, s2forecast.geometry, dask.array, zarr",
     ),
     "climatology": Case(
         lambda run: ["climatology", str(run.store), "--out", str(run.work / "clim.zarr"), "--no-progress"],
@@ -490,7 +499,9 @@ def main(argv=None) -> None:
     parser.add_argument("--leads", type=int, default=8, help="6-h leads (rollout steps) of evaluate and rollout")
     parser.add_argument("--file-steps", type=int, default=16, help="time steps per NetCDF input of convert-era5")
     parser.add_argument("--workers", default="", help="worker counts: each case also runs with --workers N, e.g. 2")
-    parser.add_argument("--workdir", default=None, help="where stores go (default a temporary directory in /tmp)")
+    parser.add_argument(
+        "--workdir", default=None, help="an existing directory in which the run makes its own (default /tmp)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the stores and outputs")
     args = parser.parse_args(argv)
 
@@ -518,24 +529,29 @@ def main(argv=None) -> None:
         raise SystemExit(f"unknown cases {unknown}; known: {list(CASES)}")
     cases = [c for c in CASES if c in cases]  # each case's inputs are made by the cases before it
 
-    root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scale_", dir="/tmp"))
-    created = args.workdir is None or not root.exists()  # only a directory this run made is removed whole
-    root.mkdir(parents=True, exist_ok=True)
+    parent = Path(args.workdir or "/tmp")
+    if not parent.is_dir():
+        raise SystemExit(f"--workdir {parent} is not a directory; give an existing one (the run makes its own inside)")
+    # a directory of this run's own: nothing of the user's in --workdir is written over or removed
+    root = Path(tempfile.mkdtemp(prefix="bench_scale_", dir=parent))
     try:
         startup, startup_rss, _, _ = measure([sys.executable, "-c", STARTUP])
         raw_startup = measure([sys.executable, "-c", RAW_STARTUP])[0]
-        print(json.dumps({"case": "startup", "wall_s": round(startup, 2), "peak_rss_mb": round(startup_rss)}))
+        row = {"case": "startup", "wall_s": round(startup, 2), "peak_rss_mb": round(startup_rss)}
+        print(json.dumps({**row, **({"workdir": str(root)} if args.keep else {})}))
         startups = {None: startup}  # by a case's imports (torch's or not)
         for spec in (CASES[case] for case in cases):
             if spec.imports not in startups:
                 startups[spec.imports] = measure([sys.executable, "-c", spec.imports])[0]
         for steps in [int(x) for x in args.steps.split(",")]:
-            store = root / f"wb2_{nlat}x{nlon}_{steps}.zarr"
+            length = root / f"steps_{steps}"  # this record length's store and outputs, removed whole after it
+            length.mkdir()
+            store = length / f"wb2_{nlat}x{nlon}_{steps}.zarr"
             write_store(store, nlat, nlon, steps, variables, levels, surface)
             size = store_bytes(store)
             data = 4 * steps * nlat * nlon * (len(variables) * len(levels) + len(surface))
             store_raw = None  # (wall s, peak MB, CPU s) of the store's raw read, once a case needs it
-            base = Run(store, root, root, steps, leads=args.leads, file_steps=args.file_steps, keep=args.keep)
+            base = Run(store, length, length, steps, leads=args.leads, file_steps=args.file_steps, keep=args.keep)
             for case in cases:
                 spec = CASES[case]
                 runs = [(count, n) for count in (inits if spec.uses_inits else [0]) for n in workers]
@@ -586,12 +602,9 @@ def main(argv=None) -> None:
                     }
                     print(json.dumps(row), flush=True)
             if not args.keep:  # a 0.25 deg climatology is ~6 GB a channel: free the disk before the next length
-                shutil.rmtree(store)
-                for case in cases:
-                    for work in root.glob(f"{case}_{steps}*"):
-                        shutil.rmtree(work, ignore_errors=True)
+                shutil.rmtree(length)
     finally:
-        if not args.keep and created:
+        if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
 

@@ -41,8 +41,11 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows[0]["case"] == "startup" and rows[0]["wall_s"] > 0
     assert [row["case"] for row in rows[1:]] == CASES
-    store_path = tmp_path / "wb2_9x16_4.zarr"
-    cds = sorted((tmp_path / "convert-era5_4" / "cds").iterdir())
+    run = Path(rows[0]["workdir"])  # the run's own directory in --workdir, kept (--keep)
+    assert run.parent == tmp_path and [p.name for p in tmp_path.iterdir()] == [run.name]
+    work = run / "steps_4"
+    store_path = work / "wb2_9x16_4.zarr"
+    cds = sorted((work / "convert-era5_4" / "cds").iterdir())
     for row in rows[1:]:
         assert KEYS <= row.keys(), row
         assert row["grid"] == "9x16" and row["channels"] == 3 and row["steps"] == 4
@@ -64,14 +67,14 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
     assert by_case["evaluate"]["leads"] == by_case["rollout"]["leads"] == 2
     assert by_case["climatology"]["output_write_s"] > 0 and by_case["climatology"]["output_write_cpu_s"] >= 0
     assert not list(tmp_path.rglob("*.rewritten"))  # the timed copy of the climatology is removed
-    assert by_case["evaluate"]["plots"] == len(list((tmp_path / "evaluate_4_2x2").rglob("*.png"))) > 0
+    assert by_case["evaluate"]["plots"] == len(list((work / "evaluate_4_2x2").rglob("*.png"))) > 0
 
     # the store is in WeatherBench2's layout, and stats read it
     store = xr.open_zarr(store_path)
     assert store["geopotential"].dims == ("time", "level", "longitude", "latitude")
     assert store["geopotential"].encoding["chunks"][0] == 1 and store["latitude"].values[0] == 90
     assert (store_path / ".zgroup").exists()  # zarr v2
-    stats = xr.open_zarr(tmp_path / "stats_4" / "stats.zarr")
+    stats = xr.open_zarr(work / "stats_4" / "stats.zarr")
     channels = ["geopotential/500", "temperature/500", "2m_temperature"]
     assert sorted(stats["channel"].values) == sorted(channels)
     # convert-era5's inputs: the new CDS layout, per variable and per 3 steps; converted, they are the store
@@ -79,12 +82,12 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
                                      for h in ("00", "18")]  # fmt: skip
     with xr.open_dataset(cds[2]) as z:
         assert z["z"].dims == ("valid_time", "pressure_level", "latitude", "longitude") and z.sizes["valid_time"] == 3
-    converted = xr.open_zarr(tmp_path / "convert-era5_4" / "era5.zarr")
+    converted = xr.open_zarr(work / "convert-era5_4" / "era5.zarr")
     for name, wb2 in store.data_vars.items():
         np.testing.assert_array_equal(converted[name].values, wb2.transpose(*converted[name].dims).values)
     # evaluate scored the forecast; rollout forecast 2 init times x 2 leads
-    assert (tmp_path / "evaluate_4_2x2" / "metrics.nc").is_file()
-    forecast = xr.open_zarr(tmp_path / "rollout_4_2x2" / "forecast.zarr")
+    assert (work / "evaluate_4_2x2" / "metrics.nc").is_file()
+    forecast = xr.open_zarr(work / "rollout_4_2x2" / "forecast.zarr")
     assert forecast.sizes["time"] == 2 and forecast.sizes["prediction_timedelta"] == 2
 
 
@@ -120,9 +123,19 @@ def test_bench_scale_refuses_bad_worker_counts(tmp_path, workers, message):
     assert not list(tmp_path.iterdir())  # refused before any store is written
 
 
-def test_bench_scale_removes_only_what_it_wrote_in_a_given_workdir(tmp_path, capsys, monkeypatch):
-    """--workdir names a directory of the user's: without --keep the run removes its stores and case
-    directories, not the directory itself nor anything else in it."""
+def test_bench_scale_refuses_a_workdir_that_is_no_directory(tmp_path):
+    (tmp_path / "file").write_text("mine")
+    for workdir in (tmp_path / "file", tmp_path / "missing"):
+        with pytest.raises(SystemExit, match=rf"--workdir {workdir} is not a directory; give an existing one"):
+            load_script().main(["--workdir", str(workdir)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept"])
+def test_bench_scale_removes_only_what_it_wrote_in_a_given_workdir(tmp_path, capsys, monkeypatch, keep):
+    """--workdir names a directory of the user's: the run writes in a directory of its own there, removed
+    unless --keep. Directories of the user's named like the run's stores and case directories were written
+    over (--keep) or removed (a glob, without it)."""
     bench = load_script()
     # the s2forecast commands run in this process, writing what they write; the timed imports and raw
     # reads (no output) are not run: 5 processes of python + torch less (test_bench_scale_prints_a_line_per_case
@@ -140,12 +153,22 @@ def test_bench_scale_removes_only_what_it_wrote_in_a_given_workdir(tmp_path, cap
     monkeypatch.setattr(bench, "measure", in_this_process)
     workdir = tmp_path / "mine"
     workdir.mkdir()
+    mine = ["notes.txt", "stats_2", "stats_20_final", "wb2_4x8_2.zarr", "steps_2"]
+    for name in mine[1:]:
+        (workdir / name).mkdir()
+        (workdir / name / "notes.txt").write_text("keep me")
     (workdir / "notes.txt").write_text("keep me")
     bench.main(["--grid", "8x4", "--steps", "2", "--levels", "500", "--variables", "temperature",
-                "--cases", "stats", "--workdir", str(workdir)])  # fmt: skip
-    assert [json.loads(line)["case"] for line in capsys.readouterr().out.splitlines()] == ["startup", "stats"]
-    assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
+                "--cases", "stats", "--workdir", str(workdir), *(["--keep"] if keep else [])])  # fmt: skip
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["case"] for row in rows] == ["startup", "stats"]
+    runs = sorted(set(p.name for p in workdir.iterdir()) - set(mine))
+    assert len(runs) == keep and ("workdir" in rows[0]) == keep
+    if keep:
+        assert Path(rows[0]["workdir"]) == workdir / runs[0] and (workdir / runs[0] / "steps_2" / "stats_2").is_dir()
     assert (workdir / "notes.txt").read_text() == "keep me"
+    for name in mine[1:]:
+        assert [p.name for p in (workdir / name).iterdir()] == ["notes.txt"], name
 
 
 @pytest.mark.parametrize(
