@@ -56,7 +56,17 @@ def one_line_warnings(command: str | None):
     package = Path(__file__).resolve().parent
 
     def formatwarning(message, category, filename, lineno, line=None):
-        if category.__module__.split(".")[0] == "s2forecast" or Path(filename).resolve().is_relative_to(package):
+        moved = re.match(r"The dirpath has changed from (.+) to (.+), therefore", str(message))
+        if moved:  # Lightning's, at every resume: what it means here, in one line
+            message = (
+                f"resumed from a checkpoint in {moved[1]}; this run writes its checkpoints to {moved[2]} and "
+                "tracks its best one (best-*.ckpt) anew there: the earlier run's stay where they are"
+            )
+        if (
+            moved
+            or category.__module__.split(".")[0] == "s2forecast"
+            or Path(filename).resolve().is_relative_to(package)
+        ):
             return f"s2forecast {command}: warning: {message}\n".replace("s2forecast None:", "s2forecast:")
         return original(message, category, filename, lineno, line)
 

@@ -46,6 +46,8 @@ def check_read_threads(read_threads) -> int:
     return int(read_threads)  # a numpy integer (a value computed in a script) as the int the pool takes
 
 
+_WARNED: set[tuple] = set()  # (statistics, their tendency step, the samples' step) already warned of
+
 # the dims of a variable a model reads, in the order ``open_store`` puts them (any order in the store)
 MODEL_DIMS = (("time", "level", "latitude", "longitude"), ("time", "latitude", "longitude"))
 
@@ -225,8 +227,11 @@ class FieldDataset(torch.utils.data.Dataset):
         first = int(self.samples[0][0]) if len(self.samples) else 0  # none: initial conditions without history
         check_store_plausible(ds, self.path, [*spec.variables, *own_static], first)
         computed = self.stats.tendency_step_hours
-        if stats is None and spec.rollout > 0 and not np.isclose(computed, spec.step_hours):
-            # e.g. hourly ERA5 with stats' default step and a 6 h model: the tendency scale is off
+        mismatch = (str(stats_path or path), float(computed), float(spec.step_hours))
+        if stats is None and spec.rollout > 0 and not np.isclose(computed, spec.step_hours) and mismatch not in _WARNED:
+            # e.g. hourly ERA5 with stats' default step and a 6 h model: the tendency scale is off. Once a
+            # process (a DataModule opens the store for each split)
+            _WARNED.add(mismatch)
             warnings.warn(
                 f"the statistics of {stats_path or path} hold tendencies over {computed:g} h, but samples are "
                 f"{spec.step_hours:g} h apart, so the model's tendency scaling is off; recompute them with "
@@ -305,6 +310,7 @@ class FieldDataset(torch.utils.data.Dataset):
             valid &= same
             if trajectories is not None:
                 valid &= (trajectory >= trajectories[0]) & (trajectory < trajectories[1])
+                self._check_trajectories_inside(trajectory, trajectories)
         if self.spec.rollout == 0:  # initial conditions: an init time without its history is named when asked for
             return position[valid]
         if not valid.any() and trajectories is not None:
@@ -341,6 +347,17 @@ class FieldDataset(torch.utils.data.Dataset):
             )
         # index of every needed time for each valid t0
         return position[valid]
+
+    def _check_trajectories_inside(self, trajectory: np.ndarray, trajectories: tuple[int, int]) -> None:
+        """Refuse a range that runs past the store's trajectories (it was cut short in silence: [30, 40)
+        of 32 trajectories served 30 and 31); a range wholly outside is named by ``_no_trajectory_sample``."""
+        first, stop = trajectories
+        lowest, highest = int(trajectory.min()), int(trajectory.max())
+        if stop > first and (first < lowest or stop > highest + 1) and first <= highest and stop > lowest:
+            raise UserError(
+                f"trajectories [{first}, {stop}) run past {self.path}: it holds trajectories {lowest}..{highest}; "
+                f"give a range inside them, e.g. [{max(first, lowest)}, {min(stop, highest + 1)}) (stop excluded)"
+            )
 
     def _no_trajectory_sample(self, trajectory: np.ndarray, trajectories: tuple[int, int]) -> str:
         """Why trajectories [first, stop) hold no sample: an empty range, none of the store's, or too short."""

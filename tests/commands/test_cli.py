@@ -66,3 +66,25 @@ def test_our_warnings_are_one_line_without_source():
     assert caller == "s2forecast evaluate: warning: no truth\n"  # our class, wherever stacklevel points
     assert other == original("something", UserWarning, "/site-packages/zarr/api.py", 3, "warn(x)")
     assert warnings.formatwarning is original
+
+
+def test_lightnings_warning_at_every_resume_is_said_in_one_line():
+    """`fit --ckpt_path last` printed Lightning's raw warning (its file and line) that best_model_score
+    and others 'won't be reloaded': a resumed run logs to a new version_N."""
+    import warnings
+
+    from s2forecast.cli import one_line_warnings
+
+    lightning = (
+        "The dirpath has changed from '/r/runs/a/version_0/checkpoints' to '/r/runs/a/version_1/checkpoints', "
+        "therefore `best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and `best_k_models` "
+        "won't be reloaded. Only `best_model_path` will be reloaded."
+    )
+    where = "/site-packages/pytorch_lightning/callbacks/model_checkpoint.py"
+    with one_line_warnings("fit"):
+        text = warnings.formatwarning(UserWarning(lightning), UserWarning, where, 566, "rank_zero_warn(")
+    assert text == (
+        "s2forecast fit: warning: resumed from a checkpoint in '/r/runs/a/version_0/checkpoints'; this run writes its "
+        "checkpoints to '/r/runs/a/version_1/checkpoints' and tracks its best one (best-*.ckpt) anew there: the "
+        "earlier run's stay where they are\n"
+    )

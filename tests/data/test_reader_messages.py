@@ -27,6 +27,9 @@ def refused(argv, capsys) -> str:
         ((5, 7), 1, "trajectories [5, 7) are not in {store}: it holds trajectories 0..2 (give [first, stop), stop "
                     "excluded)"),
         ((2, 2), 1, "trajectories [2, 2) is an empty range: give [first, stop), first < stop (stop excluded)"),
+        # partly past the store: it served the trajectories there were, in silence
+        ((1, 5), 1, "trajectories [1, 5) run past {store}: it holds trajectories 0..2; give a range inside them, "
+                    "e.g. [1, 3) (stop excluded)"),
         ((0, 2), 9, "no sample of 1 input and 9 target states 1 h apart fits in trajectories [0, 2) of {store}: "
                     "the longest holds 7 times"),
     ],
