@@ -491,10 +491,27 @@ class FieldDataset(torch.utils.data.Dataset):
         return position
 
     def normalized_states(self, time_indices: np.ndarray) -> np.ndarray:
-        """(len(time_indices), channels, nlat, nlon) float32 states in normalized units."""
+        """(len(time_indices), channels, nlat, nlon) float32 states in normalized units.
+
+        Raises:
+            NonFiniteData: a value that is finite but beyond float32 once normalized (1e33 where the
+                std is 1e-5), naming the channel and time, as a non-finite value in the store is.
+        """
         states = self.read_states(time_indices)
-        states -= self.stats.mean[:, None, None]
-        states /= self.stats.std[:, None, None]
+        try:
+            with np.errstate(over="raise"):  # numpy's own flag check: no extra pass over the states
+                states -= self.stats.mean[:, None, None]
+                states /= self.stats.std[:, None, None]
+        except FloatingPointError:
+            with np.errstate(over="ignore"):
+                states = (self.read_states(time_indices) - self.stats.mean[:, None, None]) / self.stats.std[
+                    :, None, None
+                ]
+            t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]
+            raise NonFiniteData(
+                f"{self.channels[c]} at {format_time(self.times[time_indices[t]])} in {self.path} is beyond float32 "
+                f"once normalized (mean {self.stats.mean[c]:g}, std {self.stats.std[c]:g}): check its values and units"
+            ) from None
         return states
 
     def forcings_at(self, times: np.ndarray) -> np.ndarray:

@@ -357,6 +357,31 @@ def test_statistics_of_another_tendency_step_are_named(era5_like):
         FieldDataset(path, SampleSpec(("temperature",), step_hours=12))
 
 
+def test_a_value_beyond_float32_once_normalized_is_named_as_a_non_finite_one(tmp_path):
+    """1e33 where the std is 1e-5 is finite in the store and inf once normalized: it reached the model
+    and stopped the run as 'q contains NaN or infinite values', naming nothing."""
+    import dataclasses
+
+    import zarr
+
+    path = tmp_path / "big.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(6))
+    compute_stats(path)
+    zarr.open_group(path, mode="r+")["2m_temperature"][2, 1, 3] = 3e38  # finite float32
+    spec = SampleSpec(("2m_temperature",), step_hours=6)
+    stats = load_stats(path, ["2m_temperature"])
+    stats = dataclasses.replace(stats, std=np.float32([1e-2]))
+    with pytest.raises(ValueError) as error:
+        FieldDataset(path, spec, stats=stats)[1]
+    assert str(error.value) == (
+        f"2m_temperature at 2020-01-01T12 in {path} is beyond float32 once normalized (mean "
+        f"{stats.mean[0]:g}, std 0.01): check its values and units; set nan_policy='skip' to skip such samples"
+    )
+    with pytest.warns(UserWarning, match="skipping sample 1"):  # the NaN policies take it as they take NaN
+        sample = FieldDataset(path, spec, stats=stats, nan_policy="skip")[1]
+    assert torch.isfinite(sample["inputs"]).all()
+
+
 def test_nan_policy(tmp_path):
     path = tmp_path / "nan.zarr"
     synthetic_store(path, Grid(5, 8), six_hourly(6), nan_at=(2, 1, 3))
