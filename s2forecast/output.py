@@ -379,10 +379,11 @@ def check_local(path, option: str = "--out") -> None:
         )
 
 
-def foreign_error(path: Path, option: str = "--out") -> UserError:
-    """The error for an existing ``path`` that s2forecast did not write."""
+def foreign_error(path: Path, option: str = "--out", why: str | None = None) -> UserError:
+    """The error for an existing ``path`` that s2forecast did not write (``why``: what says so, when its
+    owner is judged otherwise than by a marker)."""
     return UserError(
-        f"{option} {path} exists and was not written by s2forecast ({_why_foreign(Path(path))}); it is never "
+        f"{option} {path} exists and was not written by s2forecast ({why or _why_foreign(Path(path))}); it is never "
         "replaced, even with --overwrite: choose another --out or move it away yourself"
     )
 
@@ -702,7 +703,13 @@ class Output:
                 f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another --out"
             )
         if not ours:
-            raise foreign_error(self.path, self.option)
+            raise foreign_error(self.path, self.option, self._why_not_ours())
+
+    def _why_not_ours(self) -> str | None:
+        """What says an existing ``path`` is not ours, where no marker judges it (e.g. evaluate's CSV)."""
+        if self.owned is written_by_s2forecast or self.path.is_symlink():
+            return None
+        return "its contents are not what s2forecast wrote there: it was edited or replaced"
 
     def write_marker_file(self) -> None:
         """A plain directory artifact's marker: every file of ``tmp`` listed (``commit`` writes it)."""
@@ -740,7 +747,7 @@ class Output:
             if not self.owned(old):
                 os.rename(old, self.path)
                 self.discard()
-                raise foreign_error(self.path, self.option)
+                raise foreign_error(self.path, self.option, self._why_not_ours())
             os.rename(self.tmp, self.path)
             remove_own(old)
         self._release()

@@ -54,8 +54,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="regions to score: WeatherBench2 names (global, tropics, extra-tropics, northern-hemisphere, "
         "southern-hemisphere, europe, north-america, north-atlantic, north-pacific, east-asia, ausnz, arctic, "
         "antarctic; global_land, tropics_land, extra-tropics_land with a land-sea mask) or boxes "
-        "LAT0,LAT1,LON0,LON1 in degrees, named or not (alps=44,48,5,16 is labelled alps) (lon0 > lon1 wraps "
-        "through 0 E; one starting with '-' as "
+        "LAT0,LAT1,LON0,LON1 in degrees, named or not (alps=44,48,5,16 is labelled alps) (longitudes compared "
+        "mod 360: 340,20 wraps through 0 E, 170,-170 crosses the dateline; one starting with '-' as "
         "--regions=-10,10,350,10; the option may be repeated) (default: all WeatherBench2 regions)",
     )  # fmt: skip
     parser.add_argument(

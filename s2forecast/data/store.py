@@ -325,8 +325,28 @@ def open_store(
         _check_written(ds, path)
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
-            raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}")
+            raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}{rename_hint(ds)}")
     return to_model_order(ds)
+
+
+# the names other layouts give the dims s2forecast reads (CDS, CMIP, cfgrib)
+DIM_ALIASES = {
+    "latitude": ("lat",),
+    "longitude": ("lon",),
+    "time": ("valid_time",),
+    "level": ("pressure_level", "isobaricInhPa", "plev"),
+}
+
+
+def rename_hint(ds: xr.Dataset | xr.DataArray) -> str:
+    """ "; rename ... (xarray: ds.rename(...))" for the dims of ``ds`` that are another layout's name of
+    one s2forecast reads (``DIM_ALIASES``), "" when none is."""
+    renames = {alias: name for name, aliases in DIM_ALIASES.items() for alias in aliases if alias in ds.dims}
+    renames = {alias: name for alias, name in renames.items() if name not in ds.dims}
+    if not renames:
+        return ""
+    listed = ", ".join(f"{alias}={name!r}" for alias, name in renames.items())
+    return f"; rename them as s2forecast reads them: ds.rename({listed}) (or convert CDS files with convert-era5)"
 
 
 def open_url(url: str, what: str, storage_options: dict | None = None, chunks=None) -> xr.Dataset:

@@ -1292,8 +1292,10 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
                 f"climatology {path_str} is not a zarr store (no zarr.json or .zgroup metadata); pass the store "
                 "written by s2forecast climatology or a WeatherBench2 climatology"
             )
+        from s2forecast.data.store import open_zarr  # consolidated metadata or none, without xarray's warning
+
         try:
-            dataset = xr.open_zarr(path, **open_kwargs)
+            dataset = open_zarr(path, **open_kwargs)
         except FileNotFoundError as error:
             raise FileNotFoundError(f"no climatology zarr store at {path_str!r}") from error
     try:

@@ -109,14 +109,17 @@ NONFINITE = {
 }
 
 
-def _substituted_hours(climatology: xr.Dataset | None, init_times: np.ndarray, leads: np.ndarray) -> str:
+def _substituted_hours(
+    climatology: xr.Dataset | None, init_times: np.ndarray, leads: np.ndarray, truth_times: np.ndarray
+) -> str:
     """ "valid hour 3 -> 0, ..." for the valid hours a climatology of several hours lacks (its nearest
-    held hour is used: ``metrics.climatology_slots``); "" when it holds them all, or one hour (a mean
-    that applies to every hour, by design)."""
+    held hour is used: ``metrics.climatology_slots``), of the valid times that are scored (in
+    ``truth_times``); "" when it holds them all, or one hour (a mean that applies to every hour, by design)."""
     if climatology is None or climatology.sizes.get("hour", 0) < 2:
         return ""
     held = np.asarray(climatology["hour"].values, dtype=np.int64)
-    valid = np.unique(pd.DatetimeIndex((init_times[:, None] + leads[None, :]).ravel()).hour)
+    valid = (init_times[:, None] + leads[None, :]).ravel()
+    valid = np.unique(pd.DatetimeIndex(valid[np.isin(valid, truth_times)]).hour)
     lacking = valid[~np.isin(valid, held)]
     if lacking.size == 0:
         return ""
@@ -298,7 +301,8 @@ def _score_and_write(
             ClimatologyWarning,
             stacklevel=3,
         )
-    substituted = _substituted_hours(inputs.climatology, init_times, inputs.forecast[LEAD_DIM].values)
+    leads = inputs.forecast[LEAD_DIM].values
+    substituted = _substituted_hours(inputs.climatology, init_times, leads, inputs.truth["time"].values)
     if substituted:
         warnings.warn(
             f"the climatology lacks valid hours of the forecast: {substituted}; scored against those hours "

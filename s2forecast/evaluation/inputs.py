@@ -24,6 +24,7 @@ from s2forecast.data.store import (
     open_store,
     open_url,
     open_zarr,
+    rename_hint,
     to_model_order,
 )
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
@@ -183,7 +184,10 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
         else:
             truth = open_store(_require_path(source, "truth store"))
     if INIT_DIM not in truth.dims:
-        raise UserError(f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time")
+        raise UserError(
+            f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time"
+            + rename_hint(truth)
+        )
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
         raise UserError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
     if not truth.indexes[INIT_DIM].is_unique:
@@ -240,7 +244,7 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
         if expected != have:
             raise UserError(
                 f"variable {v!r} has dims {forecast[v].dims} in the forecast but {truth[v].dims} in the {name} "
-                f"{where}; they must agree apart from time (and prediction_timedelta)"
+                f"{where}; they must agree apart from time (and prediction_timedelta){rename_hint(truth[v])}"
             )
         if "level" in expected:
             levels = forecast[v]["level"].values.tolist()

@@ -1,6 +1,6 @@
 """WeatherBench2-comparable skill metrics of gridded forecasts: the metric engine and its xarray API.
 
-The definitions follow ``docs/metrics.md`` (WeatherBench2, WB2). Notation: forecast f,
+The definitions are WeatherBench2's (WB2), each in its ``Metric`` class below. Notation: forecast f,
 truth o, climatology c, initialization time t, lead time tau.
 
 The engine has WB2's ``metrics.py`` shape: a :class:`Metric` is a small class with its name,

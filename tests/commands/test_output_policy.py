@@ -210,14 +210,17 @@ def test_evaluate_replaces_its_csv_and_plots_only(inputs, tmp_path, capsys):
     assert (plots / MARKER_FILE).is_file() and any(p.suffix == ".png" for p in plots.iterdir())
     assert generation(plots) != generation(out)  # both carry a marker, each its own generation
     ours = csv.read_bytes()
-    for change, path in (
-        (lambda: csv.write_text("variable,value\nmine,1\n"), csv),  # the user's table where ours was
-        (lambda: (plots / "notes.txt").write_text("mine\n"), plots),  # the user's file in our plots
-        (lambda: (shutil.rmtree(plots), foreign(plots, "dir")), plots),  # the user's directory
-    ):
+    for change, path, why in (
+        # the user's table where ours was: judged by the hash our metrics file records, not by a marker
+        (lambda: csv.write_text("variable,value\nmine,1\n"), csv, "its contents are not what s2forecast wrote "
+         "there: it was edited or replaced"),
+        (lambda: (plots / "notes.txt").write_text("mine\n"), plots, "it holds notes.txt, which s2forecast did not "
+         "write"),  # the user's file in our plots
+        (lambda: (shutil.rmtree(plots), foreign(plots, "dir")), plots, "it has no s2forecast marker"),  # theirs
+    ):  # fmt: skip
         change()
         before = snapshot(tmp_path)
-        assert f"{path} exists and was not written by s2forecast" in refused(argv, capsys)
+        assert f"{path} exists and was not written by s2forecast ({why})" in refused(argv, capsys)
         assert snapshot(tmp_path) == before
         csv.write_bytes(ours)
     shutil.rmtree(plots)

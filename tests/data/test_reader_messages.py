@@ -110,3 +110,27 @@ def test_dates_past_2262_are_refused_not_wrapped_around(swe_store, tmp_path, cap
         message
     )
     assert list(tmp_path.iterdir()) == []  # nor a temporary --out left behind by the refusal
+
+
+def test_other_layouts_dim_names_are_named_with_their_renames(tmp_path):
+    """A store with lat/lon (or CDS's valid_time, pressure_level) was refused naming what is missing,
+    not the rename that fixes it."""
+    import numpy as np
+    import xarray as xr
+
+    from s2forecast.data.store import open_store, rename_hint
+
+    ds = xr.Dataset(
+        {"t": (("valid_time", "pressure_level", "lat", "lon"), np.zeros((2, 1, 3, 4), np.float32))},
+        coords={"lat": [60.0, 0.0, -60.0], "lon": [0.0, 90.0, 180.0, 270.0]},
+    )
+    hint = (
+        "; rename them as s2forecast reads them: ds.rename(lat='latitude', lon='longitude', valid_time='time', "
+        "pressure_level='level') (or convert CDS files with convert-era5)"
+    )
+    assert rename_hint(ds) == hint and rename_hint(ds.rename(lat="latitude", lon="longitude", valid_time="time",
+                                                               pressure_level="level")) == ""  # fmt: skip
+    ds.to_zarr(tmp_path / "cds.zarr", zarr_format=3, consolidated=True)
+    with pytest.raises(ValueError) as error:
+        open_store(tmp_path / "cds.zarr")
+    assert str(error.value).endswith(hint)

@@ -638,3 +638,17 @@ def test_slot_means_are_the_float64_means_rounded_once_whatever_the_count():
         assert means.dtype == np.float32
         np.testing.assert_array_equal(means[slot], expected, err_msg=f"slot {slot}")
     assert np.isnan(means[1, 0, 5:8]).all() and np.isnan(means[4]).all()
+
+
+def test_a_climatology_without_consolidated_metadata_opens_without_a_warning(tmp_path):
+    """xarray's four-line warning about consolidated metadata was printed at every evaluate with such a
+    --climatology (forecast and truth open through the same quiet fallback)."""
+    path = tmp_path / "clim.zarr"
+    clim = xr.Dataset(
+        {"t2m": (("dayofyear", "hour", "latitude", "longitude"), np.ones((366, 1, 3, 3), np.float32))},
+        coords={"dayofyear": np.arange(1, 367), "hour": [0], "latitude": LAT, "longitude": LON},
+    )
+    clim.to_zarr(path, zarr_format=3, consolidated=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert open_climatology(path)["t2m"].shape == (366, 1, 3, 3)

@@ -201,6 +201,11 @@ def test_a_climatology_lacking_valid_hours_is_named_in_a_warning_and_the_results
     said = "valid hour 6 -> 0, 18 -> 12 (the climatology holds hours [0, 12])"
     assert any(said in str(w.message) for w in caught), [str(w.message) for w in caught]
     assert results.attrs["climatology_hours_substituted"] == said
+    # valid times the truth lacks are not scored: their hours are not named (18 -> 12 was, unscored)
+    no_18 = truth.sel(time=pd.DatetimeIndex(truth["time"].values).hour != 18)
+    with pytest.warns(ClimatologyWarning) as caught:
+        results = run(forecast, no_18, tmp_path / "no18.nc", climatology=climatology, plots=False)
+    assert results.attrs["climatology_hours_substituted"] == "valid hour 6 -> 0 (the climatology holds hours [0, 12])"
     every_hour = mean.expand_dims(dayofyear=np.arange(1, 367), hour=[0, 6, 12, 18]).astype(np.float32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

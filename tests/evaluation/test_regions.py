@@ -101,6 +101,28 @@ def test_predefined_regions_are_wb2s():
 
 
 @pytest.mark.parametrize(
+    ("box", "expected"),
+    [
+        ("-50,50,170,-170", [170.0, 180.0, 190.0]),  # across the dateline (lon0 > lon1 only mod 360)
+        ("-50,50,-170,170", [x for x in np.arange(0.0, 360.0, 10.0) if x != 180.0]),  # all but it
+        ("-50,50,340,20", [0.0, 10.0, 20.0, 340.0, 350.0]),  # through 0 E
+        ("-50,50,-20,20", [0.0, 10.0, 20.0, 340.0, 350.0]),  # the same box in -180..180
+        ("-50,50,0,360", list(np.arange(0.0, 360.0, 10.0))),  # every longitude
+    ],
+)
+def test_boxes_across_0e_and_the_dateline_take_the_longitudes_between(box, expected):
+    """Longitudes are compared mod 360, in any convention of the grid's (0..360 or -180..180)."""
+    from s2forecast.evaluation.regions import region_masks
+
+    lat = np.array([60.0, 0.0, -60.0])
+    for lon in (np.arange(0.0, 360.0, 10.0), np.arange(-180.0, 180.0, 10.0)):
+        mask = region_masks([box], lat, lon).values[0]
+        taken = sorted(float(x) % 360.0 for x in lon[mask[1] > 0])
+        assert taken == sorted(expected), (box, lon[0])
+        assert not mask[0].any() and not mask[2].any()  # 60 N and 60 S are outside -50..50
+
+
+@pytest.mark.parametrize(
     ("region", "message"),
     [
         ("middle-earth", "region 'middle-earth' is neither a standard region (global, tropics,"),
