@@ -11,17 +11,15 @@ bug: its traceback, then one line asking for a report, and exit status 1.
 """
 
 import argparse
-import contextlib
 import difflib
 import re
 import sys
 import traceback
-import warnings
-from pathlib import Path
 
 from s2forecast import __version__, help_cache, provenance
 from s2forecast.commands import COMMANDS
 from s2forecast.user_errors import BUG_REPORT, UserError, user_error_message
+from s2forecast.warning_format import one_line_warnings
 
 BY_NAME = {command.name: command for command in COMMANDS}
 DEBUG = "--debug"
@@ -44,37 +42,6 @@ def main(argv: list[str] | None = None) -> None:
     command = given[0] if given and given[0] in BY_NAME else None
     with provenance.command(["s2forecast", *argv]), one_line_warnings(command):  # history: the command line
         _main(argv)
-
-
-@contextlib.contextmanager
-def one_line_warnings(command: str | None):
-    """s2forecast's own warnings as one line, ``s2forecast COMMAND: warning: ...``: Python's format
-    adds the file, line number and source line of the ``warnings.warn`` call, which say nothing
-    to a user. Other libraries' warnings keep Python's format. (Only the format changes: what
-    records warnings, e.g. ``pytest.warns``, still records them.)"""
-    original = warnings.formatwarning
-    package = Path(__file__).resolve().parent
-
-    def formatwarning(message, category, filename, lineno, line=None):
-        moved = re.match(r"The dirpath has changed from (.+) to (.+), therefore", str(message))
-        if moved:  # Lightning's, at every resume: what it means here, in one line
-            message = (
-                f"resumed from a checkpoint in {moved[1]}; this run writes its checkpoints to {moved[2]} and "
-                "tracks its best one (best-*.ckpt) anew there: the earlier run's stay where they are"
-            )
-        if (
-            moved
-            or category.__module__.split(".")[0] == "s2forecast"
-            or Path(filename).resolve().is_relative_to(package)
-        ):
-            return f"s2forecast {command}: warning: {message}\n".replace("s2forecast None:", "s2forecast:")
-        return original(message, category, filename, lineno, line)
-
-    warnings.formatwarning = formatwarning
-    try:
-        yield
-    finally:
-        warnings.formatwarning = original
 
 
 def _main(argv: list[str]) -> None:

@@ -56,8 +56,9 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
             f"checkpoint {path} refused: {what}, and s2forecast loads checkpoints weights-only (tensors and plain "
             "values; it never runs code from a file); use a checkpoint saved by s2forecast fit"
         ) from None
-    except (RuntimeError, EOFError, OSError) as error:
+    except (RuntimeError, EOFError, OSError, KeyError, IndexError) as error:  # Key/IndexError: a text file
         reason = str(error).splitlines()[0] if str(error) else "empty or truncated file"
+        reason = reason if not isinstance(error, KeyError | IndexError) else f"{type(error).__name__}: {reason}"
         raise UserError(f"{path} is not a readable PyTorch checkpoint ({reason})") from None
     if not isinstance(checkpoint, dict):
         raise UserError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")

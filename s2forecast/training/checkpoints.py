@@ -71,6 +71,15 @@ class RunName(Callback):
         return {"name": self.name}
 
 
+def _resumable(path: Path) -> bool:
+    """Whether ``path`` holds the training state a resumed fit needs (not saved weights-only)."""
+    try:
+        checkpoint = read_checkpoint(path, mmap=True)  # the tensors are not read
+    except (UserError, FileNotFoundError):
+        return False
+    return "optimizer_states" in checkpoint and "loops" in checkpoint
+
+
 def recorded_run_name(path: Path) -> str | None:
     """The run name ``path`` records (``RunName``); None for a checkpoint of before the record,
     one saved weights-only, or a file that cannot be read (e.g. one another run is writing)."""
@@ -96,6 +105,8 @@ def last_checkpoint(trainer, run_name: str | None = None) -> Path:
         directories = list(experiment.glob("*/checkpoints"))
     found = [path for directory in directories for path in directory.glob("last*.ckpt") if LAST.match(path.name)]
     found.sort(key=lambda path: path.stat().st_mtime, reverse=True)
+    # a run resumes from a full checkpoint: another ModelCheckpoint's weights-only last.ckpt may be newer
+    found = [path for path in found if _resumable(path)] or found
     if logger is None or isinstance(logger, CSVLogger | TensorBoardLogger):
         if not found:
             raise UserError(

@@ -40,6 +40,9 @@ from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
 from s2forecast.training.run_config import RunConfig, new_directories
 from s2forecast.user_errors import UserError
+from s2forecast.warning_format import keep_one_line_warnings
+
+keep_one_line_warnings()  # lightning_fabric replaced the warnings' format when it was imported
 
 # Lightning's own use of a deprecated torch API: nothing a user can act on
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
@@ -239,12 +242,29 @@ class ForecastCLI(LightningCLI):
     def _check_checkpoint_model(self, path: str) -> None:
         """The model built must be the checkpoint's (``checkpoint_model``): never another's
         weights or schedule without a word, never a size-mismatch traceback."""
+        checkpoint = read_checkpoint(path, mmap=True)
+        missing = [key for key in ("pytorch-lightning_version", "state_dict") if key not in checkpoint]
+        if self.subcommand == "fit" and not missing:  # resuming needs the training state too
+            missing = [key for key in ("optimizer_states", "loops") if key not in checkpoint]
+        if missing:
+            raise UserError(
+                f"--ckpt_path {path} is not a full checkpoint of s2forecast fit (no {', '.join(missing)}: saved "
+                "weights-only, or exported); start from its weights with --model.init_from, or validate/test it"
+                + (" with a checkpoint that has them" if self.subcommand != "fit" else "")
+            )
         known = getattr(self, "_ckpt_hparams", None)
-        theirs = known[1] if known and known[0] == path else read_checkpoint(path).get("hyper_parameters") or {}
+        theirs = known[1] if known and known[0] == path else checkpoint.get("hyper_parameters") or {}
         theirs = current_hparams(theirs)
         found = differences(dict(self.model.hparams), theirs, self.subcommand) if theirs else []
         if found:
             raise UserError(f"--ckpt_path {path} is another model than this run's: {describe(found)}")
+        expected = set(self.model.state_dict())
+        absent = sorted(expected - set(checkpoint["state_dict"]))
+        if absent:
+            raise UserError(
+                f"--ckpt_path {path} lacks {len(absent)} weight(s) of this model, e.g. {absent[0]}: it was saved by "
+                "another version or edited; use a checkpoint of this model"
+            )
 
     def _before_run(self) -> None:
         self._prepare_checkpoint_loading()

@@ -80,9 +80,19 @@ def test_lightnings_warning_at_every_resume_is_said_in_one_line():
         "therefore `best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and `best_k_models` "
         "won't be reloaded. Only `best_model_path` will be reloaded."
     )
+    from s2forecast.warning_format import keep_one_line_warnings
+
     where = "/site-packages/pytorch_lightning/callbacks/model_checkpoint.py"
+
+    def lightnings(message, category, filename, lineno, line=None):  # as lightning_fabric installs at import
+        return f"{filename}:{lineno}: {message}\n"
+
     with one_line_warnings("fit"):
+        warnings.formatwarning = lightnings  # the import of Lightning, inside the command
+        keep_one_line_warnings()  # what training/cli.py does once Lightning is imported
         text = warnings.formatwarning(UserWarning(lightning), UserWarning, where, 566, "rank_zero_warn(")
+        other = warnings.formatwarning("something", UserWarning, where, 3, "warn(x)")
+    assert other == f"{where}:3: something\n"  # Lightning's other warnings keep Lightning's format
     assert text == (
         "s2forecast fit: warning: resumed from a checkpoint in '/r/runs/a/version_0/checkpoints'; this run writes its "
         "checkpoints to '/r/runs/a/version_1/checkpoints' and tracks its best one (best-*.ckpt) anew there: the "

@@ -157,6 +157,47 @@ def test_weights_only_is_not_an_option(swe_store, tmp_path, command, capsys):
     assert "--ckpt_path" in (help_text := capsys.readouterr().out) and "weights_only" not in help_text
 
 
+def test_checkpoints_that_are_not_full_fit_checkpoints_are_one_line(swe_store, mse_run_1_epoch, tmp_path):
+    """A weights-only save (ModelCheckpoint(save_weights_only=True)), an exported state_dict, or one that
+    lacks weights ended in Lightning's KeyError/RuntimeError traceback ('internal error'); a text file
+    said 'KeyError: 101' without naming itself. And --ckpt_path last skips a newer weights-only last.ckpt."""
+    full = torch.load(mse_run_1_epoch.checkpoint, weights_only=True)
+    weights_only = {k: v for k, v in full.items() if k not in ("optimizer_states", "lr_schedulers", "loops")}
+    cases = {
+        "weights_only.ckpt": (weights_only, ("fit",), "no optimizer_states, loops"),
+        "exported.ckpt": ({"state_dict": full["state_dict"]}, ("fit", "validate"), "no pytorch-lightning_version"),
+    }
+    for name, (state, commands, missing) in cases.items():
+        torch.save(state, tmp_path / name)
+        for command in commands:
+            with pytest.raises(ValueError) as error:
+                lightning([command, *tiny_args(swe_store, tmp_path), "--ckpt_path", str(tmp_path / name)])
+            assert one_line(error).startswith(
+                f"--ckpt_path {tmp_path / name} is not a full checkpoint of s2forecast fit ({missing}: saved "
+                "weights-only, or exported); start from its weights with --model.init_from, or validate/test it"
+            ), str(error.value)
+    cut = {**full, "state_dict": dict(list(full["state_dict"].items())[1:])}
+    torch.save(cut, tmp_path / "cut.ckpt")
+    with pytest.raises(ValueError, match=r"cut.ckpt lacks 1 weight\(s\) of this model, e.g. ") as error:
+        lightning(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", str(tmp_path / "cut.ckpt")])
+    one_line(error)
+    (tmp_path / "text.ckpt").write_text("epoch,loss\n1,0.5\n")
+    with pytest.raises(ValueError, match=r"text.ckpt (refused|is not a readable PyTorch checkpoint)") as error:
+        read_checkpoint(tmp_path / "text.ckpt")
+    one_line(error)
+
+    # --ckpt_path last: another callback's weights-only last.ckpt, newer than the full one, is not taken
+    own = tmp_path / "runs" / "s2_neighborhood" / "version_0" / "checkpoints"
+    own.mkdir(parents=True)
+    torch.save(full, own / "last-v1.ckpt")
+    torch.save(weights_only, own / "last.ckpt")
+    os.utime(own / "last.ckpt", (time.time() + 60, time.time() + 60))
+    trainer = trainer_with(tmp_path / "runs", "s2_neighborhood")
+    assert last_checkpoint(trainer) == own / "last-v1.ckpt"
+    (own / "last-v1.ckpt").unlink()
+    assert last_checkpoint(trainer) == own / "last.ckpt"  # nothing else: fit then says why in one line
+
+
 # --- --ckpt_path last -----------------------------------------------------------------------------
 def touch(path: Path, mtime: float) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
