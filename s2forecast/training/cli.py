@@ -296,6 +296,7 @@ class ForecastCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         """Lightning's run; a run that fails before it logs or checkpoints anything leaves no log
         directory behind (the next run takes that version_N, as the README's paths assume)."""
+        refuse_used_log_dirs(self.trainer)
         created = new_log_dirs(self.trainer)
         try:
             with warnings.catch_warnings():
@@ -308,6 +309,20 @@ class ForecastCLI(LightningCLI):
                 created += [path for c in self.trainer.callbacks if isinstance(c, RunConfig) for path in c.created]
                 remove_unused_log_dirs(sorted(set(created), key=lambda path: len(path.parts), reverse=True))
             raise
+
+
+def refuse_used_log_dirs(trainer) -> None:
+    """A CSV or TensorBoard log directory that already holds files (a fixed
+    ``trainer.logger.init_args.version`` of an earlier run) is refused: Lightning would replace that
+    run's metrics.csv and hparams.yaml with this one's."""
+    for logger in trainer.loggers if trainer.is_global_zero else []:
+        if isinstance(logger, CSVLogger | TensorBoardLogger):
+            log_dir = Path(logger.log_dir)
+            if log_dir.is_dir() and any(entry.is_file() for entry in log_dir.iterdir()):
+                raise UserError(
+                    f"log directory {log_dir} holds an earlier run's records, which this run would replace; leave "
+                    "trainer.logger.init_args.version out (a new version_N) or give an unused one"
+                )
 
 
 def new_log_dirs(trainer) -> list[Path]:

@@ -136,3 +136,25 @@ def test_wandb_runs_keep_their_configs_and_resume_only_their_own(swe_store, tmp_
     resumed = lightning(args("alpha", "--ckpt_path", "last"))  # beta's is newer: not alpha's
     wandb.finish()
     assert resumed.config_init["fit"]["ckpt_path"] == str(lasts["alpha"])
+
+
+def test_a_fixed_logger_version_of_an_earlier_run_is_refused(swe_store, mse_run_1_epoch, tmp_path):
+    """--trainer.logger.init_args.version 0 of an earlier run: Lightning replaced its metrics.csv and
+    hparams.yaml ('Previous log files in this directory will be deleted'), its config.yaml kept."""
+    import shutil
+
+    shutil.copytree(mse_run_1_epoch.root / "runs", tmp_path / "runs")
+    version = next((tmp_path / "runs").rglob("metrics.csv")).parent
+    before = {path: path.read_bytes() for path in version.rglob("*") if path.is_file()}
+    for command in ("fit", "validate"):
+        extra = ["--trainer.logger.init_args.version", version.name]
+        if command == "validate":
+            extra += ["--ckpt_path", str(next(version.rglob("last.ckpt")))]
+        with pytest.raises(ValueError) as error:
+            lightning([command, *tiny_args(swe_store, tmp_path), "--trainer.max_epochs", "1", *extra])
+        assert str(error.value) == (
+            f"log directory {version} holds an earlier run's records, which this run would replace; leave "
+            "trainer.logger.init_args.version out (a new version_N) or give an unused one"
+        )
+    assert {path: path.read_bytes() for path in version.rglob("*") if path.is_file()} == before
+    assert sorted(p.name for p in version.parent.iterdir()) == [version.name]
