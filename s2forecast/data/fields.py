@@ -498,15 +498,14 @@ class FieldDataset(torch.utils.data.Dataset):
                 std is 1e-5), naming the channel and time, as a non-finite value in the store is.
         """
         states = self.read_states(time_indices)
+        mean, std = self.stats.mean[:, None, None], self.stats.std[:, None, None]
         try:
             with np.errstate(over="raise"):  # numpy's own flag check: no extra pass over the states
-                states -= self.stats.mean[:, None, None]
-                states /= self.stats.std[:, None, None]
+                states -= mean
+                states /= std
         except FloatingPointError:
             with np.errstate(over="ignore"):
-                states = (self.read_states(time_indices) - self.stats.mean[:, None, None]) / self.stats.std[
-                    :, None, None
-                ]
+                states = (self.read_states(time_indices) - mean) / std
             t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]
             raise NonFiniteData(
                 f"{self.channels[c]} at {format_time(self.times[time_indices[t]])} in {self.path} is beyond float32 "
