@@ -18,6 +18,7 @@ def one_line_warnings(command: str | None):
     behind ours again by ``keep_one_line_warnings``."""
     original = warnings.formatwarning
     delegate = [original]  # the format of other libraries' warnings
+    inside = [False]  # formatting through the delegate now
     package = Path(__file__).resolve().parent
 
     def formatwarning(message, category, filename, lineno, line=None):
@@ -33,7 +34,13 @@ def one_line_warnings(command: str | None):
             or Path(filename).resolve().is_relative_to(package)
         ):
             return f"s2forecast {command}: warning: {message}\n".replace("s2forecast None:", "s2forecast:")
-        return delegate[0](message, category, filename, lineno, line)
+        if inside[0]:  # the delegate calls back the format it replaced, ours (Lightning's does): Python's
+            return original(message, category, filename, lineno, line)
+        inside[0] = True
+        try:
+            return delegate[0](message, category, filename, lineno, line)
+        finally:
+            inside[0] = False
 
     def reinstall() -> None:
         if warnings.formatwarning is not formatwarning:

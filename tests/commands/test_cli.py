@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,31 +71,34 @@ def test_our_warnings_are_one_line_without_source():
 
 def test_lightnings_warning_at_every_resume_is_said_in_one_line():
     """`fit --ckpt_path last` printed Lightning's raw warning (its file and line) that best_model_score
-    and others 'won't be reloaded': a resumed run logs to a new version_N."""
-    import warnings
+    and others 'won't be reloaded': a resumed run logs to a new version_N. In a process of its own, as
+    the command: importing Lightning inside the command replaces the warnings' format (a first fix
+    held only where Lightning was imported before, as in pytest's process)."""
+    import subprocess
+    import sys
 
-    from s2forecast.cli import one_line_warnings
-
-    lightning = (
-        "The dirpath has changed from '/r/runs/a/version_0/checkpoints' to '/r/runs/a/version_1/checkpoints', "
+    script = (
+        "from s2forecast.warning_format import one_line_warnings\n"
+        "with one_line_warnings('fit'):\n"
+        "    import s2forecast.training.cli  # imports Lightning, as fit does\n"
+        "    import warnings\n"
+        "    from pytorch_lightning.callbacks import model_checkpoint\n"
+        "    where = model_checkpoint.__file__  # as ModelCheckpoint warns it, from a file of Lightning's\n"
+        "    warnings.warn_explicit(\"The dirpath has changed from '/r/v0/checkpoints' to '/r/v1/checkpoints', "
         "therefore `best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and `best_k_models` "
-        "won't be reloaded. Only `best_model_path` will be reloaded."
+        "won't be reloaded. Only `best_model_path` will be reloaded.\", UserWarning, where, 566)\n"
+        "    warnings.warn_explicit('another of Lightning', UserWarning, where, 567)\n"
+        "    warnings.warn('a warning of another library')  # through Lightning's format, back to ours: recursed\n"
     )
-    from s2forecast.warning_format import keep_one_line_warnings
-
-    where = "/site-packages/pytorch_lightning/callbacks/model_checkpoint.py"
-
-    def lightnings(message, category, filename, lineno, line=None):  # as lightning_fabric installs at import
-        return f"{filename}:{lineno}: {message}\n"
-
-    with one_line_warnings("fit"):
-        warnings.formatwarning = lightnings  # the import of Lightning, inside the command
-        keep_one_line_warnings()  # what training/cli.py does once Lightning is imported
-        text = warnings.formatwarning(UserWarning(lightning), UserWarning, where, 566, "rank_zero_warn(")
-        other = warnings.formatwarning("something", UserWarning, where, 3, "warn(x)")
-    assert other == f"{where}:3: something\n"  # Lightning's other warnings keep Lightning's format
-    assert text == (
-        "s2forecast fit: warning: resumed from a checkpoint in '/r/runs/a/version_0/checkpoints'; this run writes its "
-        "checkpoints to '/r/runs/a/version_1/checkpoints' and tracks its best one (best-*.ckpt) anew there: the "
-        "earlier run's stay where they are\n"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    said = (
+        "s2forecast fit: warning: resumed from a checkpoint in '/r/v0/checkpoints'; this run writes its checkpoints "
+        "to '/r/v1/checkpoints' and tracks its best one (best-*.ckpt) anew there: the earlier run's stay where they are"
     )
+    assert said in lines and "dirpath has changed" not in result.stderr, result.stderr
+    assert any("another of Lightning" in line and "s2forecast fit" not in line for line in lines)  # its format
+    assert any(line.endswith("UserWarning: a warning of another library") for line in lines), result.stderr
