@@ -48,7 +48,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.engine import Engine, background
-from s2forecast.data.store import describe_not_fields, is_field, not_fields
+from s2forecast.data.store import describe_not_fields, is_field, not_fields, open_zarr, to_model_order
 from s2forecast.output import byte_size, field_compressors, warn_if_short_of_disk, zarr_attributes
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -326,9 +326,7 @@ def compute_climatology(
         method, reason = _resolve_method(method, stamps, window_days)
         attrs = _climatology_attrs(truth.attrs, method, reason, window_days, period)
         data = truth.to_dataset(name=truth.name or "data") if isinstance(truth, xr.DataArray) else truth
-        stored = None
-        if read_from is not None and _same_layout(read_from, data):
-            stored = {name: _Stored.of(read_from[name], data[name]) for name in data.data_vars}
+        stored = _stored_plans(read_from, data) if read_from is not None else None
         return _stream_climatology(data, positions, stamps, method, window_days, attrs, out, progress, engine, stored)
     if not truth.indexes["time"].is_monotonic_increasing:  # a mean does not depend on the order: sort
         truth = truth.sortby("time")
@@ -816,15 +814,18 @@ class _Stored:
     index: tuple[slice | np.ndarray, ...]
 
     @classmethod
-    def of(cls, stored: xr.DataArray, model: xr.DataArray) -> "_Stored":
-        """The plan for ``stored``, a variable of ``open_as_stored``, whose readers' layout is ``model``'s."""
-        from s2forecast.data.store import to_model_order
-
+    def of(cls, stored: xr.DataArray, model: xr.DataArray) -> "_Stored | None":
+        """The plan for ``stored``, a variable of ``open_as_stored``, whose readers' layout is ``model``'s;
+        None when the readers' layout of ``stored`` has other dims or latitudes/longitudes than ``model``."""
         empty = stored.isel(time=slice(0, 0))
         coords = {d: empty[d].values for d in SPATIAL_DIMS if d in empty.coords}
         # each dim's positions, as a variable of its own: to_model_order reorders them as it does the block
         probes = {f"position_of_{d}": (d, np.arange(n)) for d, n in empty.sizes.items()}
         ordered = to_model_order(xr.Dataset({"block": (empty.dims, empty.values), **probes}, coords=coords))
+        if ordered["block"].dims != model.dims or any(
+            not np.array_equal(ordered[d].values, model[d].values) for d in SPATIAL_DIMS if d in model.coords
+        ):
+            return None
         channel, spatial = _order(model)
         dims = ("time", *channel, *spatial)
         index = tuple(_as_slice(ordered[f"position_of_{d}"].values) for d in dims)
@@ -866,30 +867,20 @@ def _contiguous(view: np.ndarray) -> np.ndarray:
     return out
 
 
-def _in_model_order(block: xr.DataArray) -> xr.DataArray:
-    """A block of a store's variable, read into memory and put in the readers' layout
-    (``data.store.to_model_order``: views, and a copy only where longitudes must be permuted)."""
-    from s2forecast.data.store import to_model_order
-
-    coords = {d: block[d].values for d in SPATIAL_DIMS if d in block.coords}
-    loaded = xr.DataArray(block.values, dims=block.dims, coords=coords, name="block")
-    return to_model_order(loaded.to_dataset())["block"]
-
-
-def _same_layout(stored: xr.Dataset, data: xr.Dataset) -> bool:
-    """Whether every variable of ``data`` is in ``stored`` with the same time axis, and in ``data``'s
-    dims and latitude/longitude once put in the readers' layout (checked on an empty block)."""
+def _stored_plans(stored: xr.Dataset, data: xr.Dataset) -> "dict[str, _Stored] | None":
+    """Each variable of ``data`` as read from ``stored`` (``_Stored``), or None unless every one is in
+    ``stored`` with the same time axis, and in ``data``'s dims and latitude/longitude once put in the
+    readers' layout."""
+    plans = {}
     for name, variable in data.data_vars.items():
         if name not in stored.data_vars or "time" not in stored[name].dims:
-            return False
+            return None
         if not np.array_equal(stored["time"].values, variable["time"].values):
-            return False
-        empty = _in_model_order(stored[name].isel(time=slice(0, 0)))
-        if empty.dims != variable.dims or any(
-            not np.array_equal(empty[d].values, variable[d].values) for d in SPATIAL_DIMS if d in variable.coords
-        ):
-            return False
-    return True
+            return None
+        plans[name] = _Stored.of(stored[name], variable)
+        if plans[name] is None:
+            return None
+    return plans
 
 
 def _sum_slots(task: _SumTask, job: _Job) -> None:
@@ -1292,9 +1283,7 @@ def open_climatology(path, **open_kwargs) -> xr.Dataset:
                 f"climatology {path_str} is not a zarr store (no zarr.json or .zgroup metadata); pass the store "
                 "written by s2forecast climatology or a WeatherBench2 climatology"
             )
-        from s2forecast.data.store import open_zarr  # consolidated metadata or none, without xarray's warning
-
-        try:
+        try:  # consolidated metadata or none, without xarray's warning
             dataset = open_zarr(path, **open_kwargs)
         except FileNotFoundError as error:
             raise FileNotFoundError(f"no climatology zarr store at {path_str!r}") from error
