@@ -239,7 +239,7 @@ def file_grid(path: str | Path) -> "Grid | None":
     from s2forecast.geometry import Grid
 
     with _open(Path(path)) as ds:
-        ds = ds.rename({old: new for old, new in (("lat", "latitude"), ("lon", "longitude")) if old in ds.dims})
+        ds = _latlon_named(ds)
         if "latitude" not in ds.dims or "longitude" not in ds.dims:
             return None
         ds = _store_grid_order(ds)  # lazy: no data read
@@ -247,6 +247,11 @@ def file_grid(path: str | Path) -> "Grid | None":
             return Grid.from_coords(ds["latitude"].values, ds["longitude"].values)
         except ValueError:
             return None
+
+
+def _latlon_named(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with older files' ``lat``/``lon`` dims named ``latitude``/``longitude``."""
+    return ds.rename({old: new for old, new in (("lat", "latitude"), ("lon", "longitude")) if old in ds.dims})
 
 
 def _squeezed_to_dims(ds: xr.Dataset, names: Iterable[str]) -> xr.Dataset:
@@ -471,7 +476,7 @@ def _normalize(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Datas
     The file's lazy indexing reorders it, before dask: each reordering of a dask array would add a
     task per chunk, and so a graph that grows with the record (``_Record``).
     """
-    ds = ds.rename({old: new for old, new in (("lat", "latitude"), ("lon", "longitude")) if old in ds.dims})
+    ds = _latlon_named(ds)
     for name in ("latitude", "longitude"):
         if name not in ds.dims:
             raise UserError(f"{path} has no {name!r} dimension; its dims are {dict(ds.sizes)}")
