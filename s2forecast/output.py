@@ -186,15 +186,10 @@ def _node_type(directory: Path) -> str | None:
     return node if node in ("group", "array") else None
 
 
-def _only_zarr(directory: Path, node: str) -> bool:
-    """Whether the zarr ``node`` ("group" or "array") at ``directory`` holds nothing but zarr metadata,
-    child nodes, chunks (an array's ``c``/digit chunk directories, whose contents are not listed: a
-    record has millions) and s2forecast's own siblings."""
-    return _foreign_entry(directory, node) is None
-
-
 def _foreign_entry(directory: Path, node: str) -> Path | None:
-    """The first entry under the zarr ``node`` at ``directory`` that ``_only_zarr`` does not allow, or None."""
+    """The first entry under the zarr ``node`` ("group" or "array") at ``directory`` that is none of zarr
+    metadata, child nodes, chunks (an array's ``c``/digit chunk directories, whose contents are not
+    listed: a record has millions) and s2forecast's own siblings; None when there is none."""
     with os.scandir(directory) as entries:  # DirEntry types: no system call per chunk file (v2 flat keys)
         for entry in entries:
             name = entry.name
@@ -226,24 +221,31 @@ def written_by_s2forecast(path: str | os.PathLike) -> bool:
     s2forecast's own temporary siblings), at every level, and a plain directory nothing but the
     files its marker lists: a file a user put inside an artifact makes it foreign.
     """
-    path = Path(path)
+    return _why_foreign(Path(path)) is None
+
+
+def _why_foreign(path: Path) -> str | None:
+    """What makes ``path`` foreign, for a message (``written_by_s2forecast``); None for an artifact of ours."""
     if path.is_symlink():
-        return False
+        return "it is a symbolic link"
+    no_marker = "it has no s2forecast marker"
     if path.is_file():
         attrs = netcdf_attributes(path)
-        return attrs is not None and MARKER_ATTR in attrs
+        return None if attrs is not None and MARKER_ATTR in attrs else no_marker
     if not path.is_dir():
-        return False
+        return no_marker
     attrs = zarr_attributes(path)
     if attrs is not None:
         if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not _is_legacy_stats(attrs):
-            return False
-        return _only_zarr(path, "group")
+            return no_marker
+        entry = _foreign_entry(path, "group")
+        return None if entry is None else f"it holds {entry.relative_to(path)}, which s2forecast did not write"
     marker = _marker_file(path)
     if marker is None or MARKER_ATTR not in marker:
-        return False
+        return no_marker
     listed = set(marker.get("files", [])) | {MARKER_FILE}
-    return all(entry.name in listed and _plain_file(entry) for entry in path.iterdir())
+    extra = next((e.name for e in sorted(path.iterdir()) if e.name not in listed or not _plain_file(e)), None)
+    return None if extra is None else f"it holds {extra}, which s2forecast did not write"
 
 
 def _is_legacy_stats(attrs: dict) -> bool:
@@ -383,31 +385,14 @@ def foreign_error(path: Path, option: str = "--out", why: str | None = None) -> 
     """The error for an existing ``path`` that s2forecast did not write (``why``: what says so, when its
     owner is judged otherwise than by a marker)."""
     return UserError(
-        f"{option} {path} exists and was not written by s2forecast ({why or _why_foreign(Path(path))}); it is never "
+        f"{option} {path} exists and was not written by s2forecast "
+        f"({why or _why_foreign(Path(path)) or 'it has no s2forecast marker'}); it is never "
         "replaced, even with --overwrite: choose another --out or move it away yourself"
     )
 
 
 def _plain_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
-
-
-def _why_foreign(path: Path) -> str:
-    """What makes ``path`` foreign (``written_by_s2forecast``), for a message."""
-    if path.is_symlink():
-        return "it is a symbolic link"
-    if path.is_dir():
-        attrs, marker = zarr_attributes(path), _marker_file(path)
-        if attrs is not None and MARKER_ATTR in attrs:
-            entry = _foreign_entry(path, "group")
-            if entry is not None:
-                return f"it holds {entry.relative_to(path)}, which s2forecast did not write"
-        elif attrs is None and marker is not None and MARKER_ATTR in marker:
-            listed = set(marker.get("files", [])) | {MARKER_FILE}
-            extra = next((e.name for e in sorted(path.iterdir()) if e.name not in listed or not _plain_file(e)), None)
-            if extra is not None:
-                return f"it holds {extra}, which s2forecast did not write"
-    return "it has no s2forecast marker"
 
 
 def _host() -> str:
