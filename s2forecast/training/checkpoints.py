@@ -71,23 +71,25 @@ class RunName(Callback):
         return {"name": self.name}
 
 
+def _readable(path: Path) -> dict:
+    """The checkpoint at ``path``, its tensors not read; {} for a file that cannot be read (e.g. one
+    another run is writing)."""
+    try:
+        return read_checkpoint(path, mmap=True)
+    except (UserError, FileNotFoundError):
+        return {}
+
+
 def _resumable(path: Path) -> bool:
     """Whether ``path`` holds the training state a resumed fit needs (not saved weights-only)."""
-    try:
-        checkpoint = read_checkpoint(path, mmap=True)  # the tensors are not read
-    except (UserError, FileNotFoundError):
-        return False
+    checkpoint = _readable(path)
     return "optimizer_states" in checkpoint and "loops" in checkpoint
 
 
 def recorded_run_name(path: Path) -> str | None:
     """The run name ``path`` records (``RunName``); None for a checkpoint of before the record,
     one saved weights-only, or a file that cannot be read (e.g. one another run is writing)."""
-    try:
-        checkpoint = read_checkpoint(path, mmap=True)  # the tensors are not read
-    except (UserError, FileNotFoundError):
-        return None
-    return ((checkpoint.get("callbacks") or {}).get("RunName") or {}).get("name")
+    return ((_readable(path).get("callbacks") or {}).get("RunName") or {}).get("name")
 
 
 def last_checkpoint(trainer, run_name: str | None = None) -> Path:
