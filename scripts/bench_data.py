@@ -33,6 +33,7 @@ import xarray as xr
 import zarr
 
 from s2forecast.data import compute_stats
+from s2forecast.data.plausibility import plausible_bounds
 from s2forecast.data.store import WB2_LEVELS, cf_attributes
 from s2forecast.geometry import Grid
 from s2forecast.training.datamodule import ERA5_PRESSURE, ERA5_SURFACE, ERA5DataModule
@@ -47,12 +48,21 @@ def make_store(path: Path, times: int, nlat: int = 121, nlon: int = 240, levels:
         "latitude": grid.lats_deg.numpy(),
         "longitude": grid.lons_deg.numpy(),
     }
+
+    def plausible(name: str, shape: tuple[int, ...], level: float | None = None) -> np.ndarray:
+        """Noise about the middle of the variable's plausible median range (the readers check it)."""
+        median = next((b for b in plausible_bounds(name, level) if b.statistic == "median"), None)
+        centre, spread = (
+            (0.0, 1.0) if median is None else ((median.low + median.high) / 2, (median.high - median.low) / 20)
+        )
+        return (centre + spread * rng.standard_normal(shape)).astype(np.float32)
+
     data = {}
     for name in ERA5_PRESSURE:
-        values = rng.standard_normal((times, levels, nlat, nlon), dtype=np.float32)
+        values = np.stack([plausible(name, (times, nlat, nlon), level) for level in coords["level"]], axis=1)
         data[name] = xr.Variable(("time", "level", "latitude", "longitude"), values, attrs=cf_attributes(name))
     for name in ERA5_SURFACE:
-        values = rng.standard_normal((times, nlat, nlon), dtype=np.float32)
+        values = plausible(name, (times, nlat, nlon))
         data[name] = xr.Variable(("time", "latitude", "longitude"), values, attrs=cf_attributes(name))
     ds = xr.Dataset(data, coords=coords, attrs={"grid_kind": grid.kind, "s2forecast_complete": "true"})
     encoding = {name: {"chunks": (1, *ds[name].shape[1:])} for name in ds.data_vars}
