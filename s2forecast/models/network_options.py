@@ -38,11 +38,47 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
             raise UserError(f"network option {name} must be >= 0, got {values[name]}")
     if values.get("global_every") is not None and values["global_every"] < 1:
         raise UserError(f"network option global_every must be >= 1 or null, got {values['global_every']}")
+    check_nested_options(values)
     if values["embed_dim"] % values["num_heads"]:
         raise UserError(
             f"network option embed_dim={values['embed_dim']} is not divisible by num_heads={values['num_heads']}: "
             "each head takes an equal share of the width"
         )
+
+
+# arguments the network itself gives the layers: not settable through ``*_options``
+SET_BY_THE_NETWORK = {"in_channels", "out_channels", "num_heads", "head_dim", "grid", "grid_kv", "use_qknorm",
+                      "position_embedding", "seed"}  # fmt: skip
+
+
+def nested_targets(values: dict) -> dict[str, type]:
+    """The layer whose keyword arguments each ``*_options`` mapping of ``values`` holds."""
+    from s2forecast.nn import S2BallSparseAttention, SpRePE
+    from s2forecast.nn.position_embedding import AxialRotaryEmbedding
+
+    targets = {"ball_options": S2BallSparseAttention}
+    embedding = {"sprepe": SpRePE, "rope": AxialRotaryEmbedding}.get(values.get("position_embedding"))
+    if embedding is not None:
+        targets["position_embedding_options"] = embedding
+    return targets
+
+
+def check_nested_options(values: dict) -> None:
+    """Each key of ``ball_options`` / ``position_embedding_options`` is an option of its layer,
+    of the type the layer's constructor declares (a command-line ``--model.network.ball_options.top_k``
+    can carry any name or value)."""
+    for key, layer in nested_targets(values).items():
+        nested = values.get(key)
+        if not isinstance(nested, dict):
+            continue  # null, or a wrong type already refused
+        parameters = inspect.signature(layer).parameters
+        allowed = sorted(name for name in parameters if name not in SET_BY_THE_NETWORK)
+        hints = typing.get_type_hints(layer.__init__)
+        for name, value in nested.items():
+            if name not in allowed:
+                raise UserError(f"network option {key}.{name} is not an option of {layer.__name__}; it takes {allowed}")
+            if name in hints and not matches(value, hints[name]):
+                raise UserError(f"network option {key}.{name} must be {describe(hints[name])}, got {value!r}")
 
 
 def matches(value, annotation) -> bool:

@@ -104,6 +104,8 @@ class AxialRotaryEmbedding(GeometricBuffers):
         if head_dim % 4 != 0:
             raise UserError(f"axial RoPE needs head_dim divisible by 4, got {head_dim}")
         self.grid = check_grid(grid, "grid")
+        if not base > 1:  # base <= 0 gives NaN frequencies; base <= 1 no range of scales
+            raise UserError(f"RoPE base must be > 1, got {base}")
         self.head_dim, self.base = head_dim, base
         self._register_geometry()
 

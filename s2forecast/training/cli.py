@@ -26,6 +26,7 @@ from argparse import ArgumentError
 from pathlib import Path
 
 import pytorch_lightning
+import yaml
 from jsonargparse import ActionConfigFile, Namespace, lazy_instance
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
@@ -102,6 +103,40 @@ class LayeredConfigFile(ActionConfigFile):
                 cfg[key] = merged(base, layer)
 
 
+NESTED_NETWORK_OPTION = "--model.network."
+
+
+def nested_options_as_layers(args: list[str]) -> list[str]:
+    """``--model.network.ball_options.top_k 1`` (an option inside a network option) as a
+    configuration layer, ``--config {model: {network: {ball_options: {top_k: 1}}}}``, which
+    ``LayeredConfigFile`` merges key by key. jsonargparse alone replaces the whole
+    ``ball_options`` of the config files with ``{top_k: '1'}``, a string."""
+    out, i = [], 0
+    while i < len(args):
+        key, equals, value = args[i].partition("=")
+        path = key.removeprefix(NESTED_NETWORK_OPTION).split(".") if key.startswith(NESTED_NETWORK_OPTION) else []
+        if len(path) < 2:
+            out.append(args[i])
+            i += 1
+            continue
+        if not equals:
+            if i + 1 == len(args):
+                raise ConfigError(f"{key} needs a value, e.g. {key} 1")
+            value, i = args[i + 1], i + 1
+        i += 1
+        if not all(path):
+            raise ConfigError(f"{key}: an empty name between dots; write e.g. --model.network.ball_options.top_k 1")
+        try:
+            layer = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            reason = str(error).splitlines()[0]
+            raise ConfigError(f"{key} {value!r} is not a YAML value ({reason}); quote it for a string") from None
+        for name in reversed(path):
+            layer = {name: layer}
+        out += ["--config", yaml.safe_dump({"model": {"network": layer}}, default_flow_style=True).strip()]
+    return out
+
+
 class ForecastCLI(LightningCLI):
     def init_parser(self, **kwargs) -> LightningArgumentParser:
         """Lightning's parser, with ``--config`` files layered (``LayeredConfigFile``)."""
@@ -138,7 +173,7 @@ class ForecastCLI(LightningCLI):
             return super().parse_arguments(parser, args)
         args = sys.argv[1:] if args is None else list(args)
         try:
-            self.config = parser.parse_args(args)
+            self.config = parser.parse_args(nested_options_as_layers(args))
         except ArgumentError as error:
             subparser = self._subcommand_parsers.get(args[0], parser) if args else parser
             keys = [action.dest for action in subparser._actions]

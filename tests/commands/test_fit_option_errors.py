@@ -14,6 +14,23 @@ CASES = {
     "embed_dim -16": (["--model.network.embed_dim", "-16"], "network option embed_dim must be >= 1", "-16"),
     "num_heads 0": (["--model.network.num_heads", "0"], "network option num_heads must be >= 1", "got 0"),
     "num_heads 3": (["--model.network.num_heads", "3"], "embed_dim=16 is not divisible by num_heads=3", ""),
+    # an option inside a network option (merged into the config's mapping, its value read as YAML)
+    "ball_options.top_k abc": (
+        ["--model.network.attention", "[neighborhood, ball]", "--model.network.ball_options.top_k", "abc"],
+        "network option ball_options.top_k must be an integer",
+        "'abc'",
+    ),
+    "position_embedding_options.ratio abc": (
+        ["--model.network.position_embedding", "sprepe", "--model.network.position_embedding_options.ratio=abc"],
+        "network option position_embedding_options.ratio must be a number",
+        "'abc'",
+    ),
+    "ball_options.top_k [1,": (["--model.network.ball_options.top_k", "[1,"], "is not a YAML value", "'[1,'"),
+    "ball_options.top_k without value": (
+        ["--model.network.ball_options.top_k"],
+        "--model.network.ball_options.top_k needs a value",
+        "",
+    ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],

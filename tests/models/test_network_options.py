@@ -27,6 +27,28 @@ CASES = [
     ("planar", {"patch_size": 0}, "patch_size must be >= 1, got 0"),
     ("planar", {"window": -1}, "window must be >= 0, got -1"),
     ("planar", {"embed_dim": 8, "num_heads": 3}, "embed_dim=8 is not divisible by num_heads=3"),
+    # options of the layers inside (a command line's --model.network.ball_options.top_k gives any name, any value)
+    ("spherical", {"ball_options": {"top_k": "abc"}}, "ball_options.top_k must be an integer, got 'abc'"),
+    (
+        "spherical",
+        {"ball_options": {"nonsense": 3}},
+        "network option ball_options.nonsense is not an option of S2BallSparseAttention; it takes ['backend',",
+    ),
+    (
+        "spherical",
+        {"ball_options": {"use_qknorm": True}},  # the network's own option: a TypeError (given twice) before
+        "network option ball_options.use_qknorm is not an option of S2BallSparseAttention",
+    ),
+    (
+        "spherical",
+        {"position_embedding": "sprepe", "position_embedding_options": {"ratio": "abc"}},
+        "network option position_embedding_options.ratio must be a number, got 'abc'",
+    ),
+    (
+        "spherical",
+        {"position_embedding": "rope", "embed_dim": 16, "num_heads": 2, "position_embedding_options": {"base": -1}},
+        "RoPE base must be > 1, got -1",
+    ),
 ]
 
 

@@ -296,3 +296,17 @@ def test_layered_configs_merge_the_network(swe_store, tmp_path):
     assert built.model.hparams.network == expected
     wanted = Forecaster("spherical", expected, DataSpec.from_dict(built.model.hparams.data))
     assert sum(p.numel() for p in built.model.net.parameters()) == sum(p.numel() for p in wanted.net.parameters())
+
+
+def test_an_option_inside_a_network_option_overrides_only_itself(swe_store, tmp_path):
+    """``--model.network.ball_options.top_k 1`` changes top_k and keeps the config's other ball
+    options (jsonargparse alone replaced the whole ball_options with {top_k: '1'}, a string)."""
+    ball = REPO / "configs" / "swe" / "s2_neighborhood_ball.yaml"
+    options = yaml.safe_load(ball.read_text())["model"]["network"]["ball_options"]
+    nested = ["--model.network.ball_options.ball_size", "16", "--model.network.ball_options.top_k=1"]
+    args = tiny_args(swe_store, tmp_path, "--model.network.attention", "[neighborhood, ball]", *nested)
+    args[1] = str(ball)  # tiny_args' --config
+    built = lightning(args, execute=False)
+    assert built.model.hparams.network["ball_options"] == {**options, "ball_size": 16, "top_k": 1}
+    ball_layers = [block.attention for block in built.model.net.blocks if hasattr(block.attention, "top_k")]
+    assert ball_layers and all(layer.top_k == 1 for layer in ball_layers)
