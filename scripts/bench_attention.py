@@ -68,6 +68,7 @@ CONFIGS = {
 }
 DENSE_MAX_POINTS = 16384  # the dense neighborhood mask is N^2 floats
 CPU_GLOBAL_MAX_POINTS = 16384  # global attention beyond this takes minutes on a CPU
+GPU_GLOBAL_MAX_POINTS = 300_000  # 0.25 degrees (1.04e6 points) is ~1e15 FLOP a forward: minutes a case
 
 
 def build_layer(case):
@@ -348,6 +349,18 @@ def timed(fn, repeats, device):
     return round(statistics.median(times), 4)
 
 
+def peer_without_gpu_kernels(device):
+    """Why torch-harmonics is not measured on ``device`` (its PyPI wheel has no CUDA extension,
+    and timing its plain-PyTorch fallback on a GPU compares nothing), or None."""
+    if not device.startswith("cuda"):
+        return None
+    from attention_helpers import cuda_kernels_is_available
+
+    if cuda_kernels_is_available():
+        return None
+    return "torch-harmonics has no CUDA extension here: build it (scripts/gpu_check.py build-peer)"
+
+
 def default_theta(nlat):
     return 7.0 / math.sqrt(math.pi) * math.pi / (nlat - 1)
 
@@ -381,7 +394,8 @@ def cases_for(args):
                     continue  # the CPU table's before/after; on a GPU the fused kernel is the default
                 if args.config and not args.op and (op == "global") != (impl == "sdpa-dense"):
                     continue  # the set-ups compare neighborhood ops with dense global SDPA
-                if op == "global" and on_cpu and n > CPU_GLOBAL_MAX_POINTS and not args.nlat:
+                global_max = CPU_GLOBAL_MAX_POINTS if on_cpu else GPU_GLOBAL_MAX_POINTS
+                if op == "global" and n > global_max and not args.nlat:
                     continue
                 if impl == "sdpa-dense" and op == "neighborhood" and n > DENSE_MAX_POINTS:
                     continue
@@ -455,6 +469,9 @@ def main(argv=None):
     for round_ in range(args.rounds):
         for case in cases:
             case = {**case, **({"round": round_} if args.rounds > 1 else {})}
+            if case["impl"] == "torch-harmonics" and (missing := peer_without_gpu_kernels(case["device"])):
+                print(json.dumps({**case, "error": [missing]}), flush=True)
+                continue
             command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:

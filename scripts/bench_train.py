@@ -216,6 +216,10 @@ def main():
         print(json.dumps(run_case(json.loads(args.case), args.warmup, args.steps)), flush=True)
         return
     for case in cases_for(args):
+        if case["impl"] == "torch-harmonics" and peer_kernels(torch.device(case["device"])) == "no-cuda-extension":
+            error = "torch-harmonics has no CUDA extension here: build it (scripts/gpu_check.py build-peer)"
+            print(json.dumps({**case, "error": [error]}), flush=True)
+            continue
         command = [sys.executable, __file__, "--case", json.dumps(case), "--steps", str(args.steps)]
         command += ["--warmup", str(args.warmup)]
         result = subprocess.run(command, capture_output=True, text=True)

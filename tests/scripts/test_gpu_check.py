@@ -3,9 +3,11 @@ merging parts, and its one-line errors."""
 
 import importlib.util
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "gpu_check.py"
 
@@ -53,6 +55,49 @@ def test_run_writes_report_of_a_tiny_benchmark(gpu_check, tmp_path, monkeypatch)
     assert "warming up" in (out / "tiny-global.log").read_text()
     markdown = (out / "gpu_check-global.md").read_text()
     assert "tiny-global" in markdown and "not run" in markdown  # the other goals had no benchmark
+
+
+@pytest.mark.slow  # the environment probe imports torch in a subprocess
+def test_run_reports_what_its_budget_left_out(gpu_check, tmp_path, monkeypatch):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "bench_stub.py").write_text(STUB_BENCHMARK)
+    monkeypatch.setattr(gpu_check, "SCRIPTS", scripts)
+    monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_stub.py", ["--op", "global"])])
+    out = tmp_path / "out"
+    gpu_check.main(["run", "--parts", "global", "--out", str(out), "--budget", "0"])
+    (row,) = json.loads((out / "gpu_check-global.json").read_text())["benchmarks"]
+    assert row == {"benchmark": "tiny-global", "error": ["not run: --budget spent"]}
+    assert "| tiny-global |  |  | error: not run: --budget spent" in (out / "gpu_check-global.md").read_text()
+
+
+def test_pinned_version_builds_without_setuptools_scm(gpu_check, tmp_path):
+    (tmp_path / "torch_harmonics").mkdir()
+    (tmp_path / "pyproject.toml").write_text(PEER_PYPROJECT)
+    gpu_check.pin_version(tmp_path, "0.9.2")
+    pyproject = tomllib.loads((tmp_path / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == "0.9.2" and "dynamic" not in pyproject["project"]
+    assert pyproject["build-system"]["requires"] == ["setuptools"]
+    assert "setuptools_scm" not in pyproject["tool"] and pyproject["tool"]["ruff"] == {"line-length": 120}
+    assert (tmp_path / "torch_harmonics" / "_version.py").read_text() == "version = '0.9.2'\n"
+
+
+# torch-harmonics 0.9.2's pyproject.toml, shortened
+PEER_PYPROJECT = """[build-system]
+requires = [ "setuptools", "setuptools-scm"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "torch_harmonics"
+dynamic = ["version"]
+
+[tool.setuptools_scm]
+version_file = "torch_harmonics/_version.py"
+fallback_version = "0.0.0"
+
+[tool.ruff]
+line-length = 120
+"""
 
 
 def test_targets_compare_with_the_goals(gpu_check):
@@ -113,11 +158,20 @@ def test_report_merges_parts_from_one_device(gpu_check, tmp_path):
         (["run", "--wheels", "{tmp}", "--out", "{tmp}/o", "--parts", "global"], "no .whl files there"),
         (["report", "{tmp}/missing.json", "--out", "{tmp}/o"], "not a gpu_check JSON report"),
         (["run", "--out", "{tmp}/user", "--parts", "global"], "holds files that gpu_check did not write"),
+        (["build-peer", "--source", "{tmp}", "--dest", "{tmp}/w", "--cpu", "--cuda-arch", "9.0"], "one of --cpu and"),
+        pytest.param(
+            ["build-peer", "--source", "{tmp}/peer", "--dest", "{tmp}/w"],
+            "no CUDA device: pass --cuda-arch",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the build would start"),
+        ),
+        (["run", "--out", "{tmp}/o", "--parts", "global", "--budget", "-1"], "--budget must be"),
     ],
 )
 def test_bad_inputs_give_one_line(gpu_check, tmp_path, capsys, argv, message):
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "notes.txt").write_text("mine")
+    (tmp_path / "peer").mkdir()
+    (tmp_path / "peer" / "setup.py").write_text("raise SystemExit('never run')")
     with pytest.raises(SystemExit) as exit_info:
         gpu_check.main([arg.format(tmp=tmp_path) for arg in argv])
     assert exit_info.value.code == 2
