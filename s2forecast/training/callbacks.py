@@ -16,7 +16,7 @@ class EMAWeightAveraging(WeightAveraging):
 
     def __init__(self, decay: float = 0.999, start_step: int = 0, device: str | None = None):
         if not 0.0 < decay < 1.0:
-            raise UserError(f"decay must be in (0, 1), got {decay}")
+            raise UserError(f"EMAWeightAveraging decay must be in (0, 1), e.g. 0.999, got {decay}")
         # buffers are not averaged: ours are constants of the grid (attention masks hold -inf, and
         # lerp(-inf, -inf, w) is NaN: validation failed from the second update on), and there are no
         # running statistics (no batch norm) an average would stand for

@@ -133,6 +133,11 @@ class FieldDataModule(pl.LightningDataModule):
             problems.append(f"data.init_args.batch_size must be an integer >= 1, got {batch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
             problems.append(f"data.init_args.num_workers must be an integer >= 0, got {num_workers!r}")
+        if not (isinstance(spec.history, int) and not isinstance(spec.history, bool) and spec.history >= 1):
+            problems.append(f"data.init_args.history must be an integer >= 1 (input states), got {spec.history!r}")
+        hours = spec.step_hours
+        if not (isinstance(hours, int | float) and not isinstance(hours, bool) and math.isfinite(hours) and hours > 0):
+            problems.append(f"data.init_args.step_hours must be a positive number of hours, got {hours!r}")
         if not (isinstance(spec.rollout, int) and spec.rollout >= 1):  # 0 serves inputs alone: inference only
             problems.append(
                 f"data.init_args.rollout_steps must be an integer >= 1 (targets per sample), got {spec.rollout!r}"

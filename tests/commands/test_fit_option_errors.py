@@ -31,6 +31,13 @@ CASES = {
         "--model.network.ball_options.top_k needs a value",
         "",
     ),
+    "history 0": (["--data.init_args.history", "0"], "data.init_args.history must be an integer >= 1", "got 0"),
+    "step_hours 0": (["--data.init_args.step_hours", "0"], "data.init_args.step_hours must be a positive", "got 0"),
+    "EMA decay 1.5": (
+        ["--trainer.callbacks+=s2forecast.training.callbacks.EMAWeightAveraging", "--trainer.callbacks.decay", "1.5"],
+        "EMAWeightAveraging decay must be in (0, 1)",
+        "got 1.5",
+    ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],
