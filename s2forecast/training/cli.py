@@ -19,6 +19,7 @@ The run's configuration is saved next to its checkpoints, never over a file (``r
 A run without a logger (``trainer.logger: false``) logs nothing, the learning rate included.
 """
 
+import contextlib
 import logging
 import sys
 import warnings
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytorch_lightning
 import yaml
 from jsonargparse import ActionConfigFile, Namespace, lazy_instance
+from jsonargparse._actions import _ActionPrintConfig  # its deferral (no public API)
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
@@ -172,8 +174,12 @@ class ForecastCLI(LightningCLI):
         if isinstance(args, dict | Namespace):
             return super().parse_arguments(parser, args)
         args = sys.argv[1:] if args is None else list(args)
+        # with --model_from_ckpt, --print_config prints once the checkpoint's model is merged in
+        # (_parse_ckpt_path), not the config's model section that the run will not use
+        later = any(arg.startswith("--model_from_ckpt") for arg in args)
         try:
-            self.config = parser.parse_args(nested_options_as_layers(args))
+            with _ActionPrintConfig.skip_print_config() if later else contextlib.nullcontext():
+                self.config = parser.parse_args(nested_options_as_layers(args))
         except ArgumentError as error:
             subparser = self._subcommand_parsers.get(args[0], parser) if args else parser
             keys = [action.dest for action in subparser._actions]
@@ -227,6 +233,10 @@ class ForecastCLI(LightningCLI):
         return None if name is None else str(name)
 
     def _parse_ckpt_path(self) -> None:
+        self._merge_checkpoint_model()
+        _ActionPrintConfig.print_config_if_requested(self.parser, self.config)  # deferred by parse_arguments
+
+    def _merge_checkpoint_model(self) -> None:
         """With ``--model_from_ckpt true``, Lightning's reading of the model's hyper-parameters
         from ``--ckpt_path`` before the model is built, through ``read_checkpoint`` (so a URL or an
         unsafe file fails here, with one line); without it the config's model is built and

@@ -6,11 +6,13 @@ import csv
 import inspect
 
 import pytest
+import yaml
 from session_fixtures import ENSEMBLE, tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.training import ForecastModule
 from s2forecast.training.checkpoint_model import DATA_KEYS, FIT_KEYS, MODEL_KEYS, NOT_COMPARED, differences
+from s2forecast.training.checkpoints import read_checkpoint
 
 VALIDATE = ["--trainer.max_epochs", "1"]
 
@@ -79,6 +81,21 @@ def test_model_from_ckpt_takes_the_checkpoints_model(swe_store, mse_run_1_epoch,
     other = tiny_args(swe_store, tmp_path / "taken", "--model.network.embed_dim", "8", "--model.lr", "0.5")
     cli(["validate", *other, "--ckpt_path", checkpoint, "--model_from_ckpt", "true"])
     assert val_loss(tmp_path / "own" / "runs") == val_loss(tmp_path / "taken" / "runs")
+
+
+def test_print_config_with_model_from_ckpt_prints_the_checkpoints_model(swe_store, mse_run_1_epoch, tmp_path, capsys):
+    """--print_config printed the config's model section (width 8), which the run replaces with
+    the checkpoint's (width 16): the config it prints is the one the run uses."""
+    checkpoint = str(mse_run_1_epoch.checkpoint)
+    other = tiny_args(swe_store, tmp_path, "--model.network.embed_dim", "8", "--model.lr", "0.5")
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["validate", *other, "--ckpt_path", checkpoint, "--model_from_ckpt", "true", "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    hparams = read_checkpoint(checkpoint)["hyper_parameters"]
+    assert printed["model"]["network"] == hparams["network"] and printed["model"]["network"]["embed_dim"] == 16
+    assert printed["model"]["lr"] == hparams["lr"] != 0.5
+    assert printed["ckpt_path"] == checkpoint and not (tmp_path / "runs").exists()
 
 
 def test_validate_does_not_warn_of_the_checkpoint_callbacks_directory(swe_store, mse_run_1_epoch, tmp_path, recwarn):
