@@ -104,8 +104,10 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         "the members to start from, as the ensemble (all, or a list), or one member (e.g. 2) as the initial condition",
     )  # fmt: skip
     parser.add_argument(
-        "--seed", type=nonnegative_int, default=0, help="seed of the perturbations and of the members' model noise"
-    )
+        "--seed", type=nonnegative_int, default=0,
+        help="seed of the perturbations and of the members' model noise; with each initialization time it gives "
+        "that time's members, whatever --batch-size or the other times",
+    )  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     storage_options(parser)
     parser.add_argument("--no-progress", action="store_true")

@@ -122,7 +122,7 @@ def member_states(
     members: int,
     grid: Grid,
     perturbation: Perturbation | None = None,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
 ) -> torch.Tensor:
     """The normalized initial states of ``members`` members of every initialization time.
 
@@ -133,7 +133,8 @@ def member_states(
         members: K, the ensemble size.
         grid: the fields' grid.
         perturbation: added to every member (a draw each), the same at every input time.
-        generator: of the perturbation, on the device of ``inputs``.
+        generator: of the perturbation, on the device of ``inputs``; or one per initialization
+            time, each drawing that time's members (independent of the batch).
 
     Returns:
         (batch, K, history, channels, nlat, nlon): member j is initial condition j mod M, perturbed.
@@ -145,6 +146,10 @@ def member_states(
         raise UserError(f"{members} members cannot share {m} initial conditions equally; use a multiple of {m}")
     states = inputs.repeat(1, members // m, *([1] * (inputs.dim() - 2)))  # member j: initial condition j mod M
     if perturbation is not None:
-        noise = perturbation.draw((batch, members, states.shape[3]), grid, generator, states.device)
+        shape = (members, states.shape[3])
+        if isinstance(generator, list | tuple):
+            noise = torch.stack([perturbation.draw(shape, grid, g, states.device) for g in generator])
+        else:
+            noise = perturbation.draw((batch, *shape), grid, generator, states.device)
         states = states + noise[:, :, None].to(states.dtype)
     return states

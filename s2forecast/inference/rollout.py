@@ -73,8 +73,9 @@ class RolloutOptions:
         ic_members: the members of an ERA5 ensemble file to start from (``"all"``, "0,3,5", or
             one, "2": ``initial_conditions.select_ic_members``); None for a store or a file
             without members.
-        seed: of the noise of a stochastic model and of the perturbations: makes the forecasts
-            reproducible (for one batch size and device).
+        seed: of the noise of a stochastic model and of the perturbations, with each
+            initialization time: makes its members reproducible whatever the batch size, the
+            other times or the ranks (on one device type: CPU and CUDA draw different numbers).
         overwrite: replace an existing output that s2forecast wrote (never anything else).
         storage_options: fsspec options when the store is a URL (e.g. ``{"token": "anon"}``).
         shards: with fmt "zarr", initialization times per zarr v3 shard (one file holds that many
@@ -191,12 +192,16 @@ def with_store_statistics(model: Forecaster, stats, source) -> Forecaster:
     return model.with_statistics(stats.mean, stats.std, stats.tendency_std)
 
 
-def batch_generator(options: RolloutOptions, start: int) -> torch.Generator:
-    """The random numbers of the batch of initialization times from ``start`` on (perturbations,
-    then the noise of a stochastic model), on ``options.device``: a rerun draws the same, and the
+def init_generators(options: RolloutOptions, init_times: np.ndarray) -> list[torch.Generator]:
+    """One generator per initialization time (perturbations, then the noise of a stochastic
+    model, on ``options.device``), seeded from (seed, time): the members of a time are the same
+    whatever the batch size, the other times of the run, or the rank that forecasts it; the
     caller's random state is untouched."""
-    # modulo 2**64, the seeds a generator takes: a --seed above 1.8e13 overflowed it (a traceback)
-    return torch.Generator(options.device).manual_seed((options.seed * 1_000_003 + start) % 2**64)
+    seconds = init_times.astype("datetime64[s]").astype(np.int64)
+    # SeedSequence mixes (seed, time): no two pairs share a stream (a linear mix would), any seed fits
+    states = [np.random.SeedSequence([options.seed % 2**64, int(t) % 2**64]).generate_state(1, np.uint64)[0]
+              for t in seconds]  # fmt: skip
+    return [torch.Generator(options.device).manual_seed(int(state)) for state in states]
 
 
 def load_forecaster(checkpoint: str | Path, device: str = "cpu") -> Forecaster:
@@ -387,12 +392,12 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                     for start in tqdm(batches, desc="rollout", unit="batch", disable=bar):
                         times = init_times[start : min(start + options.batch_size, slab.stop)]
                         states = initial.read(times, steps)
-                        generator = batch_generator(options, start)
+                        generators = init_generators(options, times)
                         if members:  # each member's initial state: IC-file member j mod M, perturbed
                             inputs = member_states(states.inputs.to(options.device), members, model.grid,
-                                                   options.perturbation_spec, generator)  # fmt: skip
+                                                   options.perturbation_spec, generators)  # fmt: skip
                             states = replace(states, inputs=inputs)
-                        forecasts = runner.forecast(states, times, leads, members, generator)
+                        forecasts = runner.forecast(states, times, leads, members, generators)
                         for k, fields in enumerate(forecasts):
                             writer.write(start, k, fields)
                 except BaseException:

@@ -42,7 +42,7 @@ class Runner:
         init_times: np.ndarray,
         leads: np.ndarray,
         members: int = 0,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
     ) -> Iterator[np.ndarray]:
         """Physical float32 forecasts (batch, [members,] channels, nlat, nlon) at each of ``leads``.
 
@@ -54,7 +54,8 @@ class Runner:
             leads: (steps,) timedelta64 lead times of the steps.
             members: ensemble members per initialization time (a members axis); 0: one forecast
                 of each, no members axis.
-            generator: the noise of a stochastic model (on ``device``); None draws from the
+            generator: the noise of a stochastic model (on ``device``), or one per
+                initialization time (each draws that time's members); None draws from the
                 global random state.
 
         Raises:

@@ -34,6 +34,10 @@ from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.user_errors import UserError
 
+# the random numbers of noise draws: one generator, one per group of consecutive samples, or None
+# for the global random state
+Generators = torch.Generator | list[torch.Generator] | None
+
 
 class Forecaster(nn.Module):
     """Network + normalization + tendency scaling.
@@ -146,12 +150,24 @@ class Forecaster(nn.Module):
         return getattr(self.net, "noise", None) is not None
 
     def sample_noise(
-        self, batch: int, generator: torch.Generator | None = None, previous: torch.Tensor | None = None
+        self, batch: int, generator: Generators = None, previous: torch.Tensor | None = None
     ) -> torch.Tensor | None:
         """The noise input of ``batch`` forecasts (None for a deterministic network); ``generator``
-        (on the model's device) for reproducible draws, None for the global random state;
+        (on the model's device) for reproducible draws, None for the global random state, or a
+        list of G generators: each draws for its own batch // G consecutive forecasts (the members
+        of one initialization time), so that what one draws does not depend on the others;
         ``previous``: the last step's noise (``network.noise_correlation``: AR(1) in time)."""
-        return self.net.sample_noise(batch, generator, previous) if self.stochastic else None
+        if not self.stochastic:
+            return None
+        if not isinstance(generator, list | tuple):
+            return self.net.sample_noise(batch, generator, previous)
+        rows = batch // len(generator)
+        if rows * len(generator) != batch:
+            raise ValueError(f"{len(generator)} generators cannot share {batch} forecasts equally")
+        return torch.cat([
+            self.net.sample_noise(rows, g, None if previous is None else previous[i * rows : (i + 1) * rows])
+            for i, g in enumerate(generator)
+        ])  # fmt: skip
 
     def rollout(
         self,
@@ -159,7 +175,7 @@ class Forecaster(nn.Module):
         static: torch.Tensor,
         forcings: torch.Tensor,
         steps: int,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
     ) -> Iterator[torch.Tensor]:
         """Normalized predictions (batch, channels, nlat, nlon) for leads 1..steps, one at a time.
 
@@ -171,7 +187,8 @@ class Forecaster(nn.Module):
             static: (batch, static_channels, nlat, nlon).
             forcings: (batch, >= history + steps, forcing_channels, nlat, nlon) from the first
                 input time on.
-            generator: the noise of a stochastic network (``sample_noise``), one draw per step;
+            generator: the noise of a stochastic network (``sample_noise``: one generator, or
+                one per group of consecutive samples), one draw per step;
                 each step's noise continues from the last one's (the AR(1) of
                 ``network.noise_correlation``), so a rollout is reproducible from the generator.
         """
@@ -192,7 +209,7 @@ class Forecaster(nn.Module):
         forcings: torch.Tensor,
         steps: int,
         members: int,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
     ) -> Iterator[torch.Tensor]:
         """Normalized predictions (batch, members, channels, nlat, nlon) for leads 1..steps: every
         sample rolled out by ``members`` members, each drawing its own noise (members are a batch
