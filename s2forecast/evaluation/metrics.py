@@ -557,7 +557,10 @@ class Spread(Metric):
 
 
 class SpreadSkill(Metric):
-    """Spread / ensemble-mean RMSE (WB2's spread-skill ratio; 1 for a reliable ensemble)."""
+    """Spread / ensemble-mean RMSE: WB2's spread-skill ratio (WB2 calls it biased). A reliable
+    ensemble of M members gives sqrt(M / (M + 1)), not 1 (0.82 at M = 2, 0.94 at M = 8): the
+    ensemble mean of M members errs by the truth's spread times sqrt(1 + 1/M)
+    (``reliable_spread_skill``)."""
 
     name = "spread_skill"
     min_members = 2
@@ -574,6 +577,12 @@ class SpreadSkill(Metric):
     def finalize(self, means):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.sqrt(means["ensemble_variance"]) / np.sqrt(means["mse"])
+
+
+def reliable_spread_skill(members: int) -> float:
+    """The spread-skill ratio (``SpreadSkill``) of a reliable ``members``-member ensemble:
+    sqrt(M / (M + 1)) (Fortin et al. 2014)."""
+    return float(np.sqrt(members / (members + 1)))
 
 
 class CRPS(Metric):

@@ -19,6 +19,7 @@ import numpy as np
 import xarray as xr
 
 from s2forecast.data.store import longitudes_from_zero
+from s2forecast.evaluation.metrics import reliable_spread_skill
 
 COASTLINES = Path(__file__).with_name("coastlines_110m.npz")
 SOURCE_STYLES = {
@@ -148,17 +149,24 @@ def plot_scores(
 
 
 def plot_ensemble_scores(
-    scores: xr.DataArray, path: str | Path, title: str, units: str = "", n_init_times: np.ndarray | None = None
+    scores: xr.DataArray,
+    path: str | Path,
+    title: str,
+    members: int,
+    units: str = "",
+    n_init_times: np.ndarray | None = None,
 ) -> Path:
     """An ensemble's scores versus lead time: CRPS per source (the baselines are one-member
     ensembles: their CRPS is their mean absolute error), the forecast's spread beside the RMSE
-    of its ensemble mean, and their ratio, spread-skill (1: spread as large as the error).
+    of its ensemble mean, and their ratio, spread-skill, with the line of a reliable ensemble of
+    ``members`` members, sqrt(M / (M + 1)) (``metrics.reliable_spread_skill``).
 
     Args:
         scores: dims ``(metric, source, lead_time)`` with a ``lead_hours (lead_time)`` coordinate
             and the metrics ``crps``, ``spread``, ``ensemble_mean_rmse``, ``spread_skill``.
         path: PNG to write.
         title: e.g. ``Z500``.
+        members: the forecast's ensemble size M.
         units: the field's units (CRPS, spread and RMSE axes).
         n_init_times: init times per lead, labelling the top axes.
     """
@@ -176,7 +184,9 @@ def plot_ensemble_scores(
                  label="RMSE of the ensemble mean")  # fmt: skip
     axes[1].plot(hours, forecast.sel(metric="spread").values, color="tab:green", marker="^", label="spread")
     axes[2].plot(hours, forecast.sel(metric="spread_skill").values, color="tab:green", marker="^", label="forecast")
-    axes[2].axhline(1.0, color="k", linestyle=":", linewidth=1, label="calibrated (1)")
+    reliable = reliable_spread_skill(members)
+    reliable_label = f"reliable: {members} members, {reliable:.3f}"
+    axes[2].axhline(reliable, color="k", linestyle=":", linewidth=1, label=reliable_label)
     for ax, ylabel in zip(axes, (f"CRPS{label}", f"spread, RMSE{label}", "spread / RMSE"), strict=True):
         ax.set_xlabel("lead time [h]")
         if 1 < hours.size <= 10:

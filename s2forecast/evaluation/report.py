@@ -228,7 +228,8 @@ def write_plots(
                                            forecast_label=forecast_label))  # fmt: skip
             if set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
                 path = plot_dir / f"{_file_stem(v, level)}_ensemble.png"
-                files.append(plots.plot_ensemble_scores(scores, path, title=scored, units=units, n_init_times=counts))
+                members = metrics.attrs["members"]  # an ensemble's (scoring)
+                files.append(plots.plot_ensemble_scores(scores, path, scored, members, units, n_init_times=counts))
             if f"{v}_rank_histogram" in metrics:
                 hist = metrics[f"{v}_rank_histogram"].sel(region=region)
                 hist = hist.sel(level=level) if level is not None else hist
