@@ -390,11 +390,12 @@ def targets(rows: list[dict]) -> list[dict]:
         return found[0] if found else None
 
     for config, goal in NEIGHBORHOOD_PEER_GOALS.items():
-        ours = one(config=config, op="neighborhood", impl="s2forecast-fused", dtype="float32")
-        for peer, threshold in (("torch-harmonics", goal), ("flex-attention", 1.0)):
-            theirs = one(config=config, op="neighborhood", impl=peer, dtype="float32")
-            a, b = _number(theirs, "fwd_bwd_ms"), _number(ours, "fwd_bwd_ms")
-            add(f"({config}) fwd+bwd fp32: {peer} / s2forecast-fused", a / b if a and b else None, threshold)
+        for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):  # users train in bf16-mixed
+            ours = one(config=config, op="neighborhood", impl="s2forecast-fused", dtype=dtype)
+            for peer, threshold in (("torch-harmonics", goal), ("flex-attention", 1.0)):
+                theirs = one(config=config, op="neighborhood", impl=peer, dtype=dtype)
+                a, b = _number(theirs, "fwd_bwd_ms"), _number(ours, "fwd_bwd_ms")
+                add(f"({config}) fwd+bwd {short}: {peer} / s2forecast-fused", a / b if a and b else None, threshold)
     ours_c = one(config="c", op="neighborhood", impl="s2forecast-fused", dtype="bfloat16")
     over = _number(ours_c, "attn_fwd_over_floor")
     add("(c) bf16 memory floor / forward (>= 0.25: within 4x)", 1 / over if over else None, 0.25)
