@@ -7,8 +7,9 @@ take paths and options only:
     # 1. here, with network: wheels of what a bare GPU image lacks (its Python, its torch)
     python scripts/gpu_check.py wheels --dest .whl --python-version 3.12 --torch 2.11
     # 2. build torch-harmonics' CUDA extension from a source tree (PyPI wheels have none) into
-    #    a wheel, outside the project tree: there, or here (nvcc, the GPU's torch, --cuda-arch 9.0)
-    #    and carry the wheel; on 16 cores there it takes over 5 minutes of the GPU's time
+    #    a wheel, outside the project tree: there, or here and carry the wheel (37 MB), with
+    #    nvcc (CUDA_HOME), the GPU's torch in a virtual environment and --cuda-arch 9.0: 30 min
+    #    on 2 cores here, against over 5 minutes of the GPU machine's 16 cores
     python scripts/gpu_check.py build-peer --source /path/to/torch-harmonics --version 0.9.2 --dest /tmp/peer-wheel
     # 3. there: install the wheels into a private site directory, run the parts, write
     #    DIR/gpu_check.json and DIR/gpu_check.md (--budget SECONDS: what would start later is
@@ -183,6 +184,10 @@ def build_peer(args: argparse.Namespace) -> None:
     if not args.cpu:
         arch = args.cuda_arch or "{}.{}".format(*torch.cuda.get_device_capability())
         env |= {"TORCH_HARMONICS_BUILD_CUDA_EXTENSION": "1", "TORCH_CUDA_ARCH_LIST": arch}
+        # torch's CUDA headers include cusparse.h, cublas_v2.h, ...: a minimal CUDA toolkit lacks
+        # them, torch's own pip dependencies (nvidia-*) have them
+        headers = [str(path) for path in cuda_library_headers()]
+        env["CPATH"] = os.pathsep.join([*headers, *filter(None, [os.environ.get("CPATH")])])
     args.dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="torch-harmonics-build-") as build:
         tree = Path(build) / "src"
@@ -195,6 +200,17 @@ def build_peer(args: argparse.Namespace) -> None:
         subprocess.run(command, check=True, env=env, cwd=build)
     print(json.dumps({"peer_wheel": sorted(p.name for p in args.dest.glob("torch_harmonics-*.whl")),
                       "cuda": not args.cpu, "build_s": round(time.perf_counter() - start, 1)}))  # fmt: skip
+
+
+def cuda_library_headers() -> list[Path]:
+    """The include directories of the CUDA libraries that torch's wheels depend on
+    (site-packages/nvidia/cu13/include, nvidia/cusparse/include, ...), where installed."""
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    found = {header.parent for root in nvidia.__path__ for header in Path(root).glob("*/include/cusparse.h")}
+    return sorted(found)
 
 
 def pin_version(tree: Path, version: str) -> None:
@@ -288,36 +304,49 @@ print(json.dumps(info))
 
 
 def run_tests(out: Path, env: dict, timeout: float) -> dict:
-    """``pytest -m cuda`` in the project root; counts from its JUnit XML, log beside it."""
-    junit = out / "pytest_cuda.xml"
+    """``pytest -m cuda`` in the project root, one module at a time within ``timeout`` seconds
+    in all: a module cut short by the time loses only itself, and each finished module's
+    failures are in the log with their tracebacks (one run's were lost with the run). Counts
+    from the modules' JUnit XML files; modules left for lack of time are listed."""
     # only the modules with cuda tests: the others may import what a GPU image lacks (wandb, distributed)
     tests = (ROOT / "tests").rglob("test_*.py")
     modules = sorted(str(path.relative_to(ROOT)) for path in tests if "mark.cuda" in path.read_text())
-    command = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-               *modules]  # fmt: skip
+    options = ["-m", "cuda", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
+    deadline = time.monotonic() + timeout
     start = time.perf_counter()
+    summary = {"command": " ".join(["pytest", *options, *modules]), "returncode": 0, "not_run": []}
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    failed = []
     with open(out / "pytest_cuda.log", "w") as log:
-        try:
-            result = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
-            returncode = result.returncode
-        except subprocess.TimeoutExpired:
-            returncode = "timeout"
-    summary = {
-        "command": " ".join(command[1:]),
-        "returncode": returncode,
-        "seconds": round(time.perf_counter() - start),
-    }
-    if junit.is_file():
-        suite = ElementTree.parse(junit).getroot()
-        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-        counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
-        summary |= counts | {"passed": counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]}
-        summary["failed_tests"] = [
-            f"{case.get('classname')}::{case.get('name')}"
-            for case in suite.iter("testcase")
-            if case.find("failure") is not None or case.find("error") is not None
-        ]
-    return summary
+        for i, module in enumerate(modules):
+            left = deadline - time.monotonic()
+            if left < 5:
+                summary["not_run"].append(module)
+                summary["returncode"] = summary["returncode"] or "timeout"
+                continue
+            junit = out / f"pytest_cuda_{i}.xml"
+            command = [sys.executable, "-m", "pytest", *options, f"--junitxml={junit}", module]
+            log.write(f"$ pytest {module}\n")
+            log.flush()
+            try:
+                result = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=left)
+                returncode = result.returncode
+            except subprocess.TimeoutExpired:
+                returncode = "timeout"
+                summary["not_run"].append(f"{module} (cut at the time limit)")
+            summary["returncode"] = summary["returncode"] or returncode
+            if junit.is_file():
+                suite = ElementTree.parse(junit).getroot()
+                suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+                for key in counts:
+                    counts[key] += int(suite.get(key, 0))
+                failed += [
+                    f"{case.get('classname')}::{case.get('name')}"
+                    for case in suite.iter("testcase")
+                    if case.find("failure") is not None or case.find("error") is not None
+                ]
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return summary | counts | {"passed": passed, "failed_tests": failed, "seconds": round(time.perf_counter() - start)}
 
 
 def run_benchmark(name, script, arguments, repeats, out, env, timeout) -> list[dict]:
@@ -439,6 +468,9 @@ def markdown(report: dict) -> str:
         lines += [f"`{tests['command']}`: {tests.get('passed')} passed, {tests.get('failures')} failed, "
                   f"{tests.get('errors')} errors, {tests.get('skipped')} skipped "
                   f"(exit {tests['returncode']}, {tests['seconds']} s)", ""]  # fmt: skip
+        lines += [f"- failed: `{name}`" for name in tests.get("failed_tests", [])]
+        lines += [f"- not run: `{name}`" for name in tests.get("not_run", [])]
+        lines += [""] if tests.get("failed_tests") or tests.get("not_run") else []
     lines += ["| goal | measured | goal | met |", "|---|---|---|---|"]
     for target in report["targets"]:
         met = {True: "yes", False: "**no**", None: "not run"}[target["met"]]

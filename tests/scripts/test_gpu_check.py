@@ -3,6 +3,7 @@ merging parts, and its one-line errors."""
 
 import importlib.util
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -71,6 +72,48 @@ def test_run_reports_what_its_budget_left_out(gpu_check, tmp_path, monkeypatch):
     assert "| tiny-global |  |  | error: not run: --budget spent" in (out / "gpu_check-global.md").read_text()
 
 
+CUDA_MODULE = """
+import time
+import pytest
+
+@pytest.mark.cuda
+def test_passes():
+    pass
+
+@pytest.mark.cuda
+def test_fails():
+    assert 1 == 2, "the kernel differs"
+
+@pytest.mark.cuda
+def test_slow():
+    time.sleep({sleep})
+"""
+
+
+@pytest.mark.slow  # pytest in subprocesses
+def test_cuda_tests_run_per_module_and_keep_what_finished(gpu_check, tmp_path, monkeypatch):
+    """One run's failure was lost when its time ran out (pytest writes tracebacks and JUnit at
+    the end): each module now runs alone, within what is left of the time."""
+    root = tmp_path / "project"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_a.py").write_text(CUDA_MODULE.format(sleep=0))
+    (root / "tests" / "test_b.py").write_text(CUDA_MODULE.format(sleep=60))  # cut by the time limit
+    (root / "tests" / "test_c.py").write_text("def test_no_cuda_marker(): pass\n")
+    monkeypatch.setattr(gpu_check, "ROOT", root)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # a second's start instead of several
+    summary = gpu_check.run_tests(out, env, timeout=8)  # test_a needs ~1.5 s, test_b would need 60
+    assert summary["passed"] == 2 and summary["failures"] == 1  # test_a's pass and slow, and its failure
+    assert summary["failed_tests"] == ["tests.test_a::test_fails"]
+    assert summary["not_run"] == ["tests/test_b.py (cut at the time limit)"] and summary["returncode"] == 1
+    log = (out / "pytest_cuda.log").read_text()
+    assert "the kernel differs" in log and "test_no_cuda_marker" not in log  # a traceback; only modules with cuda tests
+    assert "- failed: `tests.test_a::test_fails`" in gpu_check.markdown(
+        {"environment": ENVIRONMENT, "tests": summary, "targets": [], "benchmarks": []}
+    )
+
+
 def test_pinned_version_builds_without_setuptools_scm(gpu_check, tmp_path):
     (tmp_path / "torch_harmonics").mkdir()
     (tmp_path / "pyproject.toml").write_text(PEER_PYPROJECT)
@@ -129,9 +172,12 @@ def test_benchmark_errors_are_kept_not_scored(gpu_check):
     assert found["(b) fwd+bwd fp32: torch-harmonics / s2forecast-fused"]["met"] is None
 
 
+ENVIRONMENT = {"device": "GPU X", "torch": "2.11", "cuda": "13.0", "triton": "3.6", "torch_harmonics": "0.9.2",
+               "python": "3.12", "date": "2026-11-23"}  # fmt: skip
+
+
 def test_report_merges_parts_from_one_device(gpu_check, tmp_path):
-    environment = {"device": "GPU X", "torch": "2.11", "cuda": "13.0", "triton": "3.6", "torch_harmonics": "0.9.2",
-                   "python": "3.12", "date": "2026-11-23"}  # fmt: skip
+    environment = ENVIRONMENT
     first = {"environment": environment, "parts": ["tests"], "benchmarks": [], "tests": {"command": "pytest -m cuda",
              "returncode": 0, "seconds": 3, "passed": 4, "failures": 0, "errors": 0, "skipped": 0}}  # fmt: skip
     rows = [neighborhood_row("a", "s2forecast-fused", 2.0), neighborhood_row("a", "torch-harmonics", 8.0)]
