@@ -19,7 +19,6 @@ The run's configuration is saved next to its checkpoints, never over a file (``r
 A run without a logger (``trainer.logger: false``) logs nothing, the learning rate included.
 """
 
-import contextlib
 import logging
 import sys
 import warnings
@@ -122,7 +121,7 @@ def nested_options_as_layers(args: list[str]) -> list[str]:
             i += 1
             continue
         if not equals:
-            if i + 1 == len(args):
+            if i + 1 == len(args) or args[i + 1].startswith("--"):  # -1 is a value
                 raise ConfigError(f"{key} needs a value, e.g. {key} 1")
             value, i = args[i + 1], i + 1
         i += 1
@@ -174,12 +173,17 @@ class ForecastCLI(LightningCLI):
         if isinstance(args, dict | Namespace):
             return super().parse_arguments(parser, args)
         args = sys.argv[1:] if args is None else list(args)
-        # with --model_from_ckpt, --print_config prints once the checkpoint's model is merged in
-        # (_parse_ckpt_path), not the config's model section that the run will not use
-        later = any(arg.startswith("--model_from_ckpt") for arg in args)
+        layered = nested_options_as_layers(args)
         try:
-            with _ActionPrintConfig.skip_print_config() if later else contextlib.nullcontext():
-                self.config = parser.parse_args(nested_options_as_layers(args))
+            try:  # --print_config waits for _parse_ckpt_path: model_from_ckpt replaces the model section
+                with _ActionPrintConfig.skip_print_config():
+                    self.config = parser.parse_args(layered)
+            except ArgumentError:
+                if not _ActionPrintConfig.is_print_config_requested(parser):
+                    raise
+                # not a whole run's config (`fit --print_config` alone prints a template): print
+                # it as jsonargparse does, before its checks
+                self.config = parser.parse_args(layered)
         except ArgumentError as error:
             subparser = self._subcommand_parsers.get(args[0], parser) if args else parser
             keys = [action.dest for action in subparser._actions]
@@ -233,8 +237,13 @@ class ForecastCLI(LightningCLI):
         return None if name is None else str(name)
 
     def _parse_ckpt_path(self) -> None:
+        """The checkpoint's model (``_merge_checkpoint_model``), then ``--print_config``'s print,
+        deferred by ``parse_arguments`` so that it shows the model the run uses."""
+        subcommand = self.config.get("subcommand")
+        if not (self.config[subcommand] if subcommand else self.config).get("model_from_ckpt"):
+            _ActionPrintConfig.print_config_if_requested(self.parser, self.config)  # reads no checkpoint
         self._merge_checkpoint_model()
-        _ActionPrintConfig.print_config_if_requested(self.parser, self.config)  # deferred by parse_arguments
+        _ActionPrintConfig.print_config_if_requested(self.parser, self.config)
 
     def _merge_checkpoint_model(self) -> None:
         """With ``--model_from_ckpt true``, Lightning's reading of the model's hyper-parameters

@@ -31,6 +31,11 @@ CASES = {
         "--model.network.ball_options.top_k needs a value",
         "",
     ),
+    "ball_options.top_k without value before an option": (  # took "--trainer.max_epochs" as its value
+        ["--model.network.ball_options.top_k", "--trainer.max_epochs", "1"],
+        "--model.network.ball_options.top_k needs a value",
+        "",
+    ),
     "history 0": (["--data.init_args.history", "0"], "data.init_args.history must be an integer >= 1", "got 0"),
     "step_hours 0": (["--data.init_args.step_hours", "0"], "data.init_args.step_hours must be a positive", "got 0"),
     "EMA decay 1.5": (

@@ -83,19 +83,38 @@ def test_model_from_ckpt_takes_the_checkpoints_model(swe_store, mse_run_1_epoch,
     assert val_loss(tmp_path / "own" / "runs") == val_loss(tmp_path / "taken" / "runs")
 
 
-def test_print_config_with_model_from_ckpt_prints_the_checkpoints_model(swe_store, mse_run_1_epoch, tmp_path, capsys):
+@pytest.mark.parametrize("given", ["on the command line", "in a config file"])
+def test_print_config_with_model_from_ckpt_prints_the_checkpoints_model(
+    swe_store, mse_run_1_epoch, tmp_path, capsys, given
+):
     """--print_config printed the config's model section (width 8), which the run replaces with
     the checkpoint's (width 16): the config it prints is the one the run uses."""
     checkpoint = str(mse_run_1_epoch.checkpoint)
     other = tiny_args(swe_store, tmp_path, "--model.network.embed_dim", "8", "--model.lr", "0.5")
+    (tmp_path / "from_ckpt.yaml").write_text("model_from_ckpt: true\n")
+    in_file = ["--config", str(tmp_path / "from_ckpt.yaml")]
+    flag = ["--model_from_ckpt", "true"] if given == "on the command line" else in_file
     with pytest.raises(SystemExit) as exit_info:
-        cli(["validate", *other, "--ckpt_path", checkpoint, "--model_from_ckpt", "true", "--print_config"])
+        cli(["validate", *other, "--ckpt_path", checkpoint, *flag, "--print_config"])
     assert exit_info.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     hparams = read_checkpoint(checkpoint)["hyper_parameters"]
     assert printed["model"]["network"] == hparams["network"] and printed["model"]["network"]["embed_dim"] == 16
     assert printed["model"]["lr"] == hparams["lr"] != 0.5
     assert printed["ckpt_path"] == checkpoint and not (tmp_path / "runs").exists()
+
+
+def test_print_config_reads_no_checkpoint_without_model_from_ckpt(swe_store, tmp_path, capsys):
+    """The print waits for the checkpoint's model only where the run takes it: otherwise it
+    prints before any checkpoint is read, as jsonargparse does (and `fit --print_config` alone
+    still prints a template)."""
+    missing = str(tmp_path / "missing.ckpt")
+    for argv in (["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", missing, "--model_from_ckpt", "false",
+                  "--print_config"], ["fit", "--print_config"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            cli(argv)
+        assert exit_info.value.code == 0
+        assert "seed_everything:" in capsys.readouterr().out
 
 
 def test_validate_does_not_warn_of_the_checkpoint_callbacks_directory(swe_store, mse_run_1_epoch, tmp_path, recwarn):
