@@ -333,6 +333,14 @@ class ForecastCLI(LightningCLI):
         callback = self.trainer.checkpoint_callback
         if callback is None or not self.trainer.is_global_zero:
             return
+        if self.trainer.global_step == 0 and not callback.last_model_path:
+            warnings.warn(
+                f"fit trained no step, so it wrote no checkpoint (trainer.max_steps {self.trainer.max_steps}, "
+                f"trainer.max_epochs {self.trainer.max_epochs}, {self.trainer.num_training_batches} training "
+                "batches an epoch); raise them, or use `s2forecast validate` to score a model",
+                stacklevel=1,
+            )
+            return
         if callback.best_model_path:
             score = callback.best_model_score
             value = f" {callback.monitor} {float(score):.6g}" if score is not None and callback.monitor else ""

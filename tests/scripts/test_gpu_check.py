@@ -58,12 +58,12 @@ def test_run_writes_report_of_a_tiny_benchmark(gpu_check, tmp_path, monkeypatch)
     assert "tiny-global" in markdown and "not run" in markdown  # the other goals had no benchmark
 
 
-@pytest.mark.slow  # the environment probe imports torch in a subprocess
 def test_run_reports_what_its_budget_left_out(gpu_check, tmp_path, monkeypatch):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     (scripts / "bench_stub.py").write_text(STUB_BENCHMARK)
     monkeypatch.setattr(gpu_check, "SCRIPTS", scripts)
+    monkeypatch.setattr(gpu_check, "environment", lambda env: ENVIRONMENT)  # its probe: test above
     monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_stub.py", ["--op", "global"])])
     out = tmp_path / "out"
     gpu_check.main(["run", "--parts", "global", "--out", str(out), "--budget", "0"])

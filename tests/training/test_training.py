@@ -298,6 +298,16 @@ def test_layered_configs_merge_the_network(swe_store, tmp_path):
     assert sum(p.numel() for p in built.model.net.parameters()) == sum(p.numel() for p in wanted.net.parameters())
 
 
+@pytest.mark.parametrize("limit", [["--trainer.max_steps", "0"], ["--trainer.max_epochs", "0"]])
+def test_a_fit_of_no_step_says_it_wrote_no_checkpoint(swe_store, tmp_path, capsys, limit):
+    """It warned of no best checkpoint and said "the last checkpoint holds the final weights":
+    there was none."""
+    with pytest.warns(UserWarning, match="fit trained no step, so it wrote no checkpoint") as caught:
+        lightning(["fit", *tiny_args(swe_store, tmp_path, *limit)])
+    assert not [w for w in caught if "no best checkpoint" in str(w.message)]
+    assert "checkpoint:" not in capsys.readouterr().out and not list(tmp_path.rglob("*.ckpt"))
+
+
 def test_an_option_inside_a_network_option_overrides_only_itself(swe_store, tmp_path):
     """``--model.network.ball_options.top_k 1`` changes top_k and keeps the config's other ball
     options (jsonargparse alone replaced the whole ball_options with {top_k: '1'}, a string)."""
