@@ -66,10 +66,21 @@ def test_run_reports_what_its_budget_left_out(gpu_check, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "environment", lambda env: ENVIRONMENT)  # its probe: test above
     monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_stub.py", ["--op", "global"])])
     out = tmp_path / "out"
-    gpu_check.main(["run", "--parts", "global", "--out", str(out), "--budget", "0"])
-    (row,) = json.loads((out / "gpu_check-global.json").read_text())["benchmarks"]
+    gpu_check.main(["run", "--parts", "global", "tests", "--out", str(out), "--budget", "0"])
+    report = json.loads((out / "gpu_check-global-tests.json").read_text())
+    (row,) = report["benchmarks"]
     assert row == {"benchmark": "tiny-global", "error": ["not run: --budget spent"]}
-    assert "| tiny-global |  |  | error: not run: --budget spent" in (out / "gpu_check-global.md").read_text()
+    assert report["tests"]["not_run"] == ["every module: --budget spent"]
+    markdown = (out / "gpu_check-global-tests.md").read_text()
+    assert "| tiny-global |  |  | error: not run: --budget spent" in markdown
+    assert "- not run: `every module: --budget spent`" in markdown
+
+
+def test_only_gives_the_order_of_the_benchmarks(gpu_check):
+    benchmarks = [(name, "bench.py", []) for name in ("n-a-f32", "n-a-bf16", "n-c-bf16", "n-c-f32")]
+    order = [b[0] for b in gpu_check.selected(benchmarks, ["c-bf16", "a-", "bf16"])]
+    assert order == ["n-c-bf16", "n-a-f32", "n-a-bf16"]  # each once, in --only's order
+    assert gpu_check.selected(benchmarks, None) == benchmarks
 
 
 CUDA_MODULE = """
