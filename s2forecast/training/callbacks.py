@@ -24,7 +24,14 @@ class EMAWeightAveraging(WeightAveraging):
         self.decay, self.start_step = decay, start_step
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
-        return step_idx is not None and step_idx >= self.start_step
+        """After every optimizer step. Before ``start_step`` the average is the current weights
+        (it restarts from them at each step): validation, checkpoints and a run that ends early
+        see the trained weights, not the initial ones the average was made from."""
+        if step_idx is None:
+            return False
+        if step_idx < self.start_step and self._average_model is not None:
+            self._average_model.n_averaged.zero_()  # the next update copies the weights
+        return True
 
 
 class LossLine(Callback):
