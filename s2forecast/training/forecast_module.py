@@ -16,6 +16,7 @@ latitude-weighted RMSE (WeatherBench2 cell areas) in physical units at every lea
 
 import inspect
 import math
+import warnings
 
 import numpy as np
 import pytorch_lightning as pl
@@ -71,6 +72,7 @@ def current_hparams(hparams: dict) -> dict:
 def option_problems(
     network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
     members, loss, crps_mse_weight, crps_alpha=1.0, crps_spectral_weight=0.0, variable_weights=None,
+    rollout_every_epochs=0,
 ) -> list[str]:  # fmt: skip
     """What is wrong with ForecastModule's options (its arguments of the same names), each problem
     naming its configuration key (``model.lr``) and the fix; empty when nothing is."""
@@ -108,6 +110,11 @@ def option_problems(
         problems.append(f"model.level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
     if not 1 <= rollout_start <= rollout_max:
         problems.append(f"need 1 <= model.rollout_start <= model.rollout_max, got {rollout_start} and {rollout_max}")
+    if not (_number(rollout_every_epochs) and rollout_every_epochs >= 0):
+        problems.append(
+            f"model.rollout_every_epochs must be >= 0 (epochs between one more rollout step; 0: the rollout stays at "
+            f"rollout_start), got {rollout_every_epochs!r}"
+        )
     return problems
 
 
@@ -267,7 +274,7 @@ class ForecastModule(pl.LightningModule):
         super().__init__()
         problems = option_problems(
             network, data, level_weighting, rollout_start, rollout_max, lr, weight_decay, warmup_steps, min_lr_ratio,
-            members, loss, crps_mse_weight, crps_alpha, crps_spectral_weight, variable_weights,
+            members, loss, crps_mse_weight, crps_alpha, crps_spectral_weight, variable_weights, rollout_every_epochs,
         )  # fmt: skip
         if problems:  # all at once, each naming its key: a run costs seconds before it gets here
             raise UserError("; ".join(problems))
@@ -372,6 +379,14 @@ class ForecastModule(pl.LightningModule):
                 f"model.rollout_max is {self.hparams.rollout_max} steps but the data's rollout_steps is {targets}: "
                 "raise data rollout_steps to at least rollout_max, or lower rollout_max"
             )
+        start, most = self.hparams.rollout_start, self.hparams.rollout_max
+        if stage == "fit" and most > start and not self.hparams.rollout_every_epochs:
+            warnings.warn(
+                f"model.rollout_max {most} is never reached: model.rollout_every_epochs is 0, so training rolls out "
+                f"rollout_start {start} step(s) throughout; set rollout_every_epochs (epochs between one more step), "
+                f"or rollout_max {start}",
+                stacklevel=1,
+            )
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         if self.probabilistic:
@@ -461,7 +476,16 @@ class ForecastModule(pl.LightningModule):
             betas=(0.9, 0.95),
         )
         total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
-        warmup = min(self.hparams.warmup_steps, max(total - 1, 0))
+        # not capped at the fit's length: a fit stopped inside its warm-up and continued with a
+        # larger max_steps must follow the one plan (a cap squeezed the ramp into the first fit)
+        warmup = self.hparams.warmup_steps
+        if self._trainer is not None and warmup >= total:
+            warnings.warn(
+                f"model.warmup_steps {warmup} is not below this fit's {total} optimizer steps: the learning rate "
+                f"ends the fit still rising, at {total / (warmup + 1):.2g} of model.lr; lower warmup_steps unless a "
+                "longer fit will continue this one",
+                stacklevel=1,
+            )
         floor = self.hparams.min_lr_ratio
 
         def factor(step: int) -> float:

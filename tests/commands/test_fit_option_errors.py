@@ -43,6 +43,11 @@ CASES = {
         "EMAWeightAveraging decay must be in (0, 1)",
         "got 1.5",
     ),
+    "rollout_every_epochs -1": (
+        ["--model.rollout_every_epochs", "-1"],
+        "model.rollout_every_epochs must be >= 0",
+        "got -1",
+    ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],

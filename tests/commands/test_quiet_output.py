@@ -15,7 +15,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "swe" / "s2_global.yaml"
 # warnings that name a setting the user can change: allowed in a run
-ACTIONABLE = re.compile(r"num_workers|--climatology|no best checkpoint: training ended before any validation")
+ACTIONABLE = re.compile(
+    r"num_workers|--climatology|no best checkpoint: training ended before any validation|model\.warmup_steps"
+)
 NOISE = re.compile(r"Warning|warn|deprecat|💡|Tip:|litlogger|litmodels|^\S+\.py:\d+: ", re.I)
 
 PIPELINE = textwrap.dedent(

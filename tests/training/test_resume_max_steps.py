@@ -2,6 +2,7 @@
 max_steps (`--ckpt_path last`) trains the rest of that epoch, in its order, at the learning rates
 of the larger run: it ends bit-identical to a run that went to the larger max_steps at once."""
 
+import pytest
 import pytorch_lightning as pl
 import torch
 from session_fixtures import tiny_args
@@ -42,19 +43,19 @@ def identical(a, b, where: str) -> None:
         assert a == b, where
 
 
-def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_store, tmp_path):
+@pytest.mark.parametrize("stop", [7, 3])  # 3: inside the warm-up, whose ramp a cap squeezed into 3 steps
+def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_store, tmp_path, stop):
     Seen.rows = []
     cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *COMMON, "--trainer.max_steps", "10")])
     straight = Seen.rows
     Seen.rows = []
     split = tiny_args(swe_store, tmp_path / "split", *COMMON)
-    cli(["fit", *split, "--trainer.max_steps", "7"])
+    cli(["fit", *split, "--trainer.max_steps", str(stop)])
     (cut,) = (tmp_path / "split").rglob("last.ckpt")
-    assert read_checkpoint(cut)["global_step"] == 7  # epoch 1, after 2 of its 5 batches
+    assert read_checkpoint(cut)["global_step"] == stop  # mid-epoch (5 batches an epoch)
     cli(["fit", *split, "--trainer.max_steps", "10", "--ckpt_path", "last"])
-    resumed = Seen.rows[7:]
-    assert [row[:2] for row in resumed] == [(7, 2), (8, 3), (9, 4)]  # the rest of epoch 1
-    assert resumed == straight[7:]  # its samples, at the 10-step run's learning rates
+    assert [row[:2] for row in Seen.rows[stop:]] == [(step, step % 5) for step in range(stop, 10)]  # the epoch's rest
+    assert Seen.rows == straight  # every step's samples, at the 10-step run's learning rates
     a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
     b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
     assert a["global_step"] == b["global_step"] == 10

@@ -308,6 +308,13 @@ def test_a_fit_of_no_step_says_it_wrote_no_checkpoint(swe_store, tmp_path, capsy
     assert "checkpoint:" not in capsys.readouterr().out and not list(tmp_path.rglob("*.ckpt"))
 
 
+def test_a_rollout_max_never_reached_is_said(swe_store, tmp_path):
+    """rollout_max 2 without rollout_every_epochs trained one step throughout, without a word."""
+    args = tiny_args(swe_store, tmp_path, "--model.rollout_every_epochs", "0", "--trainer.max_epochs", "1")
+    with pytest.warns(UserWarning, match="model.rollout_max 2 is never reached: model.rollout_every_epochs is 0"):
+        lightning(["fit", *args])
+
+
 def test_an_option_inside_a_network_option_overrides_only_itself(swe_store, tmp_path):
     """``--model.network.ball_options.top_k 1`` changes top_k and keeps the config's other ball
     options (jsonargparse alone replaced the whole ball_options with {top_k: '1'}, a string)."""
