@@ -213,8 +213,10 @@ def flex_block_mask_tables(grid, theta, block_size=128):
         full.append(sorted(full_blocks))
 
     def table(lists):
-        width = max(1, max(len(x) for x in lists))
-        indices = torch.zeros(1, 1, num_blocks, width, dtype=torch.int32)
+        # as wide as the key blocks: a BlockMask's KV length is read off this width (a narrower
+        # table failed in the compiled kernel: a device-side assert on an H200, "KV seqlen must
+        # be smaller than the block_mask size" from inductor on CPU)
+        indices = torch.zeros(1, 1, num_blocks, num_blocks, dtype=torch.int32)
         for i, x in enumerate(lists):
             indices[0, 0, i, : len(x)] = torch.tensor(x, dtype=torch.int32)
         counts = torch.tensor([len(x) for x in lists], dtype=torch.int32).reshape(1, 1, num_blocks)
@@ -223,9 +225,10 @@ def flex_block_mask_tables(grid, theta, block_size=128):
     return (*table(partial), *table(full)), half_width
 
 
-def flex_neighborhood_attention(grid, theta, device):
+def flex_neighborhood_attention(grid, theta, device, compile=None):
     """FlexAttention over the disks of radius ``theta``: mask_mod tests the wrapped longitude
-    offset against the half-width table, score_mod adds log w of the key row."""
+    offset against the half-width table, score_mod adds log w of the key row; ``torch.compile``d
+    (its fused kernel) by default on CUDA only."""
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
     from s2forecast.ops.quadrature_bias import log_row_weights
@@ -246,7 +249,8 @@ def flex_neighborhood_attention(grid, theta, device):
         kv_num.to(device), kv_idx.to(device), full_num.to(device), full_idx.to(device),
         mask_mod=mask_mod, seq_lengths=(grid.npoints, grid.npoints),
     )  # fmt: skip
-    attend = torch.compile(flex_attention, dynamic=False) if device.type == "cuda" else flex_attention
+    compile = device.type == "cuda" if compile is None else compile
+    attend = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
     return lambda q, k, v: attend(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 

@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,7 @@ def test_flex_block_tables_cover_exactly_the_disks(shape, theta):
         assert touched <= listed | full, (qb, touched - listed - full)
         for kb in full:
             assert per_block[qb, :, kb].all()
+    assert kv_idx.shape[-1] == full_idx.shape[-1] == blocks  # a BlockMask reads its KV length off the width
 
 
 def test_flex_attention_equals_reference():
@@ -86,6 +88,23 @@ def test_flex_attention_equals_reference():
     theta = 0.5
     q, k, v = (torch.randn(1, 2, grid.npoints, 16) for _ in range(3))
     flex = bench.flex_neighborhood_attention(grid, theta, torch.device("cpu"))
+    assert torch.allclose(flex(q, k, v), neighborhood_attention(q, k, v, grid, theta), atol=1e-5)
+
+
+@pytest.mark.slow  # inductor compiles the kernel (C++ on CPU): ~5 s
+@pytest.mark.skipif(not shutil.which("c++"), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_flex_attention_equals_reference():
+    """The compiled kernel, which the GPU benchmark times: with a block table narrower than the
+    key blocks it failed (a device-side assert on an H200; inductor's "KV seqlen must be
+    smaller than the block_mask size" on CPU)."""
+    from s2forecast.geometry import Grid
+    from s2forecast.ops import neighborhood_attention
+
+    bench = load_script()
+    grid = Grid(16, 32)
+    theta = bench.default_theta(grid.nlat)
+    q, k, v = (torch.randn(2, 2, grid.npoints, 16) for _ in range(3))
+    flex = bench.flex_neighborhood_attention(grid, theta, torch.device("cpu"), compile=True)
     assert torch.allclose(flex(q, k, v), neighborhood_attention(q, k, v, grid, theta), atol=1e-5)
 
 
