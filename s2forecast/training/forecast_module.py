@@ -479,10 +479,11 @@ class ForecastModule(pl.LightningModule):
         # not capped at the fit's length: a fit stopped inside its warm-up and continued with a
         # larger max_steps must follow the one plan (a cap squeezed the ramp into the first fit)
         warmup = self.hparams.warmup_steps
-        if self._trainer is not None and warmup >= total:
+        steps = int(self.trainer.estimated_stepping_batches) if self._trainer is not None else 0
+        if 0 < steps <= warmup:  # (0 steps: fit says it trained none)
             warnings.warn(
-                f"model.warmup_steps {warmup} is not below this fit's {total} optimizer steps: the learning rate "
-                f"ends the fit still rising, at {total / (warmup + 1):.2g} of model.lr; lower warmup_steps unless a "
+                f"model.warmup_steps {warmup} is not below this fit's {steps} optimizer steps: the learning rate "
+                f"ends the fit still rising, at {steps / (warmup + 1):.2g} of model.lr; lower warmup_steps unless a "
                 "longer fit will continue this one",
                 stacklevel=1,
             )
