@@ -22,6 +22,23 @@ class EMAWeightAveraging(WeightAveraging):
         # running statistics (no batch norm) an average would stand for
         super().__init__(device=device, use_buffers=False, multi_avg_fn=get_ema_multi_avg_fn(decay))
         self.decay, self.start_step = decay, start_step
+        self._trained_state: dict | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._trained_state = None
+        super().on_train_start(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """Lightning puts the average into the model here, and only then ModelCheckpoint saves
+        the last checkpoint, whose ``current_model_state`` (what a resume trains on from) would
+        be the average: keep the weights training reached for it."""
+        self._trained_state = {name: value.detach().clone() for name, value in pl_module.state_dict().items()}
+        super().on_train_end(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+        if self._trained_state is not None and "current_model_state" in checkpoint:
+            checkpoint["current_model_state"] = self._trained_state
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         """After every optimizer step. Before ``start_step`` the average is the current weights

@@ -43,13 +43,18 @@ def identical(a, b, where: str) -> None:
         assert a == b, where
 
 
-@pytest.mark.parametrize("stop", [7, 3])  # 3: inside the warm-up, whose ramp a cap squeezed into 3 steps
-def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_store, tmp_path, stop):
+EMA = ["--trainer.callbacks+=s2forecast.training.callbacks.EMAWeightAveraging"]
+
+
+# 3: inside the warm-up, whose ramp a cap squeezed into 3 steps. EMA: the last checkpoint, saved
+# at the end of training after the average replaced the weights, resumed from the average
+@pytest.mark.parametrize("stop, extra", [(7, []), (3, []), (7, EMA)], ids=["mid-epoch", "in-warm-up", "ema"])
+def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_store, tmp_path, stop, extra):
     Seen.rows = []
-    cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *COMMON, "--trainer.max_steps", "10")])
+    cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *COMMON, *extra, "--trainer.max_steps", "10")])
     straight = Seen.rows
     Seen.rows = []
-    split = tiny_args(swe_store, tmp_path / "split", *COMMON)
+    split = tiny_args(swe_store, tmp_path / "split", *COMMON, *extra)
     cli(["fit", *split, "--trainer.max_steps", str(stop)])
     (cut,) = (tmp_path / "split").rglob("last.ckpt")
     assert read_checkpoint(cut)["global_step"] == stop  # mid-epoch (5 batches an epoch)
@@ -59,5 +64,6 @@ def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_st
     a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
     b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
     assert a["global_step"] == b["global_step"] == 10
-    for key in ("state_dict", "optimizer_states", "lr_schedulers", "rollout", "epoch"):
+    keys = ("state_dict", "optimizer_states", "lr_schedulers", "rollout", "epoch")
+    for key in keys + (("current_model_state",) if extra else ()):
         identical(a[key], b[key], key)
