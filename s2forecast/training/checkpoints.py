@@ -133,6 +133,27 @@ def last_checkpoint(trainer, run_name: str | None = None) -> Path:
     return mine
 
 
+def count_finished_epoch(checkpoint: dict) -> None:
+    """An epoch whose batches and end were done when ``checkpoint`` was saved (the last
+    checkpoint, saved at its validation, before Lightning counts the epoch completed) is
+    recorded as completed. Lightning (2.6) restores such a checkpoint as "resumed on epoch
+    end" and completes the epoch, except when ``max_steps`` is set: then it restarts the
+    epoch's end, counts the epoch processed a second time, and the resumed fit's next epoch
+    ran no batch (it trained nothing)."""
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+    if not epochs or not batches or not batches.get("is_last_batch"):
+        return
+    counters = (epochs["current"], epochs["total"])
+    if not all(c["ready"] == c["started"] == c["processed"] == c["completed"] + 1 for c in counters):
+        return
+    for counter in counters:
+        counter["completed"] = counter["processed"]
+    # and the next epoch's batches start from none, as Lightning's reset of a new epoch leaves them
+    batches["current"] = dict.fromkeys(batches["current"], 0)
+    batches["is_last_batch"] = False
+
+
 def reopen_cut_epoch(checkpoint: dict) -> None:
     """Mark the epoch of ``checkpoint`` as in progress if Lightning recorded it as completed
     although its last batch was never served (a stop at ``max_steps``; module docstring): the

@@ -29,7 +29,7 @@ from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
 from s2forecast.models.spherical_transformer import GRID_BOUND_EMBEDDINGS
 from s2forecast.nn import SphericalHarmonicAnalysis
-from s2forecast.training.checkpoints import reopen_cut_epoch
+from s2forecast.training.checkpoints import count_finished_epoch, reopen_cut_epoch
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
 from s2forecast.user_errors import UserError
 
@@ -451,6 +451,7 @@ class ForecastModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         reopen_cut_epoch(checkpoint)  # before Lightning restores its loops from it
+        count_finished_epoch(checkpoint)
         self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)
         self.forecaster.static_fields = checkpoint_static_fields(checkpoint, self.forecaster)
 

@@ -67,3 +67,24 @@ def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_st
     keys = ("state_dict", "optimizer_states", "lr_schedulers", "rollout", "epoch")
     for key in keys + (("current_model_state",) if extra else ()):
         identical(a[key], b[key], key)
+
+
+def test_a_fit_resumed_at_an_epochs_end_with_max_steps_trains_the_next_epoch(swe_store, tmp_path):
+    """The last checkpoint of an epoch is saved at its validation, before Lightning counts the
+    epoch completed; resumed with max_steps set, Lightning (2.6) counted that epoch twice and the
+    next one served no batch: the fit ended at once, having trained nothing (a review found it;
+    without max_steps the resume was right). min_lr_ratio 1: the two fits' plans agree."""
+    validated = ["--model.min_lr_ratio", "1", "--trainer.callbacks+=test_resume_max_steps.Seen"]
+    Seen.rows = []
+    cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *validated, "--trainer.max_steps", "10")])
+    straight = Seen.rows
+    Seen.rows = []
+    split = tiny_args(swe_store, tmp_path / "split", *validated)
+    cli(["fit", *split, "--trainer.max_epochs", "1"])
+    cli(["fit", *split, "--trainer.max_steps", "10", "--ckpt_path", "last"])
+    assert Seen.rows == straight  # epoch 1's batches, in order, at the same rates
+    a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
+    b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
+    assert a["global_step"] == b["global_step"] == 10
+    for key in ("state_dict", "optimizer_states", "epoch"):
+        identical(a[key], b[key], key)
