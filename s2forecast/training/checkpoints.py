@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 from pytorch_lightning import Callback
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from s2forecast.models.checkpoint import read_checkpoint
@@ -131,6 +132,18 @@ def last_checkpoint(trainer, run_name: str | None = None) -> Path:
             "the run to resume, or pass a checkpoint file"
         )
     return mine
+
+
+class LastAtStop(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, which also saves the last checkpoint when a fit stops
+    between two validations (``max_steps`` in the middle of an epoch): Lightning's saves it at
+    the end of training only if it never saved one, so the steps after the last validation were
+    lost, and a resume trained them again."""
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):  # skips a step already saved
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        super().on_train_end(trainer, pl_module)
 
 
 def count_finished_epoch(checkpoint: dict) -> None:

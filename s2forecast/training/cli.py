@@ -29,13 +29,19 @@ import pytorch_lightning
 import yaml
 from jsonargparse import ActionConfigFile, Namespace, lazy_instance
 from jsonargparse._actions import _ActionPrintConfig  # its deferral (no public API)
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
 
 from s2forecast.training.checkpoint_model import describe, differences
-from s2forecast.training.checkpoints import RunName, WeightsOnlyCheckpointIO, last_checkpoint, read_checkpoint
+from s2forecast.training.checkpoints import (
+    LastAtStop,
+    RunName,
+    WeightsOnlyCheckpointIO,
+    last_checkpoint,
+    read_checkpoint,
+)
 from s2forecast.training.config_code import refuse_code
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
@@ -421,7 +427,7 @@ def trainer_defaults() -> dict:
     return {
         "logger": lazy_instance(CSVLogger, save_dir="runs"),
         "callbacks": [
-            ModelCheckpoint(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}-{step}"),
+            LastAtStop(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}-{step}"),
             LearningRateMonitor(logging_interval="step"),
         ],
     }

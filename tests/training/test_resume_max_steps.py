@@ -88,3 +88,24 @@ def test_a_fit_resumed_at_an_epochs_end_with_max_steps_trains_the_next_epoch(swe
     assert a["global_step"] == b["global_step"] == 10
     for key in ("state_dict", "optimizer_states", "epoch"):
         identical(a[key], b[key], key)
+
+
+def test_a_fit_stopped_between_validations_saves_its_last_steps(swe_store, tmp_path):
+    """Stopped at max_steps 7 (epoch 1, after 2 of its 5 batches) with validation on: the last
+    checkpoint held step 5, of epoch 0's validation, and the resume trained steps 6 and 7 again
+    (a review found it). Now it holds step 7, and the resume goes on as the uninterrupted fit."""
+    validated = ["--model.min_lr_ratio", "1", "--trainer.callbacks+=test_resume_max_steps.Seen"]
+    Seen.rows = []
+    cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *validated, "--trainer.max_steps", "10")])
+    straight = Seen.rows
+    Seen.rows = []
+    split = tiny_args(swe_store, tmp_path / "split", *validated)
+    cli(["fit", *split, "--trainer.max_steps", "7"])
+    (cut,) = (tmp_path / "split").rglob("last.ckpt")
+    assert read_checkpoint(cut)["global_step"] == 7
+    cli(["fit", *split, "--trainer.max_steps", "10", "--ckpt_path", "last"])
+    assert Seen.rows == straight
+    a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
+    b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
+    for key in ("state_dict", "optimizer_states", "epoch", "global_step"):
+        identical(a[key], b[key], key)
