@@ -69,43 +69,28 @@ def test_raising_max_steps_mid_epoch_continues_the_epoch_and_the_schedule(swe_st
         identical(a[key], b[key], key)
 
 
-def test_a_fit_resumed_at_an_epochs_end_with_max_steps_trains_the_next_epoch(swe_store, tmp_path):
-    """The last checkpoint of an epoch is saved at its validation, before Lightning counts the
-    epoch completed; resumed with max_steps set, Lightning (2.6) counted that epoch twice and the
-    next one served no batch: the fit ended at once, having trained nothing (a review found it;
-    without max_steps the resume was right). min_lr_ratio 1: the two fits' plans agree."""
+# With validation on. "epoch end": the last checkpoint of an epoch is saved at its validation,
+# before Lightning counts the epoch completed; resumed with max_steps set, Lightning (2.6) counted
+# that epoch twice and the next one served no batch: the fit ended at once, having trained nothing.
+# "between validations": stopped at step 7 (epoch 1, 2 of its 5 batches), the last checkpoint
+# held step 5, of epoch 0's validation, and the resume trained steps 6 and 7 again (both found by
+# a review). min_lr_ratio 1: the two fits' learning-rate plans agree.
+@pytest.mark.parametrize("first", [["--trainer.max_epochs", "1"], ["--trainer.max_steps", "7"]],
+                         ids=["epoch end", "between validations"])  # fmt: skip
+def test_a_validated_fit_resumed_with_max_steps_goes_on_as_the_uninterrupted_one(swe_store, tmp_path, first):
     validated = ["--model.min_lr_ratio", "1", "--trainer.callbacks+=test_resume_max_steps.Seen"]
     Seen.rows = []
     cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *validated, "--trainer.max_steps", "10")])
     straight = Seen.rows
     Seen.rows = []
     split = tiny_args(swe_store, tmp_path / "split", *validated)
-    cli(["fit", *split, "--trainer.max_epochs", "1"])
+    cli(["fit", *split, *first])
+    (cut,) = (tmp_path / "split").rglob("last.ckpt")
+    assert read_checkpoint(cut)["global_step"] == len(Seen.rows)  # every step of the first fit saved
     cli(["fit", *split, "--trainer.max_steps", "10", "--ckpt_path", "last"])
-    assert Seen.rows == straight  # epoch 1's batches, in order, at the same rates
+    assert Seen.rows == straight  # the rest, batch for batch, at the same rates
     a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
     b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
     assert a["global_step"] == b["global_step"] == 10
     for key in ("state_dict", "optimizer_states", "epoch"):
-        identical(a[key], b[key], key)
-
-
-def test_a_fit_stopped_between_validations_saves_its_last_steps(swe_store, tmp_path):
-    """Stopped at max_steps 7 (epoch 1, after 2 of its 5 batches) with validation on: the last
-    checkpoint held step 5, of epoch 0's validation, and the resume trained steps 6 and 7 again
-    (a review found it). Now it holds step 7, and the resume goes on as the uninterrupted fit."""
-    validated = ["--model.min_lr_ratio", "1", "--trainer.callbacks+=test_resume_max_steps.Seen"]
-    Seen.rows = []
-    cli(["fit", *tiny_args(swe_store, tmp_path / "straight", *validated, "--trainer.max_steps", "10")])
-    straight = Seen.rows
-    Seen.rows = []
-    split = tiny_args(swe_store, tmp_path / "split", *validated)
-    cli(["fit", *split, "--trainer.max_steps", "7"])
-    (cut,) = (tmp_path / "split").rglob("last.ckpt")
-    assert read_checkpoint(cut)["global_step"] == 7
-    cli(["fit", *split, "--trainer.max_steps", "10", "--ckpt_path", "last"])
-    assert Seen.rows == straight
-    a = read_checkpoint(next((tmp_path / "straight").rglob("last.ckpt")))
-    b = read_checkpoint(max((tmp_path / "split").rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime))
-    for key in ("state_dict", "optimizer_states", "epoch", "global_step"):
         identical(a[key], b[key], key)
