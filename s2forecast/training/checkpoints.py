@@ -146,6 +146,12 @@ class LastAtStop(ModelCheckpoint):
         super().on_train_end(trainer, pl_module)
 
 
+def _fit_progress(checkpoint: dict) -> tuple[dict | None, dict | None]:
+    """The epoch and batch progress counters of the fit loop that ``checkpoint`` records."""
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    return loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+
+
 def count_finished_epoch(checkpoint: dict) -> None:
     """An epoch whose batches and end were done when ``checkpoint`` was saved (the last
     checkpoint, saved at its validation, before Lightning counts the epoch completed) is
@@ -153,8 +159,7 @@ def count_finished_epoch(checkpoint: dict) -> None:
     end" and completes the epoch, except when ``max_steps`` is set: then it restarts the
     epoch's end, counts the epoch processed a second time, and the resumed fit's next epoch
     ran no batch (it trained nothing)."""
-    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+    epochs, batches = _fit_progress(checkpoint)
     if not epochs or not batches or not batches.get("is_last_batch"):
         return
     counters = (epochs["current"], epochs["total"])
@@ -171,8 +176,7 @@ def reopen_cut_epoch(checkpoint: dict) -> None:
     """Mark the epoch of ``checkpoint`` as in progress if Lightning recorded it as completed
     although its last batch was never served (a stop at ``max_steps``; module docstring): the
     state of a checkpoint saved after that batch within the epoch."""
-    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+    epochs, batches = _fit_progress(checkpoint)
     if not epochs or not batches or batches.get("is_last_batch", True) or not batches["current"]["completed"]:
         return
     if epochs["current"]["completed"] < epochs["current"]["ready"]:

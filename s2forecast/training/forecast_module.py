@@ -476,11 +476,11 @@ class ForecastModule(pl.LightningModule):
             lr=self.hparams.lr,
             betas=(0.9, 0.95),
         )
-        total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
+        steps = int(self.trainer.estimated_stepping_batches) if self._trainer is not None else 0
+        total = max(1, steps)
         # not capped at the fit's length: a fit stopped inside its warm-up and continued with a
         # larger max_steps must follow the one plan (a cap squeezed the ramp into the first fit)
         warmup = self.hparams.warmup_steps
-        steps = int(self.trainer.estimated_stepping_batches) if self._trainer is not None else 0
         if 0 < steps <= warmup:  # (0 steps: fit says it trained none)
             warnings.warn(
                 f"model.warmup_steps {warmup} is not below this fit's {steps} optimizer steps: the learning rate "
