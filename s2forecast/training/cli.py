@@ -382,8 +382,10 @@ class ForecastCLI(LightningCLI):
 def refuse_used_log_dirs(trainer) -> None:
     """A CSV or TensorBoard log directory that already holds files (a fixed
     ``trainer.logger.init_args.version`` of an earlier run) is refused: Lightning would replace that
-    run's metrics.csv and hparams.yaml with this one's."""
-    for logger in trainer.loggers if trainer.is_global_zero else []:
+    run's metrics.csv and hparams.yaml with this one's. Checked on every rank, before any writes: a
+    refusal on rank 0 alone left the others waiting for it in the process group's set-up (under
+    ``srun``, which does not end a job step when one task fails, until the group's timeout)."""
+    for logger in trainer.loggers:
         if isinstance(logger, CSVLogger | TensorBoardLogger):
             log_dir = Path(logger.log_dir)
             if log_dir.is_dir() and any(entry.is_file() for entry in log_dir.iterdir()):

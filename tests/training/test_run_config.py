@@ -17,6 +17,7 @@ from session_fixtures import tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.training.checkpoints import last_checkpoint
+from s2forecast.training.cli import refuse_used_log_dirs
 from s2forecast.training.cli import run as lightning  # raises what `s2forecast` reports in one line
 from s2forecast.training.run_config import RunConfig
 
@@ -158,3 +159,14 @@ def test_a_fixed_logger_version_of_an_earlier_run_is_refused(swe_store, mse_run_
         )
     assert {path: path.read_bytes() for path in version.rglob("*") if path.is_file()} == before
     assert sorted(p.name for p in version.parent.iterdir()) == [version.name]
+
+
+def test_every_rank_refuses_a_used_log_directory(tmp_path):
+    """Not rank 0 alone: the other ranks of a DDP job would wait for it in the process group's set-up."""
+    logger = CSVLogger(tmp_path, name="runs", version=0)
+    Path(logger.log_dir).mkdir(parents=True)
+    (Path(logger.log_dir) / "metrics.csv").write_text("step\n")
+    for rank in (0, 1):
+        trainer = SimpleNamespace(loggers=[logger], is_global_zero=rank == 0, global_rank=rank)
+        with pytest.raises(ValueError, match="holds an earlier run's records"):
+            refuse_used_log_dirs(trainer)
