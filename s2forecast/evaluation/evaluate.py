@@ -36,7 +36,7 @@ Inputs:
 Outputs (``out`` = ``METRICS.nc``):
     METRICS.nc: the results file (CF-1.8; layout in :mod:`s2forecast.evaluation.scoring`), the
         command and inputs in its attributes; written atomically.
-    METRICS.csv: long format, columns ``variable, level, region, lead_hours, source, metric, value, units``.
+    METRICS.csv: long format, columns ``variable, level, region, lead_hours, source, metric, value, units, rank``.
     METRICS_plots/: PNGs per plotted field: RMSE and ACC versus lead time with the init times per
         lead (global), spectra of forecast and truth, forecast/truth/error maps; and scorecards of
         the forecast against persistence and climatology (RMSE change per field, region, lead).
@@ -335,7 +335,8 @@ def _score_and_write(
     }
     if spectra.data_vars:
         metrics.attrs["spectra"] = (
-            f"<field>_sh_power: spherical-harmonic power per degree l (sum over l = area mean of the field squared); "
+            f"<field>_sh_power: spherical-harmonic power per degree l (its sum: the area mean of the field "
+            f"squared, less the power above the last degree, about nlat / 2 on equiangular grids); "
             f"<field>_zonal_power: WeatherBench2's zonal energy spectrum averaged over |latitude| 30-60 deg; forecast "
             f"(an ensemble: its members' mean power) and truth at the map leads, averaged over "
             f"{spectra.attrs['spectra_init_times']} init times (s2forecast.evaluation.spectra)"

@@ -136,8 +136,7 @@ def region_masks(
         if name in LAND_REGIONS:
             if land_sea_mask is None:
                 raise UserError(f"region {name!r} needs a land-sea mask: the truth has none of {LAND_SEA_MASK_NAMES}")
-            land = land_sea_mask.sel(latitude=lat, longitude=np.asarray(longitude), method="nearest")
-            mask = mask * np.asarray(land.transpose("latitude", "longitude").values, dtype=np.float64)
+            mask = mask * _land_on_grid(land_sea_mask, lat, lon)
         if not mask.any():
             raise UserError(f"region {name!r} holds no grid point of this grid; widen it")
         masks.append(mask)
@@ -145,6 +144,23 @@ def region_masks(
     return xr.DataArray(
         np.stack(masks), dims=("region", "latitude", "longitude"), coords={"region": labels}, name="region_mask"
     )
+
+
+def _land_on_grid(land_sea_mask: xr.DataArray, lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+    """(lat, lon) land fraction of ``land_sea_mask`` at the grid's points (``lon`` in 0..360), matched by
+    value: the mask's longitudes in any convention, its points in any order; another grid is refused."""
+    from s2forecast.evaluation.metrics import _matching_positions
+
+    land = land_sea_mask.transpose("latitude", "longitude")
+    mask_lon = np.asarray(land["longitude"].values, dtype=np.float64) % 360.0
+    spacing = 360.0 / max(mask_lon.size, 1)
+    mask_lon[mask_lon > 360.0 - 1e-3 * spacing] = 0.0  # 359.99999 is 0 E (as the grids' matching tolerance)
+    grid_lon = np.where(lon > 360.0 - 1e-3 * spacing, 0.0, lon)
+    rows = _matching_positions(
+        np.asarray(land["latitude"].values, dtype=np.float64), lat, "latitude", "the land-sea mask", "the grid"
+    )
+    columns = _matching_positions(mask_lon, grid_lon, "longitude", "the land-sea mask", "the grid")
+    return np.asarray(land.values, dtype=np.float64)[np.ix_(rows, columns)]
 
 
 def region_weights(names, latitude, longitude, land_sea_mask=None) -> np.ndarray:

@@ -10,10 +10,13 @@ order) and ``longitude`` (degrees, evenly spaced) as their last two dimensions:
   doubles the Nyquist term of an even L, and so does this: Parseval holds up to that term).
   ``zonal_spectrum_band`` averages it over a latitude band as WB2 does: each latitude's
   spectrum is interpolated to common frequencies (1/m; the narrowest range), then averaged
-  with cos(latitude) weights.
+  with cos(latitude) weights; but the zonal mean's power stays at frequency 0 (WB2 spreads it
+  into the longest wavelength: ``_on_frequencies``).
 - ``spherical_harmonic_power``: the power per total wavenumber (degree) l of the expansion in
   orthonormal spherical harmonics, P(l) = (|c_l0|^2 + 2 sum_{m>0} |c_lm|^2) / (4 pi), so that
-  sum_l P(l) is the area mean of f^2 (units^2). Coefficients come from the grid's own
+  sum_l P(l) over the kept degrees is the area mean of f^2 (units^2) for a field without power
+  above them (equiangular grids keep about nlat / 2 degrees, Gauss-Legendre grids nlat; a
+  field's power above is left out, not folded in). Coefficients come from the grid's own
   quadrature (``geometry.latitude_quadrature``: torch-harmonics' rules for equiangular and
   Gauss-Legendre grids, Fejer's for WB2's cell-centred grids) and torch-harmonics' normalized
   associated Legendre functions (``geometry.quadrature.normalized_legendre``, in NumPy: scoring imports no
@@ -84,7 +87,7 @@ def zonal_energy_spectrum(field: xr.DataArray) -> xr.DataArray:
 def zonal_spectrum_band(spectrum: xr.DataArray, band_deg: tuple[float, float] = DEFAULT_BAND_DEG) -> xr.DataArray:
     """The zonal spectrum averaged over latitudes with |latitude| in ``band_deg`` (both
     hemispheres), as WeatherBench2 does: interpolated to common frequencies, then averaged
-    with cos(latitude) weights.
+    with cos(latitude) weights; the zonal mean's power only at frequency 0 (``_on_frequencies``).
 
     Args:
         spectrum: ``zonal_energy_spectrum`` output, (..., latitude, zonal_wavenumber).
@@ -104,13 +107,7 @@ def zonal_spectrum_band(spectrum: xr.DataArray, band_deg: tuple[float, float] = 
     frequency = band["frequency"].values  # (latitude, zonal_wavenumber)
     common = np.linspace(0.0, frequency[:, -1].min(), frequency.shape[1])  # the narrowest range, as WB2
     values = np.moveaxis(band.values, band.dims.index("latitude"), -2)  # (..., latitude, wavenumber)
-    interpolated = np.stack(
-        [
-            np.apply_along_axis(lambda row, f=f: np.interp(common, f, row), -1, values[..., i, :])
-            for i, f in enumerate(frequency)
-        ],
-        axis=-2,
-    )
+    interpolated = np.stack([_on_frequencies(values[..., i, :], f, common) for i, f in enumerate(frequency)], axis=-2)
     weights = np.cos(np.deg2rad(band["latitude"].values))
     averaged = (interpolated * weights[:, None]).sum(axis=-2) / weights.sum()
     other = [d for d in band.dims if d not in ("latitude", "zonal_wavenumber")]
@@ -124,9 +121,25 @@ def zonal_spectrum_band(spectrum: xr.DataArray, band_deg: tuple[float, float] = 
     ).assign_attrs(spectrum.attrs | {"latitude_band_deg": f"{low:g} to {high:g} (both hemispheres)"})
 
 
+def _on_frequencies(power: np.ndarray, frequency: np.ndarray, common: np.ndarray) -> np.ndarray:
+    """(..., wavenumber) ``power`` of one latitude at its ``frequency`` (wavenumber / circumference),
+    linearly interpolated to ``common`` (``common[0] = frequency[0] = 0``).
+
+    Unlike WeatherBench2, the zonal mean's power stays at frequency 0: between 0 and the latitude's
+    k = 1 frequency (a wavelength longer than its circle, which a lower latitude of the band has)
+    the interpolation runs from zero power, not from the mean's. From the mean's, as WB2, the band's
+    longest plotted wavelength took up to half the mean's power, orders of magnitude above any wave
+    (Z500: 1e16 against 1e11)."""
+    wave = power.copy()
+    wave[..., 0] = 0.0
+    interpolated = np.apply_along_axis(lambda row: np.interp(common, frequency, row), -1, wave)
+    interpolated[..., 0] = power[..., 0]
+    return interpolated
+
+
 def spherical_harmonic_power(field: xr.DataArray) -> xr.DataArray:
-    """Power per total wavenumber of ``field`` (module docstring): sum over degrees = area mean
-    of the field squared.
+    """Power per total wavenumber of ``field`` (module docstring): its sum over the kept degrees
+    is the area mean of the field squared, less the power above them.
 
     Args:
         field: (..., latitude, longitude) on a global grid s2forecast knows (equiangular with

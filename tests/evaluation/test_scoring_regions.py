@@ -92,6 +92,24 @@ def test_land_region_weights_by_the_land_fraction(era5):
         region_masks(["global_land"], lat, lon)
 
 
+def test_land_mask_matched_by_longitude_in_any_convention():
+    """A grid in -180..180 and a mask in 0..360 (or the reverse): the land of 0..90 E, not every
+    negative longitude snapped to 0 E by a nearest lookup; a mask on another grid is refused."""
+    lat, east = np.array([-45.0, 0.0, 45.0]), np.arange(8) * 45.0
+    west = np.sort((east + 180.0) % 360.0 - 180.0)
+    for grid_lon, mask_lon in ((west, east), (east, west)):
+        mask = xr.DataArray(
+            np.tile(((mask_lon % 360) <= 90).astype(float), (3, 1))[::-1],
+            dims=("latitude", "longitude"),
+            coords={"latitude": lat[::-1], "longitude": mask_lon},
+        )
+        got = region_masks(["global_land"], lat, grid_lon, mask).values[0]
+        np.testing.assert_array_equal(got, np.tile(((grid_lon % 360) <= 90).astype(float), (3, 1)))
+    other = mask.assign_coords(longitude=mask_lon + 10.0)
+    with pytest.raises(ValueError, match="the land-sea mask and the grid have different 'longitude' values"):
+        region_masks(["global_land"], lat, west, other)
+
+
 @pytest.mark.parametrize("m", [2, 5])
 def test_fair_crps_matches_the_pairwise_formula(era5, m):
     lat, lon = era5.latitude.values, era5.longitude.values

@@ -69,15 +69,36 @@ def test_band_average_interpolates_to_common_frequencies_with_cos_weights(t2m):
     common = np.linspace(0.0, (45 / circumference).min(), 46)  # narrowest range: the lowest |latitude|
     expected = np.zeros((3, 46))
     for time in range(3):
-        rows_interpolated = [
-            np.interp(common, wavenumbers / c, spectrum.values[time, r])
-            for r, c in zip(rows, circumference, strict=True)
-        ]
+        rows_interpolated = []
+        for r, c in zip(rows, circumference, strict=True):
+            waves = spectrum.values[time, r].copy()
+            waves[0] = 0.0  # the zonal mean's power: at frequency 0 only
+            rows_interpolated.append(np.interp(common, wavenumbers / c, waves))
+            rows_interpolated[-1][0] = spectrum.values[time, r, 0]
         weights = np.cos(np.deg2rad(lats[rows]))
         expected[time] = np.average(rows_interpolated, axis=0, weights=weights)
     np.testing.assert_allclose(band.values, expected, rtol=1e-12)
     assert band.dims == ("time", "frequency")
     np.testing.assert_allclose(band["wavelength"].values[1:], 1 / common[1:])
+
+
+@pytest.mark.parametrize("shape", [(32, 64), (121, 240)])
+def test_band_average_keeps_the_zonal_mean_out_of_the_waves(shape):
+    """Z = 55000 + 100 cos(3 lon) has power at k = 0 and 3 only. WeatherBench2's interpolation from
+    k = 0 put up to half the mean's power (1e16 against the wave's 1e11) into the longest wavelength."""
+    grid = Grid(*shape, "equiangular" if shape[0] % 2 else "equiangular-midpoint")
+    lat, lon = np.rad2deg(grid.lats), np.rad2deg(grid.lons)
+    values = 55000.0 + 100.0 * np.cos(3 * np.deg2rad(lon))[None, :] + 0.0 * lat[:, None]
+    field = xr.DataArray(values, dims=("latitude", "longitude"), coords={"latitude": lat, "longitude": lon})
+    spectrum = zonal_energy_spectrum(field)
+    band = zonal_spectrum_band(spectrum, (30.0, 60.0))
+    peak = band.values.max(initial=0.0, where=np.arange(band.size) > 0)
+    assert peak > 1e10
+    assert band.values[1] < 1e-12 * peak  # no wave at the longest wavelength
+    rows = np.flatnonzero((np.abs(lat) >= 30) & (np.abs(lat) <= 60))
+    weights = np.cos(np.deg2rad(lat[rows]))
+    mean_power = np.average(spectrum.values[rows, 0], weights=weights)
+    np.testing.assert_allclose(band.values[0], mean_power, rtol=1e-12)
 
 
 def sh_power_by_torch_harmonics(values: np.ndarray, nlat: int, nlon: int, grid: str) -> np.ndarray:
