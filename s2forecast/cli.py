@@ -71,6 +71,11 @@ def _main(argv: list[str]) -> None:
             sys.exit(2)
         command = args.command
         BY_NAME[command].run(args)
+    except KeyboardInterrupt:  # Ctrl-C: the user's own stop, not a bug; outputs are written to survive it
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"s2forecast {command or ''}: interrupted\n".replace(" :", ":"))
+        sys.exit(130)  # 128 + SIGINT, as a shell reports it
     except Exception as error:
         message = user_error_message(error)
         if message is None:  # a bug: the traceback is what a report needs

@@ -70,6 +70,7 @@ from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty, wr
 from s2forecast.output import byte_size, check_target, warn_if_short_of_disk
 from s2forecast.provenance import history, python_call
 from s2forecast.times import format_time
+from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
 if TYPE_CHECKING:
@@ -96,7 +97,8 @@ ERA5_NAMES: dict[str, str] = {
 }
 SURFACE_GEOPOTENTIAL = "geopotential_at_surface"
 MEMBER_DIMS = ("number", "realization", "member")  # ensemble members: ECMWF/cfgrib, WeatherBench2 and CF, generic
-WB2_NAMES = frozenset({*ERA5_NAMES.values(), SURFACE_GEOPOTENTIAL})  # also read as they are (WB2's own files)
+# also read as they are (WB2's own files; WB2 accumulates precipitation over the 6 h step)
+WB2_NAMES = frozenset({*ERA5_NAMES.values(), SURFACE_GEOPOTENTIAL, "total_precipitation_6hr"})
 PRESSURE_LEVEL_VARIABLES = frozenset(ERA5_NAMES[short] for short in ("z", "t", "u", "v", "q", "w"))
 SOURCE = "ERA5 via the Copernicus Climate Data Store"
 ACKNOWLEDGEMENT = "Contains modified Copernicus Climate Change Service information"
@@ -117,7 +119,7 @@ def resolve_variables(names: Iterable[str]) -> dict[str, set[str]]:
     Raises:
         ValueError: a name is neither, listing the valid ones.
     """
-    known = set(ERA5_NAMES.values()) | {SURFACE_GEOPOTENTIAL}
+    known = WB2_NAMES
     selected = {}
     for name in names:
         if name in known:
@@ -168,6 +170,12 @@ def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
     """
     paths = set()
     for entry in inputs:
+        if is_url(entry) or any((Path(entry).expanduser() / name).is_file() for name in ("zarr.json", ".zgroup")):
+            raise UserError(
+                f"input {entry} is a zarr store or URL; convert-era5 converts the Climate Data Store's NetCDF or GRIB "
+                "files, and stats, fit, rollout and evaluate read such a store as it is (README: Data researchers "
+                "already have)"
+            )
         path = Path(entry).expanduser()
         if path.is_dir():
             found = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
@@ -269,6 +277,10 @@ def _normalize_levels(ds: xr.Dataset, path: Path) -> xr.Dataset:
     if not names:
         return ds
     name = names[0]
+    if name not in ds.coords:
+        raise UserError(
+            f"{path}: dimension {name!r} has no coordinate values; add the pressure levels (hPa) as its coordinate"
+        )
     ds = _squeezed_to_dims(ds, [name])
     values = np.asarray(ds[name].values, dtype=np.float64)
     if str(ds[name].attrs.get("units", "")).strip() == "Pa":
@@ -458,10 +470,13 @@ def _merge_expver(ds: xr.Dataset) -> xr.Dataset:
 
 
 def _store_grid_order(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` with latitude north -> south and longitude ascending in [0, 360)."""
+    """``ds`` with latitude north -> south (sorted, when in no order: as the readers) and longitude
+    ascending in [0, 360)."""
     lat = np.asarray(ds["latitude"].values, dtype=np.float64)
-    if lat.size > 1 and lat[0] < lat[-1]:
+    if lat.size > 1 and lat[0] < lat[-1] and np.all(np.diff(lat) > 0):
         ds = ds.isel(latitude=slice(None, None, -1))
+    elif lat.size > 1 and not np.all(np.diff(lat) < 0):
+        ds = ds.isel(latitude=np.argsort(-lat, kind="stable"))
     lon = np.mod(np.asarray(ds["longitude"].values, dtype=np.float64), 360.0)
     order = np.argsort(lon, kind="stable")
     if np.any(order != np.arange(lon.size)):
@@ -480,6 +495,10 @@ def _normalize(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Datas
     for name in ("latitude", "longitude"):
         if name not in ds.dims:
             raise UserError(f"{path} has no {name!r} dimension; its dims are {dict(ds.sizes)}")
+        if name not in ds.coords:
+            raise UserError(
+                f"{path}: dimension {name!r} has no coordinate values; add them (degrees) as its coordinate"
+            )
     ds = _normalize_levels(ds, path)
     ds, has_members = _select_member(ds, path, member)
     ds = _store_grid_order(ds)

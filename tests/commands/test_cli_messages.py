@@ -302,6 +302,19 @@ def test_raised_user_error_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "s2forecast grid: error: --nlat 8 is too small for this; use --nlat 16 or more\n"
 
 
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("s2forecast.commands.grid.run", interrupted)
+    for extra, traceback in (([], False), (["--debug"], True)):
+        with pytest.raises(SystemExit) as exit_:
+            main(["grid", "--nlat", "8", "--nlon", "16", *extra])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 130 and err.endswith("s2forecast grid: interrupted\n")
+        assert err.startswith("Traceback") == traceback and (err.count("\n") == 1) != traceback
+
+
 def test_diverging_solver_is_one_line(tmp_path, capsys):
     """generate-swe on a 3x4 grid would blow up: refused before integrating, in one line."""
     argv = ["generate-swe", "--out", str(tmp_path / "s.zarr"), "--nlat", "3", "--nlon", "4", "--trajectories", "1"]

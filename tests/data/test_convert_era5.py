@@ -6,6 +6,7 @@ cfgrib produce, plus a committed slice of real ERA5 (``tests/data/era5_sample_sl
 """
 
 import argparse
+import re
 from pathlib import Path
 
 import numpy as np
@@ -495,6 +496,55 @@ def test_unknown_variable(tmp_path):
     path = cds_file(tmp_path / "u.nc", six_hourly("2020-01-01", 2), ("t2m", "cape"))
     with pytest.raises(ValueError, match=r"u\.nc: unknown variable 'cape'.*known ECMWF short names are z, t, u"):
         convert([path], tmp_path / "out.zarr")
+
+
+@pytest.mark.parametrize(
+    ("dim", "message"),
+    [
+        ("pressure_level", r"dimension 'pressure_level' has no coordinate values; add the pressure levels \(hPa\)"),
+        ("latitude", r"dimension 'latitude' has no coordinate values; add them \(degrees\)"),
+        ("longitude", r"dimension 'longitude' has no coordinate values; add them \(degrees\)"),
+    ],
+)
+def test_a_dimension_without_coordinate_values_is_refused(tmp_path, dim, message):
+    """Not levels 0, 1 hPa or a "regional grid" of 0..n-1 degrees: xarray's default index is no coordinate."""
+    path = cds_file(tmp_path / "full.nc", six_hourly("2020-01-01", 2), ("t",), levels=(850, 500))
+    with xr.open_dataset(path) as ds:
+        ds.load().drop_vars(dim).to_netcdf(tmp_path / "bare.nc")
+    before = (tmp_path / "bare.nc").read_bytes()
+    with pytest.raises(UserError, match=message):
+        convert([tmp_path / "bare.nc"], tmp_path / "out.zarr")
+    assert not (tmp_path / "out.zarr").exists() and (tmp_path / "bare.nc").read_bytes() == before
+
+
+def test_weatherbench2_names_include_six_hour_precipitation(tmp_path):
+    times = six_hourly("2020-01-01", 2)
+    values = np.random.default_rng(0).gamma(1.0, 0.001, (2, LAT.size, LON.size)).astype(np.float32)
+    ds = xr.Dataset(
+        {"total_precipitation_6hr": (("time", "latitude", "longitude"), values, {"units": "m"})},
+        coords={"time": times, "latitude": LAT, "longitude": LON},
+    )
+    ds.to_netcdf(tmp_path / "tp6.nc")
+    for variables in (None, ["total_precipitation_6hr"]):
+        out = convert([tmp_path / "tp6.nc"], tmp_path / f"{variables is None}.zarr", variables=variables)
+        np.testing.assert_array_equal(open_store(out)["total_precipitation_6hr"].values, values)
+
+
+def test_a_zarr_store_or_url_as_input_says_what_reads_it(tmp_path):
+    store = tmp_path / "wb2.zarr"
+    xr.Dataset({"t": ("x", np.zeros(2))}).to_zarr(store, zarr_format=2)
+    for entry in (str(store), "gs://weatherbench2/datasets/era5/x.zarr", "https://example.org/era5.zarr"):
+        with pytest.raises(UserError, match=rf"input {re.escape(entry)} is a zarr store or URL; convert-era5 conv"):
+            convert([entry], tmp_path / "out.zarr")
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_latitudes_in_no_order_are_sorted_as_the_readers_do(tmp_path):
+    shuffled = LAT[[2, 0, 4, 1, 3]]
+    path = cds_file(tmp_path / "shuffled.nc", six_hourly("2020-01-01", 2), ("t2m",), lat=shuffled)
+    ds = open_store(convert([path], tmp_path / "out.zarr"))
+    np.testing.assert_array_equal(ds["latitude"].values, LAT)
+    xr.testing.assert_equal(ds["2m_temperature"].reset_coords(drop=True), source([path], "t2m").reset_coords(drop=True))
 
 
 def test_inconsistent_grids(tmp_path):
