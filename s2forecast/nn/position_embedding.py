@@ -66,7 +66,9 @@ def real_spherical_harmonics(grid: Grid, count: int) -> torch.Tensor:
 class SpectralPositionEmbedding(GeometricBuffers):
     """Spectral APE of the attention paper's spherical transformer: channel c carries the real
     spherical harmonic of degree floor(sqrt(c)), order c - l^2 - l, scaled to max |.| = 1;
-    fixed, no parameters."""
+    fixed, no parameters. A harmonic that vanishes at every grid point (sin(m lon) at the
+    longitudes' Nyquist order m = nlon / 2, P_l at the Gauss nodes of l = nlat) gives a zero
+    channel, not its round-off scaled to 1."""
 
     acts_on = "tokens"
 
@@ -78,7 +80,9 @@ class SpectralPositionEmbedding(GeometricBuffers):
 
     def _geometry(self) -> dict[str, torch.Tensor]:
         harmonics = real_spherical_harmonics(self.grid, self.channels)
-        return {"embedding": harmonics / harmonics.abs().amax(dim=(-1, -2), keepdim=True)}
+        peak = harmonics.abs().amax(dim=(-1, -2), keepdim=True)
+        # orthonormal harmonics peak at O(1) (at least 1 / sqrt(4 pi)): 1e-8 is round-off, not a field
+        return {"embedding": torch.where(peak > 1e-8, harmonics / peak.clamp_min(1e-8), 0.0)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (batch, channels, nlat, nlon)."""

@@ -272,6 +272,17 @@ def test_spectral_embedding_channels_are_the_named_harmonics():
     assert torch.allclose(embedding.abs().amax(dim=(1, 2)), torch.ones(25))
 
 
+def test_spectral_embedding_channels_that_vanish_on_the_grid_are_zero():
+    """sin(8 lon) is zero at 16 longitudes (channel 64: l = 8, m = -8): a zero channel, not its
+    round-off (1e-15) scaled to max 1; every other channel peaks at 1."""
+    grid = Grid(8, 16)
+    raw = real_spherical_harmonics(grid, 65).abs().amax(dim=(1, 2))
+    assert raw[64] < 1e-12
+    embedding = SpectralPositionEmbedding(65, grid).embedding
+    assert torch.equal(embedding[64], torch.zeros(8, 16))
+    assert torch.allclose(embedding[:64].abs().amax(dim=(1, 2)), torch.ones(64))
+
+
 def test_relative_position_bias_table_lookup():
     grid = Grid(4, 6)
     rpe = RelativePositionBias(2, grid)
