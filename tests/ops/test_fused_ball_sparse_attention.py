@@ -168,17 +168,42 @@ def test_cuda_128x256_matches_reference(dtype, atol, window):
 
 
 @pytest.mark.cuda
-def test_cuda_quarter_degree_runs_and_matches_reference():
+def test_cuda_quarter_degree_runs_and_matches_reference(monkeypatch):
     """0.25 degree (1,038,240 points), multi-level compression: forward and backward on the fused
-    path, compared with the PyTorch path in float32."""
+    path, compared with the PyTorch path in float32.
+
+    Both run the same selection code on the same inputs, so they must select the same blocks
+    (checked first: a near tie flipped by nondeterministic arithmetic would move a query's whole
+    selection branch). With the selection fixed, float32 is far inside the tolerance: the
+    PyTorch path in float32 against itself in float64 differs by 1.6e-5 at most (dk, dv) at
+    361x720 on CPU, where float32 and float64 selections differ for ~20 query groups."""
+    import importlib
+
+    module = importlib.import_module("s2forecast.ops.ball_sparse_attention")
+    descend, selections = module.descend_select_blocks, []
+
+    def recorded(*args, **kwargs):
+        selections.append(descend(*args, **kwargs))
+        return selections[-1]
+
+    monkeypatch.setattr(module, "descend_select_blocks", recorded)
     grid = Grid(721, 1440)
     inputs = random_qkv(grid, batch=1, heads=4, head_dim=16)
     grad_out = torch.randn_like(inputs[2])
     fused = outputs_and_grads(inputs, grid, grad_out, backend="fused", compression_window=256)
     reference = outputs_and_grads(inputs, grid, grad_out, backend="reference", compression_window=256)
+    (fused_blocks, fused_ok), (reference_blocks, reference_ok) = selections
+    differ = (fused_blocks != reference_blocks) | (fused_ok != reference_ok)
+    assert not differ.any(), f"the two runs selected other blocks for {int(differ.any(-1).sum())} query groups"
     for name, got, want in zip(["out", "dq", "dk", "dv"], fused, reference, strict=True):
-        error = (got - want).abs().max().item()
-        assert error <= 1e-3, f"{name}: max error {error:.2e}"
+        error = (got - want).abs()
+        bad = ~(error <= 1e-3)  # NaN counts as bad
+        where = bad.nonzero()[:3].tolist()
+        assert not bad.any(), (
+            f"{name}: max error {error.nan_to_num(float('inf')).max().item():.2e} at {int(bad.sum())} of "
+            f"{error.numel()} entries ({int(got.isnan().sum())} NaN fused, {int(want.isnan().sum())} NaN reference), "
+            f"first at (batch, head, point, channel) {where}; max |{name}| {want.abs().max().item():.3g}"
+        )
 
 
 def test_autotune_skips_tiles_taller_than_a_query_tile():
