@@ -39,6 +39,7 @@ from s2forecast.evaluation.metrics import (
     check_members,
     coordinate_tolerance,
     member_dim,
+    truth_available,
 )
 from s2forecast.evaluation.regions import (
     LAND_REGIONS,
@@ -195,7 +196,9 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     truth = truth.drop_vars("written", errors="ignore")
     if all(dim in truth.coords for dim in SPATIAL_DIMS):  # else _check_grid names the missing one
         truth = to_model_order(truth)
-    along_time = [name for name, coord in truth.coords.items() if INIT_DIM in coord.dims and name != INIT_DIM]
+    # a store of trajectories keeps its ``trajectory``: a valid time of another one is no truth (``truth_available``)
+    kept = (INIT_DIM, "trajectory")
+    along_time = [name for name, c in truth.coords.items() if INIT_DIM in c.dims and name not in kept]
     return truth.drop_vars(along_time)
 
 
@@ -290,7 +293,7 @@ def _check_some_valid_time_in_truth(forecast: xr.Dataset, truth: xr.Dataset, tru
     (some valid times missing is a warning: ``count_init_times_with_truth``)."""
     valid = forecast[INIT_DIM].values[:, None] + forecast[LEAD_DIM].values[None, :]
     times = truth[INIT_DIM].values
-    if np.isin(valid, times).any():
+    if truth_available(truth, forecast[INIT_DIM].values, forecast[LEAD_DIM].values).any():
         return
     held = f"{format_times(times.min())} .. {format_times(times.max())}" if times.size else "no time"
     raise UserError(
@@ -461,12 +464,13 @@ def _open_climatology(
 
 
 def count_init_times_with_truth(
-    init_times: np.ndarray, leads: np.ndarray, truth_times: np.ndarray, truth_name: str
+    init_times: np.ndarray, leads: np.ndarray, truth: xr.Dataset, truth_name: str
 ) -> np.ndarray:
-    """(n_lead,) init times per lead whose valid time is in the truth; warns (:class:`MissingTruthWarning`)
-    about the rest, and about init times without truth (persistence NaN)."""
-    valid = init_times[:, None] + leads[None, :]
-    available = np.isin(valid, truth_times)
+    """(n_lead,) init times per lead whose valid time is in the truth (``truth_available``: in a store of
+    trajectories, in the init time's); warns (:class:`MissingTruthWarning`) about the rest, and about
+    init times without truth (persistence NaN)."""
+    truth_times = truth[INIT_DIM].values
+    available = truth_available(truth, init_times, leads)
     counts = available.sum(axis=0)
     if not available.all():
         empty = [lead_hours(lead) for lead, n in zip(leads, counts, strict=True) if n == 0]
@@ -666,4 +670,4 @@ class EvaluationInputs:
         """(lead,) init times whose valid time is in the truth; warns about the valid times it lacks
         (:func:`count_init_times_with_truth`)."""
         init_times, leads = self.forecast[INIT_DIM].values, self.forecast[LEAD_DIM].values
-        return count_init_times_with_truth(init_times, leads, self.truth[INIT_DIM].values, self.truth_name)
+        return count_init_times_with_truth(init_times, leads, self.truth, self.truth_name)

@@ -30,7 +30,10 @@ Missing truth: a valid time ``t + tau`` absent from the truth's ``time`` coordin
 reported, not dropped silently. :func:`truth_at_valid_times` fills it with NaN; the metrics
 average each lead only over the init times whose valid time is in the truth, return NaN
 for a lead with no truth at all, attach the number of init times used per lead as the
-coordinate ``n_init_times`` and emit a :class:`MissingTruthWarning`. NaN *values* inside
+coordinate ``n_init_times`` and emit a :class:`MissingTruthWarning`. In a truth of separate
+trajectories (a ``trajectory`` coordinate along ``time``: s2forecast's shallow-water stores) a valid
+time in another trajectory than its init time's is missing truth too: another run, not this
+forecast's future. NaN *values* inside
 the data (as opposed to missing times) propagate to the metric unless ``skipna=True``,
 which then skips them in the spatial mean only.
 """
@@ -302,7 +305,8 @@ def truth_at_valid_times(truth: Data, forecast: Data) -> Data:
     """
     _check_forecast(forecast)
     _check_truth(truth)
-    truth = align_like(truth, forecast, "truth")
+    available = _truth_available(truth, forecast)
+    truth = align_like(truth.drop_vars("trajectory", errors="ignore"), forecast, "truth")
     valid = valid_times(forecast)
     per_lead = []
     for k in range(forecast.sizes[LEAD_DIM]):
@@ -310,13 +314,35 @@ def truth_at_valid_times(truth: Data, forecast: Data) -> Data:
         per_lead.append(at_lead.assign_coords({INIT_DIM: forecast[INIT_DIM].values}))
     out = xr.concat(per_lead, dim=forecast[LEAD_DIM], coords="minimal", compat="override", join="override")
     out = out.transpose(INIT_DIM, LEAD_DIM, ...)
+    if not bool(available.all()):  # present in another trajectory only: no truth for this forecast
+        out = out.where(available)
     return out.assign_coords(valid_time=valid)
 
 
+def truth_available(truth: Data, init: np.ndarray, leads: np.ndarray) -> np.ndarray:
+    """(init, lead) bool: has ``truth`` the valid time ``init + lead`` (datetime64, timedelta64), in
+    the init time's trajectory when the truth has a ``trajectory`` coordinate along ``time`` (an
+    init time not in the truth: any trajectory)."""
+    times = truth[INIT_DIM].values
+    valid = np.asarray(init)[:, None] + np.asarray(leads)[None, :]
+    present = np.isin(valid, times)
+    if "trajectory" not in truth.coords or truth["trajectory"].dims != (INIT_DIM,):
+        return present
+    order = np.argsort(times, kind="stable")
+    sorted_times, trajectories = times[order], truth["trajectory"].values[order]
+
+    def trajectory_of(t: np.ndarray) -> np.ndarray:
+        position = np.searchsorted(sorted_times, t).clip(max=sorted_times.size - 1)
+        return np.where(sorted_times[position] == t, trajectories[position], -1)
+
+    own = trajectory_of(np.asarray(init))[:, None]
+    return present & ((trajectory_of(valid) == own) | (own < 0))
+
+
 def _truth_available(truth: Data, forecast: Data) -> xr.DataArray:
-    """(time, prediction_timedelta) bool: is the valid time present in ``truth.time``."""
+    """(time, prediction_timedelta) bool: :func:`truth_available` for the forecast's times."""
     valid = valid_times(forecast)
-    present = np.isin(valid.values, truth[INIT_DIM].values)
+    present = truth_available(truth, forecast[INIT_DIM].values, forecast[LEAD_DIM].values)
     return xr.DataArray(present, dims=valid.dims, coords={INIT_DIM: valid[INIT_DIM], LEAD_DIM: valid[LEAD_DIM]})
 
 

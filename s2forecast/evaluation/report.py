@@ -15,7 +15,14 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.evaluation.inputs import land_sea_mask, lead_hours
-from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, MissingTruthWarning, member_dim, truth_at_valid_times
+from s2forecast.evaluation.metrics import (
+    INIT_DIM,
+    LEAD_DIM,
+    MissingTruthWarning,
+    member_dim,
+    truth_at_valid_times,
+    truth_available,
+)
 from s2forecast.evaluation.scoring import LEAD_TIME
 
 # rank: the rank histogram's (members below the truth, on its rows, metric "rank_histogram"); empty on the scores'
@@ -198,7 +205,7 @@ def write_plots(
     files = []
     init = forecast[INIT_DIM].values[:1]
     valid = init[0] + map_leads
-    present = valid[np.isin(valid, truth[INIT_DIM].values)]
+    present = valid[truth_available(truth, init, map_leads)[0]]
     coast = land_sea_mask(truth)
     region = shown_region(metrics)
     for v in variables:
@@ -295,11 +302,10 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
     """
     from s2forecast.evaluation import spectra
 
-    truth_times = truth[INIT_DIM].values
     init_times = forecast[INIT_DIM].values
     chosen = []  # per lead: the init times averaged
     for lead in leads:
-        have = init_times[np.isin(init_times + lead, truth_times)]
+        have = init_times[truth_available(truth, init_times, np.array([lead]))[:, 0]]
         positions = np.round(np.linspace(0, have.size - 1, min(SPECTRA_INITS, have.size))).astype(int)
         chosen.append(have[np.unique(positions)])
     counts = np.array([c.size for c in chosen])

@@ -66,6 +66,7 @@ from s2forecast.evaluation.metrics import (
     metric_units,
     persistence_forecast,
     truth_at_valid_times,
+    truth_available,
 )
 from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
@@ -123,7 +124,7 @@ def _aligned_block(forecast, truth, clim, init, leads, levels):
     plain_order = [d for d in order if d != member] + ["latitude", "longitude"]
     arrays = {name: data.transpose(*plain_order).values for name, data in
               (("truth", observed), ("persistence", persistence), ("climatology", climatology))}  # fmt: skip
-    available = np.isin(init[:, None] + leads[None, :], truth[INIT_DIM].values)
+    available = truth_available(truth, init, leads)
     return forecast.values, arrays, available
 
 

@@ -260,6 +260,33 @@ def test_swe_store_with_trajectories(tmp_path):
     assert len(metrics.attrs["plot_files"]) == 5  # scores, spectra, maps; a scorecard per baseline
 
 
+def test_a_valid_time_in_another_trajectory_is_no_truth(tmp_path):
+    """A forecast from the last time of trajectory 0 run 12 h reaches 2000-01-02T00, the first time of
+    trajectory 1: another run, not its future. It counts as missing truth (it was scored: RMSE 36.6
+    at such leads against 2.8 at 1 h in a review's SWE rollout)."""
+    rng = np.random.default_rng(4)
+    times = pd.date_range("2000-01-01", periods=13, freq="h").append(pd.date_range("2000-01-02", periods=13, freq="h"))
+    truth = xr.Dataset(
+        {"vorticity": (("time", "latitude", "longitude"), 1e-5 * rng.normal(size=(times.size, LAT.size, LON.size)))},
+        coords={"time": times, "trajectory": ("time", np.repeat([0, 1], 13)), "latitude": LAT, "longitude": LON},
+        attrs={"grid_kind": "equiangular", "s2forecast_complete": "true"},
+    )
+    store = tmp_path / "swe.zarr"
+    truth.to_zarr(store, zarr_format=3, consolidated=True)
+
+    def forecast(inits):
+        leads = pd.to_timedelta([1, 12], unit="h")
+        at_init = truth.sel(time=inits).drop_vars("trajectory")
+        return at_init.expand_dims(prediction_timedelta=leads).transpose("time", ...)
+
+    with pytest.warns(MissingTruthWarning, match="no data at 2 of 4 .init time, lead. valid times"):
+        both = evaluate(forecast(times[[0, 12]]), store, tmp_path / "both.nc", plots=False, progress=False)
+    np.testing.assert_array_equal(both["n_init_times"].values, [1, 1])
+    first = evaluate(forecast(times[[0]]), store, tmp_path / "first.nc", plots=False, progress=False)
+    rmse = [score(metrics, "vorticity", "rmse", "forecast") for metrics in (both, first)]
+    np.testing.assert_allclose(*rmse, rtol=1e-12)
+
+
 # --- outputs -------------------------------------------------------------------------------------
 
 
