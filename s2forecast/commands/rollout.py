@@ -123,19 +123,23 @@ def run(args: argparse.Namespace) -> None:
         nan_policy=args.nan, other_grid=args.other_grid, store_stats=args.store_stats, members=args.members,
         perturbation=args.perturbation, perturbation_scale=args.perturbation_scale, ic_members=args.ic_members,
         seed=args.seed, overwrite=args.overwrite, storage_options=args.storage_options, shards=args.shards or 0,
+        skip_without_inputs=not args.init_times and args.every is None,  # a range: its store times that can start
     )  # fmt: skip
     available = source_times(args.store, args.storage_options)  # after the options: bad ones fail before any read
     times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     ranks = Ranks.from_environment()  # torchrun / srun: every process runs this command, rank 0 reports
     out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, not args.no_progress, ranks)
     if ranks.rank == 0:
-        print(f"wrote {out}: {len(times)} initialization times x {args.steps} steps{written_members(out, fmt)}")
+        print(f"wrote {out}: {written_sizes(out, fmt)}")
 
 
-def written_members(out, fmt: str) -> str:
-    """`` x K members`` of an ensemble forecast file (K: its realization size), else nothing."""
+def written_sizes(out, fmt: str) -> str:
+    """``N initialization times x S steps[ x K members]`` of the forecast file written (a range may
+    have left some store times out: ``RolloutOptions.skip_without_inputs``)."""
     import xarray as xr
 
     with xr.open_zarr(out) if fmt == "zarr" else xr.open_dataset(out) as written:
-        members = written.sizes.get("realization", 0)
-    return f" x {members} members" if members else ""
+        sizes = dict(written.sizes)
+    members = sizes.get("realization", 0)
+    steps = sizes["prediction_timedelta"]
+    return f"{sizes['time']} initialization times x {steps} steps" + (f" x {members} members" if members else "")

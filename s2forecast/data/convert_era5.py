@@ -308,8 +308,15 @@ def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
     ``time`` (one initialization), ``step`` becomes the time dimension.
 
     Raises:
-        UserError: no time steps, missing (NaT) times, or times that are not dates.
+        UserError: no time steps, missing (NaT) times, times that are not dates, or a forecast
+            file's leads (``prediction_timedelta``/``lead_time``: one lead of initial conditions is asked).
     """
+    leads = [name for name in ("prediction_timedelta", "lead_time") if name in ds.dims and ds.sizes[name] > 1]
+    if leads:
+        raise UserError(
+            f"{path} is a forecast file of {ds.sizes[leads[0]]} leads ({leads[0]!r}); initial conditions are states "
+            f"at their times: select one lead first, e.g. ds.isel({leads[0]}=-1)"
+        )
     if "valid_time" in ds.dims:
         drop = [name for name in ("time", "step") if name in ds.coords and name not in ds.dims]
         ds = ds.drop_vars(drop).rename({"valid_time": "time"})

@@ -95,9 +95,9 @@ def zarr_template(layout: ChannelLayout, init_times, leads, lat, lon, units, att
     coords = {"time": init_times, "prediction_timedelta": leads, "latitude": lat, "longitude": lon,
               "valid_time": (dims, init_times[:, None] + leads[None, :])}  # fmt: skip
     if n_levels:
-        coords["level"] = np.array(layout.levels)
+        coords["level"] = np.array(layout.levels, dtype=np.int32)  # as the NetCDF file's: the same read back
     if members:
-        coords[MEMBER_DIM] = np.arange(members)
+        coords[MEMBER_DIM] = np.arange(members, dtype=np.int32)
     coords = {name: xr.Variable(*(value if isinstance(value, tuple) else (name, value)), COORDINATE_ATTRS[name])
               for name, value in coords.items()}  # fmt: skip
     return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -320,6 +320,24 @@ class InitialConditions:
             for t0 in init_times:
                 input_indices(dataset, t0, self.source if converted else None)
 
+    def with_inputs(self, init_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``init_times`` split into those whose inputs are all in the store(s) (``input_indices``)
+        and the others, each in the given order.
+
+        Raises:
+            ValueError: none of them has its inputs (the error of the first).
+        """
+        has = np.ones(len(init_times), dtype=bool)
+        first_error = None
+        for i, t0 in enumerate(init_times):
+            try:
+                self.check(np.asarray([t0]))
+            except UserError as error:
+                has[i], first_error = False, first_error or error
+        if not has.any():
+            raise first_error
+        return init_times[has], init_times[~has]
+
     def check_unchanged(self) -> None:
         """Raises ValueError if the store was rewritten since it was opened (a URL is not checked)."""
         for dataset in self.datasets:

@@ -18,6 +18,7 @@ batches of initialization times into one zarr store that rank 0 creates and comm
 
 import json
 import math
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,7 +43,7 @@ from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import Output, byte_size, file_sha256, warn_if_short_of_disk
 from s2forecast.provenance import describe_input, history, python_call
-from s2forecast.times import check_span, format_time, parse_end, parse_time
+from s2forecast.times import check_span, format_time, format_times, parse_end, parse_time
 from s2forecast.user_errors import UserError
 
 __all__ = ["RolloutOptions", "as_init_times", "checkpoint_stats", "init_times_from", "load_forecaster", "open_inputs",
@@ -81,6 +82,10 @@ class RolloutOptions:
         shards: with fmt "zarr", initialization times per zarr v3 shard (one file holds that many
             initialization times, every member, at one lead); 0: one file per chunk. It must
             divide ``batch_size``, so that each batch writes whole shards.
+        skip_without_inputs: leave out, with a warning, the initialization times whose inputs are
+            not all in the store (the first ``history - 1`` times of the record or of each SWE
+            trajectory) instead of refusing them: ``--start``/``--end`` without ``--every`` asks for
+            every store time in the range that can start a forecast.
     """
 
     fmt: str = "netcdf"
@@ -98,6 +103,7 @@ class RolloutOptions:
     overwrite: bool = False
     storage_options: dict | None = None
     shards: int = 0
+    skip_without_inputs: bool = False
 
     def __post_init__(self):
         if self.fmt not in ("netcdf", "zarr"):
@@ -361,6 +367,15 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
 
         model, opened = collectively(ranks, load)
         with opened as initial:
+            if options.skip_without_inputs:
+                init_times, left_out = collectively(ranks, lambda: initial.with_inputs(init_times))
+                if first and left_out.size:
+                    warnings.warn(
+                        f"left out {left_out.size} of the {left_out.size + init_times.size} store times in the range "
+                        f"({format_times(left_out, limit=3)}): their {model.data.history} input state(s) are not all "
+                        "in the store (the start of the record, or of a trajectory)",
+                        stacklevel=2,
+                    )
             if options.store_stats:
                 model = with_store_statistics(model, initial.dataset.stats, source)
             members = collectively(ranks, lambda: ensemble_size(options, len(initial.datasets), model.stochastic))

@@ -539,6 +539,23 @@ def test_a_zarr_store_or_url_as_input_says_what_reads_it(tmp_path):
     assert not (tmp_path / "out.zarr").exists()
 
 
+def test_a_forecast_file_of_several_leads_names_the_lead_to_select(tmp_path):
+    """rollout's own forecast file given back as initial conditions (--store forecast.nc)."""
+    values = np.full((1, 2, LAT.size, LON.size), 280.0, np.float32)
+    ds = xr.Dataset(
+        {"2m_temperature": (("time", "prediction_timedelta", "latitude", "longitude"), values, {"units": "K"})},
+        coords={"time": six_hourly("2020-01-01", 1), "prediction_timedelta": np.array([6, 12], "timedelta64[h]"),
+                "latitude": LAT, "longitude": LON},
+    )  # fmt: skip
+    ds.to_netcdf(tmp_path / "forecast.nc")
+    with pytest.raises(
+        UserError,
+        match=r"forecast\.nc is a forecast file of 2 leads \('prediction_timedelta'\); "
+        r"initial conditions .* select one lead first, e\.g\. ds\.isel\(prediction_timedelta=-1\)",
+    ):
+        convert([tmp_path / "forecast.nc"], tmp_path / "out.zarr")
+
+
 def test_latitudes_in_no_order_are_sorted_as_the_readers_do(tmp_path):
     shuffled = LAT[[2, 0, 4, 1, 3]]
     path = cds_file(tmp_path / "shuffled.nc", six_hourly("2020-01-01", 2), ("t2m",), lat=shuffled)

@@ -96,6 +96,10 @@ def test_netcdf_and_zarr_coordinates_carry_the_same_cf_attributes(tmp_path):
             assert " since " in ds[name].encoding["units"] and ds[name].encoding["calendar"], (fmt, name)
         assert ds["prediction_timedelta"].dtype.kind == "m" and ds["time"].dtype.kind == "M", fmt
     np.testing.assert_array_equal(opened["netcdf"]["valid_time"].values, opened["zarr"]["valid_time"].values)
+    # the same dtypes too (assert_identical does not compare them): int32 level and realization in both
+    # (times decode at the resolution xarray picks for each format)
+    dtypes = {fmt: {name: str(ds[name].dtype) for name in ("level", MEMBER_DIM)} for fmt, ds in opened.items()}
+    assert dtypes["netcdf"] == dtypes["zarr"] == {"level": "int32", MEMBER_DIM: "int32"}
 
 
 @pytest.mark.parametrize(

@@ -243,3 +243,34 @@ def test_a_history_that_would_span_two_trajectories_is_refused(tmp_path):
         "of the store than it (trajectory 1 starts at 2000-01-02T00); samples never span two trajectories: start 1 "
         "step(s) or more after a trajectory's start"
     )
+
+
+def test_a_range_of_store_times_leaves_out_those_without_their_history(tmp_path, monkeypatch, capsys):
+    """--start/--end without --every: every store time in the range that can start a forecast. A history-2
+    model on two trajectories leaves out each one's first time (its history is missing or another
+    run's) with a warning; the same times listed with --init-times are refused."""
+    from s2forecast.cli import main
+    from s2forecast.data import generate_swe
+
+    store = generate_swe(tmp_path / "swe.zarr", 8, 16, trajectories=2, steps=5, dt_hours=4.0,
+                         solver_dt_seconds=3600, progress=False)  # fmt: skip
+    model = history_2_swe_model(step_hours=4.0).eval()
+    monkeypatch.setattr("s2forecast.inference.rollout.load_forecaster", lambda checkpoint, device="cpu": model)
+    checkpoint = tmp_path / "model.ckpt"
+    checkpoint.write_bytes(b"read through the patched load_forecaster")
+    args = ["rollout", "--ckpt", checkpoint, "--store", store, "--steps", "1", "--no-progress"]
+    out = tmp_path / "range.nc"
+    left_out = (
+        r"left out 2 of the 12 store times in the range \(2000-01-01T00, 2000-01-02T00\): their 2 input state\(s\) "
+        r"are not all in the store \(the start of the record, or of a trajectory\)"
+    )
+    with pytest.warns(UserWarning, match=left_out):
+        main([str(a) for a in [*args, "--start", "2000-01-01", "--end", "2000-01-02", "--out", out]])
+    assert capsys.readouterr().out == f"wrote {out}: 10 initialization times x 1 steps\n"
+    with xr.open_dataset(out) as written:
+        times = xr.open_zarr(store)["time"].values
+        np.testing.assert_array_equal(written["time"].values, np.delete(times, [0, 6]))
+    with pytest.raises(SystemExit) as exit:
+        main([str(a) for a in [*args, "--init-times", "2000-01-02T00", "--out", tmp_path / "listed.nc"]])
+    assert exit.value.code == 2 and "is in another trajectory of the store" in capsys.readouterr().err
+    assert not (tmp_path / "listed.nc").exists()
