@@ -9,6 +9,7 @@ lack ``static_mean`` and ``static_std``.
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 from s2forecast.geometry import Grid
+from s2forecast.user_errors import UserError
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class DataSpec:
                 object.__setattr__(self, name, tuple(value))
         if not isinstance(self.grid, Grid):
             object.__setattr__(self, "grid", Grid(*self.grid))
+        # a statistic per channel: a short one broadcasts silently (e.g. one mean for every channel)
+        per_channel = [("mean", self.channels), ("std", self.channels), ("tendency_std", self.channels)]
+        per_channel += [("static_mean", self.static_channels), ("static_std", self.static_channels)]
+        for name, channels in per_channel:
+            value = getattr(self, name)
+            if value is not None and len(value) != len(channels):
+                raise UserError(f"data {name} has {len(value)} values for {len(channels)} channels {list(channels)}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "DataSpec":

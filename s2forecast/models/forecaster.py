@@ -4,7 +4,8 @@ A plain ``nn.Module`` (no Lightning): what inference loads (``Forecaster.from_ch
 what ``training.ForecastModule`` trains. One step maps ``history`` normalized states, the
 static fields and the forcings at the input times and at the target time to the next state: by
 default the network predicts the tendency in units of the tendency spread
-(x_next = x_last + net(...) * tendency_std / std), so an untrained model starts as persistence.
+(x_next = x_last + net(...) * tendency_std / std), so an untrained model starts near persistence
+(a random tendency of about the tendencies' spread).
 ``rollout`` is a generator over that step (as graphcast's rollout), yielding one lead at a
 time: training differentiates through it, inference writes each lead as it comes.
 ``ensemble_rollout`` rolls every sample out as ``members`` members of a stochastic network
@@ -101,13 +102,23 @@ class Forecaster(nn.Module):
             raise UserError(f"{path} is not a checkpoint of s2forecast fit (no hyper_parameters or state_dict)")
         try:
             data = DataSpec.from_dict(hparams["data"])
+        except (TypeError, KeyError, UserError) as error:
+            raise UserError(f"{path} is not a forecaster checkpoint: {_first_detail(error)}") from None
+        try:
             model = cls(
                 hparams.get("architecture", "spherical"), hparams.get("network"), data, hparams.get("residual", True)
             )
-            model.load_state_dict(forecaster_weights(state["state_dict"]))
+            missing, unexpected = model.load_state_dict(forecaster_weights(state["state_dict"]), strict=False)
+            if missing or unexpected:
+                raise KeyError(
+                    f"its weights do not fit this network: missing {sorted(missing)[:3]}, unexpected "
+                    f"{sorted(unexpected)[:3]} (a checkpoint of another s2forecast version or network)"
+                )
             model.static_fields = checkpoint_static_fields(state, model)
+        except UserError as error:  # e.g. network options this version does not have
+            raise UserError(f"{path}: {error} (a checkpoint of another s2forecast version?)") from None
         except (TypeError, RuntimeError, KeyError) as error:  # other options or weights than this version's
-            raise UserError(f"{path} is not a forecaster checkpoint: {str(error).splitlines()[0]}") from None
+            raise UserError(f"{path} is not a forecaster checkpoint: {_first_detail(error)}") from None
         return model.to(map_location).eval()
 
     def bound_to_grid(self) -> str | None:
@@ -260,3 +271,11 @@ def forecaster_weights(state_dict: dict) -> dict:
         elif key.startswith("net."):
             weights[key] = value
     return weights
+
+
+def _first_detail(error: BaseException) -> str:
+    """The first line of ``error`` that says what is wrong: torch's load_state_dict puts a header
+    ("Error(s) in loading state_dict for ...:") before the mismatched weight."""
+    lines = [line.strip() for line in str(error).strip("'\"").splitlines() if line.strip()]
+    details = [line for line in lines if not line.startswith("Error(s) in loading state_dict")]
+    return (details or lines or [type(error).__name__])[0]

@@ -10,6 +10,7 @@ the option.
 import inspect
 import types
 import typing
+import warnings
 
 from s2forecast.user_errors import UserError
 
@@ -39,11 +40,38 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
     if values.get("global_every") is not None and values["global_every"] < 1:
         raise UserError(f"network option global_every must be >= 1 or null, got {values['global_every']}")
     check_nested_options(values)
+    for name, why in inert_options(architecture, values, options):
+        warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=3)
     if values["embed_dim"] % values["num_heads"]:
         raise UserError(
             f"network option embed_dim={values['embed_dim']} is not divisible by num_heads={values['num_heads']}: "
             "each head takes an equal share of the width"
         )
+
+
+def inert_options(architecture: str, values: dict, given: dict) -> list[tuple[str, str]]:
+    """The options of ``given`` that the settings of ``values`` (given options over the defaults)
+    leave unused, each with why: a config that sets them believes it changed something."""
+    attention = values.get("attention")
+    kinds = set(attention) if isinstance(attention, list) else {attention}
+    if isinstance(attention, str) and values.get("global_every"):
+        kinds.add("global")
+    stochastic = values.get("noise_channels", 0) > 0
+    rules = {
+        "spherical": {
+            "global_every": (isinstance(attention, list), "attention is a per-layer list"),
+            "theta": ("neighborhood" not in kinds, "no layer has neighborhood attention"),
+            "backend": ("neighborhood" not in kinds, "no layer has neighborhood attention"),
+            "ball_options": ("ball" not in kinds, "no layer has ball attention"),
+            "noise_kind": (not stochastic, "noise_channels is 0"),
+            "noise_injection": (not stochastic, "noise_channels is 0"),
+            "noise_correlation": (not stochastic, "noise_channels is 0"),
+            "noise_alpha": (not stochastic or values.get("noise_kind") == "vector", "only field noise has a spectrum"),
+            "noise_tau": (not stochastic or values.get("noise_kind") == "vector", "only field noise has a spectrum"),
+        },
+        "planar": {"window": (attention == "global", "attention is global")},
+    }.get(architecture, {})
+    return [(name, why) for name, (unused, why) in rules.items() if name in given and unused]
 
 
 # arguments the network itself gives the layers: not settable through ``*_options``

@@ -100,6 +100,10 @@ class PlanarTransformer(nn.Module):
         self.patches = (-(-grid.nlat // patch_size), -(-grid.nlon // patch_size))
         self.embed = nn.Conv2d(in_channels, embed_dim, patch_size, stride=patch_size)
         absolute = position_embedding == "ape"
+        if position_embedding in ("ape", "none") and position_embedding_options:  # as build_position_embedding
+            raise UserError(
+                f"position embedding {position_embedding!r} takes options [], got {sorted(position_embedding_options)}"
+            )
         self.position = nn.Parameter(torch.zeros(1, embed_dim, *self.patches)) if absolute else None
         mask = window_mask(*self.patches, window) if attention == "window" else None
         patch_grid = Grid(*self.patches, "equiangular-midpoint")

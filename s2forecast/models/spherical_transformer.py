@@ -45,9 +45,15 @@ NOISE_INJECTIONS = ("norm", "latent")
 GRID_BOUND_EMBEDDINGS = ("ape", "rpe", "rope")
 
 
+BASIS_CUTOFF_FACTORS = {"piecewise linear": 0.5, "morlet": 0.5, "harmonic": 0.5, "zernike": math.sqrt(2.0)}
+ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
+
+
 def disco_cutoff(nlat: int, kernel_shape: tuple[int, int], basis_type: str) -> float:
     """torch-harmonics' DISCO filter support radius for an nlat-row grid (radians)."""
-    factor = {"piecewise linear": 0.5, "morlet": 0.5, "harmonic": 0.5, "zernike": math.sqrt(2.0)}[basis_type]
+    if basis_type not in BASIS_CUTOFF_FACTORS:
+        raise UserError(f"network option basis_type must be one of {sorted(BASIS_CUTOFF_FACTORS)}, got {basis_type!r}")
+    factor = BASIS_CUTOFF_FACTORS[basis_type]
     return (kernel_shape[0] + 1) * factor * math.pi / float(nlat - 1)
 
 
@@ -74,7 +80,9 @@ class MLP(nn.Module):
     def __init__(self, channels: int, hidden: int, activation: str):
         super().__init__()
         self.fc1 = nn.Conv2d(channels, hidden, 1)
-        self.act = {"gelu": nn.GELU(), "relu": nn.ReLU(), "silu": nn.SiLU()}[activation]
+        if activation not in ACTIVATIONS:
+            raise UserError(f"network option activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.act = ACTIVATIONS[activation]()
         self.fc2 = nn.Conv2d(hidden, channels, 1)
 
     def forward(self, x):
@@ -289,8 +297,10 @@ class SphericalTransformer(nn.Module):
         dtype = x.dtype
         if self.noise is not None and noise is None:
             noise = self.sample_noise(x.shape[0])
-        with torch.autocast(x.device.type, enabled=False):  # DISCO and resampling in fp32
-            x = centres_to_edges(x.float()) if self.midpoint else x.float()
+        # DISCO and resampling in fp32 under autocast (float64 in a float64 module: gradchecks, references)
+        exact = torch.float64 if self.decoder.weight.dtype == torch.float64 else torch.float32
+        with torch.autocast(x.device.type, enabled=False):
+            x = centres_to_edges(x.to(exact)) if self.midpoint else x.to(exact)
             h = self.encoder(x)
         if self.position_embedding is not None:
             h = self.position_embedding(h)
@@ -300,7 +310,7 @@ class SphericalTransformer(nn.Module):
         for block in self.blocks:
             h = block(h, noise)
         with torch.autocast(x.device.type, enabled=False):
-            out = self.decoder(self.resample(h.float()))
+            out = self.decoder(self.resample(h.to(exact)))
             out = edges_to_centres(out) if self.midpoint else out
         return out.to(dtype)
 

@@ -222,6 +222,11 @@ class ForecastCLI(LightningCLI):
         without the default LearningRateMonitor in a run without a logger (Lightning's refuses
         such a run; it would log nowhere)."""
         trainer = super().instantiate_trainer(**kwargs)
+        if str(trainer.precision).startswith("64"):  # Lightning's double plugin cannot convert our frozen Batch
+            raise UserError(
+                f"trainer.precision {trainer.precision} (float64) is not supported for training; use 32-true, or "
+                "bf16-mixed / 16-mixed on a GPU"
+            )
         if not trainer.loggers:
             monitors = [c for c in self.trainer_defaults.get("callbacks", []) if isinstance(c, LearningRateMonitor)]
             trainer.callbacks = [c for c in trainer.callbacks if not any(c is monitor for monitor in monitors)]

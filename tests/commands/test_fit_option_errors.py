@@ -48,6 +48,11 @@ CASES = {
         "model.rollout_every_epochs must be >= 0",
         "got -1",
     ),
+    "precision 64-true": (  # Lightning's double plugin failed on the frozen Batch: "internal error"
+        ["--trainer.precision", "64-true"],
+        "trainer.precision 64-true (float64) is not supported for training",
+        "use 32-true",
+    ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],

@@ -67,6 +67,25 @@ def test_forecaster_from_checkpoint_is_the_trained_model(swe_store, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), module.parameters(), strict=True))
 
 
+def test_a_checkpoint_that_does_not_fit_says_what_does_not(mse_run_1_epoch, tmp_path):
+    """Not "Error(s) in loading state_dict for Forecaster:" alone; and statistics of the wrong length
+    were loaded and broadcast (one mean for every channel)."""
+    state = torch.load(mse_run_1_epoch.checkpoint, weights_only=True)
+    weight = next(key for key in state["state_dict"] if key.endswith("encoder.weight"))
+    cases = {
+        "missing.ckpt": (lambda s: s["state_dict"].pop(weight), rf"missing \['{weight.removeprefix('forecaster.')}'\]"),
+        "extra.ckpt": (lambda s: s["state_dict"].update({"forecaster.net.extra": torch.zeros(1)}), r"\['net.extra'\]"),
+        "mean.ckpt": (lambda s: s["hyper_parameters"]["data"].update(mean=[0.0]), r"data mean has 1 values for 3"),
+    }
+    for name, (damage, message) in cases.items():
+        damaged = torch.load(mse_run_1_epoch.checkpoint, weights_only=True)
+        damage(damaged)
+        torch.save(damaged, tmp_path / name)
+        with pytest.raises(ValueError, match=rf"{name} is not a forecaster checkpoint: .*{message}") as error:
+            Forecaster.from_checkpoint(tmp_path / name)
+        assert "\n" not in str(error.value)
+
+
 def test_not_a_forecaster_checkpoint(tmp_path):
     torch.save({"state_dict": {}, "hyper_parameters": {}}, tmp_path / "x.ckpt")
     with pytest.raises(ValueError, match="x.ckpt is not a checkpoint of s2forecast fit"):

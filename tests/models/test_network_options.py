@@ -2,6 +2,7 @@
 before any layer is built (not a TypeError or ZeroDivisionError from inside one)."""
 
 import pytest
+import torch
 
 from s2forecast.geometry import Grid
 from s2forecast.models import build_network
@@ -49,6 +50,16 @@ CASES = [
         {"position_embedding": "rope", "embed_dim": 16, "num_heads": 2, "position_embedding_options": {"base": -1}},
         "RoPE base must be > 1, got -1",
     ),
+    # looked up by name inside the layers: a KeyError traceback before
+    ("spherical", {"activation": "tanh"}, "network option activation must be one of ['gelu', 'relu', 'silu'], got"),
+    ("planar", {"activation": "tanh"}, "network option activation must be one of ['gelu', 'relu', 'silu'], got"),
+    ("spherical", {"basis_type": "zernikee"}, "network option basis_type must be one of ['harmonic', 'morlet',"),
+    # as the spherical network refuses it (options of an embedding that takes none were ignored)
+    (
+        "planar",
+        {"position_embedding": "ape", "position_embedding_options": {"mask": True}},
+        "position embedding 'ape' takes options [], got ['mask']",
+    ),
 ]
 
 
@@ -57,6 +68,38 @@ def test_bad_network_option_is_one_user_error(architecture, options, message):
     with pytest.raises(UserError) as error:
         build_network(architecture, Grid(8, 16), 3, 3, **options)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "architecture, options, message",
+    [
+        ("spherical", {"attention": "global", "theta": 0.3}, "theta has no effect: no layer has neighborhood"),
+        ("spherical", {"attention": "global", "backend": "reference"}, "backend has no effect: no layer has neigh"),
+        ("spherical", {"ball_options": {"top_k": 2}}, "ball_options has no effect: no layer has ball attention"),
+        ("spherical", {"attention": ["neighborhood"], "num_layers": 1, "global_every": 2},
+         "global_every has no effect: attention is a per-layer list"),
+        ("spherical", {"noise_correlation": 0.5}, "noise_correlation has no effect: noise_channels is 0"),
+        ("spherical", {"noise_channels": 2, "noise_kind": "vector", "noise_alpha": 1.0},
+         "noise_alpha has no effect: only field noise has a spectrum"),
+        ("planar", {"attention": "global", "window": 1}, "window has no effect: attention is global"),
+    ],
+)  # fmt: skip
+def test_an_option_its_settings_leave_unused_is_a_warning(architecture, options, message):
+    """Accepted (a checkpoint that has one still loads), but said: the config believes it changed something."""
+    with pytest.warns(UserWarning, match=f"network option {message}"):
+        build_network(architecture, Grid(8, 16), 3, 3, embed_dim=8, **options)
+
+
+def test_the_spherical_network_runs_in_float64():
+    """DISCO and resampling ran in float32 whatever the module's dtype: a float64 module failed."""
+    torch.manual_seed(0)
+    net = build_network("spherical", Grid(8, 16), 3, 3, embed_dim=8, num_layers=1).eval()
+    x = torch.randn(2, 3, 8, 16)
+    with torch.no_grad():
+        single = net(x)
+        double = net.double()(x.double())
+    assert double.dtype == torch.float64
+    torch.testing.assert_close(double.float(), single, rtol=1e-4, atol=1e-5)
 
 
 def test_good_options_of_every_type_build():
