@@ -62,27 +62,51 @@ class ResumableLoader(torch.utils.data.DataLoader):
 
     first = 0  # the position in the sampler's current epoch this iteration started from (samples)
     served = 0  # batches of this iteration handed out
+    counted = 0  # batches of the current epoch served before this iteration (a resumed one), as Lightning counts
+    resumed_batches = 0  # ``counted`` of the epoch a checkpoint stopped in
 
     def __iter__(self):
         # A generator, so the sampler draws at the first batch, after Lightning's set_epoch: on
         # resume Lightning calls iter() before set_epoch, and workers draw indices at once.
         self.first = self.sampler.start if isinstance(self.sampler, EpochShuffleSampler) else 0
+        self.counted = self.resumed_batches if self.first else 0
         self.served = 0
         for batch in super().__iter__():
             self.served += 1
             yield batch
 
     def state_dict(self) -> dict:
-        # in samples, not batches: a run resumed with another batch_size goes on from the same sample
+        # in samples, not batches: a run resumed with a smaller batch_size goes on from the same sample
         # (in batches it skipped or repeated samples of the epoch)
         samples = min(self.first + self.served * self.batch_size, len(self.sampler))
-        return {"epoch": getattr(self.sampler, "epoch", 0), "samples": samples}
+        return {"epoch": getattr(self.sampler, "epoch", 0), "samples": samples, "batch_size": self.batch_size,
+                "epoch_batches": self.counted + self.served}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         if isinstance(self.sampler, EpochShuffleSampler):
             self.sampler.set_epoch(state["epoch"])
             # checkpoints written before "samples" counted batches of this batch size
             self.sampler.start = state["samples"] if "samples" in state else state["batches"] * self.batch_size
+            self.resumed_batches = state.get("epoch_batches", state.get("batches", 0))
+            self._check_rest_of_epoch(state)
+
+    def _check_rest_of_epoch(self, state: dict) -> None:
+        """Lightning ends an epoch when its count of the epoch's batches, restored from the checkpoint,
+        reaches this loader's length: mid-epoch with a larger batch_size that comes before the rest of
+        the epoch is served, and samples would be skipped. Refused (a smaller one serves them all)."""
+        start, total = self.sampler.start, len(self.sampler)
+        if "epoch_batches" not in state or start == 0 or total - start < (state["batch_size"] if self.drop_last else 1):
+            return  # a new epoch, or the end of one (what drop_last left)
+        rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
+        # Lightning stops when its count equals the length (a count already past it runs to the data's end)
+        if self.resumed_batches <= len(self) < self.resumed_batches + rest:
+            more = len(self) - self.resumed_batches
+            raise UserError(
+                f"the checkpoint stopped mid-epoch after {self.resumed_batches} batches of {state['batch_size']}; "
+                f"with data.init_args.batch_size {self.batch_size} Lightning would end that epoch after {more} more "
+                f"batches and skip {total - start - more * self.batch_size} of its samples: resume with batch_size "
+                f"{state['batch_size']}, or change it at an epoch's end"
+            )
 
 
 class FieldDataModule(pl.LightningDataModule):

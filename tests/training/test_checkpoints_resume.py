@@ -437,7 +437,7 @@ def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
     iterator = iter(interrupted)
     assert [next(iterator).tolist() for _ in range(2)] == full[:2]
     state = interrupted.state_dict()
-    assert state == {"epoch": 1, "samples": 4}
+    assert state == {"epoch": 1, "samples": 4, "batch_size": 2, "epoch_batches": 2}
 
     resumed = make_loader(workers=2)
     resumed.load_state_dict(state)
@@ -456,20 +456,38 @@ def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
 
 def test_a_resume_with_another_batch_size_goes_on_from_the_same_sample():
     """The position was saved in batches and restored with the new batch size: batch 2 -> 1 trained 3
-    samples of the epoch twice, 2 -> 4 skipped 4. In samples, each one of the epoch is served once."""
+    samples of the epoch twice, 2 -> 4 skipped 4. In samples, each one of the epoch is served once.
+    Mid-epoch, a larger batch size whose rest of the epoch would outlast Lightning's count of the
+    epoch's batches (restored: 2 of a 3-batch epoch of 3) is refused: Lightning would cut it short."""
     order = [i for batch in epoch_batches(make_loader(), 1) for i in batch]
     interrupted = make_loader()
     interrupted.sampler.set_epoch(1)
     iterator = iter(interrupted)
     seen = [i for _ in range(2) for i in next(iterator).tolist()]
-    for batch_size in (1, 3):
+
+    def resumed_with(batch_size):
         data = torch.arange(11)
         resumed = ResumableLoader(data, batch_size=batch_size, sampler=EpochShuffleSampler(data, seed=3),
                                   drop_last=True)  # fmt: skip
         resumed.load_state_dict(interrupted.state_dict())
-        rest = [i for batch in epoch_batches(resumed, 1, set_epoch_after_iter=True) for i in batch]
-        assert seen + rest[: len(order) - len(seen)] == order, batch_size  # none twice, none skipped
-        assert len(rest) == (11 - 4) // batch_size * batch_size  # drop_last of the new batch size
+        return resumed
+
+    resumed = resumed_with(1)
+    rest = [i for batch in epoch_batches(resumed, 1, set_epoch_after_iter=True) for i in batch]
+    assert seen + rest[: len(order) - len(seen)] == order and len(rest) == 11 - 4  # none twice, none skipped
+    assert 2 + len(rest) <= len(resumed)  # within Lightning's count of the epoch's batches
+    with pytest.raises(ValueError, match=(
+        r"the checkpoint stopped mid-epoch after 2 batches of 2; with data.init_args.batch_size 3 Lightning would "
+        r"end that epoch after 1 more batches and skip 4 of its samples: resume with batch_size 2, or change it at "
+        r"an epoch's end"
+    )):  # fmt: skip
+        resumed_with(3)
+    finished = make_loader()
+    finished.sampler.set_epoch(1)
+    list(finished)
+    at_the_end = ResumableLoader(torch.arange(11), batch_size=3, sampler=EpochShuffleSampler(torch.arange(11), seed=3),
+                                 drop_last=True)  # fmt: skip
+    at_the_end.load_state_dict(finished.state_dict())  # an epoch's end: any batch size
 
 
 def test_sampler_shards_by_rank():
