@@ -20,7 +20,6 @@ from pathlib import Path
 
 import dask
 import numpy as np
-import pandas as pd
 import torch
 import xarray as xr
 
@@ -30,7 +29,7 @@ from s2forecast.data.stats import ChannelStats, channel_names, check_time_axis, 
 from s2forecast.data.store import STATIC_VARIABLES, check_units, describe, open_store
 from s2forecast.geometry import Grid
 from s2forecast.output import GENERATION_ATTR, rewritten_error
-from s2forecast.times import format_time, format_times, parse_end
+from s2forecast.times import format_time, format_times, parse_end, parse_time
 from s2forecast.user_errors import UserError
 
 NAN_POLICIES = ("fail", "skip")
@@ -299,8 +298,10 @@ class FieldDataset(torch.utils.data.Dataset):
 
     def _sample_indices(self, start, end, trajectory, trajectories) -> np.ndarray:
         times = self.times
-        lo = np.datetime64(pd.Timestamp(start), "ns") if start is not None else times[0]
-        hi = parse_end(end, "end") if end is not None else times[-1]  # "2017-12-31": all of that day
+        lo = parse_time(start, "the period's start") if start is not None else times[0]
+        hi = parse_end(end, "the period's end") if end is not None else times[-1]  # "2017-12-31": all of that day
+        if start is not None and end is not None and lo > hi:
+            raise UserError(f"the period [{start}, {end}] starts after it ends; give it as [start, end]")
         needed = times[:, None] + self.offsets[None, :] * self.step  # (time, offsets)
         position = np.searchsorted(times, needed).clip(max=times.size - 1)
         exists = times[position] == needed
@@ -463,7 +464,8 @@ class FieldDataset(torch.utils.data.Dataset):
             except NonFiniteData as error:
                 if self.nan_policy == "fail":
                     raise UserError(f"{error}; set nan_policy='skip' to skip such samples") from None
-                warnings.warn(f"skipping sample {i}: {error}", stacklevel=2)
+                init = format_time(self.times[self.samples[i][self.spec.history - 1]])
+                warnings.warn(f"skipping the sample of init time {init}: {error}", stacklevel=1)  # ours: one line
         raise UserError(f"every sample of {self.path} in this split has non-finite values")
 
     def _sample(self, i: int) -> dict:
@@ -524,6 +526,12 @@ class FieldDataset(torch.utils.data.Dataset):
                 self._static_cache = np.zeros((0, *self.grid.shape), np.float32)
             else:
                 fields = np.stack([self.physical_static(name) for name in self.static_names])
+                for name, field in zip(self.static_names, fields, strict=True):
+                    if not np.isfinite(field).all():  # else "q contains NaN" deep in the model, naming nothing
+                        raise UserError(
+                            f"static field {name} of {self.path} has {int((~np.isfinite(field)).sum())} NaN or "
+                            "infinite points; fill them, or leave it out of the static fields"
+                        )
                 stats = self.static_stats
                 self._static_cache = (fields - stats.mean[:, None, None]) / stats.std[:, None, None]
         return self._static_cache

@@ -67,6 +67,8 @@ def _shared(first: dict, second: dict, name_a: str, name_b: str) -> str | None:
         return None
     if not isinstance(shown, str):
         shown = format_time(shown)
+    elif hi is not None and hi != parse_time(shown):  # a date for all of it ("T18 to 2020-01-03" read backwards)
+        shown = f"the end of {shown}"
     return f"{format_time(lo) if lo is not None else 'the start'} to {shown}"
 
 

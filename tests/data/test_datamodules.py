@@ -377,7 +377,7 @@ def test_a_value_beyond_float32_once_normalized_is_named_as_a_non_finite_one(tmp
         f"2m_temperature at 2020-01-01T12 in {path} is beyond float32 once normalized (mean "
         f"{stats.mean[0]:g}, std 0.01): check its values and units; set nan_policy='skip' to skip such samples"
     )
-    with pytest.warns(UserWarning, match="skipping sample 1"):  # the NaN policies take it as they take NaN
+    with pytest.warns(UserWarning, match="skipping the sample of init time 2020-01-01T06"):  # as they take NaN
         sample = FieldDataset(path, spec, stats=stats, nan_policy="skip")[1]
     assert torch.isfinite(sample["inputs"]).all()
 
@@ -390,10 +390,44 @@ def test_nan_policy(tmp_path):
     with pytest.raises(ValueError, match=r"2m_temperature has non-finite values at 2020-01-01T12 in "):
         FieldDataset(path, spec)[1]
     dataset = FieldDataset(path, spec, nan_policy="skip")
-    with pytest.warns(UserWarning, match="skipping sample 1"):
+    # named by its init time (not an index), and from s2forecast's own code: the CLI shows it as one line
+    with pytest.warns(UserWarning, match="skipping the sample of init time 2020-01-01T06: 2m_temperature has") as seen:
         sample = dataset[1]
+    assert seen[0].filename.endswith("fields.py")
     assert sample["init_times"].item() == np.datetime64("2020-01-01T18:00", "ns").astype("int64")
     assert torch.isfinite(sample["inputs"]).all()
+
+
+def test_a_static_field_with_nan_is_named(tmp_path):
+    """It passed stats and the DataModule, and stopped the run as 'q contains NaN or infinite values'."""
+    import zarr
+
+    path = tmp_path / "static_nan.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(6))
+    zarr.open_group(path, mode="r+")["land_sea_mask"][2, 3] = np.nan
+    compute_stats(path)
+    dataset = FieldDataset(path, SampleSpec(("2m_temperature",), static=("land_sea_mask",), step_hours=6))
+    with pytest.raises(ValueError) as error:
+        dataset[0]
+    assert str(error.value) == (
+        f"static field land_sea_mask of {path} has 1 NaN or infinite points; fill them, or leave it out of the "
+        "static fields"
+    )
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        ("2020-13-01", None, "the period's start '2020-13-01' is not a time"),  # was "cannot read the input data"
+        ("2020-01-02", "2020-01-01", r"the period \[2020-01-02, 2020-01-01\] starts after it ends; give it as \[start"),
+    ],
+)
+def test_a_bad_period_is_named(tmp_path, start, end, message):
+    path = tmp_path / "store.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(6))
+    compute_stats(path)
+    with pytest.raises(ValueError, match=message):
+        FieldDataset(path, SampleSpec(("2m_temperature",), step_hours=6), start=start, end=end)
 
 
 def test_real_era5_slice_has_no_six_hour_step(tmp_path):

@@ -33,9 +33,9 @@ def test_shared_periods_are_refused_naming_both_ranges():
                        val_period=("2018-06-30", "2018-12-31"), test_period=None)  # fmt: skip
     message = str(error.value)
     assert message.startswith("train_period [2018-01-01, 2018-06-30] and val_period [2018-06-30, 2018-12-31] share "
-                              "2018-06-30T00 to 2018-06-30: ")  # fmt: skip
+                              "2018-06-30T00 to the end of 2018-06-30: ")  # fmt: skip
     with pytest.raises(
-        UserError, match=r"and test_period \[2020-01-01, 2020-12-31\] share 2020-01-01T00 to 2020-06-01: "
+        UserError, match=r"and test_period \[2020-01-01, 2020-12-31\] share 2020-01-01T00 to the end of 2020-06-01: "
     ):
         ERA5DataModule("never-opened.zarr", train_period=("2019-01-01", "2020-06-01"), val_period=None)
     ERA5DataModule("never-opened.zarr")  # the default periods are disjoint
