@@ -356,8 +356,9 @@ def convert_cases() -> list[Case]:
         "era5_degC_as_K": "error", "era5_hPa_as_Pa": "error", "era5_radians": "error", "era5_regional": "error",
         "era5_duplicate_times": "error", "era5_unsorted_times": "either", "era5_ascending": "ok",
         "era5_all_nan": "error", "era5_inf": "error", "era5_unknown_variable": "error", "era5": "ok",
+        "store": "error", "forecast": "error",  # a zarr store (read as it is by the other commands), a forecast file
     }  # fmt: skip
-    return [
+    cases = [
         Case(
             f"convert-era5 <- {name}",
             ["convert-era5", "{" + name + "}", "--out", "{out}/era5.zarr", "--no-progress"],
@@ -365,6 +366,8 @@ def convert_cases() -> list[Case]:
         )  # fmt: skip
         for name, expect in expects.items()
     ]
+    url = ["convert-era5", "gs://weatherbench2/datasets/era5/x.zarr", "--out", "{out}/era5.zarr", "--no-progress"]
+    return [*cases, Case("convert-era5 <- url", url)]
 
 
 def forecast_cases() -> list[Case]:
