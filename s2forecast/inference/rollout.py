@@ -373,7 +373,7 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                     warnings.warn(
                         f"left out {left_out.size} of the {left_out.size + init_times.size} store times in the range "
                         f"({format_times(left_out, limit=3)}): their {model.data.history} input state(s) are not all "
-                        "in the store (the start of the record, or of a trajectory)",
+                        "in the store (the start of the record or of a trajectory, or a gap in it)",
                         stacklevel=2,
                     )
             if options.store_stats:

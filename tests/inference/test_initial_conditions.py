@@ -262,7 +262,7 @@ def test_a_range_of_store_times_leaves_out_those_without_their_history(tmp_path,
     out = tmp_path / "range.nc"
     left_out = (
         r"left out 2 of the 12 store times in the range \(2000-01-01T00, 2000-01-02T00\): their 2 input state\(s\) "
-        r"are not all in the store \(the start of the record, or of a trajectory\)"
+        r"are not all in the store \(the start of the record or of a trajectory, or a gap in it\)"
     )
     with pytest.warns(UserWarning, match=left_out):
         main([str(a) for a in [*args, "--start", "2000-01-01", "--end", "2000-01-02", "--out", out]])
