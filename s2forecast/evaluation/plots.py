@@ -25,7 +25,8 @@ COASTLINES = Path(__file__).with_name("coastlines_110m.npz")
 SOURCE_STYLES = {
     "forecast": {"color": "tab:blue", "marker": "o", "label": "forecast"},
     "persistence": {"color": "tab:orange", "marker": "s", "label": "persistence"},
-    "climatology": {"color": "tab:gray", "marker": None, "linestyle": "--", "label": "climatology"},
+    # a marker too: a value without a finite neighbour (one lead, a lead without truth beside it) is a point
+    "climatology": {"color": "tab:gray", "marker": ".", "linestyle": "--", "label": "climatology"},
 }
 
 
@@ -118,7 +119,8 @@ def plot_scores(
 
     figure = _figure(10, 4.3)
     top = 0.78 if n_init_times is not None else 0.88  # room for the init-times axis under the title
-    axes = figure.subplots(1, 2, gridspec_kw={"left": 0.1, "right": 0.98, "bottom": 0.12, "top": top, "wspace": 0.25})
+    bottom = 0.22 if acc_caveat else 0.12  # the caveat goes under the axes: over them it hid the lines
+    axes = figure.subplots(1, 2, gridspec_kw={"left": 0.1, "right": 0.98, "bottom": bottom, "top": top, "wspace": 0.25})
     for ax, metric, ylabel in (
         (axes[0], "rmse", f"RMSE [{units}]" if units else "RMSE"),
         (axes[1], "acc", "ACC*" if acc_caveat else "ACC"),
@@ -139,9 +141,8 @@ def plot_scores(
         if n_init_times is not None:
             _init_times_axis(ax, hours, n_init_times)
     if acc_caveat:
-        note = "* " + textwrap.fill(acc_caveat, 60)
-        box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none"}  # readable over the lines
-        axes[1].text(0.02, 0.02, note, transform=axes[1].transAxes, fontsize=7, color="tab:red", va="bottom", bbox=box)
+        note = "* " + textwrap.fill(acc_caveat, 110)
+        figure.text(0.55, 0.01, note, fontsize=7, color="tab:red", va="bottom", ha="left")
     axes[0].set_ylim(bottom=0)
     axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
     figure.suptitle(f"{title}: skill versus lead time")
@@ -226,7 +227,11 @@ def plot_rank_histograms(histogram: xr.DataArray, path: str | Path, title: str, 
                            gridspec_kw={"left": 0.1 if len(shown) > 1 else 0.2, "right": 0.97, "bottom": 0.15,
                                         "top": 0.8, "wspace": 0.1}).ravel()  # fmt: skip
     for ax, k in zip(axes, shown, strict=True):
-        ax.bar(ranks, histogram.isel(lead_time=k).values, color="tab:blue", width=0.8)
+        frequencies = histogram.isel(lead_time=k).values
+        if np.isnan(frequencies).all():
+            ax.text(0.5, 0.5, "no truth at this lead", ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.bar(ranks, frequencies, color="tab:blue", width=0.8)
         ax.axhline(1.0 / ranks.size, color="k", linestyle=":", linewidth=1, label="calibrated")
         ax.set_title(f"lead {hours[k]:g} h", fontsize=10)
         ax.set_xlabel("members below the truth")
@@ -292,6 +297,8 @@ def plot_maps(
 
 
 def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label) -> Path:
+    from matplotlib import colormaps
+
     # pcolorfast takes (latitude, longitude) arrays: put every field in that order, ascending
     forecast, truth = (_map_order(data) for data in (forecast, truth))
     error = forecast - truth
@@ -320,6 +327,8 @@ def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_labe
             (f"{forecast_label} - truth", error.isel(prediction_timedelta=row).values, "RdBu_r", -emax, emax),
         )
         for ax, (name, values, cmap, low, high) in zip(axes[row], panels, strict=True):
+            # NaN in grey: transparent, it showed the white of the axes, which reads as zero error in RdBu
+            cmap = colormaps[cmap].with_extremes(bad="0.6")
             mesh = ax.pcolorfast(_edges(lon), _edges(lat), values, cmap=cmap, vmin=low, vmax=high)
             ax.set_ylim(*lat_limits)
             ax.set_aspect("equal")  # a degree of latitude as long as one of longitude (plate carree)
@@ -385,6 +394,8 @@ def plot_spectra(
             continue  # a lead without truth (evaluate's MissingTruthWarning): nothing to draw
         for source, name, style in (("forecast", forecast_label, "-"), ("truth", "truth", "--")):
             sh = sh_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
+            if np.isnan(sh).all():  # NaN values in the fields: said in the legend, not an entry without a line
+                name = f"{name} (NaN values: no spectrum)"
             axes[0].loglog(degree[1:], sh[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
             zonal = zonal_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
             axes[1].loglog(wavelength_km[1:], zonal[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
@@ -447,7 +458,7 @@ def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray
     table_width = 0.62 * len(lead_hours)
     right = 1.2  # colour bar and its label
     width = max(left + table_width + right, _text_width_inches(title, 10) + 0.4)
-    height = 1.3 + 0.32 * len(rows)
+    height = max(2.2, 1.3 + 0.32 * len(rows))  # one row: the colour bar's label was taller than the figure
     figure = _figure(width, height)
     ax = figure.add_axes((left / width, 0.2 / height, table_width / width, 1 - 1.1 / height))
     finite = np.abs(cells[np.isfinite(cells)])
@@ -464,7 +475,9 @@ def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray
     ax.set_xlabel("lead time [h]", fontsize=_LABEL_POINTS)
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
-    extend = "both" if finite.size and finite.max() > limit else "neither"
+    values = cells[np.isfinite(cells)]
+    below, above = bool(values.size and values.min() < -limit), bool(values.size and values.max() > limit)
+    extend = {(True, True): "both", (True, False): "min", (False, True): "max"}.get((below, above), "neither")
     colorbar_axes = figure.add_axes(((left + table_width + 0.15) / width, 0.2 / height, 0.15 / width,
                                      1 - 1.1 / height))  # fmt: skip
     figure.colorbar(image, cax=colorbar_axes, extend=extend, label="RMSE change [%]")

@@ -259,7 +259,8 @@ def write_plots(
     for baseline in baselines if "rmse" in metrics["metric"].values.tolist() else []:
         cells, rows, hours = scorecard(metrics, baseline)
         path = plot_dir / f"scorecard_{baseline}.png"
-        title = f"forecast RMSE vs {baseline} RMSE (%; blue: forecast better)"
+        scored = "ensemble-mean" if member_dim(forecast.dims) is not None else "forecast"  # an ensemble's RMSE
+        title = f"{scored} RMSE vs {baseline} RMSE (%; blue: forecast better)"
         files.append(plots.plot_scorecard(cells, rows, hours, path, title))
     return files
 

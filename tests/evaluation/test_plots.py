@@ -268,3 +268,73 @@ def test_coastline_script_decodes_topojson_and_drops_antimeridian_cut_edges(tmp_
     expected_lat = [50, 50, 51, 51, 50, np.nan, 60, 60, np.nan, 62, 62]
     np.testing.assert_array_equal(lon, np.array(expected_lon, dtype=np.float32))
     np.testing.assert_array_equal(lat, np.array(expected_lat, dtype=np.float32))
+
+
+# --- what a reader of the plots could misread (review of session 14) ------------------------------
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions save, kept for inspection."""
+    kept, save = [], plots._save
+    monkeypatch.setattr(plots, "_save", lambda figure, path: (kept.append(figure), save(figure, path))[1])
+    return kept
+
+
+def test_a_lone_climatology_value_is_drawn_and_the_acc_caveat_hides_no_line(tmp_path, figures):
+    """One lead: a line style without a marker drew the climatology's value as nothing (its legend
+    entry still shown); the caveat's opaque box lay over the persistence ACC at the panel's bottom."""
+    scores = xr.DataArray(
+        np.array([[[2.0], [3.0], [2.5]], [[0.8], [-0.7], [np.nan]]]),
+        dims=("metric", "source", "lead_time"),
+        coords={"metric": ["rmse", "acc"], "source": ["forecast", "persistence", "climatology"],
+                "lead_hours": ("lead_time", [6.0])},
+    )  # fmt: skip
+    plots.plot_scores(scores, tmp_path / "s.png", title="T2M", units="K", acc_caveat="a climatology of 1 year")
+    (figure,) = figures
+    rmse, acc = figure.axes[:2]
+    (climatology,) = [line for line in rmse.lines if line.get_label() == "climatology"]
+    assert climatology.get_marker() not in (None, "None", "", " ")
+    assert not acc.texts and any("a climatology of 1 year" in text.get_text() for text in figure.texts)
+    figure.draw(figure.canvas.get_renderer())
+    note = next(t for t in figure.texts if "climatology of 1 year" in t.get_text()).get_window_extent()
+    assert note.y1 < acc.get_window_extent().y0  # under the axes, not over the lines
+
+
+def test_nan_on_maps_is_grey_not_the_white_of_zero_error(tmp_path, t2m, figures):
+    truth = t2m.copy()
+    truth[0, 5:10, 10:20] = np.nan
+    plots.plot_maps(t2m + 0.5, truth, tmp_path / "maps.png", title="T2M")
+    (figure,) = figures
+    meshes = [image for ax in figure.axes if "lead" in ax.get_title() for image in ax.images]  # not colour bars
+    assert len(meshes) == 6
+    for mesh in meshes:
+        red, green, blue, alpha = mesh.get_cmap().get_bad()
+        assert alpha == 1.0 and red == green == blue == pytest.approx(0.6)
+
+
+def test_a_spectrum_of_nan_values_says_so_and_an_empty_rank_panel_says_why(tmp_path, figures):
+    degree = np.arange(5)
+    sh = xr.DataArray(np.ones((2, 1, 5)), dims=("spectrum_source", "spectrum_lead_time", "degree"),
+                      coords={"spectrum_source": ["forecast", "truth"], "degree": degree,
+                              "spectrum_lead_time": [np.timedelta64(6, "h")]})  # fmt: skip
+    sh[1] = np.nan  # the truth had NaN values: its whole spectrum is NaN
+    zonal = xr.DataArray(np.ones((2, 1, 4)), dims=("spectrum_source", "spectrum_lead_time", "frequency"),
+                         coords={"spectrum_source": ["forecast", "truth"], "zonal_wavelength": ("frequency",
+                                 [4e7, 2e7, 1e7, 5e6]), "spectrum_lead_time": [np.timedelta64(6, "h")]})  # fmt: skip
+    plots.plot_spectra(sh, zonal, tmp_path / "spectra.png", title="T2M", units="K")
+    labels = [line.get_label() for line in figures[0].axes[0].lines]
+    assert labels == ["forecast, 6 h", "truth (NaN values: no spectrum), 6 h"]
+    histogram = xr.DataArray(np.array([[0.5, 0.5], [np.nan, np.nan]]), dims=("lead_time", "rank"),
+                             coords={"rank": [0, 1], "lead_hours": ("lead_time", [6.0, 12.0])})  # fmt: skip
+    plots.plot_rank_histograms(histogram, tmp_path / "ranks.png", title="T2M")
+    first, second = figures[1].axes
+    assert not first.texts and [t.get_text() for t in second.texts] == ["no truth at this lead"]
+
+
+def test_a_one_row_scorecard_keeps_its_colour_bar_label_and_extends_only_where_values_go():
+    figure = plots._scorecard_figure(np.array([[324.0, -20.0]]), ["T2M global"], np.array([24.0, 48.0]), "t")
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    table, colorbar = figure.axes
+    box = colorbar.yaxis.label.get_window_extent(renderer)
+    assert box.y0 >= 0 and box.y1 <= figure.bbox.height
+    assert table.images[0].colorbar.extend == "max"  # an RMSE change cannot fall below -100 %
