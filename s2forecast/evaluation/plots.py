@@ -141,8 +141,8 @@ def plot_scores(
         if n_init_times is not None:
             _init_times_axis(ax, hours, n_init_times)
     if acc_caveat:
-        note = "* " + textwrap.fill(acc_caveat, 110)
-        figure.text(0.55, 0.01, note, fontsize=7, color="tab:red", va="bottom", ha="left")
+        note = "* " + textwrap.fill(acc_caveat, 170)  # at most two lines of 7 pt across the 10-inch figure
+        figure.text(0.02, 0.01, note, fontsize=7, color="tab:red", va="bottom", ha="left")
     axes[0].set_ylim(bottom=0)
     axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
     figure.suptitle(f"{title}: skill versus lead time")

@@ -288,7 +288,8 @@ def test_a_lone_climatology_value_is_drawn_and_the_acc_caveat_hides_no_line(tmp_
         coords={"metric": ["rmse", "acc"], "source": ["forecast", "persistence", "climatology"],
                 "lead_hours": ("lead_time", [6.0])},
     )  # fmt: skip
-    plots.plot_scores(scores, tmp_path / "s.png", title="T2M", units="K", acc_caveat="a climatology of 1 year")
+    caveat = "a climatology of 1 year" + ", contains the verified times; WeatherBench2 uses 1990-2019" * 3
+    plots.plot_scores(scores, tmp_path / "s.png", title="T2M", units="K", acc_caveat=caveat)
     (figure,) = figures
     rmse, acc = figure.axes[:2]
     (climatology,) = [line for line in rmse.lines if line.get_label() == "climatology"]
@@ -297,6 +298,7 @@ def test_a_lone_climatology_value_is_drawn_and_the_acc_caveat_hides_no_line(tmp_
     figure.draw(figure.canvas.get_renderer())
     note = next(t for t in figure.texts if "climatology of 1 year" in t.get_text()).get_window_extent()
     assert note.y1 < acc.get_window_extent().y0  # under the axes, not over the lines
+    assert note.x0 >= 0 and note.x1 <= figure.bbox.width  # and not cut at the figure's edge
 
 
 def test_nan_on_maps_is_grey_not_the_white_of_zero_error(tmp_path, t2m, figures):
