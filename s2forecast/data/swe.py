@@ -3,7 +3,10 @@
 torch-harmonics' spectral solver (``torch_harmonics.examples.ShallowWaterSolver``: Earth's
 radius and rotation, mean layer depth 10 km, third-order Adams-Bashforth with implicit
 hyperdiffusion) integrates random initial conditions as in the attention paper's SWE
-experiments (``random_initial_condition(mach=0.2)``, spectral truncation nlat/3). Its step
+experiments (``random_initial_condition(mach=0.2)``, spectral truncation nlat/3; torch-harmonics
+scales that amplitude for 120 modes, so with nlat/3 kept the flow's Mach number is about 0.01-0.02
+at 16x32 to 128x256, winds of 3-6 m/s), less the constant global mean it gives vorticity and
+divergence (a sphere's are zero, and no wind carries them). Its step
 takes one state; ``timestep`` here is the same step for a batch of states, so trajectories are
 integrated ``batch`` at a time (at 32x64 the cost of a step is mostly per-call overhead: a batch
 of 16 costs about as much as two single trajectories). Each trajectory's start depends on its
@@ -27,8 +30,9 @@ import torch
 import xarray as xr
 
 from s2forecast.data.defaults import SWE_BATCH
-from s2forecast.data.writer import StoreWriter, lazy_empty
+from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
+from s2forecast.output import byte_size, warn_if_short_of_disk
 from s2forecast.provenance import history
 from s2forecast.times import check_span, format_time
 from s2forecast.user_errors import UserError
@@ -85,7 +89,7 @@ def generate_swe(
     from torch_harmonics.examples import ShallowWaterSolver
     from tqdm import tqdm
 
-    check_arguments(nlat, nlon, grid, trajectories, steps, dt_hours, solver_dt_seconds, batch)
+    check_arguments(nlat, nlon, grid, trajectories, steps, dt_hours, solver_dt_seconds, batch, seed)
     substeps = math.ceil(dt_hours * 3600.0 / solver_dt_seconds)
     solver_dt = dt_hours * 3600.0 / substeps
     geometry = Grid(nlat, nlon, grid)
@@ -118,10 +122,15 @@ def generate_swe(
         "seed": seed,
         "solver_dt_seconds": solver_dt_seconds,
     }
+    warn_if_short_of_disk(
+        out,
+        4 * times.size * len(SWE_VARIABLES) * nlat * nlon,
+        f"the store takes up to {byte_size(4 * times.size * 3 * nlat * nlon)} before compression",
+    )
+    lmax = math.ceil(nlat / 3)  # the solver first: a grid too large for memory fails before any store is made
+    solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
     with StoreWriter(out, signature, overwrite=overwrite) as writer:
         written = writer.create(template)
-        lmax = math.ceil(nlat / 3)
-        solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
         per_trajectory = steps + 1
         pending = [k for k in range(trajectories) if not written[k * per_trajectory : (k + 1) * per_trajectory].all()]
         with tqdm(
@@ -149,16 +158,17 @@ def generate_swe(
                 if failure is not None:
                     k = members[failure.member]
                     step_time = format_time(times[k * per_trajectory + failure.step])
-                    raise UserError(
+                    if writer.created:  # removed on the way out (InvalidInputData): the same run fails again
+                        left = f"nothing is left at {out}"
+                    elif writer.replacing:
+                        left = f"the store at {out} is unchanged"
+                    else:  # resumed: its signature holds the old step, so the fix needs --overwrite
+                        left = f"{out} stays incomplete: rerun with the smaller step and --overwrite"
+                    raise InvalidInputData(
                         f"the shallow-water integration of trajectory {k} became unstable at stored step "
                         f"{failure.step} ({step_time}): {failure}; the solver step of {solver_dt:g} s "
                         f"is too long for the {nlat}x{nlon} grid: use a smaller --solver-dt-seconds (e.g. "
-                        f"{solver_dt / 4:g}); "
-                        + (
-                            f"no complete store was written to {out}"
-                            if overwrite
-                            else f"{out} is left incomplete (readers refuse it)"
-                        )
+                        f"{solver_dt / 4:g}); {left}"
                     )
         writer.finish()
     return Path(out).expanduser()
@@ -173,6 +183,7 @@ def check_arguments(
     dt_hours: float,
     solver_dt_seconds: float,
     batch: int = 1,
+    seed: int = 0,
 ) -> None:
     """Refuse arguments the solver cannot run (before anything is written)."""
     if grid not in SOLVER_GRIDS:
@@ -190,6 +201,40 @@ def check_arguments(
     if round(dt_hours * 3_600_000) < 1:  # the stored times are whole milliseconds apart (trajectory_times)
         raise UserError(f"--dt-hours must be at least a millisecond ({1 / 3_600_000:.3g} h), got {dt_hours:g}")
     check_time_axis_size(nlat, nlon, trajectories, steps, dt_hours)
+    largest_seed = (2**64 - trajectories) // 1_000_003  # trajectory k's torch seed: seed * 1_000_003 + k < 2**64
+    if not 0 <= seed <= largest_seed:
+        raise UserError(f"--seed must be in 0 .. {largest_seed} for {trajectories} trajectories, got {seed}")
+    check_batch_memory(nlat, nlon, steps, min(batch, trajectories))
+
+
+def check_batch_memory(nlat: int, nlon: int, steps: int, batch: int) -> None:
+    """Refuse a batch whose stored states (held until written: ``batch`` x (steps + 1) x 3 fields of
+    float32) exceed this machine's memory, before hours of integration end in running out of it."""
+    memory = physical_memory()
+    if memory is None:
+        return
+    needed = batch * (steps + 1) * len(SWE_VARIABLES) * nlat * nlon * 4
+    if needed > memory:
+        one = needed // batch
+        if one <= memory:
+            fix = "lower --batch"
+        elif 2 * one // (steps + 1) <= memory:  # a trajectory of one step fits
+            fix = "store fewer --steps per trajectory (more --trajectories)"
+        else:
+            fix = "use a smaller grid"
+        raise UserError(
+            f"a batch of {batch} trajectories of {steps + 1} states of {nlat}x{nlon} takes {byte_size(needed)} in "
+            f"memory until written, more than this machine's {byte_size(memory)}: {fix} (one trajectory: "
+            f"{byte_size(one)})"
+        )
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 # bytes per time step of the time axis in memory: the time, trajectory and written coordinates
@@ -254,7 +299,11 @@ def initial_conditions(solver, seeds: list[int]) -> torch.Tensor:
     with torch.random.fork_rng(devices=[]):
         for seed in seeds:
             torch.manual_seed(seed)
-            states.append(solver.random_initial_condition(mach=0.2))
+            state = solver.random_initial_condition(mach=0.2)
+            # torch-harmonics fills degree 0 of vorticity and divergence too: a global mean no wind field has
+            # (on a sphere both integrate to zero), constant in time (their tendencies have no degree 0)
+            state[1:, 0, :] = 0.0
+            states.append(state)
     return torch.stack(states)
 
 

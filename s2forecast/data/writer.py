@@ -149,6 +149,16 @@ class StoreWriter:
     def __enter__(self) -> "StoreWriter":
         return self
 
+    @property
+    def created(self) -> bool:
+        """Whether this run made the store at ``path`` (a failure of ``InvalidInputData`` removes it)."""
+        return self._created
+
+    @property
+    def replacing(self) -> bool:
+        """Whether a new store is built beside an old one (``overwrite``), which stays on a failure."""
+        return self._replacement is not None
+
     def __exit__(self, kind, error, traceback) -> bool:
         self._release()
         if error is None:

@@ -102,8 +102,10 @@ def test_interrupted_batch_resumes_with_the_trajectories_not_written(tmp_path, m
 
 
 def test_unstable_member_of_a_batch(tmp_path, monkeypatch):
-    """Trajectory 1 of a batch of 3 goes unphysical at stored step 2: trajectory 0 is integrated to
-    the end and written, the error names trajectory 1 and its step, the store stays incomplete."""
+    """Trajectory 1 of a batch of 3 goes unphysical at stored step 2: the error names trajectory 1
+    and its step. A store this run made goes (the same command would fail at the same step, and its
+    fix, a smaller step, is another store); one it resumed stays, and the message says to overwrite
+    it (resuming it with another step is refused)."""
     real, checks = swe.unphysical, []
 
     def second_member_at_step_2(fields, mean_depth):
@@ -118,12 +120,60 @@ def test_unstable_member_of_a_batch(tmp_path, monkeypatch):
         "the shallow-water integration of trajectory 1 became unstable at stored step 2 (2000-01-02T02): "
         "layer depth -5 m, made up; the solver step of 1800 s is too long for the 8x16 grid"
     ), error.value
-    assert str(error.value).endswith(f"{path} is left incomplete (readers refuse it)")
+    assert str(error.value).endswith(f"nothing is left at {path}") and not path.exists()
+    monkeypatch.setattr(swe, "unphysical", real)
+    with monkeypatch.context() as patched:  # a store whose first trajectory was written: resumed, then unstable
+        patched.setattr(swe, "integrate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            generate_swe(path, 8, 16, trajectories=3, steps=4, batch=3, solver_dt_seconds=1800, progress=False)
+    checks.clear()
+    monkeypatch.setattr(swe, "unphysical", second_member_at_step_2)
+    with pytest.raises(ValueError) as error:
+        generate_swe(path, 8, 16, trajectories=3, steps=4, batch=3, solver_dt_seconds=1800, progress=False)
+    assert str(error.value).endswith(f"{path} stays incomplete: rerun with the smaller step and --overwrite")
     assert zarr.open_group(path, mode="r")["written"][:].tolist() == [True] * 5 + [False] * 10
     monkeypatch.setattr(swe, "unphysical", real)
     reference = fields(generate_swe(tmp_path / "ref.zarr", 8, 16, trajectories=1, steps=4, solver_dt_seconds=1800,
                                     progress=False))  # fmt: skip
     np.testing.assert_allclose(zarr.open_group(path, mode="r")["vorticity"][:5], reference[:, 1], rtol=1e-5, atol=1e-12)
+
+
+def test_initial_vorticity_and_divergence_have_no_global_mean(tmp_path):
+    """torch-harmonics' random start fills degree 0 of vorticity and divergence too: a constant global
+    mean (2-13 % of their rms) that no wind field has. Gone, in the store at every time."""
+    s = solver(16, 32, "equiangular", 600.0)
+    states = swe.initial_conditions(s, [0, 1, 2])
+    assert torch.equal(states[:, 1:, 0], torch.zeros_like(states[:, 1:, 0]))
+    assert states[:, 0, 0, 0].abs().min() > 0  # the layer's mean depth stays
+    ds = open_store(generate_swe(tmp_path / "swe.zarr", 16, 32, trajectories=1, steps=3, progress=False))
+    from s2forecast.geometry import Grid
+
+    weights = Grid(16, 32).quadrature_weights.numpy()  # the grid's own rule: cos(lat) is off by 1e-3 at 16 rows
+    for name in ("vorticity", "divergence"):
+        field = ds[name].values
+        mean = (field * weights).sum(axis=(1, 2)) / weights.sum()
+        assert np.abs(mean).max() < 1e-3 * np.sqrt((field**2).mean()), name
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trajectories", "2", "--seed", "100000000000000"], "--seed must be in 0 .. 18446688733643 for 2 traj"),
+        (["--nlat", "100000", "--nlon", "200000", "--steps", "1"], "than this machine's 16.0 GB: use a smaller grid"),
+        (["--nlat", "64", "--nlon", "128", "--steps", "2000000", "--dt-hours", "0.01"], "store fewer --steps per"),
+        (["--nlat", "256", "--nlon", "512", "--steps", "999", "--trajectories", "16"], "GB: lower --batch (one traj"),
+    ],
+)
+def test_runs_that_cannot_finish_are_refused_before_writing(tmp_path, capsys, monkeypatch, argv, message):
+    """A seed past torch's 2**64 (a traceback after the store was made), a grid or a batch larger than
+    memory (running out of it after hours, or leaving an empty store that blocked the fixed rerun)."""
+    monkeypatch.setattr(swe, "physical_memory", lambda: 16 * 10**9)
+    out = tmp_path / "swe.zarr"
+    with pytest.raises(SystemExit) as exit:
+        cli(["generate-swe", "--nlat", "8", "--nlon", "16", "--out", str(out), "--no-progress", *argv])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and message in err and err.count("\n") == 1, err
+    assert not out.exists()
 
 
 def test_progress_counts_states(tmp_path, capsys, monkeypatch):
