@@ -1,7 +1,6 @@
 """``s2forecast convert-era5``: convert ERA5 files from the Copernicus CDS into a store."""
 
 import argparse
-import sys
 
 from s2forecast.commands.arguments import engine, engine_options, local_output, nonnegative_int, positive_int
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
@@ -56,7 +55,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from s2forecast.data.convert_era5 import convert_era5
+    from s2forecast.data.writer import is_complete
 
+    complete_before = not args.overwrite and is_complete(args.out)  # a rerun on it writes nothing
     try:
         with engine(args, ("inputs", "out")) as runner:
             out = convert_era5(
@@ -73,4 +74,4 @@ def run(args: argparse.Namespace) -> None:
             )
     except FileNotFoundError as error:
         raise UserError(str(error)) from error
-    print(f"wrote {out}", file=sys.stderr)
+    print(f"{out} was already complete: nothing to write" if complete_before else f"wrote {out}")

@@ -34,9 +34,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from s2forecast.data.swe import generate_swe
+    from s2forecast.data.writer import is_complete
 
+    complete_before = not args.overwrite and is_complete(args.out)  # a rerun on it writes nothing
     path = generate_swe(
         args.out, args.nlat, args.nlon, args.grid, args.trajectories, args.steps, args.dt_hours, args.seed,
         args.solver_dt_seconds, args.batch, overwrite=args.overwrite, progress=not args.no_progress,
     )  # fmt: skip
-    print(f"wrote {path}")
+    print(f"{path} was already complete: nothing to write" if complete_before else f"wrote {path}")

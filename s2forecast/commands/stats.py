@@ -12,7 +12,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=local_output,
-        help="write the statistics to this zarr of their own (required for a store s2forecast did not write)",
+        help="write the statistics to this zarr of their own (required for a store s2forecast did not write); "
+        "without it they go into the store's own stats group, replacing any earlier ones",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace statistics s2forecast wrote at --out")
     storage_options(parser)

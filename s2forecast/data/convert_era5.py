@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING
 import dask
 import numpy as np
 import xarray as xr
-import zarr
 from tqdm.auto import tqdm
 from xarray.backends import BackendArray
 from xarray.core import indexing
@@ -65,8 +64,8 @@ from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.data.engine import Engine
 from s2forecast.data.netcdf_classic import required_size
 from s2forecast.data.plausibility import check_plausible
-from s2forecast.data.store import COMPLETE_ATTR, STATIC_VARIABLES, VARIABLES, normalize_units
-from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty, write_region
+from s2forecast.data.store import STATIC_VARIABLES, VARIABLES, normalize_units
+from s2forecast.data.writer import InvalidInputData, StoreWriter, is_complete, lazy_empty, write_region
 from s2forecast.output import byte_size, check_target, warn_if_short_of_disk
 from s2forecast.provenance import history, python_call
 from s2forecast.times import format_time
@@ -814,13 +813,6 @@ def check_shards(shards: int, time_chunk: int) -> None:
         )
 
 
-def _is_complete(path: Path) -> bool:
-    try:
-        return zarr.open_group(path, mode="r", zarr_format=3).attrs.get(COMPLETE_ATTR) == "true"
-    except (FileNotFoundError, KeyError, ValueError):
-        return False
-
-
 def convert_era5(
     inputs: Sequence[str | Path],
     out: str | Path,
@@ -965,7 +957,7 @@ def _write(
     engine.connect()  # an unreachable scheduler leaves no store behind
     with writer:
         written = writer.create(template)
-        if written.all() and _is_complete(out):
+        if written.all() and is_complete(out):
             return out  # nothing to do: a rerun on a complete store
         slabs = _slabs(written, time_chunk)
         for start, stop in slabs:

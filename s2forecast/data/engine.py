@@ -66,9 +66,9 @@ def _check_workers(workers) -> int:
     most = WORKERS_PER_CORE * cores
     if workers > most:  # each worker is a process of its own: thousands would exhaust the machine, not speed it up
         raise UserError(
-            f"--workers {workers} is more than this machine can run: it has {cores} core(s), so at most {most} "
-            f"local worker processes ({WORKERS_PER_CORE} per core); for more, start workers on other machines and "
-            "give their scheduler with --scheduler"
+            f"--workers {workers} is more than this machine can run: this process may use {cores} core(s), so at "
+            f"most {most} local worker processes ({WORKERS_PER_CORE} per core); for more, start workers on other "
+            "machines and give their scheduler with --scheduler"
         )
     return int(workers)
 
@@ -411,6 +411,8 @@ def _probe_scheduler(address: str, timeout_s: float) -> None:
             socket.create_connection((host, port), timeout=timeout_s).close()
         except ConnectionRefusedError:
             raise OSError(f"nothing listens at {host}:{port} (connection refused): is the scheduler running?") from None
+        except socket.gaierror:  # known at once: dask's connect would retry it until its timeout
+            raise OSError(f"unknown host {host!r} (its name does not resolve): check the address") from None
         except OSError:
             pass  # unreachable, timed out, unknown host: dask's connect below says which
     timeout_s = max(deadline - time.monotonic(), 0.1)  # the whole probe within the caller's timeout

@@ -72,6 +72,14 @@ def store_maker(signature) -> str | None:
     return converter if isinstance(converter, str) else None
 
 
+def is_complete(path) -> bool:
+    """Whether ``path`` is a zarr store a writer marked complete (``COMPLETE_ATTR``)."""
+    try:
+        return zarr.open_group(path, mode="r", zarr_format=3).attrs.get(COMPLETE_ATTR) == "true"
+    except (FileNotFoundError, KeyError, ValueError):
+        return False
+
+
 class InvalidInputData(UserError):
     """A writer's input holds values no store may contain (infinite, a field of only NaN).
 

@@ -338,6 +338,22 @@ def test_an_address_where_nothing_listens_is_one_line_at_once(inputs, tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_unknown_host_is_one_line_at_once(inputs, tmp_path, capfd):
+    """A name that does not resolve is known at once; dask's connect retried it for 20 s and then asked
+    whether it was the dashboard's port."""
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(SystemExit):
+        cli(
+            [str(a) for a in argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", "tcp://nosuchhost.invalid:8786")]
+        )
+    assert time.monotonic() - start < 10
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "unknown host 'nosuchhost.invalid' (its name does not resolve)" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_address_that_never_answers_as_a_scheduler_is_one_line_in_time(inputs, tmp_path, capfd, monkeypatch):
     """A port that accepts but never answers as a dask scheduler (the dashboard's, a mistyped one) hung
     Client's handshake, which has no deadline, beyond Ctrl-C; a scheduler file whose address is not one

@@ -666,7 +666,7 @@ def test_overwrite(monthly, tmp_path, monkeypatch):
 # --- command line -------------------------------------------------------------------------------
 
 
-def test_command_line(monthly, tmp_path):
+def test_command_line(monthly, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     out = tmp_path / "cli.zarr"
@@ -677,6 +677,9 @@ def test_command_line(monthly, tmp_path):
     assert args.time_chunk == CONVERT_TIME_CHUNK and not args.overwrite
     run(args)
     assert describe(open_store(out)).levels == (500,)
+    assert capsys.readouterr().out == f"wrote {out}\n"  # on stdout, as every command's summary
+    run(args)  # a rerun on the complete store writes nothing, and says so
+    assert capsys.readouterr().out == f"{out} was already complete: nothing to write\n"
     with pytest.raises(ValueError, match="does not exist"):
         run(parser.parse_args([str(tmp_path / "missing.nc"), "--out", str(out)]))
 

@@ -505,6 +505,9 @@ def test_cli_generate_swe_and_stats(tmp_path, capsys):
     generate = ["generate-swe", "--out", str(out), "--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps",
                 "2", "--no-progress"]  # fmt: skip
     cli(generate)
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    cli(generate)  # a rerun on the complete store writes nothing, and says so
+    assert capsys.readouterr().out == f"{out} was already complete: nothing to write\n"
     cli(["stats", str(out)])
     # each output's history ends with the command that wrote it (issue 28)
     assert open_store(out).attrs["history"].endswith(" s2forecast " + " ".join(generate))

@@ -83,8 +83,9 @@ def test_workers_are_bounded_by_the_cores_and_may_be_numpy_integers(monkeypatch)
     with pytest.raises(UserError) as error:  # 100000 processes would exhaust the machine before any work
         Engine(workers=100000)
     assert str(error.value) == (
-        "--workers 100000 is more than this machine can run: it has 3 core(s), so at most 12 local worker processes "
-        "(4 per core); for more, start workers on other machines and give their scheduler with --scheduler"
+        "--workers 100000 is more than this machine can run: this process may use 3 core(s), so at most 12 local "
+        "worker processes (4 per core); for more, start workers on other machines and give their scheduler with "
+        "--scheduler"
     )
     with Engine(workers=np.int64(12)) as engine:  # at the bound, as a numpy integer: no cluster before the first task
         assert engine.workers == 12 and type(engine.workers) is int
