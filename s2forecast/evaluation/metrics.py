@@ -162,7 +162,7 @@ def _align_weights(weights: xr.DataArray, x: Data) -> xr.DataArray:
         if dim not in x.dims:
             raise UserError(f"weights have dim {dim!r} that x lacks (x dims: {tuple(x.dims)})")
         if dim in weights.coords and dim in x.coords:
-            position = _matching_positions(np.asarray(weights[dim]), np.asarray(x[dim]), dim, "weights", "x")
+            position = matching_positions(np.asarray(weights[dim]), np.asarray(x[dim]), dim, "weights", "x")
             if not np.array_equal(position, np.arange(position.size)):
                 weights = weights.isel({dim: position})
             weights = weights.assign_coords({dim: x[dim].values})
@@ -185,7 +185,7 @@ def coordinate_tolerance(values: np.ndarray) -> float:
     return 1e-3 * float(gaps.min()) if gaps.size else 1e-6
 
 
-def _matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name: str, target_name: str) -> np.ndarray:
+def matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name: str, target_name: str) -> np.ndarray:
     """Positions in ``source`` of each value of ``target`` (same set of values, any order)."""
     if source.shape != target.shape:
         raise UserError(
@@ -239,7 +239,7 @@ def align_like(data: Data, reference: Data, name: str) -> Data:
             raise UserError(f"the forecast has no {dim!r} dim (dims {tuple(reference.dims)})")
         if dim not in data.dims:
             raise UserError(f"the {name} has no {dim!r} dim (dims {tuple(data.dims)}); rename it to {dim!r}")
-        position = _matching_positions(np.asarray(data[dim]), np.asarray(reference[dim]), dim, name, "forecast")
+        position = matching_positions(np.asarray(data[dim]), np.asarray(reference[dim]), dim, name, "forecast")
         if not np.array_equal(position, np.arange(position.size)):
             data = data.isel({dim: position})
         data = data.assign_coords({dim: reference[dim].values})

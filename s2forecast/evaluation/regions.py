@@ -149,17 +149,17 @@ def region_masks(
 def _land_on_grid(land_sea_mask: xr.DataArray, lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
     """(lat, lon) land fraction of ``land_sea_mask`` at the grid's points (``lon`` in 0..360), matched by
     value: the mask's longitudes in any convention, its points in any order; another grid is refused."""
-    from s2forecast.evaluation.metrics import _matching_positions
+    from s2forecast.evaluation.metrics import matching_positions
 
     land = land_sea_mask.transpose("latitude", "longitude")
     mask_lon = np.asarray(land["longitude"].values, dtype=np.float64) % 360.0
     spacing = 360.0 / max(mask_lon.size, 1)
     mask_lon[mask_lon > 360.0 - 1e-3 * spacing] = 0.0  # 359.99999 is 0 E (as the grids' matching tolerance)
     grid_lon = np.where(lon > 360.0 - 1e-3 * spacing, 0.0, lon)
-    rows = _matching_positions(
+    rows = matching_positions(
         np.asarray(land["latitude"].values, dtype=np.float64), lat, "latitude", "the land-sea mask", "the grid"
     )
-    columns = _matching_positions(mask_lon, grid_lon, "longitude", "the land-sea mask", "the grid")
+    columns = matching_positions(mask_lon, grid_lon, "longitude", "the land-sea mask", "the grid")
     return np.asarray(land.values, dtype=np.float64)[np.ix_(rows, columns)]
 
 

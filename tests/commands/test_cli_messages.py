@@ -418,7 +418,8 @@ def test_missing_truth_warning_lists_only_leads_it_has(leads, expected, absent):
     hour = np.timedelta64(1, "h")
     start = np.datetime64("2000-01-01T00", "ns")
     init_times, truth_times = start + np.array([0, 1]) * hour, start + np.array([0, 1, 2]) * hour
+    truth = xr.Dataset(coords={"time": truth_times})
     with pytest.warns(MissingTruthWarning) as warned:
-        count_init_times_with_truth(init_times, np.array(leads) * hour, truth_times, "truth.zarr")
+        count_init_times_with_truth(init_times, np.array(leads) * hour, truth, "truth.zarr")
     message = str(warned[0].message)
     assert expected in message and absent not in message and "[]" not in message
