@@ -176,7 +176,8 @@ def test_cuda_quarter_degree_runs_and_matches_reference(monkeypatch):
     (checked first: a near tie flipped by nondeterministic arithmetic would move a query's whole
     selection branch). With the selection fixed, float32 is far inside the tolerance: the
     PyTorch path in float32 against itself in float64 differs by 1.6e-5 at most (dk, dv) at
-    361x720 on CPU, where float32 and float64 selections differ for ~20 query groups."""
+    361x720 on CPU, where float32 and float64 selections differ for ~20 query groups
+    (scripts/ball_sparse_precision.py)."""
     import importlib
 
     module = importlib.import_module("s2forecast.ops.ball_sparse_attention")
