@@ -322,6 +322,8 @@ def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
     elif "time" in ds.dims or "time" in ds.coords:
         if "step" in ds.dims and ds.sizes["step"] == 1:
             ds = ds.isel(step=0)
+        # one lead of a forecast (WeatherBench2's prediction_timedelta, a scalar once selected): a step
+        ds = ds.rename({name: "step" for name in ("prediction_timedelta", "lead_time") if name in ds.coords})
         if "valid_time" in ds.coords:
             valid = ds["valid_time"]
         elif "step" in ds.coords:

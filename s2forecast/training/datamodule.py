@@ -98,13 +98,14 @@ class ResumableLoader(torch.utils.data.DataLoader):
         if "epoch_batches" not in state or start == 0 or total - start < (state["batch_size"] if self.drop_last else 1):
             return  # a new epoch, or the end of one (what drop_last left)
         rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
-        # Lightning stops when its count equals the length (a count already past it runs to the data's end)
+        # Lightning stops when its count equals the length (a count already past it runs to the data's end;
+        # at equality it depends on where the checkpoint was saved, which the loader cannot tell: refused)
         if self.resumed_batches <= len(self) < self.resumed_batches + rest:
             more = len(self) - self.resumed_batches
             raise UserError(
                 f"the checkpoint stopped mid-epoch after {self.resumed_batches} batches of {state['batch_size']}; "
-                f"with data.init_args.batch_size {self.batch_size} Lightning would end that epoch after {more} more "
-                f"batches and skip {total - start - more * self.batch_size} of its samples: resume with batch_size "
+                f"with data.init_args.batch_size {self.batch_size} Lightning may end that epoch after {more} more "
+                f"batches, leaving {(rest - more) * self.batch_size} of its samples untrained: resume with batch_size "
                 f"{state['batch_size']}, or change it at an epoch's end"
             )
 

@@ -554,6 +554,10 @@ def test_a_forecast_file_of_several_leads_names_the_lead_to_select(tmp_path):
         r"initial conditions .* select one lead first, e\.g\. ds\.isel\(prediction_timedelta=-1\)",
     ):
         convert([tmp_path / "forecast.nc"], tmp_path / "out.zarr")
+    # as the message says: the lead selected, its states stand at their valid times (init + lead)
+    ds.isel(prediction_timedelta=-1).to_netcdf(tmp_path / "lead12.nc")
+    converted = open_store(convert([tmp_path / "lead12.nc"], tmp_path / "lead12.zarr"))
+    np.testing.assert_array_equal(converted["time"].values, six_hourly("2020-01-01T12", 1))
 
 
 def test_latitudes_in_no_order_are_sorted_as_the_readers_do(tmp_path):

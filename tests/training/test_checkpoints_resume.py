@@ -477,9 +477,9 @@ def test_a_resume_with_another_batch_size_goes_on_from_the_same_sample():
     assert seen + rest[: len(order) - len(seen)] == order and len(rest) == 11 - 4  # none twice, none skipped
     assert 2 + len(rest) <= len(resumed)  # within Lightning's count of the epoch's batches
     with pytest.raises(ValueError, match=(
-        r"the checkpoint stopped mid-epoch after 2 batches of 2; with data.init_args.batch_size 3 Lightning would "
-        r"end that epoch after 1 more batches and skip 4 of its samples: resume with batch_size 2, or change it at "
-        r"an epoch's end"
+        r"the checkpoint stopped mid-epoch after 2 batches of 2; with data.init_args.batch_size 3 Lightning may "
+        r"end that epoch after 1 more batches, leaving 3 of its samples untrained: resume with batch_size 2, or "
+        r"change it at an epoch's end"
     )):  # fmt: skip
         resumed_with(3)
     finished = make_loader()
