@@ -295,6 +295,12 @@ def _check_some_valid_time_in_truth(forecast: xr.Dataset, truth: xr.Dataset, tru
     times = truth[INIT_DIM].values
     if truth_available(truth, forecast[INIT_DIM].values, forecast[LEAD_DIM].values).any():
         return
+    if np.isin(valid, times).any():  # a store of trajectories: there, but another run's
+        raise UserError(
+            f"the forecast's valid times ({format_times(valid.min())} .. {format_times(valid.max())}) that the truth "
+            f"store {truth_name} holds are in another trajectory than their init time's (another run, not this "
+            "forecast's future): every score would be NaN; forecast within the init times' trajectories"
+        )
     held = f"{format_times(times.min())} .. {format_times(times.max())}" if times.size else "no time"
     raise UserError(
         f"none of the forecast's valid times ({format_times(valid.min())} .. {format_times(valid.max())}) is in the "
@@ -480,9 +486,11 @@ def count_init_times_with_truth(
             effects.append(f"lead(s) {_hours_list(empty)} h have no truth at all (metrics NaN, n_init_times 0)")
         if partial:
             effects.append(f"lead(s) {_hours_list(partial)} h average over fewer init times")
+        other_run = int((np.isin(init_times[:, None] + leads[None, :], truth_times) & ~available).sum())
+        elsewhere = f" ({other_run} of them in another trajectory than their init time's)" if other_run else ""
         warnings.warn(
             f"the truth {truth_name} has no data at {int((~available).sum())} of {available.size} (init time, lead) "
-            f"valid times: {'; '.join(effects)}; see 'n_init_times' in the metrics file",
+            f"valid times{elsewhere}: {'; '.join(effects)}; see 'n_init_times' in the metrics file",
             MissingTruthWarning,
             stacklevel=3,
         )

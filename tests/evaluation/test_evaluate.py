@@ -279,12 +279,18 @@ def test_a_valid_time_in_another_trajectory_is_no_truth(tmp_path):
         at_init = truth.sel(time=inits).drop_vars("trajectory")
         return at_init.expand_dims(prediction_timedelta=leads).transpose("time", ...)
 
-    with pytest.warns(MissingTruthWarning, match="no data at 2 of 4 .init time, lead. valid times"):
+    with pytest.warns(
+        MissingTruthWarning,
+        match=r"no data at 2 of 4 .init time, lead. valid times \(1 of them in "
+        r"another trajectory than their init time's\)",
+    ):
         both = evaluate(forecast(times[[0, 12]]), store, tmp_path / "both.nc", plots=False, progress=False)
     np.testing.assert_array_equal(both["n_init_times"].values, [1, 1])
     first = evaluate(forecast(times[[0]]), store, tmp_path / "first.nc", plots=False, progress=False)
     rmse = [score(metrics, "vorticity", "rmse", "forecast") for metrics in (both, first)]
     np.testing.assert_allclose(*rmse, rtol=1e-12)
+    with pytest.raises(UserError, match=r"that the truth store .* holds are in another trajectory than their init "):
+        evaluate(forecast(times[[12]]).isel(prediction_timedelta=[1]), store, tmp_path / "none.nc", progress=False)
 
 
 # --- outputs -------------------------------------------------------------------------------------
