@@ -40,8 +40,6 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
     if values.get("global_every") is not None and values["global_every"] < 1:
         raise UserError(f"network option global_every must be >= 1 or null, got {values['global_every']}")
     check_nested_options(values)
-    for name, why in inert_options(architecture, values, options):
-        warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=3)
     if values["embed_dim"] % values["num_heads"]:
         raise UserError(
             f"network option embed_dim={values['embed_dim']} is not divisible by num_heads={values['num_heads']}: "
@@ -49,17 +47,35 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
         )
 
 
+def warn_inert_options(architecture: str, options: dict) -> None:
+    """Warn about each option of a training config that its other settings leave unused (a config that
+    sets it believes it changed something). Training only: a checkpoint's options are not the reader's."""
+    from s2forecast.models import ARCHITECTURES
+
+    cls = ARCHITECTURES.get(architecture)
+    if cls is None:
+        return
+    values = {p.name: p.default for p in inspect.signature(cls).parameters.values()} | options
+    for name, why in inert_options(architecture, values, options):
+        warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=3)
+
+
 def inert_options(architecture: str, values: dict, given: dict) -> list[tuple[str, str]]:
     """The options of ``given`` that the settings of ``values`` (given options over the defaults)
-    leave unused, each with why: a config that sets them believes it changed something."""
+    leave unused, each with why."""
+    from s2forecast.models.spherical_transformer import attention_pattern
+
     attention = values.get("attention")
-    kinds = set(attention) if isinstance(attention, list) else {attention}
-    if isinstance(attention, str) and values.get("global_every"):
-        kinds.add("global")
+    if architecture == "spherical":  # the layers' kinds as the network builds them
+        pattern = attention_pattern(attention, values["num_layers"], values.get("global_every"))
+        kinds = set(pattern)
+        every_unused = isinstance(attention, list) or pattern == [attention] * values["num_layers"]
+    else:
+        kinds, every_unused = {attention}, False
     stochastic = values.get("noise_channels", 0) > 0
     rules = {
         "spherical": {
-            "global_every": (isinstance(attention, list), "attention is a per-layer list"),
+            "global_every": (every_unused, "it makes no layer global here (a per-layer list, or as many layers)"),
             "theta": ("neighborhood" not in kinds, "no layer has neighborhood attention"),
             "backend": ("neighborhood" not in kinds, "no layer has neighborhood attention"),
             "ball_options": ("ball" not in kinds, "no layer has ball attention"),

@@ -27,6 +27,7 @@ from s2forecast.models import ARCHITECTURES
 from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
+from s2forecast.models.network_options import warn_inert_options
 from s2forecast.models.spherical_transformer import GRID_BOUND_EMBEDDINGS
 from s2forecast.nn import SphericalHarmonicAnalysis
 from s2forecast.training.checkpoints import count_finished_epoch, reopen_cut_epoch
@@ -286,6 +287,7 @@ class ForecastModule(pl.LightningModule):
         self.save_hyperparameters()
         try:
             self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
+            warn_inert_options(architecture, network or {})
         except UserError as error:  # the network's own checks: name the options they are about
             raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
         if init_from is not None:

@@ -1,11 +1,14 @@
 """Issue 29: a network option of the wrong type or range is one UserError naming it, raised
 before any layer is built (not a TypeError or ZeroDivisionError from inside one)."""
 
+import warnings
+
 import pytest
 import torch
 
 from s2forecast.geometry import Grid
 from s2forecast.models import build_network
+from s2forecast.models.network_options import warn_inert_options
 from s2forecast.user_errors import UserError
 
 CASES = [
@@ -77,7 +80,10 @@ def test_bad_network_option_is_one_user_error(architecture, options, message):
         ("spherical", {"attention": "global", "backend": "reference"}, "backend has no effect: no layer has neigh"),
         ("spherical", {"ball_options": {"top_k": 2}}, "ball_options has no effect: no layer has ball attention"),
         ("spherical", {"attention": ["neighborhood"], "num_layers": 1, "global_every": 2},
-         "global_every has no effect: attention is a per-layer list"),
+         "global_every has no effect: it makes no layer global here"),
+        ("spherical", {"attention": "global", "global_every": 2}, "global_every has no effect: it makes no layer"),
+        ("spherical", {"num_layers": 2, "global_every": 5}, "global_every has no effect: it makes no layer global"),
+        ("spherical", {"num_layers": 2, "global_every": 1, "theta": 0.3}, "theta has no effect: no layer has neigh"),
         ("spherical", {"noise_correlation": 0.5}, "noise_correlation has no effect: noise_channels is 0"),
         ("spherical", {"noise_channels": 2, "noise_kind": "vector", "noise_alpha": 1.0},
          "noise_alpha has no effect: only field noise has a spectrum"),
@@ -85,9 +91,22 @@ def test_bad_network_option_is_one_user_error(architecture, options, message):
     ],
 )  # fmt: skip
 def test_an_option_its_settings_leave_unused_is_a_warning(architecture, options, message):
-    """Accepted (a checkpoint that has one still loads), but said: the config believes it changed something."""
+    """Accepted, but said when a training config is built (the config believes it changed something);
+    building the network (a checkpoint's, read by rollout or evaluate) does not repeat it."""
     with pytest.warns(UserWarning, match=f"network option {message}"):
+        warn_inert_options(architecture, {"embed_dim": 8, **options})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         build_network(architecture, Grid(8, 16), 3, 3, embed_dim=8, **options)
+
+
+def test_options_in_use_give_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_inert_options("spherical", {"attention": ["neighborhood", "global"], "num_layers": 2, "theta": 0.3})
+        warn_inert_options("spherical", {"num_layers": 2, "global_every": 2, "theta": 0.3, "backend": "reference"})
+        warn_inert_options("spherical", {"noise_channels": 2, "noise_alpha": 1.0, "noise_correlation": 0.5})
+        warn_inert_options("planar", {"attention": "window", "window": 1})
 
 
 def test_the_spherical_network_runs_in_float64():
