@@ -530,6 +530,22 @@ def unwritable(path: Path, error: OSError, option: str = "--out") -> PermissionE
     )
 
 
+def remove_if_still_ours(path: Path) -> bool:
+    """Remove ``path``, judged s2forecast's when a command started, if it still is: set aside first and
+    judged whole there (a file a user saved inside it meanwhile changes no stamp of its root), put back
+    if it is not; removed under a temporary sibling's name (a kill part-way leaves a leftover the next
+    run removes). Returns whether it went."""
+    old = sibling(path, "old")
+    os.rename(path, old)
+    if not written_by_s2forecast(old):
+        os.rename(old, path)
+        return False
+    tmp = sibling(path, "tmp")
+    os.rename(old, tmp)
+    remove_own(tmp)
+    return True
+
+
 def busy_error(path, other: str, option: str = "--out") -> UserError:
     pid_host = other.rsplit("lock-", 1)[-1]
     return UserError(
@@ -734,7 +750,10 @@ class Output:
                 self.discard()
                 raise foreign_error(self.path, self.option, self._why_not_ours())
             os.rename(self.tmp, self.path)
-            remove_own(old)
+            # removed under the tmp name (free again): a kill part-way leaves a tmp sibling, which the next run
+            # removes; a half-removed "old" one (its root marker gone first) was judged foreign and kept forever
+            os.rename(old, self.tmp)
+            remove_own(self.tmp)
         self._release()
         return self.path
 

@@ -52,7 +52,14 @@ from s2forecast.data.store import (
     open_store,
 )
 from s2forecast.geometry.quadrature import cell_area_weights
-from s2forecast.output import GENERATION_ATTR, Output, written_by_s2forecast, zarr_attributes
+from s2forecast.output import (
+    GENERATION_ATTR,
+    Output,
+    claim_lock,
+    release_lock,
+    written_by_s2forecast,
+    zarr_attributes,
+)
 from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError, one_line
@@ -160,7 +167,14 @@ def compute_stats(
     stats = _statistics(ds, stored[list(ds.data_vars)], info, path, start, end, step_hours, progress, engine)
     check_store_unchanged(path, ds)
     if out is None:
-        write_stats(path, stats)
+        # under the store's own lock, which its writer (generate-swe, convert-era5 --overwrite) holds from start
+        # to finish: a store replaced meanwhile would get these statistics of the old data, with no error
+        claim_lock(Path(path), "the store")
+        try:
+            check_store_unchanged(path, ds)
+            write_stats(path, stats)
+        finally:
+            release_lock(Path(path))
         return stats
     with Output(out, **claim) as out_output:
         stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)

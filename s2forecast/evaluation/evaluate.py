@@ -78,7 +78,7 @@ from s2forecast.output import (
     check_unchanged,
     file_sha256,
     netcdf_attributes,
-    remove_own,
+    remove_if_still_ours,
     written_by_s2forecast,
 )
 from s2forecast.provenance import history_line
@@ -242,7 +242,7 @@ def evaluate(
         for output in written:
             output.commit()
     if earlier_plots is not None and "plots_dir" not in metrics.attrs:  # results without plots: none of another run
-        remove_own(earlier_plots)
+        remove_if_still_ours(earlier_plots)  # judged again: a file saved inside it during the run keeps it
     return metrics
 
 

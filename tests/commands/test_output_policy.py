@@ -25,6 +25,7 @@ import pytest
 import torch
 import xarray as xr
 
+from s2forecast import output as output_module
 from s2forecast.cli import main as cli
 from s2forecast.data import compute_stats, generate_swe, open_store
 from s2forecast.data import stats as stats_module
@@ -42,6 +43,7 @@ from s2forecast.output import (
     artifact_attributes,
     artifact_kind,
     clean_leftovers,
+    remove_if_still_ours,
     written_by_s2forecast,
 )
 
@@ -881,3 +883,55 @@ def test_a_partial_file_in_a_store_of_someone_else_is_left_alone(inputs, tmp_pat
     before = snapshot(tmp_path)
     assert "exists and was not written by s2forecast" in refused(BY_NAME["generate-swe"].argv(inputs, out), capsys)
     assert snapshot(tmp_path) == before
+
+
+def test_in_store_stats_wait_for_no_writer_of_the_store(inputs, tmp_path, capsys):
+    """stats STORE during a generate-swe/convert-era5 --overwrite of STORE installed the old data's
+    statistics in the new store (its temporary group, a path inside STORE, followed the swap). The
+    store's writer holds its lock from start to finish: stats refuses while it is held."""
+    import fcntl
+    import socket
+
+    store = tmp_path / "s.zarr"
+    cli(BY_NAME["generate-swe"].argv(inputs, store))
+    lock = tmp_path / f".s.zarr.s2forecast-lock-4000000-{socket.gethostname()}"  # a writer's, held
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        message = refused(["stats", str(store), "--no-progress"], capsys)
+        assert f"the store {store} is being written by another run (process-host 4000000-" in message
+    assert not (store / "stats").exists()
+    cli(["stats", str(store), "--no-progress"])  # the writer gone: its lock is a leftover
+    assert xr.open_zarr(store, group="stats")["mean"].size > 0
+
+
+def test_a_set_aside_copy_is_removed_under_a_temporary_name(tmp_path, monkeypatch):
+    """A kill while the replaced copy was removed could leave its arrays without its root marker under
+    the 'old' name, which no run removes (judged foreign); under the tmp name the next run removes it."""
+    out, removed = tmp_path / "o.zarr", []
+    for value in (1.0, 2.0):
+        output = Output(out, "climatology", directory=True, overwrite=True)
+        with output:
+            xr.Dataset({"x": ("t", np.full(3, value))}).assign_attrs(output.attrs).to_zarr(output.tmp, zarr_format=3)
+            if value == 2.0:
+                monkeypatch.setattr(output_module, "remove_own", lambda path: removed.append(Path(path).name))
+            output.commit()
+    assert removed == [output.tmp.name]  # the old copy goes under the (free again) tmp name
+    monkeypatch.undo()
+    clean_leftovers(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.zarr"] and float(xr.open_zarr(out)["x"][0]) == 2.0
+
+
+def test_results_without_plots_remove_the_earlier_plots_only_if_still_ours(tmp_path):
+    """evaluate --no-plots --overwrite removed the earlier plots directory, judged s2forecast's when
+    the run started, with a file the user saved into it during the run."""
+    plots = tmp_path / "m_plots"
+    output = Output(plots, "plots", directory=True)
+    with output:  # its temporary directory is made when claimed
+        (output.tmp / "a.png").write_bytes(b"png")
+        output.write_marker_file()
+        output.commit()
+    assert written_by_s2forecast(plots)
+    (plots / "my_notes.txt").write_text("mine\n")
+    assert remove_if_still_ours(plots) is False and (plots / "my_notes.txt").read_text() == "mine\n"
+    (plots / "my_notes.txt").unlink()
+    assert remove_if_still_ours(plots) is True and list(tmp_path.iterdir()) == []
