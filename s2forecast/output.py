@@ -710,7 +710,11 @@ class Output:
         """What says an existing ``path`` is not ours, where no marker judges it (e.g. evaluate's CSV)."""
         if self.owned is written_by_s2forecast or self.path.is_symlink():
             return None
-        return "its contents are not what s2forecast wrote there: it was edited or replaced"
+        # (evaluate commits its CSV before the metrics file that records the CSV's hash: a kill between them)
+        return (
+            "its contents are not what s2forecast wrote there: it was edited or replaced, or a run writing it was "
+            "killed before the file that vouches for it; if so, remove it yourself"
+        )
 
     def write_marker_file(self) -> None:
         """A plain directory artifact's marker: every file of ``tmp`` listed (``commit`` writes it)."""
