@@ -109,9 +109,12 @@ def option_problems(
         problems.append(f"model.warmup_steps must be >= 0, got {warmup_steps}")
     if level_weighting not in LEVEL_WEIGHTINGS:
         problems.append(f"model.level_weighting must be one of {LEVEL_WEIGHTINGS}, got {level_weighting!r}")
-    if not 1 <= rollout_start <= rollout_max:
+    counts = {"rollout_start": rollout_start, "rollout_max": rollout_max, "rollout_every_epochs": rollout_every_epochs}
+    fractional = [f"model.{k} must be a whole number, got {v!r}" for k, v in counts.items() if not _integer(v)]
+    problems += fractional  # (a float 2.0 made the rollout 2.0 steps: range() fails at the first epoch)
+    if not fractional and not 1 <= rollout_start <= rollout_max:
         problems.append(f"need 1 <= model.rollout_start <= model.rollout_max, got {rollout_start} and {rollout_max}")
-    if not (_number(rollout_every_epochs) and rollout_every_epochs >= 0):
+    if not fractional and not rollout_every_epochs >= 0:
         problems.append(
             f"model.rollout_every_epochs must be >= 0 (epochs between one more rollout step; 0: the rollout stays at "
             f"rollout_start), got {rollout_every_epochs!r}"
@@ -141,6 +144,10 @@ def weight_problems(variable_weights: dict, channels) -> list[str]:
 
 def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # what a fine-tuning config puts in model.init_from: refused until --model.init_from names a checkpoint
@@ -478,7 +485,13 @@ class ForecastModule(pl.LightningModule):
             lr=self.hparams.lr,
             betas=(0.9, 0.95),
         )
-        steps = int(self.trainer.estimated_stepping_batches) if self._trainer is not None else 0
+        steps = self.trainer.estimated_stepping_batches if self._trainer is not None else 0
+        if steps == float("inf"):  # max_epochs -1 and no max_steps: "until stopped"
+            raise UserError(
+                "trainer.max_epochs -1 without trainer.max_steps trains until stopped, but the learning rate's cosine "
+                "decay runs over the fit's optimizer steps: set trainer.max_steps (or a finite trainer.max_epochs)"
+            )
+        steps = int(steps)
         total = max(1, steps)
         # not capped at the fit's length: a fit stopped inside its warm-up and continued with a
         # larger max_steps must follow the one plan (a cap squeezed the ramp into the first fit)

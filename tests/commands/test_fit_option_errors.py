@@ -53,6 +53,11 @@ CASES = {
         "trainer.precision 64-true (float64) is not supported for training",
         "use 32-true",
     ),
+    "max_epochs -1 without max_steps": (  # OverflowError (int of inf steps): "internal error"
+        ["--trainer.max_epochs", "-1", "--trainer.max_steps", "-1"],
+        "trainer.max_epochs -1 without trainer.max_steps trains until stopped",
+        "set trainer.max_steps",
+    ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],
@@ -96,3 +101,15 @@ def test_a_typo_in_a_config_of_the_base_data_module_still_gets_its_suggestion(sw
     with pytest.raises(SystemExit):
         main(["fit", "--config", str(config), "--data.init_args.store", str(swe_store)])
     assert "did you mean 'data.init_args.batch_size'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["rollout_start", "rollout_max", "rollout_every_epochs"])
+def test_fractional_rollout_counts_are_refused_by_the_module(option):
+    """From Python (the CLI's types refuse them): rollout_every_epochs 1.5 made the rollout 2.0 steps,
+    and range() failed at the first epoch."""
+    from s2forecast.training.forecast_module import option_problems
+
+    values = {"rollout_start": 1, "rollout_max": 2, "rollout_every_epochs": 1} | {option: 1.5}
+    problems = option_problems({}, {}, "pressure", values["rollout_start"], values["rollout_max"], 1e-3, 0.0, 0, 0.1,
+                               1, "mse", 0.0, 1.0, 0.0, None, values["rollout_every_epochs"])  # fmt: skip
+    assert f"model.{option} must be a whole number, got 1.5" in problems
