@@ -122,11 +122,8 @@ def generate_swe(
         "seed": seed,
         "solver_dt_seconds": solver_dt_seconds,
     }
-    warn_if_short_of_disk(
-        out,
-        4 * times.size * len(SWE_VARIABLES) * nlat * nlon,
-        f"the store takes up to {byte_size(4 * times.size * 3 * nlat * nlon)} before compression",
-    )
+    store_bytes = 4 * times.size * len(SWE_VARIABLES) * nlat * nlon  # float32
+    warn_if_short_of_disk(out, store_bytes, f"the store takes up to {byte_size(store_bytes)} before compression")
     lmax = math.ceil(nlat / 3)  # the solver first: a grid too large for memory fails before any store is made
     solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
     with StoreWriter(out, signature, overwrite=overwrite) as writer:
