@@ -57,7 +57,7 @@ def warn_inert_options(architecture: str, options: dict) -> None:
         return
     values = {p.name: p.default for p in inspect.signature(cls).parameters.values()} | options
     for name, why in inert_options(architecture, values, options):
-        warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=3)
+        warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=2)
 
 
 def inert_options(architecture: str, values: dict, given: dict) -> list[tuple[str, str]]:
