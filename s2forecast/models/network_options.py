@@ -47,14 +47,10 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
         )
 
 
-def warn_inert_options(architecture: str, options: dict) -> None:
-    """Warn about each option of a training config that its other settings leave unused (a config that
-    sets it believes it changed something). Training only: a checkpoint's options are not the reader's."""
-    from s2forecast.models import ARCHITECTURES
-
-    cls = ARCHITECTURES.get(architecture)
-    if cls is None:
-        return
+def warn_inert_options(architecture: str, cls: type, options: dict) -> None:
+    """Warn about each option of a training config for the network ``cls`` that its other settings leave
+    unused (a config that sets it believes it changed something). Training only: a checkpoint's options
+    are not the reader's."""
     values = {p.name: p.default for p in inspect.signature(cls).parameters.values()} | options
     for name, why in inert_options(architecture, values, options):
         warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=2)

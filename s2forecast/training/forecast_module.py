@@ -294,7 +294,7 @@ class ForecastModule(pl.LightningModule):
         self.save_hyperparameters()
         try:
             self.forecaster = Forecaster(architecture, network, DataSpec.from_dict(data), residual)
-            warn_inert_options(architecture, network or {})
+            warn_inert_options(architecture, ARCHITECTURES[architecture], network or {})
         except UserError as error:  # the network's own checks: name the options they are about
             raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
         if init_from is not None:

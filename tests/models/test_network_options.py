@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from s2forecast.geometry import Grid
-from s2forecast.models import build_network
+from s2forecast.models import ARCHITECTURES, PlanarTransformer, SphericalTransformer, build_network
 from s2forecast.models.network_options import warn_inert_options
 from s2forecast.user_errors import UserError
 
@@ -94,19 +94,23 @@ def test_an_option_its_settings_leave_unused_is_a_warning(architecture, options,
     """Accepted, but said when a training config is built (the config believes it changed something);
     building the network (a checkpoint's, read by rollout or evaluate) does not repeat it."""
     with pytest.warns(UserWarning, match=f"network option {message}"):
-        warn_inert_options(architecture, {"embed_dim": 8, **options})
+        warn_inert_options(architecture, ARCHITECTURES[architecture], {"embed_dim": 8, **options})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_network(architecture, Grid(8, 16), 3, 3, embed_dim=8, **options)
 
 
 def test_options_in_use_give_no_warning():
+    in_use = [
+        {"attention": ["neighborhood", "global"], "num_layers": 2, "theta": 0.3},
+        {"num_layers": 2, "global_every": 2, "theta": 0.3, "backend": "reference"},
+        {"noise_channels": 2, "noise_alpha": 1.0, "noise_correlation": 0.5},
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        warn_inert_options("spherical", {"attention": ["neighborhood", "global"], "num_layers": 2, "theta": 0.3})
-        warn_inert_options("spherical", {"num_layers": 2, "global_every": 2, "theta": 0.3, "backend": "reference"})
-        warn_inert_options("spherical", {"noise_channels": 2, "noise_alpha": 1.0, "noise_correlation": 0.5})
-        warn_inert_options("planar", {"attention": "window", "window": 1})
+        for options in in_use:
+            warn_inert_options("spherical", SphericalTransformer, options)
+        warn_inert_options("planar", PlanarTransformer, {"attention": "window", "window": 1})
 
 
 def test_the_spherical_network_runs_in_float64():
