@@ -43,10 +43,6 @@ def _seed():
 
 
 def pytest_collection_modifyitems(config, items):
-    # the slow tests first (stable order otherwise): pytest-xdist hands tests out in this order, and
-    # the slowest ones (the two-node DDP run 44 s, bench_scale 29 s) sat at the end of the collection
-    # (tests/scripts, tests/training), one worker running them alone while the other had nothing left
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
