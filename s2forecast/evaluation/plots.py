@@ -461,7 +461,8 @@ def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray
     height = max(2.2, 1.3 + 0.32 * len(rows))  # one row: the colour bar's label was taller than the figure
     figure = _figure(width, height)
     ax = figure.add_axes((left / width, 0.2 / height, table_width / width, 1 - 1.1 / height))
-    finite = np.abs(cells[np.isfinite(cells)])
+    values = cells[np.isfinite(cells)]
+    finite = np.abs(values)
     limit = min(max(float(finite.max()) if finite.size else 1.0, 1.0), SCORECARD_LIMIT_PERCENT)
     masked = np.ma.masked_invalid(cells)
     cmap = colormaps["RdBu_r"].with_extremes(bad="0.85")
@@ -475,7 +476,6 @@ def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray
     ax.set_xlabel("lead time [h]", fontsize=_LABEL_POINTS)
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
-    values = cells[np.isfinite(cells)]
     below, above = bool(values.size and values.min() < -limit), bool(values.size and values.max() > limit)
     extend = {(True, True): "both", (True, False): "min", (False, True): "max"}.get((below, above), "neither")
     colorbar_axes = figure.add_axes(((left + table_width + 0.15) / width, 0.2 / height, 0.15 / width,

@@ -305,8 +305,9 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
 
     init_times = forecast[INIT_DIM].values
     chosen = []  # per lead: the init times averaged
-    for lead in leads:
-        have = init_times[truth_available(truth, init_times, np.array([lead]))[:, 0]]
+    available = truth_available(truth, init_times, np.asarray(leads))  # (init, lead), once for every lead
+    for k in range(len(leads)):
+        have = init_times[available[:, k]]
         positions = np.round(np.linspace(0, have.size - 1, min(SPECTRA_INITS, have.size))).astype(int)
         chosen.append(have[np.unique(positions)])
     counts = np.array([c.size for c in chosen])
