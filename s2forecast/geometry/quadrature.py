@@ -8,6 +8,7 @@ against it to round-off (``tests/geometry/test_quadrature.py``), because importi
 costs 3.4 s (it calls ``torch.compile`` at import): evaluate's spectra would pay it, and torch's.
 """
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -49,11 +50,21 @@ def latitude_quadrature(nlat: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if kind == "equiangular":
         x, weights = clenshaw_curtis_rule(nlat)
     elif kind == "legendre-gauss":
-        x, weights = np.polynomial.legendre.leggauss(nlat)
+        x, weights = gauss_legendre_rule(nlat)
     else:
         raise UserError(f"unknown grid kind {kind!r}; use 'equiangular', 'equiangular-midpoint' or 'legendre-gauss'")
     # nodes in x = cos(colat) from -1 up: colatitudes from the north pole down, as torch-harmonics'
     return np.flip(np.arccos(x)).copy(), np.flip(weights).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def gauss_legendre_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy's ``leggauss(n)`` nodes (ascending on [-1, 1]) and weights, read-only: computed once
+    per size (an eigenvalue problem of order n: 0.1 s at 721 latitudes, asked for by every
+    recognition of a grid and every quadrature of a Gauss grid)."""
+    x, weights = np.polynomial.legendre.leggauss(n)
+    x.flags.writeable = weights.flags.writeable = False
+    return x, weights
 
 
 def clenshaw_curtis_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +151,7 @@ def latitude_nodes(nlat: int, kind: str) -> np.ndarray:
     if kind == "equiangular-midpoint":
         return (k + 0.5) * (math.pi / nlat)
     if kind == "legendre-gauss":
-        return np.arccos(np.polynomial.legendre.leggauss(nlat)[0][::-1])
+        return np.arccos(gauss_legendre_rule(nlat)[0][::-1])
     raise UserError(f"unknown grid kind {kind!r}; use 'equiangular', 'equiangular-midpoint' or 'legendre-gauss'")
 
 

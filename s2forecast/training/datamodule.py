@@ -53,6 +53,24 @@ class EpochShuffleSampler(torch.utils.data.DistributedSampler):
         return iter(order[self.rank : self.total_size : self.num_replicas][start:])
 
 
+class InOrderShardSampler(torch.utils.data.DistributedSampler):
+    """This process's share of a validation or test split under DDP: every ``num_replicas``-th
+    sample from ``rank``, in order. As ``DistributedSampler`` (which Lightning would put in), the
+    shares are padded to equal length with the split's first samples: every process must run as
+    many batches (DDP's forward and the epoch's reductions are collective). ``counted_rows`` tells
+    the padding apart, so that the scores count each sample of the split once."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, num_replicas: int = 1, rank: int = 0):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
+
+    def counted_rows(self, batch_index: int, batch_size: int, rows: int) -> int:
+        """How many leading rows of batch ``batch_index`` (of ``rows`` rows) are this process's own
+        samples; the rest are padding. The padding ends a share: its position j is padding when
+        ``j * num_replicas + rank`` is past the split's last sample."""
+        own = max(0, -(-(len(self.dataset) - self.rank) // self.num_replicas))
+        return min(rows, max(0, own - batch_index * batch_size))
+
+
 class ResumableLoader(torch.utils.data.DataLoader):
     """The training DataLoader, with the state Lightning checkpoints: the sampler's epoch and how
     many batches of it this loader has served. Lightning saves the ``state_dict`` of training
@@ -256,10 +274,11 @@ class FieldDataModule(pl.LightningDataModule):
             collate_fn=dataset.collate,
             persistent_workers=self.num_workers > 0,
         )
-        if not shuffle:
-            return torch.utils.data.DataLoader(dataset, **options)
         # under DDP the sampler shards by rank (Lightning's distributed_sampler_kwargs)
         shards = (self.trainer.distributed_sampler_kwargs if self.trainer is not None else None) or {}
+        if not shuffle:
+            sampler = InOrderShardSampler(dataset, **shards) if shards.get("num_replicas", 1) > 1 else None
+            return torch.utils.data.DataLoader(dataset, sampler=sampler, **options)
         sampler = EpochShuffleSampler(dataset, self.seed, **shards)
         return ResumableLoader(dataset, sampler=sampler, drop_last=len(dataset) > self.batch_size, **options)
 

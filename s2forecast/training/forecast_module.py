@@ -423,33 +423,51 @@ class ForecastModule(pl.LightningModule):
             prediction = self.ensemble(batch, steps, self.noise_generator(batch_idx, stage))
         else:
             prediction = self(batch, steps)
-        size = len(batch.inputs)
-        self.log(f"{stage}/loss", self.loss(prediction, batch.targets), prog_bar=True, batch_size=size, sync_dist=True)
+        # under DDP the last batches of a process may repeat samples of another one (padding):
+        # only the leading ``counted`` rows are scored
+        counted = self._counted_rows(stage, batch_idx, len(batch.inputs))
+        prediction, targets = prediction[:counted], batch.targets[:counted]
+        # the loss is a mean over the batch: times its rows, a sum over the samples
+        loss = self.loss(prediction, targets).detach() * counted if counted else torch.zeros((), device=self.device)
         if self.probabilistic:
             prediction = prediction.mean(dim=1)  # RMSE of the ensemble mean
-        error = (self.to_physical(prediction) - self.to_physical(batch.targets)).square()
+        error = (self.to_physical(prediction) - self.to_physical(targets)).square()
         mse = (error * self.area).mean(dim=(-2, -1)).sum(dim=0)  # (steps, channels), summed over the batch
-        sums = self._mse_sums.setdefault(stage, [torch.zeros_like(mse), 0])
+        sums = self._mse_sums.setdefault(stage, [torch.zeros_like(mse), torch.zeros_like(loss), 0])
         sums[0] += mse.detach()
-        sums[1] += size
+        sums[1] += loss.to(sums[1].dtype)
+        sums[2] += counted
 
-    def _log_rmse(self, stage: str) -> None:
-        """sqrt(mean over all samples of the area-weighted MSE), WeatherBench2's RMSE, per lead."""
+    def _counted_rows(self, stage: str, batch_idx: int, rows: int) -> int:
+        """The rows of a validation or test batch that are not DDP's padding (``InOrderShardSampler``)."""
+        loader = self.trainer.val_dataloaders if stage == "val" else self.trainer.test_dataloaders
+        counted_rows = getattr(getattr(loader, "sampler", None), "counted_rows", None)
+        return rows if counted_rows is None else counted_rows(batch_idx, loader.batch_size, rows)
+
+    def _log_scores(self, stage: str) -> None:
+        """The loss and WeatherBench2's RMSE (sqrt of the mean over all samples of the area-weighted
+        MSE, per lead) of the epoch's samples, each counted once whatever the number of processes."""
         if stage not in self._mse_sums:
             return
-        total, count = self._mse_sums.pop(stage)
-        total = self.trainer.strategy.reduce(total, reduce_op="sum")
-        count = self.trainer.strategy.reduce(torch.tensor(float(count), device=total.device), reduce_op="sum")
+        total, loss, count = self._mse_sums.pop(stage)
+        reduce = self.trainer.strategy.reduce
+        total, loss = reduce(total, reduce_op="sum"), reduce(loss, reduce_op="sum")
+        count = reduce(torch.tensor(float(count), device=total.device), reduce_op="sum")
+        # the same value in every process: logged by each (ModelCheckpoint and EarlyStopping monitor
+        # it in each), the mean over processes a no-op
+        self.log(f"{stage}/loss", loss / count, prog_bar=True, sync_dist=True)
         rmse = (total / count).sqrt()
         for k in range(rmse.shape[0]):
             for c, channel in enumerate(self.channels):
-                self.log(f"{stage}/rmse/{channel}/step{k + 1}", rmse[k, c], rank_zero_only=True)
+                # rank_zero_only: a value the processes already share needs no reduction (sync_dist
+                # then only quiets Lightning's advice to reduce it)
+                self.log(f"{stage}/rmse/{channel}/step{k + 1}", rmse[k, c], rank_zero_only=True, sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_rmse("val")
+        self._log_scores("val")
 
     def on_test_epoch_end(self) -> None:
-        self._log_rmse("test")
+        self._log_scores("test")
 
     def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
         return self.forecaster.to_physical(normalized)
