@@ -22,7 +22,9 @@ def haversine(colat1: torch.Tensor, lon1: torch.Tensor, colat2: torch.Tensor, lo
 
 
 def within_radius(hav: torch.Tensor, radius: float) -> torch.Tensor:
-    """Whether haversines ``hav`` belong to distances <= ``radius`` (radians)."""
+    """Whether haversines ``hav`` belong to distances <= ``radius`` (radians). A neighbour exactly
+    ``radius`` away is kept for haversines of float64 coordinates (the grid's); of float32 ones, the
+    coordinates' round-off (1e-4 of a 0.25 deg spacing) decides."""
     return hav <= math.sin(0.5 * radius) ** 2 * (1.0 + RADIUS_RTOL)
 
 

@@ -45,6 +45,9 @@ class Grid:
             raise UserError(f"unknown grid kind {self.kind!r}; use one of {GRID_KINDS}")
         if int(self.nlat) != self.nlat or int(self.nlon) != self.nlon:
             raise UserError(f"nlat and nlon must be integers, got nlat={self.nlat!r}, nlon={self.nlon!r}")
+        # 8.0 is taken as 8: kept a float, it failed later where a count is needed (np.arange, torch shapes)
+        object.__setattr__(self, "nlat", int(self.nlat))
+        object.__setattr__(self, "nlon", int(self.nlon))
         if self.nlat < 2 or self.nlon < 1:
             raise UserError(f"a grid needs nlat >= 2 and nlon >= 1, got {self.nlat}x{self.nlon}")
 
@@ -165,9 +168,23 @@ class Grid:
 
         lon_step = np.diff(lon)
         expected_step = 360.0 / nlon
-        if nlon > 1 and not np.allclose(lon_step, expected_step, rtol=0.0, atol=1e-4 * expected_step + 1e-7):
+        # positions, not steps, within a thousandth of a step (as latitudes): float32 longitudes of a
+        # 0.1 deg grid are up to 1.2e-5 deg off, their steps up to 2.4e-5 deg
+        positions = np.arange(nlon) * expected_step
+        if nlon > 1 and not np.allclose(lon - lon[0], positions, rtol=0.0, atol=1e-3 * expected_step):
             coverage = abs(lon[-1] - lon[0]) + (abs(lon_step).mean() if nlon > 1 else 0.0)
-            if np.allclose(lon_step, lon_step[0], rtol=0.0, atol=1e-6 * abs(lon_step[0]) + 1e-9):
+            even = np.allclose(lon_step, lon_step[0], rtol=0.0, atol=1e-3 * abs(lon_step[0]) + 1e-9)
+            if even and lon_step[0] < 0:
+                raise UserError(
+                    f"longitudes descend ({lon[0]:g}, {lon[1]:g}, ...): s2forecast needs them ascending; sort them "
+                    "(ds.sortby('longitude'))"
+                )
+            if even and nlon > 2 and np.isclose((nlon - 1) * lon_step[0], 360.0, rtol=0.0, atol=1e-3 * lon_step[0]):
+                raise UserError(
+                    f"the first and last longitudes ({lon[0]:g} and {lon[-1]:g} deg) are the same meridian: drop the "
+                    "repeated column (ds.isel(longitude=slice(None, -1)))"
+                )
+            if even:
                 raise UserError(
                     f"regional grid: {nlon} longitudes spaced {lon_step[0]:g} deg cover {coverage:g} of 360 deg; "
                     "s2forecast needs global grids evenly spaced in longitude"

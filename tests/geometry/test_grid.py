@@ -69,6 +69,39 @@ def test_from_coords_round_trip(kind, ascending):
     assert Grid.from_coords(lat, lon) == grid
 
 
+@pytest.mark.parametrize("first", [0.0, -180.0])
+def test_float32_longitudes_of_a_tenth_of_a_degree_are_a_grid(first):
+    """IFS/HRES at 0.1 deg stored in float32: the steps are up to 2.4e-5 deg off (the positions 1.2e-5),
+    over the 1e-5 deg the steps were allowed: refused as irregular longitudes."""
+    lat = np.linspace(90.0, -90.0, 1801).astype(np.float32)
+    lon = (first + np.arange(3600) * 0.1).astype(np.float32)
+    assert Grid.from_coords(lat, lon) == Grid(1801, 3600)
+
+
+@pytest.mark.parametrize(
+    "lon, message",
+    [
+        (np.arange(350.0, -1.0, -10.0), r"longitudes descend \(350, 340, ...\): .* \(ds.sortby\('longitude'\)\)"),
+        (np.arange(0.0, 361.0, 10.0), r"the first and last longitudes \(0 and 360 deg\) are the same meridian: drop "
+         r"the repeated column"),
+    ],
+)  # fmt: skip
+def test_longitudes_in_another_order_or_with_a_repeated_meridian_name_the_fix(lon, message):
+    with pytest.raises(ValueError, match=message):
+        Grid.from_coords(np.linspace(90, -90, 19), lon)
+
+
+def test_integral_floats_give_an_integer_grid():
+    grid = Grid(8.0, 16.0)
+    assert (grid.nlat, grid.nlon) == (8, 16) and type(grid.nlat) is type(grid.nlon) is int
+    assert grid.quadrature_weights.shape == (8, 16)
+
+
+def test_a_rotation_about_no_axis_is_one_line():
+    with pytest.raises(ValueError, match=r"a rotation axis needs a finite, nonzero length; got \[0.0, 0.0, 0.0\]"):
+        rotation_matrix(torch.zeros(3), 1.0)
+
+
 @pytest.mark.parametrize("kind", ["equiangular", "equiangular-midpoint", "legendre-gauss"])
 @pytest.mark.parametrize("nlat", [2, 3, 32, 33, 721])
 def test_numpy_latitudes_are_the_quadratures_nodes(kind, nlat):
