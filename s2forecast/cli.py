@@ -18,6 +18,7 @@ import traceback
 
 from s2forecast import __version__, help_cache, provenance
 from s2forecast.commands import COMMANDS
+from s2forecast.commands.arguments import attach_negative_lists
 from s2forecast.user_errors import BUG_REPORT, UserError, user_error_message
 from s2forecast.warning_format import one_line_warnings
 
@@ -63,6 +64,8 @@ def _main(argv: list[str]) -> None:
                 BY_NAME[command].run(argv)  # LightningCLI parses the rest
             return
         parser = build_parser()
+        if command == "evaluate":  # a box of southern latitudes, --regions -45,-12.5,120,175
+            argv = attach_negative_lists(argv, "--regions")
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # named by the subcommand's parser: its prog and its --help, not the top level's
             parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")

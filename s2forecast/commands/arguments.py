@@ -189,3 +189,33 @@ def engine(args, paths: tuple[str, ...] = ()):
             elif value is not None and not is_url(value):
                 setattr(args, name, type(value)(os.path.abspath(value)))
     return Engine(scheduler=args.scheduler, workers=args.workers)
+
+
+_NEGATIVE_LIST = re.compile(r"^-\.?\d[^=]*,")  # "-45,-12.5,120,175": numbers, not an option
+
+
+def attach_negative_lists(argv: list[str], option: str) -> list[str]:
+    """``argv`` with each value of the list option ``option`` (nargs="+", action="extend") that starts
+    with a minus sign written ``OPTION=VALUE``: argparse takes ``-45,-12.5,120,175`` for an option
+    and refuses it, and ``OPTION=VALUE`` takes one value (``OPTION`` is repeated before the values
+    that follow it)."""
+    out, inside, attached = [], False, False
+    for arg in argv:
+        if arg == "--":
+            inside = False
+        elif arg == option or arg.startswith(option + "="):
+            inside, attached = True, arg != option
+        elif inside and _NEGATIVE_LIST.match(arg):
+            if out and out[-1] == option:  # a bare OPTION would be left without a value
+                out.pop()
+            out.append(f"{option}={arg}")
+            attached = True
+            continue
+        elif inside and not arg.startswith("-"):
+            if attached:
+                out.append(option)
+            attached = False
+        else:
+            inside = False
+        out.append(arg)
+    return out

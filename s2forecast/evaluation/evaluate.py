@@ -93,7 +93,8 @@ NOTES = {
     "ensemble_metrics": "persistence and climatology are one-member ensembles (WeatherBench2): crps = their "
     "mean absolute error, spread = spread_skill = 0, ensemble_mean_rmse = rmse",
     "regions": "WeatherBench2 scripts/evaluate.py predefined_regions (box bounds inclusive); a box "
-    "'lat0,lat1,lon0,lon1' wraps through 0 E when lon0 > lon1; land regions weight by the land fraction",
+    "'lat0,lat1,lon0,lon1' runs east from lon0 to lon1, longitudes compared mod 360 (340,20 wraps through 0 E, "
+    "170,-170 crosses the dateline); land regions weight by the land fraction",
     "latitude_weights": "cell area: sin(upper bound) - sin(lower bound), normalized to mean 1 (WeatherBench2)",
 }
 MISSING_TRUTH = (

@@ -11,6 +11,7 @@ longitudes in [0, 360); land regions when the truth holds a ``land_sea_mask`` (W
 """
 
 import re
+import warnings
 
 import numpy as np
 import xarray as xr
@@ -42,18 +43,22 @@ _NAME = re.compile(r"^[A-Za-z][\w.-]*$")  # of a named box: a label for results,
 
 
 def region_label(region: str) -> str:
-    """How results name a region: a named box ``"alps=44,48,5,16"`` by its name, any other by itself."""
+    """How results name a region: a named box ``"alps=44,48,5,16"`` by its name, an unnamed one
+    without its spaces (``"0, 10, 0, 10"`` is ``"0,10,0,10"``), any other by itself."""
     name, named, _ = region.partition("=")
-    return name.strip() if named else region
+    if named:
+        return name.strip()
+    return region.replace(" ", "") if _BOX.match(region) else region
 
 
 def parse_box(text: str) -> tuple[float, float, float, float]:
-    """``"lat0,lat1,lon0,lon1"`` or ``"NAME=lat0,lat1,lon0,lon1"`` (degrees) -> floats; lon0 > lon1
-    (mod 360) wraps through 0 E.
+    """``"lat0,lat1,lon0,lon1"`` or ``"NAME=lat0,lat1,lon0,lon1"`` (degrees) -> floats. Longitudes
+    are compared mod 360: the box runs east from lon0 to lon1 (``340,20`` wraps through 0 E,
+    ``170,-170`` crosses the dateline); lon1 - lon0 >= 360 is every longitude.
 
     Raises:
-        ValueError: not four numbers, lat0 > lat1, a latitude outside [-90, 90], or a name that
-            is not a word or is a standard region's.
+        ValueError: not four numbers, lat0 > lat1, a latitude outside [-90, 90], a longitude outside
+            [-360, 720], or a name that is not a word or is a standard region's.
     """
     name, named, box = text.partition("=")
     if named:
@@ -62,18 +67,33 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
             raise UserError(f"region {text!r}: name {name!r} must start with a letter, then letters, digits, _ . -")
         if name in STANDARD_REGIONS or name in LAND_REGIONS:
             raise UserError(f"region {text!r}: {name!r} is a standard region; give the box another name")
-        text = box
-    if not _BOX.match(text):
+    if not _BOX.match(box if named else text):
         raise UserError(
             f"region {text!r} is neither a standard region ({', '.join(STANDARD_REGIONS)}) nor a box "
             "'lat0,lat1,lon0,lon1' in degrees (e.g. '35,75,-12.5,42.5'), named or not ('alps=44,48,5,16')"
         )
-    lat0, lat1, lon0, lon1 = (float(part) for part in text.split(","))
+    lat0, lat1, lon0, lon1 = (float(part) for part in (box if named else text).split(","))
     if not (-90.0 <= lat0 <= 90.0 and -90.0 <= lat1 <= 90.0):
         raise UserError(f"region box {text!r}: latitudes must lie in [-90, 90]")
+    if not (-360.0 <= lon0 <= 720.0 and -360.0 <= lon1 <= 720.0):
+        raise UserError(f"region box {text!r}: longitudes must lie in [-360, 720] degrees (e.g. -12.5 or 347.5)")
     if lat0 > lat1:
         raise UserError(f"region box {text!r}: lat0 {lat0:g} > lat1 {lat1:g}; give the southern latitude first")
     return lat0, lat1, lon0, lon1
+
+
+def wide_box_warning(text: str) -> str | None:
+    """A warning for a box that runs east over more than 180 deg of longitude without covering them
+    all: often a box whose longitudes were swapped (``35,75,42.5,-12.5`` for Europe is 305 deg wide)."""
+    lat0, lat1, lon0, lon1 = parse_box(text)
+    width = (lon1 - lon0) % 360.0
+    if lon1 - lon0 >= 360.0 or width <= 180.0:
+        return None
+    swapped = f"{lat0:g},{lat1:g},{lon1:g},{lon0:g}"
+    return (
+        f"region box {text!r} runs east from {lon0:g} to {lon1:g} E: {width:g} deg of longitude; for the "
+        f"{360.0 - width:g} deg from {lon1:g} to {lon0:g} give {swapped!r}"
+    )
 
 
 def check_region_names(names) -> tuple[str, ...]:
@@ -85,8 +105,8 @@ def check_region_names(names) -> tuple[str, ...]:
     """
     names = (names,) if isinstance(names, str) else tuple(names)
     for name in names:
-        if name not in STANDARD_REGIONS and name not in LAND_REGIONS:
-            parse_box(name)
+        if name not in STANDARD_REGIONS and name not in LAND_REGIONS and (message := wide_box_warning(name)):
+            warnings.warn(message, stacklevel=2)
     labels = [region_label(name) for name in names]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
@@ -138,6 +158,8 @@ def region_masks(
                 raise UserError(f"region {name!r} needs a land-sea mask: the truth has none of {LAND_SEA_MASK_NAMES}")
             mask = mask * _land_on_grid(land_sea_mask, lat, lon)
         if not mask.any():
+            if name in LAND_REGIONS:
+                raise UserError(f"region {name!r} has no land: the truth's land-sea mask is 0 over all of it")
             raise UserError(f"region {name!r} holds no grid point of this grid; widen it")
         masks.append(mask)
     labels = [region_label(name) for name in names]

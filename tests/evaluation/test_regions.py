@@ -8,9 +8,10 @@ import pytest
 import xarray as xr
 
 from s2forecast.cli import main as cli
+from s2forecast.commands.arguments import attach_negative_lists
 from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.evaluation.evaluate import evaluate
-from s2forecast.evaluation.regions import STANDARD_REGIONS, check_region_names, parse_box
+from s2forecast.evaluation.regions import STANDARD_REGIONS, check_region_names, parse_box, region_masks
 
 ERA5_SLICE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 REGIONS = ["global", "tropics", "extra-tropics", "europe", "north-pacific", "30,70,350,40", "-60,-10,100,200",
@@ -133,7 +134,10 @@ def test_boxes_across_0e_and_the_dateline_take_the_longitudes_between(box, expec
         ("global_land", "region 'global_land' needs a land-sea mask: the truth has none of ('land_sea_mask', 'lsm')"),
         ("europe=1,2,3,4", "region 'europe=1,2,3,4': 'europe' is a standard region; give the box another name"),
         ("1x=1,2,3,4", "region '1x=1,2,3,4': name '1x' must start with a letter"),
-        ("alps=44,48,5", "region '44,48,5' is neither a standard region"),
+        ("alps=44,48,5", "region 'alps=44,48,5' is neither a standard region"),
+        ("alps=", "region 'alps=' is neither a standard region"),
+        ("0,10,1e400,10", "region box '0,10,1e400,10': longitudes must lie in [-360, 720] degrees"),
+        ("0,10,1000,1010", "region box '0,10,1000,1010': longitudes must lie in [-360, 720] degrees"),
         ("alps=11,13,1,3", "region 'alps=11,13,1,3' holds no grid point of this grid; widen it"),
         ("global=1,2,3,4", "'global' is a standard region"),
     ],
@@ -147,3 +151,50 @@ def test_bad_regions_are_one_line_and_write_nothing(era5, tmp_path, capsys, regi
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
     assert len(lines) == 1 and message in lines[0], lines
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_box_of_southern_latitudes_follows_regions_as_any_other(era5, tmp_path, capsys):
+    """argparse took ``-45,-12.5,120,175`` for an option: 'unrecognized arguments', or 'expected at
+    least one argument' when it came first; ``--regions=BOX other`` left ``other`` unrecognized."""
+    root, store, *_ = era5
+    cli(["evaluate", "--forecast", str(root / "forecast.nc"), "--truth", str(store), "--out", str(tmp_path / "m.nc"),
+         "--regions", "-45,-12.5,120,175", "global", "--regions=-90,-60,0,360", "tropics", "--no-plots",
+         "--no-progress"])  # fmt: skip
+    with xr.open_dataset(tmp_path / "m.nc") as metrics:
+        assert metrics["region"].values.tolist() == ["-45,-12.5,120,175", "global", "-90,-60,0,360", "tropics"]
+
+
+def test_negative_lists_are_attached_to_their_option_only():
+    argv = ["evaluate", "--regions", "-1,2,3,4", "x", "--out", "m.nc", "-5,6,7,8"]
+    assert attach_negative_lists(argv, "--regions") == [
+        "evaluate", "--regions=-1,2,3,4", "--regions", "x", "--out", "m.nc", "-5,6,7,8"
+    ]  # fmt: skip
+    assert attach_negative_lists(["--regions=-1,2,3,4", "y"], "--regions") == ["--regions=-1,2,3,4", "--regions", "y"]
+    assert attach_negative_lists(["--regions", "y", "-1,2,3,4", "-v"], "--regions") == [
+        "--regions", "y", "--regions=-1,2,3,4", "-v"
+    ]  # fmt: skip
+
+
+def test_the_same_box_with_spaces_is_given_twice():
+    with pytest.raises(ValueError, match=r"region\(s\) \['0,10,0,10'\] given twice"):
+        check_region_names(["0,10,0,10", "0, 10, 0, 10"])
+
+
+@pytest.mark.parametrize(
+    ("box", "warned"),
+    [("35,75,42.5,-12.5", "for the 55 deg from -12.5 to 42.5 give '35,75,-12.5,42.5'"), ("30,70,350,40", None),
+     ("-60,-10,100,200", None), ("0,10,0,360", None), ("0,10,-180,180", None)],
+)  # fmt: skip
+def test_a_box_wider_than_half_the_globe_is_warned_of(box, warned, recwarn):
+    check_region_names([box])
+    messages = [str(w.message) for w in recwarn]
+    _, _, lon0, lon1 = box.split(",")
+    expected = f"region box {box!r} runs east from {lon0} to {lon1} E: 305 deg of longitude; {warned}"
+    assert messages == ([] if warned is None else [expected])
+
+
+def test_a_land_region_without_land_says_so():
+    lat, lon = np.linspace(-90, 90, 19), np.arange(0.0, 360.0, 10.0)
+    ocean = xr.DataArray(np.zeros((19, 36)), dims=("latitude", "longitude"), coords={"latitude": lat, "longitude": lon})
+    with pytest.raises(ValueError, match=r"region 'tropics_land' has no land: the truth's land-sea mask is 0 over"):
+        region_masks(["tropics_land"], lat, lon, ocean)
