@@ -84,6 +84,36 @@ def format_times(values, limit: int = 5) -> str:
     return shown if len(values) <= limit else f"{shown} and {len(values) - limit} more"
 
 
+STANDARD_CALENDARS = ("standard", "gregorian", "proleptic_gregorian")  # ERA5's: what datetime64 holds
+
+
+def cftime_problem(values, calendar=None) -> str | None:
+    """Why time ``values`` that xarray left as cftime dates are not a datetime64 axis, for messages
+    (``"... uses the calendar 'noleap' ..."``), or None when they are not cftime dates: a calendar
+    other than the real-world one (climate models' noleap, 360_day), or real-world dates beyond
+    what datetime64[ns] holds (before 1678 or after 2262).
+
+    Args:
+        values: the decoded time values (any shape).
+        calendar: the coordinate's CF calendar, when known (else the values' own).
+    """
+    flat = np.asarray(values).ravel()
+    first = flat[0] if flat.size else None
+    calendar = calendar or getattr(first, "calendar", None)
+    if first is None or calendar is None or np.issubdtype(flat.dtype, np.datetime64):
+        return None
+    examples = ", ".join(str(value) for value in flat[:2])
+    if str(calendar).lower() not in STANDARD_CALENDARS:
+        return (
+            f"uses the calendar {calendar!r} (times such as {examples}): s2forecast reads the real-world calendar "
+            f"only ({', '.join(STANDARD_CALENDARS)}: ERA5's); convert the times to it"
+        )
+    return (
+        f"holds dates such as {examples}, outside the dates a datetime64[ns] time axis holds "
+        f"({pd.Timestamp.min.date()} .. {pd.Timestamp.max.date()})"
+    )
+
+
 LAST_TIME = np.datetime64(np.iinfo(np.int64).max, "ns")  # 2262-04-11T23:47:16.854775807
 YEAR_NS = 365.25 * 86400e9
 

@@ -68,7 +68,7 @@ from s2forecast.data.store import STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.data.writer import InvalidInputData, StoreWriter, is_complete, lazy_empty, write_region
 from s2forecast.output import byte_size, check_target, warn_if_short_of_disk
 from s2forecast.provenance import history, python_call
-from s2forecast.times import format_time
+from s2forecast.times import cftime_problem, format_time
 from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
@@ -343,9 +343,11 @@ def _normalize_time(ds: xr.Dataset, path: Path) -> xr.Dataset:
         return ds
     times = ds["time"].values
     if not np.issubdtype(times.dtype, np.datetime64):
+        if problem := cftime_problem(times, ds["time"].encoding.get("calendar")):
+            raise UserError(f"{path}: the time coordinate {problem}")
         raise UserError(
-            f"{path}: time values {times[:3]} are not dates (dtype {times.dtype}); the time coordinate needs CF "
-            "'units' such as 'hours since 1900-01-01'"
+            f"{path}: time values {', '.join(map(str, times.ravel()[:3]))} are not dates (dtype {times.dtype}); the "
+            "time coordinate needs CF 'units' such as 'hours since 1900-01-01'"
         )
     if times.size == 0:
         raise UserError(f"{path} holds no time steps (its time dimension is empty); download it again or leave it out")

@@ -41,7 +41,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
-from s2forecast.times import format_time
+from s2forecast.times import cftime_problem, format_time
 from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
@@ -128,7 +128,6 @@ def cf_attributes(name: str) -> dict[str, str]:
 
 
 # CF calendars that decode to datetime64 (the real-world one); others (noleap, 360_day, julian) to cftime
-STANDARD_CALENDARS = ("standard", "gregorian", "proleptic_gregorian")
 # the trailing dims of every field in the model's order; any others (time, lead, member) come first
 TRAILING_DIMS = ("level", "latitude", "longitude")
 
@@ -305,12 +304,8 @@ def open_store(
     if "time" in ds.coords and not np.issubdtype(ds["time"].dtype, np.datetime64):
         example = ds["time"].values.ravel()[:1].tolist()
         calendar = ds["time"].encoding.get("calendar") or ds["time"].attrs.get("calendar")
-        if calendar is not None and str(calendar).lower() not in STANDARD_CALENDARS:  # decoded, but to cftime
-            raise UserError(
-                f"the time coordinate of store {path} uses the calendar {calendar!r} (values such as {example}): "
-                f"s2forecast reads the real-world calendar only ({', '.join(STANDARD_CALENDARS)}: ERA5's); "
-                "convert the store's times to it"
-            )
+        if problem := cftime_problem(ds["time"].values, calendar):  # decoded, but to cftime
+            raise UserError(f"the time coordinate of store {path} {problem}")
         raise UserError(
             f"the time coordinate of store {path} holds {ds['time'].dtype} values such as {example}, not dates "
             "(datetime64): rewrite the store with CF-encoded times (e.g. units 'hours since 2000-01-01') or "

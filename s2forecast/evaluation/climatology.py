@@ -50,7 +50,7 @@ import xarray as xr
 from s2forecast.data.engine import Engine, background
 from s2forecast.data.store import describe_not_fields, is_field, not_fields, open_zarr, to_model_order
 from s2forecast.output import byte_size, field_compressors, warn_if_short_of_disk, zarr_attributes
-from s2forecast.times import format_time
+from s2forecast.times import format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError
 
 Data = xr.DataArray | xr.Dataset
@@ -430,17 +430,14 @@ def _select_period(truth: Data, start, end) -> Data:
     if start is None and end is None:
         return truth
     is_datetime = np.issubdtype(truth["time"].dtype, np.datetime64)
-    if is_datetime:
-        for option, value in (("start", start), ("end", end)):
-            try:
-                if value is not None:
-                    pd.Timestamp(value)
-            except (ValueError, TypeError):
-                raise UserError(f"climatology {option} {value!r} is not a date; use e.g. 1990-01-01 or 1990") from None
-    selected = truth.sel(time=slice(start, end))
+    first, last = start, end
+    if is_datetime:  # as datetime64 in UTC: a time zone (2020-01-01T06Z) is converted, not refused by pandas
+        first = None if start is None else parse_time(start, "climatology start")
+        last = None if end is None else parse_end(end, "climatology end")
+    selected = truth.sel(time=slice(first, last))
     if selected.sizes["time"]:
         return selected
-    if is_datetime and start is not None and end is not None and pd.Timestamp(start) > pd.Timestamp(end):
+    if is_datetime and first is not None and last is not None and first > last:
         raise UserError(f"the climatology period starts ({start}) after it ends ({end}); swap start and end")
     times = truth["time"].values
     raise UserError(

@@ -37,6 +37,7 @@ from s2forecast.evaluation.metrics import (
     MissingTruthWarning,
     check_forecast_layout,
     check_members,
+    check_truth_times,
     coordinate_tolerance,
     member_dim,
     truth_available,
@@ -189,10 +190,7 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
             f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time"
             + rename_hint(truth)
         )
-    if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
-        raise UserError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
-    if not truth.indexes[INIT_DIM].is_unique:
-        raise UserError("truth 'time' has duplicate values")
+    check_truth_times(truth)
     truth = truth.drop_vars("written", errors="ignore")
     if all(dim in truth.coords for dim in SPATIAL_DIMS):  # else _check_grid names the missing one
         truth = to_model_order(truth)

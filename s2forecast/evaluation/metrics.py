@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.times import cftime_problem, format_time
 from s2forecast.user_errors import UserError
 
 Data = xr.DataArray | xr.Dataset
@@ -264,6 +265,8 @@ def check_forecast_layout(forecast: Data) -> None:
                 "lead_time -> prediction_timedelta, lat -> latitude, lon -> longitude"
             )
     if not np.issubdtype(forecast[INIT_DIM].dtype, np.datetime64):
+        if problem := cftime_problem(forecast[INIT_DIM].values, forecast[INIT_DIM].encoding.get("calendar")):
+            raise UserError(f"the forecast's 'time' (init time) {problem}")
         raise UserError(f"forecast 'time' (init time) must be datetime64, got dtype {forecast[INIT_DIM].dtype}")
 
 
@@ -276,10 +279,23 @@ def _check_forecast(forecast: Data) -> None:
 def _check_truth(truth: Data) -> None:
     if INIT_DIM not in truth.dims:
         raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)}); its time must be the valid time")
+    check_truth_times(truth)
+
+
+def check_truth_times(truth: Data) -> None:
+    """Refuse a truth whose time axis is not datetime64 (naming a cftime calendar) or repeats a time."""
     if not np.issubdtype(truth[INIT_DIM].dtype, np.datetime64):
+        if problem := cftime_problem(truth[INIT_DIM].values, truth[INIT_DIM].encoding.get("calendar")):
+            raise UserError(f"the truth's 'time' {problem}")
         raise UserError(f"truth 'time' must be datetime64, got dtype {truth[INIT_DIM].dtype}")
-    if not truth.indexes[INIT_DIM].is_unique:
-        raise UserError("truth 'time' has duplicate values; drop them (e.g. truth.drop_duplicates('time'))")
+    index = truth.indexes[INIT_DIM]
+    if not index.is_unique:
+        repeated = index[index.duplicated()]
+        raise UserError(
+            f"truth time {format_time(repeated[0])} appears more than once ({repeated.unique().size} repeated time(s) "
+            "in all); a score would count it twice: remove the repeated time steps (e.g. "
+            "truth.drop_duplicates('time'))"
+        )
 
 
 def valid_times(forecast: Data) -> xr.DataArray:

@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,13 +88,45 @@ def test_another_calendar_is_named(swe_store, tmp_path, capsys, calendar):
     ds.to_zarr(store, zarr_format=3, consolidated=True)
     for argv in (["stats", store, "--out", tmp_path / "s.zarr"], ["climatology", store, "--out", tmp_path / "c.zarr"]):
         message = refused(argv, capsys)
-        named = f"the time coordinate of store {store} uses the calendar {calendar!r} (values such as [cftime."
+        named = (
+            f"the time coordinate of store {store} uses the calendar {calendar!r} (times such as 2000-01-01 00:00:00"
+        )
         assert named in message, message
         assert message.endswith(
             "s2forecast reads the real-world calendar only (standard, gregorian, proleptic_gregorian: ERA5's); "
-            "convert the store's times to it"
+            "convert the times to it"
         ), message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calendar.zarr"]
+
+
+def test_another_calendar_in_a_netcdf_input_is_named(tmp_path, capsys):
+    """convert-era5 (and rollout's NetCDF initial conditions) printed the cftime values' numpy repr, whose
+    newline cut the message to 'time values [cftime.DatetimeNoLeap(...' and told to add CF units it had."""
+    ds = xr.open_dataset(Path(__file__).parent / "era5_sample_slice.nc").load()
+    hours = (ds["valid_time"].values - ds["valid_time"].values[0]) / np.timedelta64(1, "h")
+    ds = ds.assign_coords(valid_time=("valid_time", hours, {"units": "hours since 2026-03-25", "calendar": "noleap"}))
+    ds["valid_time"].encoding = {}
+    source = tmp_path / "noleap.nc"
+    ds.to_netcdf(source)
+    message = refused(["convert-era5", source, "--out", tmp_path / "era5.zarr"], capsys)
+    assert message.startswith(f"s2forecast convert-era5: error: {source}: the time coordinate uses the calendar "
+                              "'noleap' (times such as 2026-03-25 00:00:00, 2026-03-25 08:00:00)"), message  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noleap.nc"]
+
+
+def test_dates_before_1678_are_said_to_be_out_of_range(swe_store, tmp_path, capsys):
+    """Real-world dates that datetime64[ns] cannot hold: the advice to CF-encode them (they were) did not help."""
+    ds = xr.open_zarr(swe_store).load().drop_encoding()
+    ds.attrs = {}
+    hours = (ds["time"].values - ds["time"].values[0]) / np.timedelta64(1, "h")
+    ds = ds.assign_coords(time=("time", hours, {"units": "hours since 1600-01-01", "calendar": "standard"}))
+    store = tmp_path / "old.zarr"
+    ds.to_zarr(store, zarr_format=3, consolidated=True)
+    message = refused(["stats", store, "--out", tmp_path / "s.zarr"], capsys)
+    assert message.endswith(
+        f"the time coordinate of store {store} holds dates such as 1600-01-01 00:00:00, 1600-01-01 01:00:00, outside "
+        "the dates a datetime64[ns] time axis holds (1677-09-21 .. 2262-04-11)"
+    ), message
 
 
 def test_a_pickle_codec_is_refused_without_asyncio_tracebacks(swe_store, tmp_path, caplog):

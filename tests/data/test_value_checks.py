@@ -445,7 +445,11 @@ def test_stats_step_on_an_irregular_store(tmp_path):
          r"it ends \(2020-01-01\)"),
         (["--start", "2021"], None, r"no truth times between start='2021' and end=None; the truth covers "
          r"2020-01-01T00 \.\. 2020-01-02T06"),
-        (["--end", "someday"], None, r"climatology end 'someday' is not a date"),
+        (["--end", "someday"], None, r"climatology end 'someday' is not a time; write it as YYYY-MM-DD"),
+        # pandas' own errors, reported as a damaged input file; 'now' a traceback
+        (["--end", "2020-01-01T05Z", "--start", "2020-01-01T12+02:00"], None, r"the climatology period starts "
+         r"\(2020-01-01T12\+02:00\) after it ends \(2020-01-01T05Z\)"),
+        (["--start", "now"], None, r"no truth times between start='now' and end=None"),
     ],
 )  # fmt: skip
 def test_climatology_refuses_repeated_times_infinities_and_bad_periods(tmp_path, capsys, args, corrupt, message):

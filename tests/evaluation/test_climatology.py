@@ -200,6 +200,9 @@ def test_start_and_end_select_the_period():
     assert clim.attrs["climatology_n_times"] == 365
     with pytest.raises(ValueError, match="no truth times"):
         compute_climatology(series(times, values), start="2010", end="2011")
+    # a time zone is converted to UTC (pandas refused to compare it with the naive time axis)
+    zoned = compute_climatology(series(times, values), start="2003-01-01T02:00+02:00", end="2003-12-31T00:00Z")
+    assert zoned.attrs["climatology_n_times"] == 365 and zoned.attrs["climatology_start"].startswith("2003-01-01")
 
 
 @pytest.mark.slow  # about 10 s

@@ -23,6 +23,7 @@ from s2forecast.evaluation import evaluate as evaluate_module
 from s2forecast.evaluation.climatology import ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import open_results
+from s2forecast.times import format_time
 from s2forecast.user_errors import UserError
 
 LAT = np.linspace(90.0, -90.0, 7)  # equiangular with poles, north -> south as written by the store writers
@@ -534,3 +535,22 @@ def test_repeated_levels_other_dims_and_unordered_leads(tmp_path, truth_path, tr
     ordered = evaluate(forecast, truth_path, tmp_path / "d.nc", plots=False, progress=False, regions=["global"])
     assert results["lead_hours"].values.tolist() == [6.0, 12.0, 24.0]  # as the plots draw them
     xr.testing.assert_allclose(results["geopotential"], ordered["geopotential"])
+
+
+def test_a_forecast_in_another_calendar_and_repeated_truth_times_are_named(tmp_path, truth_ds, perfect_path):
+    """A noleap forecast was 'time must be datetime64, got dtype object'; a truth time given twice was
+    'truth time has duplicate values', naming neither the calendar nor the time nor the fix."""
+    forecast = xr.open_dataset(perfect_path).load()
+    hours = (forecast["time"].values - forecast["time"].values[0]) / np.timedelta64(1, "h")
+    forecast = forecast.assign_coords(time=("time", hours, {"units": "hours since 2020-01-01", "calendar": "noleap"}))
+    forecast["time"].encoding = {}
+    noleap = write_nc(forecast.drop_vars("valid_time", errors="ignore"), tmp_path / "noleap.nc")
+    with pytest.raises(UserError, match=r"^the forecast's 'time' \(init time\) uses the calendar 'noleap' \(times "
+                       r"such as 2020-01-01 00:00:00, .*convert the times to it$"):  # fmt: skip
+        evaluate(noleap, truth_ds, tmp_path / "a.nc", plots=False, progress=False)
+    twice = xr.concat([truth_ds.isel(time=[0, 1, 1]), truth_ds.isel(time=slice(2, None))], dim="time")
+    repeated = format_time(truth_ds["time"].values[1])
+    with pytest.raises(UserError, match=rf"^truth time {repeated} appears more than once \(1 repeated time\(s\) in "
+                       r"all\); a score would count it twice: remove the repeated"):  # fmt: skip
+        evaluate(perfect_path, twice, tmp_path / "b.nc", plots=False, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noleap.nc"]
