@@ -22,6 +22,8 @@ def forcing_channels(names) -> list[str]:
     for name in names:
         if name not in FORCINGS:
             raise UserError(f"unknown forcing {name!r}; choose from {FORCINGS}")
+        if name in out or f"{name}_sin" in out:  # the checkpoint would record channels that rollout cannot give
+            raise UserError(f"forcing {name!r} is listed twice; list each forcing once")
         out += [f"{name}_sin", f"{name}_cos"] if name in ("time_of_day", "day_of_year") else [name]
     return out
 

@@ -321,7 +321,16 @@ def open_store(
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
             raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}{rename_hint(ds)}")
-    return to_model_order(ds)
+    return to_model_order(static_at_first_time(ds))
+
+
+def static_at_first_time(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with its static fields (``STATIC_VARIABLES``) that have a time dim, as CDS downloads and
+    ARCO-ERA5 hold them, taken at the first time: (latitude, longitude), as every reader takes a
+    static field (they were counted as variables and left out of ``static="auto"`` without a word)."""
+    per_time = {"time", "latitude", "longitude"}
+    timed = [name for name in STATIC_VARIABLES if name in ds and set(ds[name].dims) == per_time]
+    return ds.assign({name: ds[name].isel(time=0, drop=True) for name in timed}) if timed else ds
 
 
 # the names other layouts give the dims s2forecast reads (CDS, CMIP, cfgrib)

@@ -102,6 +102,12 @@ def open_inputs(
         dataset = FieldDataset(store, spec, stats=stats, static_stats=static, given_static=given,
                                storage_options=storage_options)  # fmt: skip
     except ValueError as error:
+        if "no normalization statistics" in str(error) and store_stats:
+            raise UserError(
+                f"--store-stats normalizes with the statistics inside the store, and {store} holds none: write them "
+                f"into it with `s2forecast stats {store}` (a store s2forecast wrote), or leave out --store-stats to "
+                "normalize with the checkpoint's"
+            ) from None
         if "no normalization statistics" in str(error) and not store_stats:  # static fields of an old checkpoint
             raise UserError(
                 f"the checkpoint predates stored statistics of static fields {list(data.static_channels)}: compute "

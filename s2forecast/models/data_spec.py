@@ -19,7 +19,7 @@ class DataSpec:
     Attributes:
         channels: state channels, e.g. ("temperature/850", "2m_temperature").
         static_channels: static fields given as inputs (orography, land-sea mask).
-        forcing_channels: forcings computed from time and place (e.g. "toa_incident_solar").
+        forcing_channels: forcings computed from time and place (e.g. "toa_radiation", "time_of_day_sin").
         grid: the training grid (rows north -> south).
         history: input states per step.
         step_hours: hours between states.

@@ -519,3 +519,29 @@ def test_cli_generate_swe_and_stats(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli(["stats", str(tmp_path / "missing.zarr")])
     shutil.rmtree(out)
+
+
+def test_a_static_field_stored_per_time_is_static(tmp_path):
+    """CDS downloads and ARCO-ERA5 hold land_sea_mask with a time dim: it counted as a variable, so
+    static="auto" left it out without a word and static=("land_sea_mask",) said the store had none."""
+    grid, times = Grid(5, 8), six_hourly(6)
+    source = synthetic_store(tmp_path / "s.zarr", grid, times)
+    mask = source["land_sea_mask"]
+    timed = source.assign(land_sea_mask=mask.expand_dims(time=times).transpose("time", "longitude", "latitude"))
+    timed.to_zarr(tmp_path / "timed.zarr", mode="w", consolidated=True, zarr_format=3)
+    compute_stats(tmp_path / "timed.zarr")
+    for static in ("auto", ("land_sea_mask",)):
+        dataset = FieldDataset(tmp_path / "timed.zarr", SampleSpec(("2m_temperature",), static=static, step_hours=6))
+        assert dataset.static_names == ("land_sea_mask",)
+        np.testing.assert_array_equal(dataset.physical_static("land_sea_mask"), mask.values)
+    assert open_store(tmp_path / "timed.zarr")["land_sea_mask"].dims == ("latitude", "longitude")
+
+
+def test_a_forcing_listed_twice_is_refused():
+    """It trained (two channels recorded in the checkpoint), then every rollout failed with an internal error:
+    rollout asks for each forcing once."""
+    from s2forecast.data.forcings import forcing_channels
+
+    for names in (("cos_zenith", "cos_zenith"), ("time_of_day", "toa_radiation", "time_of_day")):
+        with pytest.raises(ValueError, match=rf"^forcing '{names[-1]}' is listed twice; list each forcing once$"):
+            forcing_channels(names)
