@@ -46,10 +46,29 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
+
+FORECAST_SUFFIXES = {".zarr": "zarr", ".nc": "netcdf", ".nc4": "netcdf", ".netcdf": "netcdf"}
+
+
+def output_format(out, fmt: str | None) -> str:
+    """The format of a forecast at ``out``: ``fmt`` (``--format``) when given, else its suffix's (.zarr:
+    zarr, else netcdf): ``rollout(..., out="f.zarr")`` wrote NetCDF under that name.
+
+    Raises:
+        UserError: ``--format`` contradicts the suffix (``--format zarr --out x.nc``).
+    """
+    implied = FORECAST_SUFFIXES.get(PurePath(out).suffix.lower())
+    if fmt is not None and implied is not None and fmt != implied:
+        other = next(suffix for suffix, kind in FORECAST_SUFFIXES.items() if kind == fmt)
+        raise UserError(
+            f"--format {fmt} with --out {out}, a name for {implied}: give --out a {other} name, or --format {implied}"
+        )
+    return fmt or implied or "netcdf"
+
 
 MARKER_ATTR = "s2forecast_artifact"
 GENERATION_ATTR = "s2forecast_generation"

@@ -1,7 +1,6 @@
 """``s2forecast rollout``: forecasts from a checkpoint, written as NetCDF/zarr."""
 
 import argparse
-from pathlib import PurePath
 
 from s2forecast.commands.arguments import (
     device,
@@ -16,28 +15,12 @@ from s2forecast.commands.arguments import (
     timestamp,
     timestamps,
 )
-from s2forecast.user_errors import UserError
+from s2forecast.output import output_format
 
 HELP = "forecasts from a checkpoint, written as NetCDF/zarr"
 PERTURBATIONS = ("gaussian", "spherical-noise")  # = inference.perturbations.PERTURBATIONS (no torch for --help)
 DEFAULT_SCALE = 0.05  # = inference.perturbations.DEFAULT_SCALE
 FORMATS = ("netcdf", "zarr")
-SUFFIXES = {".zarr": "zarr", ".nc": "netcdf", ".nc4": "netcdf", ".netcdf": "netcdf"}
-
-
-def output_format(out: str, fmt: str | None) -> str:
-    """The format of ``--out``: ``--format`` when given, else its suffix's (.zarr: zarr, else netcdf).
-
-    Raises:
-        UserError: ``--format`` contradicts the suffix (``--format zarr --out x.nc``).
-    """
-    implied = SUFFIXES.get(PurePath(out).suffix.lower())
-    if fmt is not None and implied is not None and fmt != implied:
-        other = next(suffix for suffix, kind in SUFFIXES.items() if kind == fmt)
-        raise UserError(
-            f"--format {fmt} with --out {out}, a name for {implied}: give --out a {other} name, or --format {implied}"
-        )
-    return fmt or implied or "netcdf"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,7 +100,7 @@ def run(args: argparse.Namespace) -> None:
     from s2forecast.inference.ranks import Ranks
     from s2forecast.inference.rollout import RolloutOptions, init_times_from, rollout, source_times
 
-    fmt = output_format(args.out, args.format)
+    fmt = output_format(args.out, args.format)  # before any work: --format zarr --out x.nc is refused
     options = RolloutOptions(
         fmt=fmt, batch_size=args.batch_size, device=resolve_device(args.device), bf16=args.bf16,
         nan_policy=args.nan, other_grid=args.other_grid, store_stats=args.store_stats, members=args.members,

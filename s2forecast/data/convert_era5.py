@@ -47,6 +47,7 @@ the store is zarr v3 sharded (one file per N time steps and variable); N must di
 """
 
 import contextlib
+import os
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -857,6 +858,7 @@ def convert_era5(
         raise UserError(f"time_chunk must be >= 1, got {time_chunk}")
     check_shards(shards, time_chunk)
     out = Path(out).expanduser()
+    inputs, variables = ([x] if isinstance(x, str | os.PathLike) else x for x in (inputs, variables))  # one of each
     paths = resolve_inputs(inputs)
     check_target(out, paths)  # before reading anything; the rest of the policy in StoreWriter.create
     requested = resolve_variables(variables) if variables else None

@@ -120,6 +120,12 @@ class SampleSpec:
     step_hours: float = 6.0
     rollout: int = 1
 
+    def __post_init__(self):
+        # one name for a tuple of one ("vorticity" was read as its letters)
+        for name in ("variables", "forcings") + (() if self.static == "auto" else ("static",)):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, (getattr(self, name),))
+
 
 class FieldDataset(torch.utils.data.Dataset):
     """Samples of ``spec`` from the store at ``path`` whose times all lie in [start, end]
@@ -457,6 +463,9 @@ class FieldDataset(torch.utils.data.Dataset):
         raise NonFiniteData(f"{channel} has non-finite values at {when} in {self.path}")
 
     def __getitem__(self, index: int) -> dict:
+        if not -len(self) <= index < len(self):  # Python's iteration over a dataset ends at IndexError
+            raise IndexError(f"sample {index} of a dataset of {len(self)}")
+        index %= len(self)
         for attempt in range(len(self)):
             i = (index + attempt) % len(self)
             try:

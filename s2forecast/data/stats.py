@@ -630,6 +630,7 @@ def load_stats(
         ValueError: no statistics (says how to compute them), or channels missing from them.
     """
     store = path
+    channels = [channels] if isinstance(channels, str) else list(channels)  # a tuple is a key of one to xarray
     try:
         if stats_path is not None:
             stats = xr.open_zarr(stats_path, chunks=None)

@@ -24,3 +24,7 @@ def __getattr__(name: str):
 
 
 __all__ = ["GRID_KINDS", "Grid", *_TORCH_FUNCTIONS]
+
+
+def __dir__() -> list[str]:  # the lazy functions too (tab completion)
+    return sorted(set(globals()) | set(__all__))

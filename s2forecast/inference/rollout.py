@@ -18,6 +18,7 @@ batches of initialization times into one zarr store that rank 0 creates and comm
 
 import json
 import math
+import numbers
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -41,7 +42,7 @@ from s2forecast.inference.perturbations import Perturbation, member_states
 from s2forecast.inference.ranks import Ranks, collectively
 from s2forecast.inference.runner import NAN_POLICIES, Runner
 from s2forecast.models.forecaster import Forecaster
-from s2forecast.output import Output, byte_size, file_sha256, warn_if_short_of_disk
+from s2forecast.output import Output, byte_size, file_sha256, output_format, warn_if_short_of_disk
 from s2forecast.provenance import describe_input, history, python_call
 from s2forecast.times import check_span, format_time, format_times, parse_end, parse_time
 from s2forecast.user_errors import UserError
@@ -88,7 +89,7 @@ class RolloutOptions:
             every store time in the range that can start a forecast.
     """
 
-    fmt: str = "netcdf"
+    fmt: str | None = None
     batch_size: int = 4
     device: str = "cpu"
     bf16: bool = False
@@ -106,14 +107,22 @@ class RolloutOptions:
     skip_without_inputs: bool = False
 
     def __post_init__(self):
-        if self.fmt not in ("netcdf", "zarr"):
-            raise UserError(f"format must be 'netcdf' or 'zarr', got {self.fmt!r}")
+        if self.fmt not in ("netcdf", "zarr", None):
+            raise UserError(f"format must be 'netcdf' or 'zarr' (or None: the suffix of out's), got {self.fmt!r}")
         if self.nan_policy not in NAN_POLICIES:
             raise UserError(f"nan_policy must be one of {NAN_POLICIES}, got {self.nan_policy!r}")
+        for name in ("batch_size", "members", "shards", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise UserError(f"{name} must be an integer, got {value!r}")
         if self.batch_size < 1:
             raise UserError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.members < 0:
             raise UserError(f"members must be >= 0, got {self.members}")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise UserError(f"device {self.device!r} is not a device; use cpu, cuda or cuda:N") from None
         if self.perturbation is None and self.perturbation_scale is not None:
             raise UserError(f"--perturbation-scale {self.perturbation_scale} perturbs nothing without --perturbation "
                             "gaussian or spherical-noise; add one, or leave --perturbation-scale out")  # fmt: skip
@@ -121,7 +130,7 @@ class RolloutOptions:
         object.__setattr__(self, "ic_members", select_ic_members(self.ic_members))  # frozen: normalized once
         if self.shards < 0:
             raise UserError(f"--shards must be >= 1 initialization times per shard, got {self.shards}")
-        if self.shards and self.fmt != "zarr":
+        if self.shards and self.fmt == "netcdf":
             raise UserError(f"--shards {self.shards} needs --format zarr (sharding is a zarr v3 feature); add "
                             "--format zarr and an --out such as forecast.zarr, or leave --shards out")  # fmt: skip
         if self.shards and self.batch_size % self.shards:
@@ -322,9 +331,12 @@ def rollout(
         FileExistsError: ``out`` exists and ``overwrite`` is not set.
         OSError: ``out`` cannot be written (permissions, full disk): nothing at ``out`` changed.
     """
-    if steps < 1:
-        raise UserError(f"steps must be >= 1, got {steps}")
-    init_times = as_init_times(init_times)  # once: strings and every datetime64 unit alike
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1:
+        raise UserError(f"steps must be an integer >= 1, got {steps!r}")
+    options = replace(options, fmt=output_format(out, options.fmt))  # fmt None: the suffix's (f.zarr: zarr)
+    # once: strings and every datetime64 unit alike; ascending, as WeatherBench2's forecasts (its
+    # .sel(time=slice(...)) refuses an unsorted axis, pandas slices one by position)
+    init_times = np.sort(as_init_times(init_times))
     if len(init_times) == 0:
         raise UserError("no initialization times selected")
     check_unique_times(init_times)

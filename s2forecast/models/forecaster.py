@@ -21,6 +21,7 @@ only the time-dependent variables.
 """
 
 import copy
+import numbers
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -203,6 +204,7 @@ class Forecaster(nn.Module):
                 each step's noise continues from the last one's (the AR(1) of
                 ``network.noise_correlation``), so a rollout is reproducible from the generator.
         """
+        self._check_inputs(states, static, forcings, steps)
         history = states.shape[1]
         if forcings.shape[1] < history + steps:
             raise UserError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
@@ -212,6 +214,28 @@ class Forecaster(nn.Module):
             prediction = self.step(states, static, forcings[:, k : k + history + 1], noise)
             yield prediction
             states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
+
+    def _check_inputs(self, states, static, forcings, steps) -> None:
+        """One line naming the shape this model takes: another one failed deep in the network (a
+        convolution's RuntimeError), or was taken for too few forcings."""
+        if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1:
+            raise UserError(f"steps must be an integer >= 1, got {steps!r}")
+        grid, data = self.grid.shape, self.data
+        batch = states.shape[0] if states.dim() else None
+        expected = {
+            "states": (batch, self.history, len(self.channels), *grid),
+            "static": (batch, len(data.static_channels), *grid),
+            "forcings": (batch, None, len(data.forcing_channels), *grid),
+        }
+        for name, tensor in (("states", states), ("static", static), ("forcings", forcings)):
+            shape, got = expected[name], tuple(tensor.shape)
+            if len(got) != len(shape) or any(want not in (None, n) for n, want in zip(got, shape, strict=True)):
+                wanted = ", ".join("batch" if i == 0 else "times" if want is None else str(want)
+                                   for i, want in enumerate(shape))  # fmt: skip
+                raise UserError(
+                    f"{name} of shape {got}: this model takes ({wanted}) (history {self.history}, channels "
+                    f"{self.channels}, grid {self.grid.nlat}x{self.grid.nlon})"
+                )
 
     def ensemble_rollout(
         self,

@@ -175,7 +175,9 @@ class S2Attention(SphericalAttentionLayer):
     """Global quadrature-weighted attention (eq. 26), optionally between two grids.
 
     Queries live on ``grid_out``; keys and values on ``grid_in`` (down/upsampling when they
-    differ). Input (batch, in_channels, *grid_in.shape) -> (batch, out_channels, *grid_out.shape).
+    differ). ``layer(x)``: (batch, in_channels, *grid_in.shape) -> (batch, out_channels,
+    *grid_out.shape) when the grids are equal; when they differ, ``layer(query, key)`` with the query
+    fields on ``grid_out`` and the key (and value) fields on ``grid_in``.
 
     Args:
         in_channels: channels of the input fields.

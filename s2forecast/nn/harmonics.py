@@ -20,6 +20,7 @@ from torch_harmonics.truncation import truncate_sht
 from s2forecast.geometry import Grid
 from s2forecast.geometry.quadrature import latitude_quadrature
 from s2forecast.nn.geometric_buffers import GeometricBuffers
+from s2forecast.user_errors import UserError
 
 
 class SphericalHarmonicAnalysis(GeometricBuffers):
@@ -52,7 +53,8 @@ class SphericalHarmonicAnalysis(GeometricBuffers):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., nlat, nlon) real -> (..., lmax, mmax) complex coefficients (float32 or wider)."""
         if tuple(x.shape[-2:]) != self.grid.shape:
-            raise ValueError(f"fields of shape {tuple(x.shape[-2:])} on a {self.grid.shape} analysis")
+            shape = tuple(x.shape[-2:])
+            raise UserError(f"fields of shape {shape} on a {self.grid.shape} analysis; give fields on its grid")
         dtype = torch.promote_types(x.dtype, torch.float32)
         kernel = self.kernel
         if dtype == torch.float64 and kernel.dtype != torch.float64:

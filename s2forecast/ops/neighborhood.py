@@ -21,7 +21,7 @@ def default_radius(grid: Grid) -> float:
     """The attention paper's radius (7/sqrt(pi)) * lat spacing: a disk with the area of a 7x7
     planar window at the equator. For equiangular grids, (7/sqrt(pi)) * pi/(nlat-1); at most pi
     (the whole sphere) on grids of a few rows."""
-    return min(math.pi, 7.0 / math.sqrt(math.pi) * grid.lat_spacing)
+    return min(math.pi, 7.0 / math.sqrt(math.pi) * check_grid(grid, "grid").lat_spacing)
 
 
 @dataclass(frozen=True, eq=False)

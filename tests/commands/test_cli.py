@@ -32,7 +32,7 @@ def test_grid_subcommand_bad_radius(capsys):
 
 def test_rollout_format_follows_the_out_suffix(tmp_path, capsys):
     """Issue 28: --out x.zarr writes zarr without --format; a contradiction is refused in one line."""
-    from s2forecast.commands.rollout import output_format
+    from s2forecast.output import output_format
 
     assert output_format("f.zarr", None) == "zarr" and output_format("f.ZARR/", None) == "zarr"
     assert output_format("f.nc", None) == output_format("forecast", None) == "netcdf"

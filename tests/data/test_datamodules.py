@@ -545,3 +545,31 @@ def test_a_forcing_listed_twice_is_refused():
     for names in (("cos_zenith", "cos_zenith"), ("time_of_day", "toa_radiation", "time_of_day")):
         with pytest.raises(ValueError, match=rf"^forcing '{names[-1]}' is listed twice; list each forcing once$"):
             forcing_channels(names)
+
+
+def test_a_dataset_iterates_to_its_end_and_takes_single_names(tmp_path):
+    """``for sample in dataset`` never ended (an index past the end wrapped to sample 0); a single name
+    was read as its letters (SampleSpec("2m_temperature"), load_stats(path, "vorticity")); a tuple of
+    channels was an xarray key error."""
+    from s2forecast.data import load_stats
+
+    path = tmp_path / "s.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(6))
+    compute_stats(path)
+    dataset = FieldDataset(path, SampleSpec("2m_temperature", static="land_sea_mask", step_hours=6))
+    assert dataset.channels == ("2m_temperature",) and dataset.static_names == ("land_sea_mask",)
+    assert len(list(dataset)) == len(dataset) == 5
+    with pytest.raises(IndexError):
+        dataset[len(dataset)]
+    assert dataset[-1]["init_times"] == dataset[len(dataset) - 1]["init_times"]
+    one, both = load_stats(path, "2m_temperature"), load_stats(path, ("2m_temperature", "temperature/500"))
+    assert one.mean.shape == (1,) and both.mean.shape == (2,) and both.mean[0] == one.mean[0]
+
+
+def test_convert_era5_takes_one_path_and_one_variable_name(tmp_path):
+    """A single path was read as its characters ('directory / holds no .nc files'), a single variable
+    too ("unknown variable '2'")."""
+    from s2forecast.data.convert_era5 import convert_era5
+
+    out = convert_era5(str(ERA5_SLICE), tmp_path / "era5.zarr", variables="t2m", progress=False)
+    assert [name for name in open_store(out).data_vars if name != "written"] == ["2m_temperature"]

@@ -364,3 +364,48 @@ def test_robustness_script(trained, tmp_path, monkeypatch, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["test"] for r in rows] == ["rotation"] * 3 + ["resolution"]
     assert rows[-1]["grid"] == "16x32" and all(np.isfinite(r["rmse"]) for r in rows)
+
+
+def test_the_python_api_writes_the_format_of_the_suffix_and_sorts_init_times(trained, tmp_path):
+    """rollout(..., "f.zarr") wrote NetCDF under that name (the format default was netcdf, the suffix
+    counted only on the command line); init times given out of order were written so, which
+    WeatherBench2's time slices refuse (or, in pandas, take by position)."""
+    store, checkpoint = trained
+    inits = times_of(store)[[3, 0, 2]]
+    out = rollout(checkpoint, store, 1, inits, tmp_path / "f.zarr", progress=False)
+    assert out.is_dir() and (out / "zarr.json").is_file()
+    assert np.array_equal(xr.open_zarr(out)["time"].values, np.sort(inits))
+    with pytest.raises(ValueError, match=r"^--format netcdf with --out .*g\.zarr, a name for zarr"):
+        rollout(checkpoint, store, 1, inits, tmp_path / "g.zarr", RolloutOptions(fmt="netcdf"), progress=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "steps", "message"),
+    [
+        ({"device": "gpu"}, 1, r"^device 'gpu' is not a device; use cpu, cuda or cuda:N$"),
+        ({"batch_size": "4"}, 1, r"^batch_size must be an integer, got '4'$"),
+        ({}, 1.5, r"^steps must be an integer >= 1, got 1\.5$"),  # wrote leads of 1 and 2 h
+        ({}, "2", r"^steps must be an integer >= 1, got '2'$"),
+    ],
+)
+def test_api_arguments_of_the_wrong_kind_are_one_line(trained, tmp_path, options, steps, message):
+    store, checkpoint = trained
+    with pytest.raises(ValueError, match=message):
+        rollout(checkpoint, store, steps, times_of(store)[:1], tmp_path / "f.nc", RolloutOptions(**options))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_forecaster_names_the_shapes_it_takes(trained):
+    """A state on another grid, or with another channel count, failed deep in the network."""
+    store, checkpoint = trained
+    model = load_forecaster(checkpoint)
+    batch = read_initial_conditions(open_inputs(model, store), times_of(store)[:1], 2)
+    wide = torch.zeros(1, 1, 4, 8, 16)
+    coarse = batch.inputs[..., ::2, :]
+    for states, wrong in ((wide, "(1, 1, 4, 8, 16)"), (coarse, "(1, 1, 3, 4, 16)")):
+        with pytest.raises(ValueError, match=rf"^states of shape \({wrong[1:-1]}\): this model takes \(batch, 1, 3, "
+                           r"8, 16\) \(history 1, channels \['geopotential_height', 'vorticity', 'divergence'\], "
+                           r"grid 8x16\)$"):  # fmt: skip
+            next(model.rollout(states, batch.static, batch.forcings, 2))
+    with pytest.raises(ValueError, match=r"^steps must be an integer >= 1, got -1$"):  # yielded nothing
+        next(model.rollout(batch.inputs, batch.static, batch.forcings, -1))
