@@ -18,6 +18,7 @@ import xarray as xr
 
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
 from s2forecast.data.store import (
+    COMPLETE_ATTR,
     is_url,
     naive_utc_times,
     normalize_units,
@@ -130,6 +131,12 @@ def open_forecast(source: str | os.PathLike | xr.Dataset, storage_options: dict 
         path = _require_path(source, "forecast")
         _check_readable(path, "forecast")
         forecast = _opened(_open_forecast_file, path, "forecast")
+    if forecast.attrs.get(COMPLETE_ATTR, "true") != "true":  # absent: another tool's file, taken as it is
+        where = "" if isinstance(source, xr.Dataset) else f" {source}"
+        raise UserError(
+            f"the forecast{where} is incomplete ({COMPLETE_ATTR}={forecast.attrs[COMPLETE_ATTR]!r}): the rollout that "
+            "wrote it did not finish (its final file is written at --out only when every process has); rerun it"
+        )
     forecast = forecast.drop_vars("valid_time", errors="ignore")
     if LEAD_ALIAS in forecast.dims and LEAD_DIM not in forecast.dims:
         forecast = forecast.rename({LEAD_ALIAS: LEAD_DIM})

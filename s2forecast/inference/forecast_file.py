@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from s2forecast.data.store import COMPLETE_ATTR
 from s2forecast.output import field_compressors
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
@@ -131,6 +132,8 @@ class ForecastFile:
         if not create and fmt != "zarr":
             raise ValueError(f"only a zarr store takes writes from several processes, not {fmt}")
         self.tmp, self.fmt, self.layout = Path(path), fmt, layout
+        self.created = create  # this process finishes the file: it marks it complete (``close``)
+        attrs = {**attrs, COMPLETE_ATTR: "false"}  # until close: a file left by a killed run is refused by readers
         self.n_times = len(init_times)
         self.shards = min(shards, self.n_times)  # a shard longer than the file would only be padding
         self.shape = (len(lat), len(lon))
@@ -226,7 +229,10 @@ class ForecastFile:
             zarr.open_group(self.tmp, mode="r+").attrs.update(attrs)
 
     def close(self) -> None:
-        """Finish the file (it stays at its temporary path)."""
+        """Finish the file (it stays at its temporary path), marked complete by the process that created it
+        (after every process wrote its part: ``inference.rollout``)."""
+        if self.created:
+            self.add_attributes({COMPLETE_ATTR: "true"})
         if self.ds is not None:
             self.ds.close()
             self.ds = None

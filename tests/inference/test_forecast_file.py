@@ -121,3 +121,20 @@ def test_netcdf_times_read_back_exactly(tmp_path, step, unit):
     with xr.open_dataset(tmp_path / "f.nc", decode_times=False, decode_timedelta=False) as raw:
         assert raw["time"].attrs["units"] == f"{unit} since 1970-01-01 00:00:00"
         assert raw["prediction_timedelta"].attrs["units"] == unit and raw["time"].dtype == np.int64
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("netcdf", "f.nc"), ("zarr", "f.zarr")])
+def test_a_forecast_file_is_marked_complete_only_when_closed(tmp_path, fmt, name):
+    """The temporary file of a killed run (a rank that died mid-way leaves a hole: init times never
+    written) was scored, 'n/a' at every lead, as the whole forecast; readers refuse it now."""
+    from s2forecast.evaluation.inputs import open_forecast
+
+    forecast = create(tmp_path / name, 3, fmt=fmt)
+    forecast.write(2, 0, np.ones((1, 3, 4, 8), np.float32))  # init time 2 only, as the killed run left it
+    if fmt == "netcdf":
+        forecast.ds.sync()  # what the killed process had flushed
+    with pytest.raises(ValueError, match=rf"^the forecast {tmp_path / name} is incomplete \(s2forecast_complete="
+                       r"'false'\): the rollout that wrote it did not finish"):  # fmt: skip
+        open_forecast(tmp_path / name)
+    forecast.close()
+    assert open_forecast(tmp_path / name).attrs["s2forecast_complete"] == "true"
