@@ -295,6 +295,16 @@ def check_time_axis(times: np.ndarray, path) -> None:
             f"times of {path} are not in ascending order: {format_time(times[i + 1])} comes after "
             f"{format_time(times[i])} (position {i + 1}); rewrite the store with its times sorted"
         )
+    # samples and tendencies pair times exactly: a time a few ms off its step pairs with nothing
+    ns = times.astype("datetime64[ns]").astype(np.int64)
+    off = np.flatnonzero(ns % 1_000_000_000)
+    if off.size:
+        warnings.warn(
+            f"{off.size} time(s) of {path} are not whole seconds (e.g. {format_time(times[off[0]])}): samples and "
+            "tendencies pair times exactly, so those pair with nothing; round them "
+            "(ds.assign_coords(time=ds['time'].dt.round('1s')))",
+            stacklevel=2,
+        )
 
 
 def _parse_time(value, option: str) -> np.datetime64:

@@ -573,3 +573,13 @@ def test_convert_era5_takes_one_path_and_one_variable_name(tmp_path):
 
     out = convert_era5(str(ERA5_SLICE), tmp_path / "era5.zarr", variables="t2m", progress=False)
     assert [name for name in open_store(out).data_vars if name != "written"] == ["2m_temperature"]
+
+
+def test_times_off_whole_seconds_are_warned_of(tmp_path):
+    """A few times 1-500 ms off their step silently lost most tendency pairs (5 of 15) and samples."""
+    times = six_hourly(6).copy()
+    times[2] += np.timedelta64(500, "ms")
+    synthetic_store(tmp_path / "s.zarr", Grid(5, 8), times)
+    with pytest.warns(UserWarning, match=r"^1 time\(s\) of .*s\.zarr are not whole seconds \(e\.g\. "
+                      r"2020-01-01T12:00:00\.500\): samples and tendencies pair times exactly"):  # fmt: skip
+        compute_stats(tmp_path / "s.zarr")
