@@ -10,6 +10,7 @@ fails there (file modes cannot guard them: the tests may run as root).
 conftest.py imports the fixtures from here; test files import the helpers (``tiny_args``, ...).
 """
 
+import csv
 import hashlib
 import os
 import shutil
@@ -45,6 +46,16 @@ def tiny_args(store, tmp_path, *extra):
         "--trainer.default_root_dir", str(tmp_path),
         *extra,
     ]  # fmt: skip
+
+
+def last_val_scores(root: Path) -> dict[str, float]:
+    """The last logged value of each val/ key in the metrics.csv under ``root``."""
+    (metrics,) = Path(root).rglob("metrics.csv")
+    scores = {}
+    with metrics.open() as lines:
+        for row in csv.DictReader(lines):
+            scores |= {key: float(value) for key, value in row.items() if key.startswith("val/") and value}
+    return scores
 
 
 def tree_digest(path: Path) -> dict[str, str]:

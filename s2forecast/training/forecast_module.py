@@ -338,15 +338,17 @@ class ForecastModule(pl.LightningModule):
         )
         return torch.stack(list(leads), dim=2)
 
-    def noise_generator(self, batch_idx: int, stage: str = "train") -> torch.Generator:
-        """The random numbers of a step's model noise, from the run's seed (``seed_everything``), the
-        stage, the optimizer step, the batch (training: the micro-batch within the step) and the rank,
-        not from the global random state: a run resumed from a checkpoint draws what the uninterrupted
-        run drew (the global state restarts at the seed), in training and in validation."""
+    def noise_generator(self, index: int, stage: str = "train") -> torch.Generator:
+        """The random numbers of model noise, from the run's seed (``seed_everything``), the stage and
+        the optimizer step, not from the global random state: a run resumed from a checkpoint draws
+        what the uninterrupted run drew (the global state restarts at the seed), in training and in
+        validation. Training: a step's noise, ``index`` its batch (the micro-batch within the step),
+        with the rank; validation and test: a sample's, ``index`` its position in the split."""
         accumulate = self.trainer.accumulate_grad_batches if self._trainer is not None else 1
-        index = batch_idx % accumulate if stage == "train" else batch_idx
+        index = index % accumulate if stage == "train" else index
         stages = ("train", "val", "test")
-        key = [torch.initial_seed(), stages.index(stage), self.global_step, index, self.global_rank]
+        rank = self.global_rank if stage == "train" else 0
+        key = [torch.initial_seed(), stages.index(stage), self.global_step, index, rank]
         seed = int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0]) & (2**63 - 1)
         return torch.Generator(self.device).manual_seed(seed)
 
@@ -419,13 +421,15 @@ class ForecastModule(pl.LightningModule):
 
     def _score(self, batch: Batch, batch_idx: int, stage: str) -> None:
         steps = batch.targets.shape[1]
-        if self.probabilistic:
-            prediction = self.ensemble(batch, steps, self.noise_generator(batch_idx, stage))
-        else:
-            prediction = self(batch, steps)
         # under DDP the last batches of a process may repeat samples of another one (padding):
         # only the leading ``counted`` rows are scored
-        counted = self._counted_rows(stage, batch_idx, len(batch.inputs))
+        positions, counted = self._split_positions(stage, batch_idx, len(batch.inputs))
+        if self.probabilistic:  # each sample's noise from its place in the split: the same scores whatever
+            # the number of processes and the batch size
+            generators = [self.noise_generator(position, stage) for position in positions]
+            prediction = self.ensemble(batch, steps, generators)
+        else:
+            prediction = self(batch, steps)
         prediction, targets = prediction[:counted], batch.targets[:counted]
         # the loss is a mean over the batch: times its rows, a sum over the samples
         loss = self.loss(prediction, targets).detach() * counted if counted else torch.zeros((), device=self.device)
@@ -438,11 +442,16 @@ class ForecastModule(pl.LightningModule):
         sums[1] += loss.to(sums[1].dtype)
         sums[2] += counted
 
-    def _counted_rows(self, stage: str, batch_idx: int, rows: int) -> int:
-        """The rows of a validation or test batch that are not DDP's padding (``InOrderShardSampler``)."""
+    def _split_positions(self, stage: str, batch_idx: int, rows: int) -> tuple[list[int], int]:
+        """The positions in the split of the ``rows`` samples of a validation or test batch, and how
+        many of them (the leading ones) are not DDP's padding (``InOrderShardSampler``)."""
         loader = self.trainer.val_dataloaders if stage == "val" else self.trainer.test_dataloaders
-        counted_rows = getattr(getattr(loader, "sampler", None), "counted_rows", None)
-        return rows if counted_rows is None else counted_rows(batch_idx, loader.batch_size, rows)
+        sampler, size = getattr(loader, "sampler", None), getattr(loader, "batch_size", None) or rows
+        local = range(batch_idx * size, batch_idx * size + rows)
+        if not hasattr(sampler, "counted_rows"):
+            return list(local), rows
+        positions = [j * sampler.num_replicas + sampler.rank for j in local]
+        return positions, sampler.counted_rows(batch_idx, size, rows)
 
     def _log_scores(self, stage: str) -> None:
         """The loss and WeatherBench2's RMSE (sqrt of the mean over all samples of the area-weighted

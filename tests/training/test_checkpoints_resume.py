@@ -1,7 +1,6 @@
 """Checkpoints are read weights-only on every path (the CLI, Lightning's restore, rollout; URLs
 refused), and `--ckpt_path last` resumes the run's own experiment exactly, mid-epoch included."""
 
-import csv
 import http.server
 import json
 import os
@@ -18,7 +17,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import CSVLogger
-from session_fixtures import tiny_args
+from session_fixtures import last_val_scores, tiny_args
 
 from s2forecast.cli import main as cli
 from s2forecast.data import open_store
@@ -358,15 +357,6 @@ def torchrun_two_nodes(argv: list[str], env: dict, cwd: Path) -> list[subprocess
     return [subprocess.CompletedProcess(p.args, p.wait(timeout=600), *p.communicate()) for p in launchers]
 
 
-def last_scores(root: Path) -> dict[str, float]:
-    """The last logged value of each val/ key in the run's metrics.csv."""
-    (metrics,) = root.rglob("metrics.csv")
-    scores = {}
-    for row in csv.DictReader(metrics.open()):
-        scores |= {key: float(value) for key, value in row.items() if key.startswith("val/") and value}
-    return scores
-
-
 @pytest.mark.slow  # 3 runs of 2 DDP processes
 def test_two_node_training_and_its_resume_after_kill_mid_epoch_under_ddp(swe_store, tmp_path):
     """DDP on 2 CPU processes (gloo), each serving its own shard of the shuffled epoch.
@@ -407,7 +397,7 @@ def test_two_node_training_and_its_resume_after_kill_mid_epoch_under_ddp(swe_sto
     # ran 2 batches each; the padding was scored): as one process scores its last checkpoint
     assert "sync_dist" not in nodes[0].stderr  # the module reduces its scores: no advice to reduce them
     cli(["validate", *tiny_args(swe_store, tmp_path / "one"), "--ckpt_path", str(newest_last(runs / "straight"))])
-    one, two = last_scores(tmp_path / "one" / "runs"), last_scores(runs / "straight")
+    one, two = last_val_scores(tmp_path / "one" / "runs"), last_val_scores(runs / "straight")
     assert "val/loss" in one and "val/rmse/geopotential_height/step2" in one and one.keys() == two.keys()
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-5), key

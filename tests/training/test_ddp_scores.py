@@ -4,7 +4,9 @@ tests/training/test_checkpoints_resume.py::test_two_node_training_and_its_resume
 
 import pytest
 import torch
+from session_fixtures import ENSEMBLE, last_val_scores, tiny_args
 
+from s2forecast.cli import main as cli
 from s2forecast.training.datamodule import InOrderShardSampler
 
 
@@ -19,5 +21,23 @@ def test_counted_rows_take_each_sample_once(samples, processes, batch_size):
         loader = torch.utils.data.DataLoader(data, batch_size=batch_size, sampler=sampler)
         batches.add(len(loader))  # every process runs as many batches (collective reductions)
         for index, batch in enumerate(loader):
-            taken += batch[: sampler.counted_rows(index, batch_size, len(batch))].tolist()
+            counted = sampler.counted_rows(index, batch_size, len(batch))
+            taken += batch[:counted].tolist()
+            # a sample's position in the split (its noise's seed in validation): j * processes + rank
+            local = range(index * batch_size, index * batch_size + counted)
+            assert [j * processes + rank for j in local] == batch[:counted].tolist()
     assert sorted(taken) == data and len(batches) == 1
+
+
+def test_ensemble_validation_scores_do_not_depend_on_the_batch_size(swe_store, crps_run, tmp_path):
+    """Each sample's noise came from its batch (and rank): 1 and 2 processes, or batches of 2 and 3,
+    scored the same model differently. It comes from the sample's place in the split now."""
+    scores = []
+    for size in (2, 3):  # 5 validation samples: batches of 2, 2, 1 and of 3, 2
+        run = tmp_path / str(size)
+        cli(["validate", *tiny_args(swe_store, run, *ENSEMBLE, "--data.init_args.batch_size", str(size)),
+             "--ckpt_path", str(crps_run.checkpoint)])  # fmt: skip
+        scores.append(last_val_scores(run))
+    assert "val/loss" in scores[0] and scores[0].keys() == scores[1].keys()
+    for key in scores[0]:
+        assert scores[1][key] == pytest.approx(scores[0][key], rel=1e-5), key
