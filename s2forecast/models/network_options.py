@@ -40,6 +40,14 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
     if values.get("global_every") is not None and values["global_every"] < 1:
         raise UserError(f"network option global_every must be >= 1 or null, got {values['global_every']}")
     check_nested_options(values)
+    if "mlp_ratio" in values and int(values["embed_dim"] * values["mlp_ratio"]) < 1:  # an MLP of no hidden channel
+        raise UserError(
+            f"network options embed_dim {values['embed_dim']} x mlp_ratio {values['mlp_ratio']} leave the MLP no "
+            f"hidden channel; raise mlp_ratio to at least {1 / values['embed_dim']:g}"
+        )
+    shape = values.get("encoder_kernel_shape")
+    if isinstance(shape, list | tuple) and not all(isinstance(n, int) and n >= 1 for n in shape):
+        raise UserError(f"network option encoder_kernel_shape entries must be integers >= 1, got {list(shape)}")
     if values["embed_dim"] % values["num_heads"]:
         raise UserError(
             f"network option embed_dim={values['embed_dim']} is not divisible by num_heads={values['num_heads']}: "

@@ -106,7 +106,14 @@ class PlanarTransformer(nn.Module):
             )
         self.position = nn.Parameter(torch.zeros(1, embed_dim, *self.patches)) if absolute else None
         mask = window_mask(*self.patches, window) if attention == "window" else None
-        patch_grid = Grid(*self.patches, "equiangular-midpoint")
+        patch_grid = None
+        if position_embedding in ("rope", "sprepe"):  # positions of the patches as a grid of their own
+            if min(self.patches) < 2:
+                raise UserError(
+                    f"patch_size {patch_size} leaves a {self.patches[0]}x{self.patches[1]} array of patches, too few "
+                    f"for position embedding {position_embedding!r}; use patch_size <= {grid.nlat // 2}"
+                )
+            patch_grid = Grid(*self.patches, "equiangular-midpoint")
         blocks = []
         for i in range(num_layers):
             relative = None

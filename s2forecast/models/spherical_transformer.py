@@ -45,7 +45,9 @@ NOISE_INJECTIONS = ("norm", "latent")
 GRID_BOUND_EMBEDDINGS = ("ape", "rpe", "rope")
 
 
-BASIS_CUTOFF_FACTORS = {"piecewise linear": 0.5, "morlet": 0.5, "harmonic": 0.5, "zernike": math.sqrt(2.0)}
+# torch-harmonics' examples' cutoff factors of its bases ("morlet", deprecated there, left out; its
+# "fourier-bessel" has no factor there)
+BASIS_CUTOFF_FACTORS = {"piecewise linear": 0.5, "harmonic": 0.5, "zernike": math.sqrt(2.0)}
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
 
 
@@ -338,8 +340,11 @@ class SphericalTransformer(nn.Module):
 
 
 def _th_grid(grid: Grid) -> str:
-    if grid.kind == "equiangular-midpoint":
-        raise UserError("torch-harmonics' DISCO convolution has no 'equiangular-midpoint' grid; use its edge grid")
+    if grid.kind == "equiangular-midpoint":  # a data grid of this kind runs on its edge grid: the latent one only
+        raise UserError(
+            "network option latent_kind 'equiangular-midpoint' is not a grid of torch-harmonics' DISCO convolution; "
+            "use 'equiangular' or 'legendre-gauss'"
+        )
     return grid.kind
 
 

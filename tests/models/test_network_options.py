@@ -56,7 +56,23 @@ CASES = [
     # looked up by name inside the layers: a KeyError traceback before
     ("spherical", {"activation": "tanh"}, "network option activation must be one of ['gelu', 'relu', 'silu'], got"),
     ("planar", {"activation": "tanh"}, "network option activation must be one of ['gelu', 'relu', 'silu'], got"),
-    ("spherical", {"basis_type": "zernikee"}, "network option basis_type must be one of ['harmonic', 'morlet',"),
+    ("spherical", {"basis_type": "zernikee"}, "network option basis_type must be one of ['harmonic', 'piecewise "),
+    ("spherical", {"basis_type": "morlet"}, "network option basis_type must be one of"),  # deprecated upstream
+    # no hidden channel, or no kernel: a RuntimeError or IndexError at the first forward
+    (
+        "spherical",
+        {"embed_dim": 16, "mlp_ratio": 0.01},
+        "network options embed_dim 16 x mlp_ratio 0.01 leave the MLP "
+        "no hidden channel; raise mlp_ratio to at least 0.0625",
+    ),
+    ("planar", {"embed_dim": 16, "mlp_ratio": 0.01}, "leave the MLP no hidden channel"),
+    ("spherical", {"encoder_kernel_shape": [0, 3]}, "encoder_kernel_shape entries must be integers >= 1, got [0, 3]"),
+    (
+        "spherical",
+        {"latent_kind": "equiangular-midpoint"},
+        "network option latent_kind 'equiangular-midpoint' is not "
+        "a grid of torch-harmonics' DISCO convolution; use 'equiangular' or 'legendre-gauss'",
+    ),
     # as the spherical network refuses it (options of an embedding that takes none were ignored)
     (
         "planar",
@@ -133,3 +149,11 @@ def test_good_options_of_every_type_build():
     )  # fmt: skip
     assert len(net.blocks) == 2
     assert build_network("planar", Grid(8, 16), 3, 3, embed_dim=8, num_layers=1, window=0).patch_size == 2
+
+
+def test_a_patch_size_that_leaves_one_row_of_patches_is_fine_without_a_relative_embedding():
+    """It built a grid of the patches for every embedding and refused 'a grid needs nlat >= 2, got 1x2'."""
+    assert build_network("planar", Grid(16, 32), 3, 3, patch_size=16, embed_dim=8) is not None
+    with pytest.raises(UserError, match=r"^patch_size 16 leaves a 1x2 array of patches, too few for position "
+                       r"embedding 'rope'; use patch_size <= 8$"):  # fmt: skip
+        build_network("planar", Grid(16, 32), 3, 3, patch_size=16, embed_dim=8, position_embedding="rope")
