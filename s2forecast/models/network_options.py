@@ -15,7 +15,7 @@ import warnings
 from s2forecast.user_errors import UserError
 
 AT_LEAST_ONE = ("embed_dim", "num_layers", "num_heads", "scale_factor", "patch_size")
-POSITIVE = ("mlp_ratio", "theta")
+POSITIVE = ("mlp_ratio", "theta", "encoder_cutoff", "decoder_cutoff")
 NON_NEGATIVE = ("window", "noise_channels")
 
 

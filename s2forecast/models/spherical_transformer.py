@@ -164,6 +164,9 @@ class SphericalTransformer(nn.Module):
             added after the encoder, relative ones go into every attention layer.
         position_embedding_options: extra arguments of the embedding (e.g. SpRePE's mask).
         encoder_kernel_shape, basis_type: DISCO filter basis of encoder and decoder.
+        encoder_cutoff, decoder_cutoff: DISCO filter radii (radians) of encoder and decoder;
+            default torch-harmonics' for the grid (data grid and latent grid rows). ``on_grid``
+            keeps the training grid's ``theta`` and radii: the same operator at another resolution.
         use_qknorm: RMS-normalize queries and keys.
         backend: neighborhood attention backend ("auto", "fused", "reference").
         ball_options: keyword arguments of ``S2BallSparseAttention`` for "ball" layers
@@ -205,6 +208,8 @@ class SphericalTransformer(nn.Module):
         position_embedding_options: dict | None = None,
         encoder_kernel_shape: tuple[int, int] = (3, 3),
         basis_type: str = "harmonic",
+        encoder_cutoff: float | None = None,
+        decoder_cutoff: float | None = None,
         use_qknorm: bool = False,
         backend: str = "auto",
         ball_options: dict | None = None,
@@ -238,10 +243,15 @@ class SphericalTransformer(nn.Module):
                 f"whose nlon is a multiple of {scale_factor}"
             )
         kernel_shape = tuple(encoder_kernel_shape)
+        # the physical radii of this grid (on_grid passes them on: the same operator on another grid)
+        if encoder_cutoff is None:
+            encoder_cutoff = disco_cutoff(grid.nlat, kernel_shape, basis_type)
+        if decoder_cutoff is None:
+            decoder_cutoff = disco_cutoff(self.latent.nlat, kernel_shape, basis_type)
+        self.encoder_cutoff, self.decoder_cutoff = encoder_cutoff, decoder_cutoff
         self.encoder = DiscreteContinuousConvS2(
             in_channels, embed_dim, grid.shape, self.latent.shape, kernel_shape, basis_type,
-            grid_in=_th_grid(grid), grid_out=_th_grid(self.latent), bias=False,
-            theta_cutoff=disco_cutoff(grid.nlat, kernel_shape, basis_type),
+            grid_in=_th_grid(grid), grid_out=_th_grid(self.latent), bias=False, theta_cutoff=encoder_cutoff,
         )  # fmt: skip
         options = position_embedding_options or {}
         head_dim = embed_dim // num_heads
@@ -250,6 +260,7 @@ class SphericalTransformer(nn.Module):
         self.position_embedding = absolute if getattr(absolute, "acts_on", None) == "tokens" else None
         self.pattern = attention_pattern(attention, num_layers, global_every)
         theta = default_radius(self.latent) if theta is None else theta
+        self.theta = theta
         blocks = []
         for i, kind in enumerate(self.pattern):
             relative = None
@@ -285,8 +296,7 @@ class SphericalTransformer(nn.Module):
         )
         self.decoder = DiscreteContinuousConvS2(
             embed_dim, out_channels, grid.shape, grid.shape, kernel_shape, basis_type,
-            grid_in=_th_grid(grid), grid_out=_th_grid(grid), bias=False,
-            theta_cutoff=disco_cutoff(self.latent.nlat, kernel_shape, basis_type),
+            grid_in=_th_grid(grid), grid_out=_th_grid(grid), bias=False, theta_cutoff=decoder_cutoff,
         )  # fmt: skip
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
@@ -330,10 +340,14 @@ class SphericalTransformer(nn.Module):
         return None
 
     def on_grid(self, grid: Grid) -> "SphericalTransformer":
-        """The same weights on another data grid (neural-operator property)."""
+        """The same weights on another data grid (neural-operator property), with the same physical
+        radii: the neighborhoods' ``theta`` and the DISCO filters' cutoffs of this grid (their
+        defaults follow the grid spacing; recomputed on a grid of twice the rows, the model computed
+        another function, 62 % apart on a smooth field)."""
         if grid != self.grid and (reason := self.bound_to_grid()) is not None:
             raise UserError(f"the model cannot run on {grid}: {reason}; regrid the data to {self.grid}")
-        other = SphericalTransformer(grid, self.in_channels, self.out_channels, **self.config)
+        radii = {"theta": self.theta, "encoder_cutoff": self.encoder_cutoff, "decoder_cutoff": self.decoder_cutoff}
+        other = SphericalTransformer(grid, self.in_channels, self.out_channels, **{**self.config, **radii})
         state = {k: v for k, v in self.state_dict().items()}
         other.load_state_dict(state, strict=False)
         return other.to(next(self.parameters()).device)
