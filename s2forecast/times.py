@@ -108,9 +108,15 @@ def cftime_problem(values, calendar=None) -> str | None:
             f"uses the calendar {calendar!r} (times such as {examples}): s2forecast reads the real-world calendar "
             f"only ({', '.join(STANDARD_CALENDARS)}: ERA5's); convert the times to it"
         )
+    if not pd.Timestamp.min.year < first.year < pd.Timestamp.max.year:
+        return (
+            f"holds dates such as {examples}, outside the dates a datetime64[ns] time axis holds "
+            f"({pd.Timestamp.min.date()} .. {pd.Timestamp.max.date()})"
+        )
     return (
-        f"holds dates such as {examples}, outside the dates a datetime64[ns] time axis holds "
-        f"({pd.Timestamp.min.date()} .. {pd.Timestamp.max.date()})"
+        f"holds cftime dates of the real-world calendar (times such as {examples}): s2forecast reads datetime64 "
+        "times; open the data without use_cftime=True, or convert them (ds.convert_calendar('standard', "
+        "use_cftime=False))"
     )
 
 

@@ -321,6 +321,8 @@ def open_store(
     for name in ("latitude", "longitude"):
         if name not in ds.coords:
             raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}{rename_hint(ds)}")
+    if "time" in ds.dims and not ds.sizes["time"]:
+        raise UserError(f"store {path} holds no time steps (its time dimension is empty); write it again")
     return to_model_order(static_at_first_time(ds))
 
 

@@ -265,7 +265,10 @@ class FieldDataModule(pl.LightningDataModule):
             self._layout = self._field_dataset()
         return next(iter(self.datasets.values()), self._layout)
 
-    def _loader(self, split: str, shuffle: bool) -> torch.utils.data.DataLoader:
+    def _loader(self, split: str, shuffle: bool, scored: bool = True) -> torch.utils.data.DataLoader:
+        """``shuffle``: the training loader; else in order, and under DDP in shares padded to equal
+        length when ``scored`` (validation and test, whose scores skip the padding), without
+        padding for predict (Lightning's own sampler then: no sample predicted twice)."""
         dataset = self.dataset(split)
         options = dict(
             batch_size=self.batch_size,
@@ -277,7 +280,7 @@ class FieldDataModule(pl.LightningDataModule):
         # under DDP the sampler shards by rank (Lightning's distributed_sampler_kwargs)
         shards = (self.trainer.distributed_sampler_kwargs if self.trainer is not None else None) or {}
         if not shuffle:
-            sampler = InOrderShardSampler(dataset, **shards) if shards.get("num_replicas", 1) > 1 else None
+            sampler = InOrderShardSampler(dataset, **shards) if scored and shards.get("num_replicas", 1) > 1 else None
             return torch.utils.data.DataLoader(dataset, sampler=sampler, **options)
         sampler = EpochShuffleSampler(dataset, self.seed, **shards)
         return ResumableLoader(dataset, sampler=sampler, drop_last=len(dataset) > self.batch_size, **options)
@@ -310,7 +313,7 @@ class FieldDataModule(pl.LightningDataModule):
         return self._loader("test", shuffle=False)
 
     def predict_dataloader(self):
-        return self._loader("test", shuffle=False)
+        return self._loader("test", shuffle=False, scored=False)
 
 
 class ERA5DataModule(FieldDataModule):

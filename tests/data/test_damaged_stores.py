@@ -148,3 +148,32 @@ def test_a_pickle_codec_is_refused_without_asyncio_tracebacks(swe_store, tmp_pat
             time.sleep(0.05)
             gc.collect()
     assert not [record for record in caplog.records if "never retrieved" in record.getMessage()]
+
+
+def test_a_store_without_times_and_a_static_field_per_time_is_one_line(tmp_path, capsys):
+    """An IndexError on the empty time axis (taking such a static field at its first time, or stats' period)."""
+    lat, lon = np.linspace(90, -90, 5), np.arange(8) * 45.0
+    ds = xr.Dataset(
+        {"land_sea_mask": (("time", "latitude", "longitude"), np.zeros((0, 5, 8), np.float32)),
+         "2m_temperature": (("time", "latitude", "longitude"), np.zeros((0, 5, 8), np.float32), {"units": "K"})},
+        coords={"time": np.array([], "datetime64[ns]"), "latitude": lat, "longitude": lon},
+    )  # fmt: skip
+    ds.to_zarr(tmp_path / "empty.zarr", zarr_format=3, consolidated=True)
+    message = refused(["stats", tmp_path / "empty.zarr", "--out", tmp_path / "s.zarr"], capsys)
+    assert (
+        message == f"s2forecast stats: error: store {tmp_path / 'empty.zarr'} holds no time steps (its time dimension "
+        "is empty); write it again"
+    )
+
+
+def test_cftime_dates_of_the_real_world_calendar_are_named_as_such():
+    """They were said to be outside the dates datetime64[ns] holds, whatever their year."""
+    import cftime
+
+    from s2forecast.times import cftime_problem
+
+    recent = [cftime.DatetimeProlepticGregorian(2020, 1, 1), cftime.DatetimeProlepticGregorian(2020, 1, 2)]
+    assert cftime_problem(np.array(recent)).startswith("holds cftime dates of the real-world calendar (times such as "
+                                                       "2020-01-01 00:00:00, 2020-01-02 00:00:00)")  # fmt: skip
+    old = [cftime.DatetimeProlepticGregorian(1600, 1, 1)]
+    assert "outside the dates a datetime64[ns] time axis holds" in cftime_problem(np.array(old))

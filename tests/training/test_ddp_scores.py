@@ -41,3 +41,19 @@ def test_ensemble_validation_scores_do_not_depend_on_the_batch_size(swe_store, c
     assert "val/loss" in scores[0] and scores[0].keys() == scores[1].keys()
     for key in scores[0]:
         assert scores[1][key] == pytest.approx(scores[0][key], rel=1e-5), key
+
+
+def test_only_the_scored_loaders_get_padded_shares(swe_store):
+    """predict (Python API) would have predicted the padding samples a second time: its loader keeps
+    Lightning's own sampler, which does not pad."""
+    from types import SimpleNamespace
+
+    from s2forecast.training.datamodule import SWEDataModule
+
+    data = SWEDataModule(str(swe_store), train_trajectories=(0, 2), val_trajectories=(2, 3), test_trajectories=(2, 3))
+    data.trainer = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 2, "rank": 1})
+    data.setup("fit")
+    data.setup("test")
+    assert isinstance(data.val_dataloader().sampler, InOrderShardSampler)
+    assert isinstance(data.test_dataloader().sampler, InOrderShardSampler)
+    assert not isinstance(data.predict_dataloader().sampler, torch.utils.data.DistributedSampler)
