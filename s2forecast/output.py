@@ -320,7 +320,7 @@ def generation_of(path: str | os.PathLike) -> str | None:
     Raises:
         FileNotFoundError: nothing is at ``path`` any more.
     """
-    path = Path(path)
+    path = Path(path).expanduser()  # as the readers opened it
     if not path.exists():
         raise FileNotFoundError(f"{path} was removed")
     attrs = artifact_attributes(path.resolve()) or {}  # an input may be a link to the store (never an output)
@@ -543,6 +543,9 @@ def unwritable(path: Path, error: OSError, option: str = "--out") -> PermissionE
             f"once s2forecast's temporary suffix is added ({len(sibling(path, 'lock').name)} characters); choose a "
             f"shorter {option}"
         )
+    if error.errno == errno.ENOENT and not path.parent.exists():  # as Output's own check says it
+        missing = path.parent
+        return PermissionError(f"output directory {missing} does not exist; create it first or choose another {option}")
     return PermissionError(
         f"cannot write {option} {path}: directory {path.parent} is not writable ({error.strerror or error}); choose "
         f"another {option}"

@@ -105,7 +105,7 @@ def path_or_url(text: str):
 
     from s2forecast.urls import is_url
 
-    return text if is_url(text) else Path(text)
+    return text if is_url(text) else Path(text).expanduser()  # "~/x" quoted, or after --opt=: the home directory
 
 
 def local_output(text: str):

@@ -2,13 +2,13 @@
 
 import argparse
 
-from s2forecast.commands.arguments import engine, engine_options, local_output, storage_options
+from s2forecast.commands.arguments import engine, engine_options, local_output, path_or_url, storage_options
 
 HELP = "day-of-year x hour climatology of a store (WeatherBench2)"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="a store: local path or URL, zarr v2 or v3")
+    parser.add_argument("store", type=path_or_url, help="a store: local path or URL, zarr v2 or v3")
     parser.add_argument("--out", required=True, type=local_output, help="CLIM.zarr")
     parser.add_argument("--start", help="first time of the period")
     parser.add_argument("--end", help="last time, inclusive")

@@ -24,7 +24,9 @@ FORMATS = ("netcdf", "zarr")
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ckpt", required=True, help="checkpoint (e.g. runs/.../checkpoints/last.ckpt)")
+    parser.add_argument(
+        "--ckpt", required=True, type=path_or_url, help="checkpoint (e.g. runs/.../checkpoints/last.ckpt)"
+    )
     parser.add_argument(
         "--store", required=True, type=path_or_url,
         help="initial conditions: a store (path or URL), or ERA5 NetCDF/GRIB from the CDS (any dates; no "

@@ -2,13 +2,15 @@
 
 import argparse
 
-from s2forecast.commands.arguments import engine, engine_options, local_output, storage_options
+from s2forecast.commands.arguments import engine, engine_options, local_output, path_or_url, storage_options
 
 HELP = "normalization statistics of a store (into it, or --out)"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="a store: local path or URL (gs://, s3://, https://), zarr v2 or v3")
+    parser.add_argument(
+        "store", type=path_or_url, help="a store: local path or URL (gs://, s3://, https://), zarr v2 or v3"
+    )
     parser.add_argument(
         "--out",
         type=local_output,

@@ -639,6 +639,7 @@ def load_stats(
     Raises:
         ValueError: no statistics (says how to compute them), or channels missing from them.
     """
+    path, stats_path = (p if p is None or is_url(str(p)) else Path(p).expanduser() for p in (path, stats_path))
     store = path
     channels = [channels] if isinstance(channels, str) else list(channels)  # a tuple is a key of one to xarray
     try:

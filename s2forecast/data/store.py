@@ -283,7 +283,7 @@ def open_store(
         _check_protocol(path)
         options = {"storage_options": storage_options or {}}
     else:
-        path = Path(path)
+        path = Path(path).expanduser()  # "~/era5.zarr" from a YAML config or a quoted option: the home directory
         if not path.exists():
             raise FileNotFoundError(f"no zarr store at {path}")
         if zarr_attributes(path) is None:

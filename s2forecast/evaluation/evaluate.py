@@ -295,10 +295,15 @@ def _score_and_write(
     if "acc" in names:
         caveat = acc_caveat(clim_attrs, init_times[:, None] + inputs.forecast[LEAD_DIM].values[None, :])
     if caveat is not None:
+        computed = str(clim_attrs.get("climatology_source", "")).startswith("computed from the truth")
+        fix = (
+            "give one with --climatology, or choose the truth's years with --climatology-start/--climatology-end"
+            if computed
+            else "give --climatology such a climatology"  # the one given is the fault: the truth's years do not enter
+        )
         warnings.warn(
             f"ACC is not meaningful here ({caveat}): it needs a climatology of at least {MIN_ACC_YEARS} years "
-            "outside the verified times (WeatherBench2 uses 1990-2019); give one with --climatology, or choose "
-            "the truth's years with --climatology-start/--climatology-end",
+            f"outside the verified times (WeatherBench2 uses 1990-2019); {fix}",
             ClimatologyWarning,
             stacklevel=3,
         )

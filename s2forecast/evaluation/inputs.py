@@ -66,7 +66,7 @@ def _describe_source(source) -> str:
 
 
 def _require_path(path, what: str) -> Path:
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"{what} not found: {path} does not exist")
     return path

@@ -30,9 +30,10 @@ def local_checkpoint(path: str | Path) -> Path:
             f"checkpoint {path} is a URL; s2forecast reads checkpoints from local files only: download it "
             "first (e.g. curl -fLo model.ckpt URL) and pass the file"
         )
-    if not Path(path).is_file():
+    local = Path(path).expanduser()  # a quoted or YAML "~/run/last.ckpt" is the home directory, as --out's
+    if not local.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
-    return Path(path)
+    return local
 
 
 def read_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict:

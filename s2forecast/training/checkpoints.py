@@ -99,11 +99,11 @@ def last_checkpoint(trainer, run_name: str | None = None) -> Path:
     records ``run_name``: see the module docstring. Raises a UserError when there is none."""
     logger = trainer.logger
     if logger is None:
-        where = Path(trainer.default_root_dir) / "checkpoints"
+        where = Path(trainer.default_root_dir).expanduser() / "checkpoints"
         directories = [where]
     else:
         save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
-        experiment = Path(save_dir) / str(logger.name)
+        experiment = Path(save_dir).expanduser() / str(logger.name)  # "~/runs": $HOME/runs, as Lightning
         where = experiment / "*" / "checkpoints"
         directories = list(experiment.glob("*/checkpoints"))
     found = [path for directory in directories for path in directory.glob("last*.ckpt") if LAST.match(path.name)]

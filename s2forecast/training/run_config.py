@@ -23,12 +23,13 @@ def run_directory(trainer) -> Path:
     (``<save_dir>/<name>/<version>`` of the first logger; ``default_root_dir`` without one). For
     the WandbLogger the version is the run's id, known once its experiment started (Lightning
     starts it before the callbacks' ``setup``)."""
+    # expanded as Lightning expands them: "~/runs" wrote the checkpoints to $HOME/runs, config.yaml to ./~/runs
     if not trainer.loggers:
-        return Path(trainer.default_root_dir)
+        return Path(trainer.default_root_dir).expanduser()
     logger = trainer.loggers[0]
     save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
     version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    return Path(save_dir) / str(logger.name) / version
+    return Path(save_dir).expanduser() / str(logger.name) / version
 
 
 def new_directories(path: Path) -> list[Path]:

@@ -771,6 +771,16 @@ def test_a_name_too_long_with_the_temporary_suffix_says_so(inputs, tmp_path, cap
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", ["rollout", "generate-swe", "climatology", "convert-era5"])
+def test_a_missing_output_directory_is_named_as_missing(inputs, tmp_path, capsys, command):
+    """The writers of stores (generate-swe, convert-era5) took their lock first and said the missing
+    directory was 'not writable (No such file or directory)'."""
+    message = refused(BY_NAME[command].argv(inputs, tmp_path / "nodir" / "x.zarr"), capsys)
+    assert message.endswith(f"output directory {tmp_path / 'nodir'} does not exist; create it first or choose another "
+                            "--out"), message  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_without_flock_the_commands_write_and_leave_no_lock(inputs, tmp_path, monkeypatch):
     """On a file system without flock (Lustre mounted noflock, some FUSE/CIFS) every writing command
     was refused as 'not writable (Function not implemented)', leaving a lock file; PIDs then tell."""

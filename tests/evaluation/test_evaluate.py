@@ -554,3 +554,14 @@ def test_a_forecast_in_another_calendar_and_repeated_truth_times_are_named(tmp_p
                        r"all\); a score would count it twice: remove the repeated"):  # fmt: skip
         evaluate(perfect_path, twice, tmp_path / "b.nc", plots=False, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["noleap.nc"]
+
+
+def test_the_acc_warning_advises_on_the_climatology_that_was_used(tmp_path, truth_path, perfect_path, truth_ds):
+    """With --climatology given, it advised giving one with --climatology or choosing the truth's years."""
+    path = tmp_path / "clim.zarr"
+    compute_climatology(truth_ds.drop_vars("written")).to_zarr(path, zarr_format=3, consolidated=True)
+    for climatology, fix in ((path, r"; give --climatology such a climatology$"),
+                             (None, r"; give one with --climatology, or choose the truth's years with")):  # fmt: skip
+        with pytest.warns(ClimatologyWarning, match=r"^ACC is not meaningful here \(climatology .*" + fix):
+            evaluate(perfect_path, truth_path, tmp_path / f"{climatology is None}.nc", climatology=climatology,
+                     plots=False, progress=False)  # fmt: skip
