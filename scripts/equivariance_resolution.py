@@ -9,7 +9,11 @@ every resolution (same seed, a resolution-free layer) and a fixed continuous ope
   index window of the same radius in grid spacings, unweighted);
 - ball: S2BallSparseAttention with a fixed number of balls (8) and coarse tokens (256), so
   that a ball covers the same area at every resolution (no planar counterpart here: the BSA
-  paper's point-cloud version is the same ball-tree construction).
+  paper's point-cloud version is the same ball-tree construction);
+- network: the whole SphericalTransformer (DISCO encoder to a 2x coarser grid, 2 blocks of
+  neighborhood attention, DISCO decoder; fixed radii: theta, encoder and decoder cutoffs) with
+  its default DISCO basis ("s2": harmonic, kernel 3x3, whose filters have a direction, measured
+  from local north) vs "isotropic" filters (piecewise linear, kernel 3x1: radial only).
 Prints one JSON line per (layer, variant, grid) and per (layer, variant) the fitted rate p of
 error ~ nlat**-p (least squares in log-log); ``--plot`` draws error vs nlat.
 
@@ -27,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from s2forecast.geometry import Grid, random_rotation
+from s2forecast.models.spherical_transformer import SphericalTransformer
 from s2forecast.nn import S2Attention, S2BallSparseAttention, S2NeighborhoodAttention
 from s2forecast.nn.equivariance import rotation_error
 
@@ -70,6 +75,12 @@ def ball_layer(grid: Grid) -> S2BallSparseAttention:
                                  group_size=8, backend="reference")  # fmt: skip
 
 
+def network(grid: Grid, isotropic: bool = False) -> SphericalTransformer:
+    basis = {"encoder_kernel_shape": (3, 1), "basis_type": "piecewise linear"} if isotropic else {}
+    return SphericalTransformer(grid, CHANNELS, CHANNELS, embed_dim=16, num_layers=2, num_heads=HEADS, theta=THETA,
+                                encoder_cutoff=0.25, decoder_cutoff=0.4, backend="reference", **basis)  # fmt: skip
+
+
 LAYERS = {  # name -> (factory, {variant: apply(layer, x)})
     "global": (lambda g: S2Attention(CHANNELS, HEADS, g), {"s2": lambda m, x: m(x), "planar": planar_global}),
     "neighborhood": (
@@ -77,6 +88,8 @@ LAYERS = {  # name -> (factory, {variant: apply(layer, x)})
         {"s2": lambda m, x: m(x), "planar": planar_window},
     ),
     "ball": (ball_layer, {"s2": lambda m, x: m(x)}),
+    # the variant picks the factory's network: its apply is the network itself
+    "network": (network, {"s2": lambda m, x: m(x), "isotropic": lambda m, x: m(x)}),
 }
 
 
@@ -84,7 +97,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grids", nargs="+", default=["32x64", "64x128", "128x256", "256x512"])
     parser.add_argument("--layers", nargs="+", choices=list(LAYERS), default=list(LAYERS))
-    parser.add_argument("--variants", nargs="+", choices=["s2", "planar"], default=["s2", "planar"])
+    parser.add_argument("--variants", nargs="+", choices=["s2", "planar", "isotropic"],
+                        default=["s2", "planar", "isotropic"])  # fmt: skip
     parser.add_argument("--rotations", type=int, default=3, help="random rotations averaged")
     parser.add_argument("--plot", type=Path, help="PNG of error vs nlat")
     parser.add_argument("--lines", type=Path, nargs="+", help="plot (--plot) JSON lines of earlier runs; no measuring")
@@ -104,7 +118,7 @@ def main():
             for shape in shapes:
                 grid = Grid(*shape)
                 torch.manual_seed(0)  # the same weights at every resolution
-                layer = factory(grid).double().eval()
+                layer = (network(grid, isotropic=True) if variant == "isotropic" else factory(grid)).double().eval()
                 run = functools.partial(apply, layer)
                 error = float(np.mean([rotation_error(run, grid, r, CHANNELS) for r in rotations]))
                 errors.append(error)
