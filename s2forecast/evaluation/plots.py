@@ -259,10 +259,12 @@ def plot_maps(
     units: str = "",
     land_sea_mask: xr.DataArray | None = None,
     forecast_label: str = "forecast",
+    earth: bool = True,
 ) -> Path:
     """Forecast, truth and error (forecast - truth) maps, one row per lead, with coastlines: the
     0.5 contour of ``land_sea_mask`` (latitude, longitude land fraction; the data's own
-    coastline) when given, else Natural Earth's 1:110m (module docstring).
+    coastline) when given, else Natural Earth's 1:110m (module docstring); none without ``earth``
+    (fields of another planet: the shallow-water stores').
 
     Args:
         forecast: dims ``(prediction_timedelta, latitude, longitude)`` in any order, latitude in
@@ -284,19 +286,19 @@ def plot_maps(
     # figure's objects only, not the whole heap (~0.15-0.5 s a map with torch loaded); a caller's own
     # frozen objects are left frozen (then a full collection, as before).
     if gc.get_freeze_count():
-        path = _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label)
+        path = _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label, earth)
         gc.collect()
         return path
     gc.freeze()
     try:
-        path = _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label)
+        path = _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label, earth)
         gc.collect()
     finally:
         gc.unfreeze()
     return path
 
 
-def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label) -> Path:
+def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_label, earth=True) -> Path:
     from matplotlib import colormaps
 
     # pcolorfast takes (latitude, longitude) arrays: put every field in that order, ascending
@@ -332,7 +334,8 @@ def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_labe
             mesh = ax.pcolorfast(_edges(lon), _edges(lat), values, cmap=cmap, vmin=low, vmax=high)
             ax.set_ylim(*lat_limits)
             ax.set_aspect("equal")  # a degree of latitude as long as one of longitude (plate carree)
-            draw_coastlines(ax, lon, lat, coast)
+            if earth or coast is not None:
+                draw_coastlines(ax, lon, lat, coast)
             ax.set_title(f"{name}, lead {hours:g} h")
             ax.set_xlabel("longitude [°E]")
             ax.set_ylabel("latitude [°N]")

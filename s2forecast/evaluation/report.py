@@ -207,6 +207,7 @@ def write_plots(
     valid = init[0] + map_leads
     present = valid[truth_available(truth, init, map_leads)[0]]
     coast = land_sea_mask(truth)
+    earth = "trajectory" not in truth.coords  # shallow-water trajectories: no Earth's coastlines on their maps
     region = shown_region(metrics)
     for v in variables:
         levels = metrics["level"].values.tolist() if "level" in metrics[v].dims else None
@@ -254,7 +255,7 @@ def write_plots(
             path = plot_dir / f"{_file_stem(v, level)}_maps.png"
             title = f"{label}, init time {pd.Timestamp(init[0]):%Y-%m-%d %H:%M}"
             files.append(plots.plot_maps(fl, ol, path, title=title, units=units, land_sea_mask=coast,
-                                         forecast_label=forecast_label))  # fmt: skip
+                                         forecast_label=forecast_label, earth=earth))  # fmt: skip
     baselines = [s for s in metrics["source"].values.tolist() if s != "forecast"]
     for baseline in baselines if "rmse" in metrics["metric"].values.tolist() else []:
         cells, rows, hours = scorecard(metrics, baseline)

@@ -15,6 +15,7 @@ from s2forecast.evaluation import (
     acc,
     bias,
     compute_climatology,
+    plots,
     rmse,
     scoring,
     truth_at_valid_times,
@@ -226,8 +227,11 @@ def test_missing_valid_times_are_reported(tmp_path, truth_path, truth_ds):
 
 
 @pytest.mark.slow  # about 8 s
-def test_swe_store_with_trajectories(tmp_path):
-    """SWE stores: hourly, no headline fields, a ``trajectory`` coordinate and ``written`` variable (ignored)."""
+def test_swe_store_with_trajectories(tmp_path, monkeypatch):
+    """SWE stores: hourly, no headline fields, a ``trajectory`` coordinate and ``written`` variable (ignored);
+    their maps have no coastlines (the Earth's were drawn on the shallow-water planet)."""
+    coastlines = []
+    monkeypatch.setattr(plots, "draw_coastlines", lambda *args, **kwargs: coastlines.append(args))
     rng = np.random.default_rng(3)
     times = pd.date_range("2000-01-01", periods=13, freq="h").append(pd.date_range("2000-01-02", periods=13, freq="h"))
     shape = (times.size, LAT.size, LON.size)
@@ -259,6 +263,7 @@ def test_swe_store_with_trajectories(tmp_path):
     )
     assert format_table(metrics).splitlines()[1].startswith("vorticity")
     assert len(metrics.attrs["plot_files"]) == 5  # scores, spectra, maps; a scorecard per baseline
+    assert coastlines == []
 
 
 def test_a_valid_time_in_another_trajectory_is_no_truth(tmp_path):
