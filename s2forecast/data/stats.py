@@ -285,14 +285,14 @@ def check_time_axis(times: np.ndarray, path) -> None:
     if (counts > 1).any():
         repeated = unique[counts > 1]
         raise UserError(
-            f"time {format_time(repeated[0])} appears {int(counts[counts > 1][0])} times in {path} "
+            f"store {path}: time {format_time(repeated[0])} appears {int(counts[counts > 1][0])} times "
             f"({repeated.size} repeated time(s) in all); rewrite the store without the repeated time steps"
         )
     backwards = np.flatnonzero(np.diff(times) < np.timedelta64(0, "ns"))
     if backwards.size:
         i = int(backwards[0])
         raise UserError(
-            f"times of {path} are not in ascending order: {format_time(times[i + 1])} comes after "
+            f"store {path}: its times are not in ascending order: {format_time(times[i + 1])} comes after "
             f"{format_time(times[i])} (position {i + 1}); rewrite the store with its times sorted"
         )
     # samples and tendencies pair times exactly: a time a few ms off its step pairs with nothing

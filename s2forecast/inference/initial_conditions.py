@@ -113,8 +113,8 @@ def open_inputs(
                 f"the checkpoint predates stored statistics of static fields {list(data.static_channels)}: compute "
                 f"them on the store (`s2forecast stats {store}`) and pass --store-stats"
             ) from None
-        if str(error).startswith(f"store {store}"):  # the store's own fault (its values, unwritten times)
-            raise
+        if str(error).startswith(f"store {store}") or f" of store {store} " in str(error):  # the store's own fault
+            raise  # (its values, times or units), not a mismatch with the checkpoint
         raise UserError(f"store {store} does not fit checkpoint: {error}") from None
     if list(dataset.channels) != list(data.channels):
         raise UserError(f"store channels {list(dataset.channels)} differ from the checkpoint's {list(data.channels)}")

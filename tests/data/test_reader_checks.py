@@ -40,17 +40,22 @@ def corrupt_copy(store: Path, tmp_path: Path, how: str) -> Path:
 
 
 MESSAGES = {
-    "duplicate": r"time 2000-01-01T00 appears 3 times in .*duplicate\.zarr .*rewrite the store without the repeated",
-    "unsorted": r"times of .*unsorted\.zarr are not in ascending order: 2000-01-01T01 comes after 2000-01-01T02",
+    "duplicate": r"store .*duplicate\.zarr: time 2000-01-01T00 appears 3 times .*rewrite the store without the",
+    "unsorted": r"store .*unsorted\.zarr: its times are not in ascending order: 2000-01-01T01 comes after 2000-01-01T0",
     "units": r"variable geopotential_height of store .*units\.zarr has units 'km', not 'm'; convert the values",
 }
 
 
 @pytest.mark.parametrize("how", list(MESSAGES))
-def test_corrupt_store_is_refused_by_every_reader(swe_store, tmp_path, capsys, how):
+def test_corrupt_store_is_refused_by_every_reader(swe_store, tmp_path, capsys, how, mse_run_1_epoch):
     store = corrupt_copy(swe_store, tmp_path, how)
     with pytest.raises(ValueError, match=MESSAGES[how]):
         FieldDataset(store, SampleSpec(("geopotential_height", "vorticity"), static=(), step_hours=1.0))
+    # rollout: the store's own fault, not a checkpoint mismatch ("does not fit checkpoint: ..." before)
+    first = str(xr.open_zarr(swe_store)["time"].values[0])[:13]
+    message = refused(["rollout", "--ckpt", mse_run_1_epoch.checkpoint, "--store", store, "--steps", "1",
+                       "--init-times", first, "--out", tmp_path / "f.nc"], capsys)  # fmt: skip
+    assert re.search(MESSAGES[how], message) and "does not fit checkpoint" not in message, message
     if how == "units":  # statistics and climatologies are unit-agnostic: only model inputs need canonical units
         return
     before = sorted(p.name for p in (store / "stats").iterdir())
