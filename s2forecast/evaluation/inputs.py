@@ -209,7 +209,9 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
 
 def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
     needed = {INIT_DIM, LEAD_DIM, *SPATIAL_DIMS}
-    scorable = [name for name, var in forecast.data_vars.items() if needed <= set(var.dims)]
+    # by name: a NetCDF file lists its variables in the order they were written, zarr by name, and the
+    # results, table and plots of one forecast came out in another order in each format
+    scorable = sorted(name for name, var in forecast.data_vars.items() if needed <= set(var.dims))
     if variables is None:
         if not scorable:
             raise UserError(

@@ -570,3 +570,14 @@ def test_the_acc_warning_advises_on_the_climatology_that_was_used(tmp_path, trut
         with pytest.warns(ClimatologyWarning, match=r"^ACC is not meaningful here \(climatology .*" + fix):
             evaluate(perfect_path, truth_path, tmp_path / f"{climatology is None}.nc", climatology=climatology,
                      plots=False, progress=False)  # fmt: skip
+
+
+def test_fields_are_scored_in_the_order_of_their_names(tmp_path, truth_path, truth_ds):
+    """A NetCDF forecast lists its variables as written, zarr by name: the table, results and plots of
+    one forecast came out in another order in each format."""
+    forecast = perfect_forecast(truth_ds).drop_vars("valid_time")
+    names = list(forecast.data_vars)
+    backwards = forecast[sorted(names, reverse=True)]
+    metrics = evaluate(backwards, truth_path, tmp_path / "m.nc", plots=False, progress=False)
+    scored = [name for name in metrics.data_vars if "metric" in metrics[name].dims]
+    assert scored == sorted(names) and sorted(names) != sorted(names, reverse=True)
