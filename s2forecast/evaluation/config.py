@@ -60,6 +60,10 @@ class EvaluationConfig:
                 raise UserError(f"no metric chosen; choose some of {', '.join(METRICS)}")
             for name in metrics:
                 get_metric(name)  # names the known ones
+            if all(get_metric(name).statistic_dims for name in metrics):  # results are tables of scalar scores
+                raise UserError(
+                    f"metrics {list(metrics)} hold no score of one number per lead; add one, e.g. crps or rmse"
+                )
         set_field(self, "metrics", metrics)
         baselines = _names(self.baselines, "baseline")
         unknown = [name for name in baselines if name not in BASELINES]

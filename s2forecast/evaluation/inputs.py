@@ -247,8 +247,8 @@ def _check_variables(forecast: xr.Dataset, truth: xr.Dataset, variables: list[st
         if other:  # scored fields are (time, lead, [member], [level], lat, lon): another dim failed mid-scoring
             raise UserError(
                 f"variable {v!r} has dim(s) {other} besides time, prediction_timedelta, a member dim, level, latitude "
-                f"and longitude; select one value (forecast.sel({other[0]}=...)) or, for a vertical one, rename it "
-                "'level'"
+                f"and longitude; select one value (forecast.sel({other[0]}=...)), or rename it: 'level' for a "
+                f"vertical one, one of {', '.join(MEMBER_DIMS)} if it indexes ensemble members"
             )
         have = {d for d in truth[v].dims if d not in (INIT_DIM, "dayofyear", "hour")}
         if expected != have:

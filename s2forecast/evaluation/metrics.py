@@ -574,7 +574,10 @@ class EnsembleMeanRMSE(RMSE):
     """RMSE of the ensemble mean (WB2 ``EnsembleMeanMSE``, then sqrt after the time mean)."""
 
     name = "ensemble_mean_rmse"
-    definition = None  # the results' ensemble_metrics attribute: = rmse for the one-member baselines
+    definition = (
+        "sqrt(mean over init times of the latitude-weighted MSE of the ensemble mean) (WeatherBench2 "
+        "EnsembleMeanMSE); = rmse for the one-member baselines"
+    )
 
 
 class Spread(Metric):

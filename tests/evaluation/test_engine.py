@@ -293,7 +293,7 @@ def test_inputs_open_resolves_and_checks(tmp_path):
         (None, {"config": EvaluationConfig(variables=["t"])}, r"variable\(s\) \['t'\] are not forecast variables"),
         (None, {"map_leads": [18]}, r"map lead\(s\) 18 h are not forecast leads; available: 6, 12, 24 h"),
         (None, {"config": EvaluationConfig(regions=["10.2,10.3,0,1"])}, "holds no grid point of this grid"),
-        (None, {"config": EvaluationConfig(metrics=["rank_histogram"])}, "need an ensemble forecast"),
+        (None, {"config": EvaluationConfig(metrics=["rmse", "rank_histogram"])}, "need an ensemble forecast"),
         ("grid", {}, "are on different grids"),
         ("units", {}, "has units 'degC' but the truth store"),
         ("no_mask", {"config": EvaluationConfig(regions=["global_land"])}, "needs a land-sea mask"),

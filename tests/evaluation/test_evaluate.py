@@ -532,7 +532,8 @@ def test_repeated_levels_other_dims_and_unordered_leads(tmp_path, truth_path, tr
     truth = truth_ds.drop_vars("written")[["2m_temperature"]].expand_dims(height=[10.0, 100.0], axis=1)
     with pytest.raises(UserError, match=r"variable '2m_temperature' has dim\(s\) \['height'\] besides time, "
                        r"prediction_timedelta, a member dim, level, latitude and longitude; select one value "
-                       r"\(forecast.sel\(height=...\)\) or, for a vertical one, rename it 'level'"):  # fmt: skip
+                       r"\(forecast.sel\(height=...\)\), or rename it: 'level' for a vertical one, one of "
+                       r"realization, number, member if it indexes ensemble members"):  # fmt: skip
         evaluate(heights, truth, tmp_path / "b.nc", plots=False, progress=False)
     assert list(tmp_path.iterdir()) == []
     shuffled = forecast.isel(prediction_timedelta=[2, 0, 1])

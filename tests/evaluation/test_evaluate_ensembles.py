@@ -291,3 +291,34 @@ def test_ensemble_spectra_and_rank_histogram_in_the_csv(tmp_path, truth):
                                rtol=1e-10)  # fmt: skip
     assert not np.allclose(got, members[0].sel(spectrum_source="forecast").values, rtol=1e-3)
     assert "members' mean power" in results.attrs["spectra"]
+
+
+def test_a_member_nan_everywhere_at_any_init_time_is_refused(tmp_path, swe_store):
+    """One blown-up member at the 2nd of 4 init times (the check before scoring looks at the first, middle
+    and last only) left no point of that init time: every forecast score of every lead was n/a, exit 0."""
+    truth = xr.open_zarr(swe_store)
+    times = truth["time"].values[:4]
+    field = truth["vorticity"].values[1:5]  # the truth 1 h after each init time
+    values = np.stack([field, field + 1e-6], axis=1)[:, None]  # (time, lead, member, lat, lon)
+    values[1, :, 0] = np.nan
+    forecast = xr.Dataset(
+        {"vorticity": (("time", "prediction_timedelta", "realization", "latitude", "longitude"), values,
+                       {"units": "s**-1"})},
+        coords={"time": times, "prediction_timedelta": [np.timedelta64(1, "h")], "latitude": truth["latitude"],
+                "longitude": truth["longitude"]},
+    )  # fmt: skip
+    second = str(times[1])[:13]
+    with pytest.raises(ValueError, match=rf"^forecast variable vorticity is NaN everywhere at init time {second} "
+                       r"lead 1 h \(member 0\): every score of that lead would be NaN"):  # fmt: skip
+        evaluate(forecast, swe_store, tmp_path / "m.nc", plots=False, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rank_histogram_alone_and_the_ensemble_mean_rmse_are_defined():
+    """metrics=("rank_histogram",) scored everything, then failed building the table of scalar scores
+    (a traceback); ensemble_mean_rmse had no definition in the results."""
+    from s2forecast.evaluation.config import EvaluationConfig
+
+    with pytest.raises(ValueError, match=r"^metrics \['rank_histogram'\] hold no score of one number per lead; add "):
+        EvaluationConfig(metrics=("rank_histogram",))
+    assert "EnsembleMeanMSE" in METRICS["ensemble_mean_rmse"].definition
