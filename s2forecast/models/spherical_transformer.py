@@ -6,7 +6,8 @@
       -> num_layers pre-norm blocks: x + attention(norm(x)), x + MLP(norm(x)); the attention
          of each block is global (S2Attention) or neighborhood (S2NeighborhoodAttention), with
          an optional relative position embedding (SpRePE, RoPE, ...) per layer; or ball
-         sparse attention (S2BallSparseAttention: a global receptive field at sub-quadratic cost)
+         sparse attention (S2BallSparseAttention: a global receptive field for about 1/8 of
+         dense attention's scores; O(N log N) with multi-level compression)
       -> decoder: spherical bilinear resampling back to the data grid (torch-harmonics
          ResampleS2) + DISCO convolution
       -> (batch, out_channels, nlat, nlon)

@@ -50,7 +50,8 @@ Multi-level compression (``compression_window=W``, ``s2forecast.ops.compression_
 the compression branch attends to coarse tokens that grow with ball-tree distance (each point of
 the sphere still represented exactly once per query, so still a quadrature), and the selection
 finds its blocks by a top-k descent of the levels (``descend_select_blocks``) instead of scoring
-all N / l blocks. W >= N / l is the paper's compression exactly.
+all N / l blocks: greedy, it never reaches a block whose coarse parent scores low, so for W < N / l
+its blocks are not always the exact top-k. W >= N / l is the paper's compression exactly.
 
 Costs per (batch, head), N points, head_dim d, ball size S, block size l, group size g,
 top_k K, selection block l', L levels of W coarse tokens:
@@ -226,6 +227,10 @@ def check_ball_sparse_sizes(
     if not selection:
         return None
     select_block = block_size if select_block is None else check_positive_int("select_block", select_block)
+    if top_k == 0:  # the way one would try to switch selection off
+        raise UserError(
+            "top_k must be a positive integer, got 0; to leave out selection drop 'selection' from branches"
+        )
     top_k = check_positive_int("top_k", top_k)
     group_size = check_positive_int("group_size", group_size)
     if select_block % block_size != 0 or ball_size % select_block != 0:

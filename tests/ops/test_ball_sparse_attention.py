@@ -487,3 +487,9 @@ def test_layer_bad_arguments():
         S2BallSparseAttention(10, 3, grid, ball_size=32)
     with pytest.raises(ValueError, match=r"shape \(batch, 16, 8, 16\)"):
         S2BallSparseAttention(16, 2, grid, ball_size=32)(torch.randn(1, 16, 9, 16))
+
+
+def test_top_k_zero_says_how_to_leave_selection_out():
+    with pytest.raises(ValueError, match=r"^top_k must be a positive integer, got 0; to leave out selection drop "
+                       r"'selection' from branches$"):  # fmt: skip
+        S2BallSparseAttention(8, 2, Grid(8, 16), ball_size=32, block_size=8, top_k=0)
