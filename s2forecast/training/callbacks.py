@@ -61,12 +61,17 @@ class LossLine(Callback):
         self.every_n_steps = every_n_steps
         self.start = time.perf_counter()
 
+    printed = -1  # the optimizer step of the last line
+
     @rank_zero_only
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step % self.every_n_steps:
+        # once per optimizer step (a batch ends every micro-batch of gradient accumulation)
+        if step == 0 or step % self.every_n_steps or step == self.printed:
             return
+        self.printed = step
         loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
+        loss *= trainer.accumulate_grad_batches  # Lightning divides a micro-batch's loss by it
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
         elapsed = time.perf_counter() - self.start
         print(f"step {step}  epoch {trainer.current_epoch}  train/loss {loss:.4g}  lr {lr:.2e}  {elapsed:.0f} s",

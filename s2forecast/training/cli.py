@@ -222,10 +222,20 @@ class ForecastCLI(LightningCLI):
         without the default LearningRateMonitor in a run without a logger (Lightning's refuses
         such a run; it would log nowhere)."""
         trainer = super().instantiate_trainer(**kwargs)
-        if str(trainer.precision).startswith("64"):  # Lightning's double plugin cannot convert our frozen Batch
+        precision = str(trainer.precision)
+        if precision.startswith("64") or (precision.endswith("-true") and precision != "32-true"):
+            # Lightning's double and half plugins convert the batch, and cannot convert our frozen Batch
             raise UserError(
-                f"trainer.precision {trainer.precision} (float64) is not supported for training; use 32-true, or "
-                "bf16-mixed / 16-mixed on a GPU"
+                f"trainer.precision {precision} is not supported for training; use 32-true, or bf16-mixed / "
+                "16-mixed (on a GPU)"
+            )
+        accumulate, every = trainer.accumulate_grad_batches, trainer.val_check_interval
+        if accumulate > 1 and isinstance(every, int) and every % accumulate:
+            # a validation (and its checkpoint) between the micro-batches of a step: a resume from it loses
+            # the step's earlier gradients and is not the uninterrupted run
+            raise UserError(
+                f"trainer.val_check_interval {every} is not a multiple of trainer.accumulate_grad_batches "
+                f"{accumulate}: its checkpoints would fall inside an optimizer step; use a multiple of {accumulate}"
             )
         if not trainer.loggers:
             monitors = [c for c in self.trainer_defaults.get("callbacks", []) if isinstance(c, LearningRateMonitor)]
@@ -267,6 +277,11 @@ class ForecastCLI(LightningCLI):
         if ckpt_path is not None and str(ckpt_path) not in SPECIAL_CKPT_PATHS:
             # a URL, a missing or unsafe file: one line before anything is built
             self._ckpt_hparams = (str(ckpt_path), read_checkpoint(ckpt_path).get("hyper_parameters") or {})
+        model = config.get("model")
+        if ckpt_path is not None and model is not None and model.get("init_from") is not None:
+            # the weights come from --ckpt_path: a fine-tuning's starting checkpoint is not read (it may be
+            # gone, or the config's "required" placeholder, which refuses a run that would start from scratch)
+            model["init_from"] = None
         if not config.get("model_from_ckpt"):
             return
         if ckpt_path is None or str(ckpt_path) in SPECIAL_CKPT_PATHS:

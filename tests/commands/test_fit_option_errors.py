@@ -50,8 +50,18 @@ CASES = {
     ),
     "precision 64-true": (  # Lightning's double plugin failed on the frozen Batch: "internal error"
         ["--trainer.precision", "64-true"],
-        "trainer.precision 64-true (float64) is not supported for training",
+        "trainer.precision 64-true is not supported for training",
         "use 32-true",
+    ),
+    "precision bf16-true": (  # the half plugin failed on it too
+        ["--trainer.precision", "bf16-true"],
+        "trainer.precision bf16-true is not supported for training",
+        "use 32-true",
+    ),
+    "validation inside an accumulated step": (  # a resume from its checkpoint lost the step's first gradients
+        ["--trainer.accumulate_grad_batches", "2", "--trainer.val_check_interval", "3"],
+        "trainer.val_check_interval 3 is not a multiple of trainer.accumulate_grad_batches 2",
+        "use a multiple of 2",
     ),
     "max_epochs -1 without max_steps": (  # OverflowError (int of inf steps): "internal error"
         ["--trainer.max_epochs", "-1", "--trainer.max_steps", "-1"],

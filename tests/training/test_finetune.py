@@ -60,6 +60,22 @@ def test_finetune_config_runs_through_the_cli(trained, finer_store, tmp_path):
     assert out["hyper_parameters"]["data"]["grid"][:2] == [16, 32] and out["global_step"] > 0
 
 
+def test_a_finetuning_run_resumes_without_its_starting_checkpoint(trained, finer_store, tmp_path):
+    """--ckpt_path last read --model.init_from again (its weights are replaced by the checkpoint's): a
+    moved starting checkpoint was 'no checkpoint file', the config's placeholder 'init_from is required'."""
+    start = tmp_path / "start.ckpt"
+    start.write_bytes(Path(trained).read_bytes())
+    args = tiny_args(finer_store, tmp_path, "--config", str(FINETUNE), "--data.init_args.store", str(finer_store),
+                     "--data.init_args.train_trajectories", "[0, 2]", "--data.init_args.val_trajectories", "[2, 3]",
+                     "--data.init_args.test_trajectories", "null", "--trainer.max_epochs", "1",
+                     "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"))  # fmt: skip
+    cli(["fit", *args, "--model.init_from", str(start)])
+    start.unlink()  # the starting checkpoint cleaned up
+    cli(["fit", *args, "--model.init_from", str(start), "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    cli(["fit", *args, "--trainer.max_epochs", "3", "--ckpt_path", "last"])  # the config's "required" placeholder
+    assert read_checkpoint(max((tmp_path / "runs").rglob("last.ckpt"), key=lambda p: p.stat().st_mtime))["epoch"] == 2
+
+
 def test_finetune_config_without_its_checkpoint_is_one_line(finer_store, tmp_path, capsys):
     """The overlay said init_from was required, but without it the run trained from scratch, silently
     (a review found it)."""
