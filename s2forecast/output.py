@@ -381,7 +381,7 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     for given in inputs:
         if given is None:
             continue
-        source = Path(given).resolve()
+        source = Path(given).expanduser().resolve()  # "~/s.zarr" from Python: the store the readers open
         if target == source or (identity is not None and identity == _identity(source)):
             raise UserError(f"{option} {path} is the input {given}; write to another path")
         if source in target.parents:

@@ -26,7 +26,7 @@ def describe_input(source) -> str:
     """``source`` as an output records it: a URL verbatim, a local path absolute and resolved."""
     if is_url(source):
         return source
-    return str(Path(source).resolve())
+    return str(Path(source).expanduser().resolve())
 
 
 @contextlib.contextmanager

@@ -288,7 +288,7 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         c = clim[v] if levels is None else clim[v].sel(level=levels)
         c = c.sel(dayofyear=doys, hour=hours).astype(np.float64).load()
         values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
-        _refuse_empty_fields(values, available, v, init, leads, member)
+        _refuse_empty_fields(values, available, v, init, leads, member, f)
         with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
         counted = (("forecast", values, available, 0), ("truth", arrays["truth"], available, 1),
                    ("persistence", arrays["persistence"], with_init, 1))  # fmt: skip
@@ -316,19 +316,30 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
     return chunk, nonfinite
 
 
-def _refuse_empty_fields(values: np.ndarray, available: np.ndarray, name: str, init, leads, member) -> None:
+def _refuse_empty_fields(
+    values: np.ndarray, available: np.ndarray, name: str, init, leads, member, forecast: xr.DataArray
+) -> None:
     """Refuse a forecast field (of any member and level) with no finite value at a scored (init time,
-    lead): left out point by point (``nan`` "skip"), it left no point of its init time, whose NaN area
-    mean made every score of that lead NaN (one blown-up member of one init time of four did). Before
-    scoring, ``inputs`` checks the first, middle and last init time only (cheap: lazily)."""
+    lead), or members with no finite point in common (a point not finite in one member is left out of
+    all): left out point by point (``nan`` "skip"), they left no point of their init time, whose NaN
+    area mean made every score of that lead NaN (one blown-up member of one init time of four did).
+    Before scoring, ``inputs`` checks the first, middle and last init time only (cheap: lazily)."""
     finite = np.isfinite(values).any(axis=(-2, -1)).reshape(*values.shape[:2], -1)  # (time, lead, members x levels)
     empty = ~finite.all(axis=-1) & available
+    together = ""
+    if member and not empty.any():  # every member finite somewhere, but never all at one point
+        common = np.isfinite(values).all(axis=2).any(axis=(-2, -1)).reshape(*values.shape[:2], -1)
+        empty = ~common.all(axis=-1) & available
+        together = " in all members at once"
     if not empty.any():
         return
     i, k = np.argwhere(empty)[0]
-    which = f" (member {int(np.argmin(finite[i, k].reshape(values.shape[2], -1).all(axis=-1)))})" if member else ""
+    which = ""
+    if member and not together:
+        index = int(np.argmin(finite[i, k].reshape(values.shape[2], -1).all(axis=-1)))
+        which = f" ({member}={forecast[member].values[index]})"
     raise UserError(
-        f"forecast variable {name} is NaN everywhere at init time {format_time(init[i])} lead "
+        f"forecast variable {name} is NaN everywhere{together} at init time {format_time(init[i])} lead "
         f"{leads[k] / np.timedelta64(1, 'h'):g} h{which}: every score of that lead would be NaN; check the forecast "
         "file (a failed or unfinished model run?), or leave that init time out (forecast.drop_sel(time=...))"
     )

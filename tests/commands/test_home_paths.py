@@ -45,3 +45,16 @@ def test_a_run_under_home_is_written_and_resumed_there(home, swe_store):
     cli(["fit", *args[:-1], "2", "--ckpt_path", "last"])  # one more epoch, from the run's last checkpoint
     assert (home / "runs" / run.parent.name / "version_1" / "config.yaml").is_file()
     assert list((home.parent / "work").iterdir()) == []  # no ./~ directory
+
+
+def test_from_python_a_home_input_is_the_one_outputs_are_checked_against(home):
+    """The readers opened "~/s.zarr" in the home directory, while the check that an output does not lie
+    inside an input, and the provenance, took it for ./~/s.zarr: a climatology could be written inside
+    its own store, and the results named a path that does not exist."""
+    from s2forecast.output import check_target
+    from s2forecast.provenance import describe_input
+
+    (home / "s.zarr").mkdir()
+    with pytest.raises(ValueError, match=r"lies inside the input ~/s\.zarr; write outside it"):
+        check_target(home / "s.zarr" / "clim.zarr", ["~/s.zarr"])
+    assert describe_input("~/s.zarr") == str(home / "s.zarr")

@@ -308,9 +308,18 @@ def test_a_member_nan_everywhere_at_any_init_time_is_refused(tmp_path, swe_store
                 "longitude": truth["longitude"]},
     )  # fmt: skip
     second = str(times[1])[:13]
+    forecast = forecast.assign_coords(realization=[1, 2])  # named by its label, not its position
     with pytest.raises(ValueError, match=rf"^forecast variable vorticity is NaN everywhere at init time {second} "
-                       r"lead 1 h \(member 0\): every score of that lead would be NaN"):  # fmt: skip
+                       r"lead 1 h \(realization=1\): every score of that lead would be NaN"):  # fmt: skip
         evaluate(forecast, swe_store, tmp_path / "m.nc", plots=False, progress=False)
+    # each member finite over half the sphere, never both at one point: the points are left out all the same
+    values[1, :, 0] = field[1]
+    west = np.arange(values.shape[-1]) < values.shape[-1] // 2
+    values[1, :, 0][..., west] = np.nan
+    values[1, :, 1][..., ~west] = np.nan
+    with pytest.raises(ValueError, match=rf"^forecast variable vorticity is NaN everywhere in all members at once at "
+                       rf"init time {second} lead 1 h: every score"):  # fmt: skip
+        evaluate(forecast.copy(data={"vorticity": values}), swe_store, tmp_path / "m.nc", plots=False, progress=False)
     assert list(tmp_path.iterdir()) == []
 
 
