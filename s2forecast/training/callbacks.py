@@ -60,8 +60,7 @@ class LossLine(Callback):
             raise UserError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
         self.start = time.perf_counter()
-
-    printed = -1  # the optimizer step of the last line
+        self.printed = -1  # the optimizer step of the last line
 
     @rank_zero_only
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -25,19 +25,18 @@ def test_progress_on_stderr_unless_turned_off(swe_store, tmp_path, capsys, monke
 def test_loss_line_shows_training_progress_without_a_bar(swe_store, tmp_path, capsys):
     from session_fixtures import tiny_args
 
+    """With gradient accumulation a batch ends every micro-batch: it printed step 0 before any step, each
+    step twice, and the micro-batch loss Lightning divides by the accumulation (half of train/loss)."""
     loss_line = ["--trainer.callbacks+=s2forecast.training.callbacks.LossLine", "--trainer.callbacks.every_n_steps"]
-    cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1", *loss_line, "2")])
+    accumulate = ["--trainer.accumulate_grad_batches", "2"]
+    cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "2", *accumulate, *loss_line, "1")])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
-    assert lines and lines[0].startswith("step 2  epoch 0  train/loss ") and lines[0].endswith(" s"), lines
+    assert lines and lines[0].startswith("step 1  epoch 0  train/loss ") and lines[0].endswith(" s"), lines
+    steps = [line.split()[1] for line in lines]
+    assert steps == [str(k) for k in range(1, len(steps) + 1)] and len(steps) >= 2, steps
     with pytest.raises(SystemExit):
         cli(["fit", *tiny_args(swe_store, tmp_path / "x", *loss_line, "0")])
     assert "every_n_steps must be >= 1, got 0" in capsys.readouterr().err
-    # with gradient accumulation a batch ends every micro-batch: it printed step 0 before any step, each
-    # step twice, and the micro-batch loss Lightning divides by the accumulation (half of train/loss)
-    accumulate = ["--trainer.accumulate_grad_batches", "2", *loss_line, "1"]
-    cli(["fit", *tiny_args(swe_store, tmp_path / "acc", "--trainer.max_epochs", "1", *accumulate)])
-    steps = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
-    assert steps == [str(k) for k in range(1, len(steps) + 1)] and len(steps) >= 2, steps
 
 
 @pytest.mark.parametrize("terminal", [True, False])
