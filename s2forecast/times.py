@@ -102,6 +102,8 @@ def cftime_problem(values, calendar=None) -> str | None:
     calendar = calendar or getattr(first, "calendar", None)
     if first is None or calendar is None or np.issubdtype(flat.dtype, np.datetime64):
         return None
+    if not hasattr(first, "year") and str(calendar).lower() in STANDARD_CALENDARS:
+        return None  # numbers or strings that were not decoded: the caller's own message
     examples = ", ".join(str(value) for value in flat[:2])
     if str(calendar).lower() not in STANDARD_CALENDARS:
         return (

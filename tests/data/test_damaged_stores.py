@@ -177,3 +177,5 @@ def test_cftime_dates_of_the_real_world_calendar_are_named_as_such():
                                                        "2020-01-01 00:00:00, 2020-01-02 00:00:00)")  # fmt: skip
     old = [cftime.DatetimeProlepticGregorian(1600, 1, 1)]
     assert "outside the dates a datetime64[ns] time axis holds" in cftime_problem(np.array(old))
+    # undecoded numbers beside a calendar attribute: not cftime dates (they had no .year: an AttributeError)
+    assert cftime_problem(np.array([0, 6]), "standard") is None
