@@ -69,27 +69,27 @@ def planar_global(layer: S2Attention, x: torch.Tensor) -> torch.Tensor:
     return layer._merge(out, grid)
 
 
-def ball_layer(grid: Grid) -> S2BallSparseAttention:
+def ball_layer(grid: Grid, variant: str) -> S2BallSparseAttention:
     n = grid.npoints
     return S2BallSparseAttention(CHANNELS, HEADS, grid, ball_size=n // 8, block_size=n // 256, top_k=2,
                                  group_size=8, backend="reference")  # fmt: skip
 
 
-def network(grid: Grid, isotropic: bool = False) -> SphericalTransformer:
-    basis = {"encoder_kernel_shape": (3, 1), "basis_type": "piecewise linear"} if isotropic else {}
+def network(grid: Grid, variant: str) -> SphericalTransformer:
+    isotropic = {"encoder_kernel_shape": (3, 1), "basis_type": "piecewise linear"}
+    basis = isotropic if variant == "isotropic" else {}
     return SphericalTransformer(grid, CHANNELS, CHANNELS, embed_dim=16, num_layers=2, num_heads=HEADS, theta=THETA,
                                 encoder_cutoff=0.25, decoder_cutoff=0.4, backend="reference", **basis)  # fmt: skip
 
 
-LAYERS = {  # name -> (factory, {variant: apply(layer, x)})
-    "global": (lambda g: S2Attention(CHANNELS, HEADS, g), {"s2": lambda m, x: m(x), "planar": planar_global}),
+LAYERS = {  # name -> (factory(grid, variant), {variant: apply(layer, x)})
+    "global": (lambda g, _: S2Attention(CHANNELS, HEADS, g), {"s2": lambda m, x: m(x), "planar": planar_global}),
     "neighborhood": (
-        lambda g: S2NeighborhoodAttention(CHANNELS, HEADS, g, theta=THETA, backend="reference"),
+        lambda g, _: S2NeighborhoodAttention(CHANNELS, HEADS, g, theta=THETA, backend="reference"),
         {"s2": lambda m, x: m(x), "planar": planar_window},
     ),
     "ball": (ball_layer, {"s2": lambda m, x: m(x)}),
-    # the variant picks the factory's network: its apply is the network itself
-    "network": (network, {"s2": lambda m, x: m(x), "isotropic": lambda m, x: m(x)}),
+    "network": (network, {"s2": lambda m, x: m(x), "isotropic": lambda m, x: m(x)}),  # variants of the network
 }
 
 
@@ -118,7 +118,7 @@ def main():
             for shape in shapes:
                 grid = Grid(*shape)
                 torch.manual_seed(0)  # the same weights at every resolution
-                layer = (network(grid, isotropic=True) if variant == "isotropic" else factory(grid)).double().eval()
+                layer = factory(grid, variant).double().eval()
                 run = functools.partial(apply, layer)
                 error = float(np.mean([rotation_error(run, grid, r, CHANNELS) for r in rotations]))
                 errors.append(error)

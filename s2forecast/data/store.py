@@ -127,7 +127,6 @@ def cf_attributes(name: str) -> dict[str, str]:
     return attrs
 
 
-# CF calendars that decode to datetime64 (the real-world one); others (noleap, 360_day, julian) to cftime
 # the trailing dims of every field in the model's order; any others (time, lead, member) come first
 TRAILING_DIMS = ("level", "latitude", "longitude")
 

@@ -66,7 +66,7 @@ from s2forecast.data.engine import Engine
 from s2forecast.evaluation import report, scoring
 from s2forecast.evaluation.climatology import MIN_ACC_YEARS, ClimatologyWarning, acc_caveat
 from s2forecast.evaluation.config import BASELINES, DETERMINISTIC, ENSEMBLE, EvaluationConfig
-from s2forecast.evaluation.inputs import EvaluationInputs, open_forecast, open_truth
+from s2forecast.evaluation.inputs import COMPUTED_CLIMATOLOGY, EvaluationInputs, open_forecast, open_truth
 from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS, nearest_hours
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import (
@@ -295,10 +295,9 @@ def _score_and_write(
     if "acc" in names:
         caveat = acc_caveat(clim_attrs, init_times[:, None] + inputs.forecast[LEAD_DIM].values[None, :])
     if caveat is not None:
-        computed = str(clim_attrs.get("climatology_source", "")).startswith("computed from the truth")
         fix = (
             "give one with --climatology, or choose the truth's years with --climatology-start/--climatology-end"
-            if computed
+            if clim_attrs.get("climatology_source") == COMPUTED_CLIMATOLOGY
             else "give --climatology such a climatology"  # the one given is the fault: the truth's years do not enter
         )
         warnings.warn(

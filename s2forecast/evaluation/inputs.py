@@ -398,6 +398,8 @@ def _is_path(source) -> bool:
 
 
 # --- climatology ---------------------------------------------------------------------------
+# the results' climatology_source when no --climatology is given (evaluate's ACC advice tells them apart)
+COMPUTED_CLIMATOLOGY = "computed from the truth store (s2forecast.evaluation.compute_climatology)"
 
 CLIMATOLOGY_ATTRS = (
     "climatology_method",
@@ -441,7 +443,7 @@ def _climatology_from_truth(truth: xr.Dataset, levels, variables: list[str], per
         clim = xr.Dataset(data, coords={**coords, "dayofyear": days})
     else:
         clim = clim.compute()
-    attrs = {"climatology_source": "computed from the truth store (s2forecast.evaluation.compute_climatology)", **info}
+    attrs = {"climatology_source": COMPUTED_CLIMATOLOGY, **info}
     return clim, attrs
 
 

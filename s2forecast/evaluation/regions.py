@@ -67,12 +67,13 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
             raise UserError(f"region {text!r}: name {name!r} must start with a letter, then letters, digits, _ . -")
         if name in STANDARD_REGIONS or name in LAND_REGIONS:
             raise UserError(f"region {text!r}: {name!r} is a standard region; give the box another name")
-    if not _BOX.match(box if named else text):
+    box = box if named else text
+    if not _BOX.match(box):
         raise UserError(
             f"region {text!r} is neither a standard region ({', '.join(STANDARD_REGIONS)}) nor a box "
             "'lat0,lat1,lon0,lon1' in degrees (e.g. '35,75,-12.5,42.5'), named or not ('alps=44,48,5,16')"
         )
-    lat0, lat1, lon0, lon1 = (float(part) for part in (box if named else text).split(","))
+    lat0, lat1, lon0, lon1 = (float(part) for part in box.split(","))
     if not (-90.0 <= lat0 <= 90.0 and -90.0 <= lat1 <= 90.0):
         raise UserError(f"region box {text!r}: latitudes must lie in [-90, 90]")
     if not (-360.0 <= lon0 <= 720.0 and -360.0 <= lon1 <= 720.0):
@@ -105,6 +106,7 @@ def check_region_names(names) -> tuple[str, ...]:
     """
     names = (names,) if isinstance(names, str) else tuple(names)
     for name in names:
+        # a box: wide_box_warning parses it (a bad one raises here)
         if name not in STANDARD_REGIONS and name not in LAND_REGIONS and (message := wide_box_warning(name)):
             warnings.warn(message, stacklevel=2)
     labels = [region_label(name) for name in names]

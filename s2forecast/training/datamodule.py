@@ -70,6 +70,12 @@ class InOrderShardSampler(torch.utils.data.DistributedSampler):
         own = max(0, -(-(len(self.dataset) - self.rank) // self.num_replicas))
         return min(rows, max(0, own - batch_index * batch_size))
 
+    def positions(self, batch_index: int, batch_size: int, rows: int) -> list[int]:
+        """The positions in the split of the rows of batch ``batch_index``: a share's j-th sample is
+        the split's ``j * num_replicas + rank``-th (past its end: padding)."""
+        first = batch_index * batch_size
+        return [j * self.num_replicas + self.rank for j in range(first, first + rows)]
+
 
 class ResumableLoader(torch.utils.data.DataLoader):
     """The training DataLoader, with the state Lightning checkpoints: the sampler's epoch and how

@@ -447,11 +447,9 @@ class ForecastModule(pl.LightningModule):
         many of them (the leading ones) are not DDP's padding (``InOrderShardSampler``)."""
         loader = self.trainer.val_dataloaders if stage == "val" else self.trainer.test_dataloaders
         sampler, size = getattr(loader, "sampler", None), getattr(loader, "batch_size", None) or rows
-        local = range(batch_idx * size, batch_idx * size + rows)
-        if not hasattr(sampler, "counted_rows"):
-            return list(local), rows
-        positions = [j * sampler.num_replicas + sampler.rank for j in local]
-        return positions, sampler.counted_rows(batch_idx, size, rows)
+        if not hasattr(sampler, "counted_rows"):  # one process: the batches in the split's order
+            return list(range(batch_idx * size, batch_idx * size + rows)), rows
+        return sampler.positions(batch_idx, size, rows), sampler.counted_rows(batch_idx, size, rows)
 
     def _log_scores(self, stage: str) -> None:
         """The loss and WeatherBench2's RMSE (sqrt of the mean over all samples of the area-weighted
