@@ -29,7 +29,7 @@ def test_loss_line_shows_training_progress_without_a_bar(swe_store, tmp_path, ca
     step twice, and the micro-batch loss Lightning divides by the accumulation (half of train/loss)."""
     loss_line = ["--trainer.callbacks+=s2forecast.training.callbacks.LossLine", "--trainer.callbacks.every_n_steps"]
     accumulate = ["--trainer.accumulate_grad_batches", "2"]
-    cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "2", *accumulate, *loss_line, "1")])
+    cli(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_epochs", "1", *accumulate, *loss_line, "1")])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert lines and lines[0].startswith("step 1  epoch 0  train/loss ") and lines[0].endswith(" s"), lines
     steps = [line.split()[1] for line in lines]
