@@ -1,6 +1,6 @@
 """Validation and test scores under DDP count each sample of the split once: the padding that
 gives every process as many batches (DistributedSampler's) is not scored. End to end:
-tests/training/test_checkpoints_resume.py::test_two_node_training_and_its_resume_after_kill_mid_epoch_under_ddp."""
+tests/training/test_checkpoints_resume.py::test_two_node_training_and_its_resume_mid_epoch_under_ddp."""
 
 import pytest
 import torch
