@@ -23,6 +23,7 @@ import logging
 import sys
 import warnings
 from argparse import ArgumentError
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytorch_lightning
@@ -442,12 +443,20 @@ def remove_unused_log_dirs(created: list[Path]) -> None:
         path.rmdir()
 
 
+def _lazy_instance(class_type: type, **kwargs):
+    """jsonargparse's ``lazy_instance``, called on a thread of its own: it calls ``inspect.stack()``,
+    which reads every frame of its caller's stack (50 ms a run under pytest-xdist, 1 ms at a shell);
+    a new thread's stack is a few frames. The lazy class is still made in this module."""
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(lambda: lazy_instance(class_type, **kwargs)).result()
+
+
 def trainer_defaults() -> dict:
     """CSV logging under runs/ (replace with ``trainer.logger``), and always-present callbacks:
     checkpoints of the best (lowest val/loss) and the last epoch, learning-rate logging (dropped
     in a run without a logger: ``ForecastCLI.instantiate_trainer``)."""
     return {
-        "logger": lazy_instance(CSVLogger, save_dir="runs"),
+        "logger": _lazy_instance(CSVLogger, save_dir="runs"),
         "callbacks": [
             LastAtStop(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}-{step}"),
             LearningRateMonitor(logging_interval="step"),
