@@ -162,6 +162,17 @@ class _Input:
 # --- inputs -------------------------------------------------------------------------------------
 
 
+# a pressure-level download of one level has no level dim (its 'z' reads as the surface geopotential)
+_ONE_LEVEL_ADVICE = (
+    "a one-level download of pressure-level fields has lost its level: download two levels or more, or add "
+    "the level to the file (xarray: ds.expand_dims(level=[500]).to_netcdf(...))"
+)
+_ZIP_ADVICE = (
+    "the new CDS zips the NetCDF files of a request that mixes kinds of fields (instant and accumulated); "
+    "unzip it and pass the .nc files inside"
+)
+
+
 def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
     """Absolute, sorted, de-duplicated input files; a directory stands for its NetCDF/GRIB files.
 
@@ -178,6 +189,9 @@ def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
             )
         path = Path(entry).expanduser()
         if path.is_dir():
+            if zips := sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".zip"):
+                listed = ", ".join(zips[:3]) + ", ..." * (len(zips) > 3)
+                raise UserError(f"directory {path} holds zip archives ({listed}): {_ZIP_ADVICE}")
             found = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
             if not found:
                 raise FileNotFoundError(f"directory {path} holds no {'/'.join(_INPUT_SUFFIXES)} files")
@@ -201,6 +215,9 @@ def _open(path: Path) -> xr.Dataset:
                 f"{path} is GRIB: install cfgrib (pip install cfgrib) or download NetCDF from the CDS"
             ) from error
         return xr.open_dataset(path, engine="cfgrib", cache=False, decode_timedelta=True)
+    with path.open("rb") as file:
+        if file.read(4) == b"PK\x03\x04":  # often saved as download.nc
+            raise UserError(f"{path} is a zip archive: {_ZIP_ADVICE}")
     try:  # a classic NetCDF file cut short opens, and reads zeros past its end: refuse it first
         needed = required_size(path)
     except ValueError as error:
@@ -209,8 +226,10 @@ def _open(path: Path) -> xr.Dataset:
         raise UserError(f"{path} is truncated ({size} bytes, its header needs {needed}): download it again")
     try:
         ds = xr.open_dataset(path, cache=False, decode_timedelta=True)
+    except PermissionError:
+        raise
     except (OSError, ValueError) as error:
-        raise UserError(f"cannot read {path} as NetCDF: {error}") from error
+        raise UserError(f"cannot read {path} as NetCDF: {error}; download it again") from error
     return _members_as_number(ds, path)
 
 
@@ -551,7 +570,10 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
             )
         pressure = name in PRESSURE_LEVEL_VARIABLES
         if pressure and "level" not in var.dims:
-            raise UserError(f"{path}: variable {short!r} ({name}) has no pressure-level dimension; dims {var.dims}")
+            raise UserError(
+                f"{path}: variable {short!r} ({name}) has no pressure-level dimension (dims {var.dims}): "
+                f"{_ONE_LEVEL_ADVICE}"
+            )
         if not pressure and "level" in var.dims:
             raise UserError(f"{path}: variable {short!r} ({name}) is single-level but has a level dimension")
         dims = _DIMS_3D if pressure else _DIMS_2D
@@ -764,8 +786,7 @@ def _static(fields: list[_Field]) -> np.ndarray:
         if not np.allclose(first, last, rtol=0.0, atol=1e-6 * scale, equal_nan=True):
             change = float(np.nanmax(np.abs(last - first)))
             hint = (
-                " ('z' without a level dim is read as it: pressure-level geopotential of a one-level download has "
-                "lost its level; download two levels or more, or name the level in the file)"
+                f" ('z' without a level dim is read as it; {_ONE_LEVEL_ADVICE})"
                 if one.name == SURFACE_GEOPOTENTIAL
                 else ""
             )
@@ -865,18 +886,18 @@ def convert_era5(
     selection = set().union(*requested.values()) if requested else None
 
     opened: list[_Input] = []
+    # the files as opened: closing a normalized dataset does not close its file, which stayed open
+    # while a refusal's traceback was kept (a notebook keeps the last), and reopening it under
+    # another chunk cache was an HDF error or a crash (a review found it)
+    files: list[xr.Dataset] = []
     cache = _no_chunk_cache()
     cache.__enter__()  # until the inputs are closed, below
     try:
         for path in paths:
-            raw = _open(path)
-            try:
-                ds, has_members = _normalize(raw, path, member)
-                item = _Input(path, ds, ds["latitude"].values, ds["longitude"].values, has_members=has_members)
-                item.fields = _fields(ds, path, selection)
-            except BaseException:
-                raw.close()
-                raise
+            files.append(_open(path))
+            ds, has_members = _normalize(files[-1], path, member)
+            item = _Input(path, ds, ds["latitude"].values, ds["longitude"].values, has_members=has_members)
+            item.fields = _fields(ds, path, selection)
             opened.append(item)
         if member is not None and not any(item.has_members for item in opened):
             raise UserError(f"--member {member} given but no input has an ensemble 'number' dimension")
@@ -895,7 +916,12 @@ def convert_era5(
         dynamic = sorted(name for name in by_name if name not in STATIC_VARIABLES)
         static = sorted(name for name in by_name if name in STATIC_VARIABLES)
         if not dynamic:
-            raise UserError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}")
+            hint = (
+                f" ('z' without a level dim is read as it; {_ONE_LEVEL_ADVICE})"
+                if SURFACE_GEOPOTENTIAL in static
+                else ""
+            )
+            raise UserError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}{hint}")
         store_levels = _resolve_levels(by_name, levels)
         times = _check_times({name: _check_duplicates(name, by_name[name]) for name in dynamic}, by_name)
         _check_values(by_name)
@@ -910,8 +936,8 @@ def convert_era5(
         writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths, shards=shards)
         return _write(writer, template, data, progress, time_chunk, by_name, engine if engine is not None else Engine())
     finally:
-        for item in opened:
-            item.dataset.close()
+        for dataset in (*(item.dataset for item in opened), *files):
+            dataset.close()
         cache.__exit__(None, None, None)
 
 

@@ -114,6 +114,9 @@ def normalize_units(units: str) -> str:
         "~": "1",
         "kg kg**-1": "kg kg**-1",
         "m s**-1": "m s**-1",
+        "kelvin": "K",  # UDUNITS' names of K and Pa
+        "degK": "K",
+        "pascal": "Pa",
     }
     return aliases.get(text, text)
 

@@ -72,6 +72,39 @@ def store_maker(signature) -> str | None:
     return converter if isinstance(converter, str) else None
 
 
+def signature_changes(old, new: str) -> str:
+    """What differs between a store's signature ``old`` and a rerun's ``new`` (JSON), for the
+    refusal of a resume: e.g. "input era5_01.nc changed (size or modification time); shards 2 now,
+    none then"."""
+    try:
+        before, after = json.loads(old), json.loads(new)
+    except (TypeError, ValueError):
+        return "the store's record of them is unreadable"
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return "the store's record of them is unreadable"
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        then, now = before.get(key), after.get(key)
+        if then == now:
+            continue
+        if key == "inputs" and isinstance(then, list) and isinstance(now, list):  # [path, size, mtime] each
+            old_files, new_files = ({str(entry[0]): entry[1:] for entry in files} for files in (then, now))
+            changed = [p for p in new_files if old_files.get(p, new_files[p]) != new_files[p]]
+            names = {
+                "changed (size or modification time)": changed,
+                "added": [p for p in new_files if p not in old_files],
+                "left out": [p for p in old_files if p not in new_files],
+            }  # fmt: skip
+            for what, paths in names.items():
+                if paths:
+                    listed = ", ".join(Path(p).name for p in sorted(paths)[:3]) + ", ..." * (len(paths) > 3)
+                    changes.append(f"input{'s' * (len(paths) > 1)} {listed} {what}")
+            continue
+        now, then = ("none" if value is None else json.dumps(value) for value in (now, then))
+        changes.append(f"{key} {now} now, {then} then")
+    return "; ".join(changes) or "its options"
+
+
 def is_complete(path) -> bool:
     """Whether ``path`` is a zarr store a writer marked complete (``COMPLETE_ATTR``)."""
     try:
@@ -212,8 +245,9 @@ class StoreWriter:
                 remove_own(partial)
         if attrs.get("s2forecast_signature") != self.signature:
             raise UserError(
-                f"{self.path} exists and was written from other inputs or options; pass --overwrite to replace "
-                "it or choose another --out"
+                f"{self.path} exists and was written from other inputs or options "
+                f"({signature_changes(attrs.get('s2forecast_signature'), self.signature)}); pass --overwrite to "
+                "replace it or choose another --out"
             )
         written = zarr.open_group(self.path, mode="r")["written"][:].astype(bool)
         if attrs.get(COMPLETE_ATTR) == "true":

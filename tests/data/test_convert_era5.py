@@ -6,6 +6,7 @@ cfgrib produce, plus a committed slice of real ERA5 (``tests/data/era5_sample_sl
 """
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -659,8 +660,19 @@ def test_rerun_on_complete_store_is_a_noop(monthly, tmp_path, monkeypatch):
 
 def test_overwrite(monthly, tmp_path, monkeypatch):
     out = convert(monthly, tmp_path / "era5.zarr", variables=["t2m"])
-    with pytest.raises(ValueError, match="written from other inputs or options; pass --overwrite"):
+    with pytest.raises(ValueError) as error:
         convert(monthly, out, variables=["msl"])
+    assert str(error.value) == (
+        f'{out} exists and was written from other inputs or options (variables ["mean_sea_level_pressure"] now, '
+        '["2m_temperature"] then); pass --overwrite to replace it or choose another --out'
+    )
+    with pytest.raises(ValueError, match=r"\(inputs pl_2020_01\.nc, pl_2020_02\.nc left out\); pass"):
+        convert(monthly[2:], out, variables=["t2m"])
+    os.utime(monthly[2], ns=(0, monthly[2].stat().st_mtime_ns + 10**9))  # a copy without its times
+    with pytest.raises(ValueError, match=r"\(input sfc_2020_01\.nc changed \(size or modification time\)\); pass"):
+        convert(monthly, out, variables=["t2m"])
+    # the refusals' tracebacks (kept by pytest.raises, as a notebook keeps the last) hold no input
+    # open: reopening one under the conversion's chunk cache was an HDF error or a segfault
     starts = _count_writes(monkeypatch)
     convert(monthly, out, variables=["msl"], overwrite=True, time_chunk=5)
     assert starts == [0]
@@ -818,6 +830,58 @@ def test_cds_netcdf_to_datamodule_batch(monthly, tmp_path):
         for c, level in enumerate(levels, start=1):
             expected = source(monthly, "t", level=level).sel(time=init).values
             assert np.allclose(physical[i, c], expected, atol=1e-3)
+
+
+def test_a_one_level_download_alone_says_how_to_give_it_its_level(tmp_path):
+    """The old CDS drops the level dim of a one-level download: alone, its z reads as the surface
+    geopotential (no time-dependent variable) and its t has no level; both name the fix."""
+    times = six_hourly("2020-01-01", 2)
+    values = np.full((2, LAT.size, LON.size), 9.80665 * 5500, np.float32)
+    coords = {"time": times, "latitude": LAT, "longitude": LON}
+    xr.Dataset({"z": (("time", "latitude", "longitude"), values, {"units": "m**2 s**-2"})}, coords).to_netcdf(
+        tmp_path / "z500.nc"
+    )
+    xr.Dataset({"t": (("time", "latitude", "longitude"), values * 0 + 250, {"units": "K"})}, coords).to_netcdf(
+        tmp_path / "t500.nc"
+    )
+    advice = "a one-level download of pressure-level fields has lost its level: download two levels or more"
+    for name in ("z500.nc", "t500.nc"):
+        with pytest.raises(UserError) as error:
+            convert([tmp_path / name], tmp_path / "out.zarr")
+        assert advice in str(error.value) and "ds.expand_dims(level=[500])" in str(error.value), error.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t500.nc", "z500.nc"]
+
+
+def test_zip_archives_of_the_new_cds_are_named_not_skipped(monthly, tmp_path):
+    """The new CDS zips a request that mixes instant and accumulated fields: a zip in an input
+    directory was left out without a word (a month missing from the store), and one given (often
+    saved as download.nc) was "not a NetCDF or zarr file"."""
+    import zipfile
+
+    folder = tmp_path / "era5"
+    folder.mkdir()
+    for path in monthly[:2]:
+        path.rename(folder / path.name)
+    with zipfile.ZipFile(folder / "2020-03.zip", "w") as archive:
+        archive.write(folder / "pl_2020_01.nc", "data_stream-oper_stepType-instant.nc")
+    with pytest.raises(UserError) as error:
+        convert([folder], tmp_path / "out.zarr")
+    assert str(error.value) == (
+        f"directory {folder} holds zip archives (2020-03.zip): the new CDS zips the NetCDF files of a request that "
+        "mixes kinds of fields (instant and accumulated); unzip it and pass the .nc files inside"
+    )
+    (folder / "2020-03.zip").rename(tmp_path / "download.nc")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'download.nc'))} is a zip archive: the new CDS"):
+        convert([tmp_path / "download.nc"], tmp_path / "out.zarr")
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_units_named_by_udunits_are_the_symbols(tmp_path):
+    path = cds_file(
+        tmp_path / "c.nc", six_hourly("2020-01-01", 2), ("t2m", "msl"), units={"t2m": "kelvin", "msl": "pascal"}
+    )
+    store = open_store(convert([path], tmp_path / "out.zarr"))
+    assert store["2m_temperature"].attrs["units"] == "K" and store["mean_sea_level_pressure"].attrs["units"] == "Pa"
 
 
 def test_a_static_field_that_changes_in_time_is_refused(tmp_path):

@@ -1,13 +1,15 @@
 """``StoreWriter``'s skeleton: the same on-disk layout whatever the record length, for a cost that
 does not grow with it (issue 27)."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
 
 from s2forecast.data.store import open_store
-from s2forecast.data.writer import StoreWriter, lazy_empty
+from s2forecast.data.writer import StoreWriter, lazy_empty, signature_changes
 
 LAT, LON = np.linspace(90.0, -90.0, 5), np.arange(8) * 45.0
 
@@ -80,3 +82,15 @@ def test_the_skeleton_layout_is_one_step_per_chunk(tmp_path, shards):
     for name, expected in values.items():
         np.testing.assert_array_equal(ds[name].values, expected)
     np.testing.assert_array_equal(ds["land_sea_mask"].values, np.ones((5, 8)))
+
+
+def test_a_refused_resume_names_what_changed():
+    """A rerun whose signature differs was refused without saying why (an input copied without its
+    modification time, another --shards): the refusal names each change."""
+    old = json.dumps({"inputs": [["/d/a.nc", 10, 1], ["/d/b.nc", 10, 1], ["/d/c.nc", 5, 1]], "levels": [500]})
+    new = {"inputs": [["/d/a.nc", 10, 2], ["/d/b.nc", 10, 1], ["/d/e.nc", 5, 1]], "levels": [500], "shards": 2}
+    assert signature_changes(old, json.dumps(new)) == (
+        "input a.nc changed (size or modification time); input e.nc added; input c.nc left out; shards 2 now, none then"
+    )
+    assert signature_changes(None, json.dumps(new)) == "the store's record of them is unreadable"
+    assert signature_changes("[1]", json.dumps(new)) == "the store's record of them is unreadable"
