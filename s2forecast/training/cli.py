@@ -185,12 +185,16 @@ class ForecastCLI(LightningCLI):
             try:  # --print_config waits for _parse_ckpt_path: model_from_ckpt replaces the model section
                 with _ActionPrintConfig.skip_print_config():
                     self.config = parser.parse_args(layered)
-            except ArgumentError:
+            except ArgumentError as strict:
                 if not _ActionPrintConfig.is_print_config_requested(parser):
                     raise
                 # not a whole run's config (`fit --print_config` alone prints a template): print
-                # it as jsonargparse does, before its checks
-                self.config = parser.parse_args(layered)
+                # it as jsonargparse does, before its checks; a config it refuses too is reported
+                # as without --print_config (that error names the file and the key meant)
+                try:
+                    self.config = parser.parse_args(layered)
+                except ArgumentError:
+                    raise strict from None
         except ArgumentError as error:
             subparser = self._subcommand_parsers.get(args[0], parser) if args else parser
             keys = [action.dest for action in subparser._actions]
@@ -317,6 +321,9 @@ class ForecastCLI(LightningCLI):
             strategy.checkpoint_io = WeightsOnlyCheckpointIO(strategy.checkpoint_io)
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = str(last_checkpoint(self.trainer, self._run_name(self.trainer)))
+            # the run's config.yaml (RunConfig, written later) records the checkpoint it resumed from:
+            # "last" would resume a refit from this run's own last checkpoint
+            self.config[self.subcommand]["ckpt_path"] = config["ckpt_path"]
         if config.get("ckpt_path") and str(config["ckpt_path"]) not in SPECIAL_CKPT_PATHS:
             self._check_checkpoint_model(str(config["ckpt_path"]))
 
@@ -391,6 +398,9 @@ class ForecastCLI(LightningCLI):
             with warnings.catch_warnings():
                 if subcommand != "fit":  # validate and test restore ModelCheckpoint's state, which they never use
                     warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
+                    # nor EMA's (the ERA5 configs hold it): Lightning's advice, to remove the callback,
+                    # does not fit a config shared with fit
+                    warnings.filterwarnings("ignore", message="You're using the WeightAveraging callback, but loading")
                 super()._run_subcommand(subcommand)
         except BaseException:
             if self.trainer.is_global_zero:

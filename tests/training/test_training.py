@@ -1,6 +1,7 @@
 """Models, ForecastModule and the `s2forecast fit | validate | test` command on a tiny SWE store."""
 
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,24 @@ def test_print_config_reproduces_a_run(swe_store, tmp_path, capsys):
     cli(["validate", "--config", str(path)])  # the printed config alone builds the same run
 
 
+def test_print_config_refuses_an_unknown_key_as_the_run_does(tmp_path, capsys):
+    """With --print_config the second, lenient parse's error ("Group 'model' does not accept option
+    'lrr'") replaced the run's (file, key and "did you mean"): a review found it."""
+    overlay = tmp_path / "typo.yaml"
+    overlay.write_text("model: {lrr: 0.1}\n")
+    messages = []
+    for extra in ([], ["--print_config"]):
+        with pytest.raises(SystemExit) as exit_status:
+            cli(["fit", "--config", str(CONFIG), "--config", str(overlay), *extra])
+        assert exit_status.value.code == 2
+        messages.append(capsys.readouterr().err.strip().splitlines())
+    assert (
+        messages[0]
+        == messages[1]
+        == [f"s2forecast fit: error: unknown key 'model.lrr' in {overlay}; did you mean 'model.lr'?"]
+    )
+
+
 @pytest.mark.parametrize(
     "config", sorted(p.relative_to(REPO) for p in (REPO / "configs").rglob("*.yaml") if "logger" not in p.name)
 )
@@ -275,6 +294,7 @@ def test_fit_with_ball_sparse_attention_layers(swe_store, tmp_path, window):
 
 def test_ckpt_path_last_resumes_the_newest_run(swe_store, mse_run_1_epoch, tmp_path, capsys):
     shutil.copytree(mse_run_1_epoch.root / "runs", tmp_path / "runs")  # a 1-epoch run of tiny_args, copied
+    resumed_from = last_checkpoint(tmp_path)
     cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", "last"])  # a new logger version
     assert torch.load(last_checkpoint(tmp_path), weights_only=True)["global_step"] == 10
     printed = capsys.readouterr().out.splitlines()  # fit says where its checkpoints went (issue 28)
@@ -286,6 +306,10 @@ def test_ckpt_path_last_resumes_the_newest_run(swe_store, mse_run_1_epoch, tmp_p
 
     epochs = {row["epoch"] for row in csv.DictReader(newest.open()) if row["epoch"]}
     assert epochs == {"1"}  # the resumed run trained the second epoch only
+    # its config.yaml names the checkpoint it resumed from: "last" would make a refit from it resume
+    # from this run's own last checkpoint (a review found it)
+    recorded = yaml.safe_load((newest.parent / "config.yaml").read_text())["ckpt_path"]
+    assert Path(recorded) == resumed_from, recorded
 
 
 def test_a_failed_fit_leaves_no_log_directory(swe_store, tmp_path):
@@ -351,3 +375,12 @@ def test_an_option_inside_a_network_option_overrides_only_itself(swe_store, tmp_
     assert built.model.hparams.network["ball_options"] == {**options, "ball_size": 16, "top_k": 1}
     ball_layers = [block.attention for block in built.model.net.blocks if hasattr(block.attention, "top_k")]
     assert ball_layers and all(layer.top_k == 1 for layer in ball_layers)
+
+
+def test_validate_with_the_ema_callback_of_a_run_config_says_nothing_of_it(swe_store, mse_run_1_epoch, tmp_path):
+    """The ERA5 configs hold EMAWeightAveraging: validate/test printed Lightning's advice to remove
+    it (a site-packages warning line) although the config is fit's too."""
+    with warnings.catch_warnings(record=True) as caught:
+        cli(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", str(last_checkpoint(mse_run_1_epoch.root)),
+             "--trainer.callbacks+=s2forecast.training.callbacks.EMAWeightAveraging"])  # fmt: skip
+    assert not [w for w in caught if "WeightAveraging" in str(w.message)]
