@@ -205,13 +205,22 @@ class Forecaster(nn.Module):
                 ``network.noise_correlation``), so a rollout is reproducible from the generator.
         """
         self._check_inputs(states, static, forcings, steps)
+        yield from self._rollout(states, static, forcings, steps, generator)
+
+    def _rollout(self, states, static, forcings, steps, generator, copies: int = 1) -> Iterator[torch.Tensor]:
+        """``rollout`` of checked inputs; ``copies``: states and static hold that many consecutive
+        copies of each sample, ``forcings`` one (each step's are repeated: the forcings of every
+        step, once per member, were members x the rollout's whole forcings)."""
         history = states.shape[1]
         if forcings.shape[1] < history + steps:
             raise UserError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
         noise = None
         for k in range(steps):
             noise = self.sample_noise(len(states), generator, previous=noise)
-            prediction = self.step(states, static, forcings[:, k : k + history + 1], noise)
+            step_forcings = forcings[:, k : k + history + 1]
+            if copies > 1:
+                step_forcings = step_forcings.repeat_interleave(copies, dim=0)
+            prediction = self.step(states, static, step_forcings, noise)
             yield prediction
             states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
 
@@ -260,11 +269,13 @@ class Forecaster(nn.Module):
         if states.dim() == 6:  # one initial state per member
             if states.shape[1] != members:
                 raise UserError(f"states of {states.shape[1]} members for an ensemble of {members}")
+            self._check_inputs(states[:, 0], static, forcings, steps)
             states = states.flatten(0, 1)
         else:
+            self._check_inputs(states, static, forcings, steps)
             states = states.repeat_interleave(members, dim=0)
-        copies = (x.repeat_interleave(members, dim=0) for x in (static, forcings))
-        for prediction in self.rollout(states, *copies, steps, generator):
+        static = static.repeat_interleave(members, dim=0)
+        for prediction in self._rollout(states, static, forcings, steps, generator, copies=members):
             yield prediction.unflatten(0, (batch, members))
 
     def normalize(self, physical: torch.Tensor) -> torch.Tensor:
