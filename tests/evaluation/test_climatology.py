@@ -348,6 +348,20 @@ def direct_climatology(values, times, window_days=61):
     return np.stack(out, axis=1)  # (dayofyear, hour, ...)
 
 
+def test_in_memory_smoothing_rounds_float32_once():
+    """A float32 pressure of ~1e5 Pa varying by ~10 Pa: the in-memory window summed 59 slot means in
+    float32, 5.5e-7 off the float64 definition where the streamed path was 5e-8 (a review found it)."""
+    times = pd.date_range("2003-01-01", "2003-12-31T12", freq="12h")
+    values = (101325.0 + 10.0 * np.random.default_rng(4).normal(size=(times.size, 3, 4))).astype(np.float32)
+    truth = xr.Dataset(
+        {"mean_sea_level_pressure": (("time", "latitude", "longitude"), values, {"units": "Pa"})},
+        coords={"time": times, "latitude": [60.0, 0.0, -60.0], "longitude": [0.0, 90.0, 180.0, 270.0]},
+    )
+    clim = compute_climatology(truth)["mean_sea_level_pressure"]
+    assert clim.dtype == np.float32 and clim.dims[:2] == ("dayofyear", "hour")
+    np.testing.assert_allclose(clim.values, direct_climatology(values.astype(np.float64), times), rtol=1.2e-7)
+
+
 def to_zarr_one_time_per_chunk(ds: xr.Dataset, path) -> None:
     """``ds.chunk(time=1).to_zarr(path, zarr_format=2)`` without a dask task per chunk (3x faster)."""
     ds.to_zarr(path, zarr_format=2, encoding={name: {"chunks": (1, *var.shape[1:])} for name, var in ds.items()})
