@@ -185,9 +185,11 @@ def engine(args, paths: tuple[str, ...] = ()):
         for name in paths:
             value = getattr(args, name)
             if isinstance(value, list):
-                setattr(args, name, [v if is_url(v) else type(v)(os.path.abspath(v)) for v in value])
+                setattr(
+                    args, name, [v if is_url(v) else type(v)(os.path.abspath(os.path.expanduser(v))) for v in value]
+                )
             elif value is not None and not is_url(value):
-                setattr(args, name, type(value)(os.path.abspath(value)))
+                setattr(args, name, type(value)(os.path.abspath(os.path.expanduser(value))))
     return Engine(scheduler=args.scheduler, workers=args.workers)
 
 

@@ -395,3 +395,18 @@ def test_without_dask_distributed_the_options_name_the_extra(inputs, tmp_path, c
         needs = f"{options[0]} needs dask.distributed, which is not installed: pip install 's2forecast[distributed]'"
         assert needs in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_home_paths_reach_the_workers_expanded(tmp_path, monkeypatch):
+    """With --scheduler the paths become absolute for workers started elsewhere: a quoted '~/x.nc'
+    (convert-era5's inputs have no type that expands it) became <cwd>/~/x.nc (a review found it)."""
+    import argparse
+
+    from s2forecast.commands.arguments import engine
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(scheduler="tcp://127.0.0.1:1", workers=None, inputs=["~/a.nc", "b.nc"], out="~/s.zarr")
+    engine(args, ("inputs", "out"))  # connects only when the work starts
+    assert args.inputs == [str(tmp_path / "home" / "a.nc"), str(tmp_path / "b.nc")]
+    assert args.out == str(tmp_path / "home" / "s.zarr")
