@@ -12,8 +12,8 @@ selected member, whose states are the initial conditions of an ensemble (``selec
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from numbers import Integral
 from pathlib import Path
 
@@ -33,6 +33,44 @@ from s2forecast.user_errors import UserError
 
 
 @dataclass(frozen=True)
+class Forcings:
+    """The analytic forcings of a batch of initialization times, (batch, history + steps,
+    forcing_channels, nlat, nlon) from the first input time on, computed when a window of times is
+    taken (``forcings[:, k : k + history + 1]``, as ``Forecaster.rollout`` takes them): those of every
+    step at once grew with the steps (20 MB per initialization time and step at 0.25 deg with 5
+    forcing channels; a review measured 1.07 -> 1.57 GB from 4 to 256 steps at 91x180).
+
+    Attributes:
+        times: (batch, history + steps) datetime64 valid times.
+        at: (times,) -> (times, forcing_channels, nlat, nlon) float32 (``FieldDataset.forcings_at``).
+        channels, grid: the forcing channels' count and (nlat, nlon).
+    """
+
+    times: np.ndarray
+    at: Callable[[np.ndarray], np.ndarray]
+    channels: int
+    grid: tuple[int, int]
+    device: str | torch.device = "cpu"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*self.times.shape, self.channels, *self.grid)
+
+    def __len__(self) -> int:
+        return self.times.shape[0]
+
+    def __getitem__(self, index) -> torch.Tensor:
+        """``forcings[rows, times]`` as a tensor on ``device`` (rows and times: slices, as a tensor's)."""
+        rows, window = index if isinstance(index, tuple) else (index, slice(None))
+        times = self.times[rows, window]
+        values = np.stack([self.at(row) for row in times.reshape(-1, times.shape[-1])])
+        return torch.from_numpy(values.reshape(*times.shape, self.channels, *self.grid)).to(self.device)
+
+    def to(self, device) -> "Forcings":
+        return replace(self, device=device)
+
+
+@dataclass(frozen=True)
 class InitialStates:
     """What a rollout of a batch of initialization times starts from (normalized).
 
@@ -40,12 +78,13 @@ class InitialStates:
         inputs: (batch, [members,] history, channels, nlat, nlon) states up to each
             initialization time; a members axis holds the members of an ensemble file.
         static: (batch, static_channels, nlat, nlon).
-        forcings: (batch, history + steps, forcing_channels, nlat, nlon) from the first input time on.
+        forcings: (batch, history + steps, forcing_channels, nlat, nlon) from the first input time on,
+            computed a window at a time (``Forcings``).
     """
 
     inputs: torch.Tensor
     static: torch.Tensor
-    forcings: torch.Tensor
+    forcings: Forcings
 
     def to(self, device) -> "InitialStates":
         return InitialStates(self.inputs.to(device), self.static.to(device), self.forcings.to(device))
@@ -162,10 +201,11 @@ def read_initial_conditions(dataset: FieldDataset, init_times: np.ndarray, steps
     states = [dataset.normalized_states(input_indices(dataset, t0)) for t0 in init_times]
     lead_offsets = np.arange(-(history - 1), steps + 1) * dataset.step
     static = dataset.static_fields()
+    times = np.stack([t0 + lead_offsets for t0 in init_times])
     return InitialStates(
         inputs=torch.from_numpy(np.stack(states)),
         static=torch.from_numpy(np.repeat(static[None], len(init_times), axis=0)),  # writable, unlike a broadcast
-        forcings=torch.from_numpy(np.stack([dataset.forcings_at(t0 + lead_offsets) for t0 in init_times])),
+        forcings=Forcings(times, dataset.forcings_at, len(dataset.forcing_channels), dataset.grid.shape),
     )
 
 

@@ -57,7 +57,7 @@ def test_gaussian_ensemble_of_a_deterministic_checkpoint(mse_run_1_epoch, swe_st
     np.testing.assert_allclose(ratio.numpy(), 1.0, atol=4 / np.sqrt(2 * 768))
     with torch.no_grad():  # and the forecast's first lead is the model's step from them
         step = model.step(members.flatten(0, 1), states.static.repeat_interleave(3, 0),
-                          states.forcings.repeat_interleave(3, 0)[:, :2])  # fmt: skip
+                          states.forcings[:, :2].repeat_interleave(3, 0))  # fmt: skip
     vorticity = model.channels.index("vorticity")
     expected = model.to_physical(step)[:, vorticity].unflatten(0, (2, 3)).numpy()
     np.testing.assert_allclose(values[:, 0], expected, rtol=1e-5, atol=1e-9)
