@@ -59,8 +59,11 @@ def warn_inert_options(architecture: str, cls: type, options: dict) -> None:
     """Warn about each option of a training config for the network ``cls`` that its other settings leave
     unused (a config that sets it believes it changed something). Training only: a checkpoint's options
     are not the reader's."""
-    values = {p.name: p.default for p in inspect.signature(cls).parameters.values()} | options
-    for name, why in inert_options(architecture, values, options):
+    defaults = {p.name: p.default for p in inspect.signature(cls).parameters.values()}
+    # an option at its default changes nothing either way: a variant inherits its base's noise
+    # spectrum (the FGN overlay's vector noise under the CRPS config's noise_alpha 2.0, noise_tau 3.0)
+    changed = {name: value for name, value in options.items() if name not in defaults or value != defaults[name]}
+    for name, why in inert_options(architecture, defaults | options, changed):
         warnings.warn(f"network option {name} has no effect: {why}; drop it", UserWarning, stacklevel=2)
 
 
