@@ -33,6 +33,7 @@ import json
 import logging
 import numbers
 import os
+import struct
 import threading
 import time
 from collections import deque
@@ -393,6 +394,10 @@ def _scheduler_file(path: str) -> str:
     return address
 
 
+# dask decoding another protocol's bytes as its frames (an SSH banner: "Unable to allocate 2.82 EiB")
+NOT_DASK = "what answers there does not speak dask's protocol: not a dask scheduler (an SSH or HTTP port?)"
+
+
 def _probe_scheduler(address: str, timeout_s: float) -> None:
     """Connect to ``address`` and ask who is there, all within ``timeout_s`` (dask's connection
     handshake included); raises OSError / ValueError unless a dask scheduler answers."""
@@ -419,10 +424,15 @@ def _probe_scheduler(address: str, timeout_s: float) -> None:
 
     async def ask() -> None:
         args = Security().get_connection_args("client")  # dask's TLS settings, for a tls:// address
-        comm = await connect(address, timeout=timeout_s, **args)
+        try:
+            comm = await connect(address, timeout=timeout_s, **args)
+        except (MemoryError, struct.error, UnicodeDecodeError) as error:
+            raise OSError(NOT_DASK) from error
         try:
             await comm.write({"op": "identity", "reply": True})
             answer = await comm.read()
+        except (MemoryError, ValueError, TypeError, struct.error, UnicodeDecodeError) as error:
+            raise OSError(NOT_DASK) from error
         finally:
             comm.abort()
         if not isinstance(answer, dict) or answer.get("type") != "Scheduler":

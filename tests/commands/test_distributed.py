@@ -7,6 +7,7 @@ One cluster serves the module (``cluster``); each command's work is cut into sev
 sizes that decide it are made small), so that both workers take part.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -410,3 +411,28 @@ def test_home_paths_reach_the_workers_expanded(tmp_path, monkeypatch):
     engine(args, ("inputs", "out"))  # connects only when the work starts
     assert args.inputs == [str(tmp_path / "home" / "a.nc"), str(tmp_path / "b.nc")]
     assert args.out == str(tmp_path / "home" / "s.zarr")
+
+
+def test_an_ssh_port_given_as_the_scheduler_says_it_is_not_one(inputs, tmp_path, capsys):
+    """dask decoded an SSH banner as a frame header: 'Unable to allocate 2.82 EiB for an array' (a
+    review found it)."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+
+        def banner():  # every connection (the probe's first only checks that one is taken)
+            while True:
+                connection, _ = listener.accept()
+                with connection:
+                    connection.sendall(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13.5\r\n" * 4)
+                    with contextlib.suppress(OSError):
+                        connection.recv(1024)
+
+        server = threading.Thread(target=banner, daemon=True)
+        server.start()
+        message = refused(argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", address), capsys)
+    assert "does not speak dask's protocol: not a dask scheduler (an SSH or HTTP port?)" in message, message
+    assert "EiB" not in message and sorted(p.name for p in tmp_path.iterdir()) == []
