@@ -189,10 +189,18 @@ def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
             )
         path = Path(entry).expanduser()
         if path.is_dir():
+            found = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
             if zips := sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".zip"):
                 listed = ", ".join(zips[:3]) + ", ..." * (len(zips) > 3)
-                raise UserError(f"directory {path} holds zip archives ({listed}): {_ZIP_ADVICE}")
-            found = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
+                if not found:
+                    raise UserError(f"directory {path} holds zip archives ({listed}): {_ZIP_ADVICE}")
+                # often the archive the .nc files beside it came from (unzip extracts in place)
+                warnings.warn(
+                    f"directory {path}: zip archives {listed} are not read; if they hold more than the .nc files "
+                    "beside them, unzip them",
+                    UserWarning,
+                    stacklevel=2,
+                )
             if not found:
                 raise FileNotFoundError(f"directory {path} holds no {'/'.join(_INPUT_SUFFIXES)} files")
             paths.update(p.resolve() for p in found)

@@ -13,7 +13,7 @@ selected member, whose states are the initial conditions of an ensemble (``selec
 import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from numbers import Integral
 from pathlib import Path
 
@@ -35,10 +35,11 @@ from s2forecast.user_errors import UserError
 @dataclass(frozen=True)
 class Forcings:
     """The analytic forcings of a batch of initialization times, (batch, history + steps,
-    forcing_channels, nlat, nlon) from the first input time on, computed when a window of times is
-    taken (``forcings[:, k : k + history + 1]``, as ``Forecaster.rollout`` takes them): those of every
-    step at once grew with the steps (20 MB per initialization time and step at 0.25 deg with 5
-    forcing channels; a review measured 1.07 -> 1.57 GB from 4 to 256 steps at 91x180).
+    forcing_channels, nlat, nlon) from the first input time on, computed when indexed (as a tensor
+    is: ``forcings[:, k : k + history + 1]``, as ``Forecaster.rollout`` takes them, gives a float32
+    tensor on ``device``; ``tensor()`` all of them): those of every step at once grew with the steps
+    (20 MB per initialization time and step at 0.25 deg with 5 forcing channels; a review measured
+    1.07 -> 1.57 GB from 4 to 256 steps at 91x180). Not a ``torch.Tensor``: index it first.
 
     Attributes:
         times: (batch, history + steps) datetime64 valid times.
@@ -51,6 +52,10 @@ class Forcings:
     channels: int
     grid: tuple[int, int]
     device: str | torch.device = "cpu"
+    # the last indexed times' fields: a rollout's consecutive windows overlap by history times
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    dtype = torch.float32
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -60,11 +65,22 @@ class Forcings:
         return self.times.shape[0]
 
     def __getitem__(self, index) -> torch.Tensor:
-        """``forcings[rows, times]`` as a tensor on ``device`` (rows and times: slices, as a tensor's)."""
-        rows, window = index if isinstance(index, tuple) else (index, slice(None))
-        times = self.times[rows, window]
-        values = np.stack([self.at(row) for row in times.reshape(-1, times.shape[-1])])
-        return torch.from_numpy(values.reshape(*times.shape, self.channels, *self.grid)).to(self.device)
+        index = index if isinstance(index, tuple) else (index,)
+        times = self.times[index[:2]]  # the batch and time dims; the others index the fields
+        flat = times.reshape(-1)
+        missing = np.unique(flat[[t not in self._cache for t in flat]]) if flat.size else flat
+        if missing.size:
+            self._cache.update(zip(missing, self.at(missing), strict=True))
+        fields = [self._cache[t] for t in flat]
+        values = np.stack(fields) if fields else np.zeros((0, self.channels, *self.grid), np.float32)
+        for stale in set(self._cache) - set(flat):
+            del self._cache[stale]
+        tensor = torch.from_numpy(values.reshape(*times.shape, self.channels, *self.grid)).to(self.device)
+        return tensor[(slice(None),) * times.ndim + index[2:]] if len(index) > 2 else tensor
+
+    def tensor(self) -> torch.Tensor:
+        """All of them: (batch, history + steps, forcing_channels, nlat, nlon)."""
+        return self[:, :]
 
     def to(self, device) -> "Forcings":
         return replace(self, device=device)

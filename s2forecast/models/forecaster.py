@@ -198,7 +198,8 @@ class Forecaster(nn.Module):
             states: (batch, history, channels, nlat, nlon) normalized initial states.
             static: (batch, static_channels, nlat, nlon).
             forcings: (batch, >= history + steps, forcing_channels, nlat, nlon) from the first
-                input time on.
+                input time on: a tensor, or what is sliced as one (``inference``'s ``Forcings``,
+                computed a step's window at a time).
             generator: the noise of a stochastic network (``sample_noise``: one generator, or
                 one per group of consecutive samples), one draw per step;
                 each step's noise continues from the last one's (the AR(1) of

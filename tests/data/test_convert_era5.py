@@ -864,16 +864,25 @@ def test_zip_archives_of_the_new_cds_are_named_not_skipped(monthly, tmp_path):
         path.rename(folder / path.name)
     with zipfile.ZipFile(folder / "2020-03.zip", "w") as archive:
         archive.write(folder / "pl_2020_01.nc", "data_stream-oper_stepType-instant.nc")
-    with pytest.raises(UserError) as error:
+    # beside .nc files (unzip extracts in place), said; alone, refused
+    with pytest.warns(
+        UserWarning, match=rf"^directory {re.escape(str(folder))}: zip archives 2020-03\.zip are not read"
+    ):
         convert([folder], tmp_path / "out.zarr")
+    zipped = tmp_path / "zipped"
+    zipped.mkdir()
+    (folder / "2020-03.zip").rename(zipped / "2020-03.zip")
+    with pytest.raises(UserError) as error:
+        convert([zipped], tmp_path / "other.zarr")
     assert str(error.value) == (
-        f"directory {folder} holds zip archives (2020-03.zip): the new CDS zips the NetCDF files of a request that "
+        f"directory {zipped} holds zip archives (2020-03.zip): the new CDS zips the NetCDF files of a request that "
         "mixes kinds of fields (instant and accumulated); unzip it and pass the .nc files inside"
     )
-    (folder / "2020-03.zip").rename(tmp_path / "download.nc")
+    assert not (tmp_path / "other.zarr").exists()
+    (zipped / "2020-03.zip").rename(tmp_path / "download.nc")
     with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'download.nc'))} is a zip archive: the new CDS"):
-        convert([tmp_path / "download.nc"], tmp_path / "out.zarr")
-    assert not (tmp_path / "out.zarr").exists()
+        convert([tmp_path / "download.nc"], tmp_path / "other.zarr")
+    assert not (tmp_path / "other.zarr").exists()
 
 
 def test_units_named_by_udunits_are_the_symbols(tmp_path):

@@ -293,3 +293,15 @@ def test_forcings_are_computed_a_window_at_a_time(swe_store):
     for row, t0 in enumerate(init_times):
         expected = dataset.forcings_at(t0 + np.arange(4, 7) * np.timedelta64(1, "h"))
         np.testing.assert_array_equal(window[row].numpy(), expected)
+    # indexed as a tensor is (a review found ints, empty windows and channels refused)
+    small = read_initial_conditions(dataset, init_times, 3).forcings
+    whole = small.tensor()
+    assert whole.shape == small.shape == (2, 5, 3, 8, 16) and whole.dtype == small.dtype == torch.float32
+    for index in [(0, 1), (slice(None), slice(2, 2)), (slice(None), slice(None), 0), (1,), (slice(None), -1)]:
+        assert torch.equal(small[index], whole[index]), index
+    # a rollout's windows overlap: each valid time is computed once (at history 2: 3 times a step before)
+    computed = []
+    counting = type(small)(small.times, lambda t: computed.append(t.size) or dataset.forcings_at(t), 3, (8, 16))
+    for k in range(3):
+        assert torch.equal(counting[:, k : k + 3], whole[:, k : k + 3])
+    assert sum(computed) == np.unique(small.times).size  # every valid time once
