@@ -51,7 +51,7 @@ from s2forecast.evaluation.regions import (
     region_weights,
 )
 from s2forecast.evaluation.scoring import BLOCK_BYTES
-from s2forecast.output import GENERATION_ATTR
+from s2forecast.output import GENERATION_ATTR, byte_size
 from s2forecast.provenance import describe_input
 from s2forecast.times import format_times
 from s2forecast.user_errors import UserError, one_line
@@ -400,6 +400,9 @@ def _is_path(source) -> bool:
 # --- climatology ---------------------------------------------------------------------------
 # the results' climatology_source when no --climatology is given (evaluate's ACC advice tells them apart)
 COMPUTED_CLIMATOLOGY = "computed from the truth store (s2forecast.evaluation.compute_climatology)"
+# a day-of-year climatology computed in memory above this size is said (a review measured a peak
+# of 7x its size; at 0.25 deg it is 12 GB a channel with four hours a day)
+COMPUTED_CLIMATOLOGY_WARN_BYTES = 1 << 30
 
 CLIMATOLOGY_ATTRS = (
     "climatology_method",
@@ -442,6 +445,14 @@ def _climatology_from_truth(truth: xr.Dataset, levels, variables: list[str], per
         coords = {name: coord for name, coord in one.coords.items() if name != "dayofyear"}
         clim = xr.Dataset(data, coords={**coords, "dayofyear": days})
     else:
+        if clim.nbytes > COMPUTED_CLIMATOLOGY_WARN_BYTES:  # 12 GB a channel at 0.25 deg, hourly
+            warnings.warn(
+                f"the climatology computed from the truth takes {byte_size(clim.nbytes)} in memory, several "
+                "times that at its peak: write it once with `s2forecast climatology TRUTH --out clim.zarr` "
+                "(streamed) and pass --climatology clim.zarr",
+                UserWarning,
+                stacklevel=2,
+            )
         clim = clim.compute()
     attrs = {"climatology_source": COMPUTED_CLIMATOLOGY, **info}
     return clim, attrs
