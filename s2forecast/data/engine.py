@@ -148,8 +148,11 @@ class Engine:
         _quiet_logs()
         if self.workers is not None:
             # workers spill to dask's temporary directory (the system's), never to the current directory
+            # the scheduler's HTTP server on a free local port: by default 8787 on every interface, with a
+            # 4-line warning whenever 8787 is taken (another cluster, a Jupyter dashboard)
             self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=logging.ERROR)  # fmt: skip
+                                         dashboard_address=None, silence_logs=logging.ERROR,
+                                         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})  # fmt: skip
             return Client(self._cluster, set_as_default=False)
         try:
             address = _scheduler_file(self.scheduler) if self.scheduler.endswith(".json") else self.scheduler

@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import distributed
@@ -155,8 +156,19 @@ def test_relative_paths_reach_workers_started_in_another_directory(inputs, clust
 
 @pytest.mark.slow  # starts a cluster of its own
 def test_workers_option_starts_a_local_cluster(inputs, small_tasks, tmp_path):
+    """... and says nothing of dask's dashboard port: 8787 taken (another cluster, a Jupyter dashboard)
+    printed 'Port 8787 is already in use' in 4 lines (a review found it)."""
+    import socket
+
     alone = run("stats", inputs, tmp_path / "alone.zarr")
-    assert_same(alone, run("stats", inputs, tmp_path / "stats.zarr", "--workers", "2"))
+    with socket.socket() as taken, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):  # taken already: the same case
+            taken.bind(("0.0.0.0", 8787))
+            taken.listen()
+        spread = run("stats", inputs, tmp_path / "stats.zarr", "--workers", "2")
+    assert_same(alone, spread)
+    assert not [w for w in caught if "8787" in str(w.message)]
 
 
 def slowed(monkeypatch, seconds: float) -> None:
