@@ -182,14 +182,16 @@ def engine(args, paths: tuple[str, ...] = ()):
     from s2forecast.urls import is_url
 
     if args.scheduler is not None:
+
+        def absolute(value):
+            return value if is_url(value) else type(value)(os.path.abspath(os.path.expanduser(value)))
+
         for name in paths:
             value = getattr(args, name)
             if isinstance(value, list):
-                setattr(
-                    args, name, [v if is_url(v) else type(v)(os.path.abspath(os.path.expanduser(v))) for v in value]
-                )
-            elif value is not None and not is_url(value):
-                setattr(args, name, type(value)(os.path.abspath(os.path.expanduser(value))))
+                setattr(args, name, [absolute(v) for v in value])
+            elif value is not None:
+                setattr(args, name, absolute(value))
     return Engine(scheduler=args.scheduler, workers=args.workers)
 
 

@@ -167,6 +167,8 @@ _ONE_LEVEL_ADVICE = (
     "a one-level download of pressure-level fields has lost its level: download two levels or more, or add "
     "the level to the file (xarray: ds.expand_dims(level=[500]).to_netcdf(...))"
 )
+# said where a lone 'z' was read as the surface geopotential
+_Z_WITHOUT_LEVEL = f" ('z' without a level dim is read as it; {_ONE_LEVEL_ADVICE})"
 _ZIP_ADVICE = (
     "the new CDS zips the NetCDF files of a request that mixes kinds of fields (instant and accumulated); "
     "unzip it and pass the .nc files inside"
@@ -189,8 +191,9 @@ def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
             )
         path = Path(entry).expanduser()
         if path.is_dir():
-            found = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
-            if zips := sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".zip"):
+            files = [p for p in path.iterdir() if p.is_file()]
+            found = [p for p in files if p.suffix.lower() in _INPUT_SUFFIXES]
+            if zips := sorted(p.name for p in files if p.suffix.lower() == ".zip"):
                 listed = ", ".join(zips[:3]) + ", ..." * (len(zips) > 3)
                 if not found:
                     raise UserError(f"directory {path} holds zip archives ({listed}): {_ZIP_ADVICE}")
@@ -793,11 +796,7 @@ def _static(fields: list[_Field]) -> np.ndarray:
         scale = float(np.nanmax(np.abs(first), initial=0.0))
         if not np.allclose(first, last, rtol=0.0, atol=1e-6 * scale, equal_nan=True):
             change = float(np.nanmax(np.abs(last - first)))
-            hint = (
-                f" ('z' without a level dim is read as it; {_ONE_LEVEL_ADVICE})"
-                if one.name == SURFACE_GEOPOTENTIAL
-                else ""
-            )
+            hint = _Z_WITHOUT_LEVEL if one.name == SURFACE_GEOPOTENTIAL else ""
             raise UserError(
                 f"{one.name} in {one.path} changes in time (by up to {change:.6g} from "
                 f"{format_time(one.times[0])} to {format_time(one.times[-1])}), but it is a static field{hint}"
@@ -924,11 +923,7 @@ def convert_era5(
         dynamic = sorted(name for name in by_name if name not in STATIC_VARIABLES)
         static = sorted(name for name in by_name if name in STATIC_VARIABLES)
         if not dynamic:
-            hint = (
-                f" ('z' without a level dim is read as it; {_ONE_LEVEL_ADVICE})"
-                if SURFACE_GEOPOTENTIAL in static
-                else ""
-            )
+            hint = _Z_WITHOUT_LEVEL if SURFACE_GEOPOTENTIAL in static else ""
             raise UserError(f"no time-dependent variables in {[str(p) for p in paths]}; found {static or 'none'}{hint}")
         store_levels = _resolve_levels(by_name, levels)
         times = _check_times({name: _check_duplicates(name, by_name[name]) for name in dynamic}, by_name)
