@@ -33,6 +33,7 @@ import json
 import logging
 import numbers
 import os
+import signal
 import struct
 import threading
 import time
@@ -72,6 +73,38 @@ def _check_workers(workers) -> int:
             "machines and give their scheduler with --scheduler"
         )
     return int(workers)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Ctrl-C held back while a local cluster starts, and raised when it has (the engine then closes
+    it). A KeyboardInterrupt inside ``LocalCluster`` left a half-made cluster, whose closing at exit
+    failed with a traceback; and the worker processes, which a terminal's Ctrl-C reaches as well
+    (it goes to the whole process group), printed KeyboardInterrupt tracebacks or failed to start.
+
+    SIGINT is blocked in this thread, so in the threads the cluster starts (its event loop, its
+    process starters) and in the worker processes they spawn, which inherit the mask for good: the
+    command's own process takes Ctrl-C, says "interrupted" and stops them. A press that reaches a
+    thread started before (zarr's, fsspec's) is recorded by the handler, not raised. Only from the
+    main thread of a POSIX system (elsewhere neither can be set)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # multiprocessing starts its resource tracker with SIGINT blocked, then unblocks it in the calling
+    # thread, whatever the mask was: started before, it leaves the mask alone
+    resource_tracker.ensure_running()
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending press is taken here (recorded)
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            raise KeyboardInterrupt
 
 
 class Shared:
@@ -150,10 +183,12 @@ class Engine:
             # workers spill to dask's temporary directory (the system's), never to the current directory
             # the scheduler's HTTP server on a free local port: by default 8787 on every interface, with a
             # 4-line warning whenever 8787 is taken (another cluster, a Jupyter dashboard)
-            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=logging.ERROR,
-                                         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})  # fmt: skip
-            return Client(self._cluster, set_as_default=False)
+            with _ctrl_c_held():
+                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, silence_logs=logging.ERROR,
+                                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})  # fmt: skip
+                self._client = Client(self._cluster, set_as_default=False)  # closed by close() after a Ctrl-C
+            return self._client
         try:
             address = _scheduler_file(self.scheduler) if self.scheduler.endswith(".json") else self.scheduler
             # first a bounded exchange of its own: Client's handshake has no deadline (an address that accepts

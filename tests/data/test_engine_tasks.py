@@ -2,6 +2,8 @@
 outstanding, a failing task's error raised only once the tasks already running have finished, and the
 option checks of ``Engine`` (the cluster side: tests/commands/test_distributed.py)."""
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -186,3 +188,21 @@ def test_the_stats_command_reuses_freed_memory(monkeypatch, tmp_path):
     with pytest.raises(SystemExit):
         command.run(args)
     assert calls == [True]
+
+
+def test_ctrl_c_while_a_local_cluster_starts_is_raised_once_it_has():
+    """Raised inside ``LocalCluster``, it left a half-made cluster whose closing at exit failed with a
+    traceback; the threads started meanwhile (the cluster's, which spawn its workers) keep SIGINT
+    blocked, and so do the workers: a terminal's Ctrl-C reaches them too."""
+    handler = signal.getsignal(signal.SIGINT)
+    mask = []
+    with pytest.raises(KeyboardInterrupt):
+        with engine_module._ctrl_c_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # a handler runs between bytecodes: here, it would have
+            thread = threading.Thread(target=lambda: mask.extend(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+            thread.start()
+            thread.join()
+    assert signal.SIGINT in mask
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
