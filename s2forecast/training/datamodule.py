@@ -104,7 +104,8 @@ class ResumableLoader(torch.utils.data.DataLoader):
         # (in batches it skipped or repeated samples of the epoch)
         samples = min(self.first + self.served * self.batch_size, len(self.sampler))
         return {"epoch": getattr(self.sampler, "epoch", 0), "samples": samples, "batch_size": self.batch_size,
-                "epoch_batches": self.counted + self.served}  # fmt: skip
+                "epoch_batches": self.counted + self.served,
+                "ranks": getattr(self.sampler, "num_replicas", 1)}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         if isinstance(self.sampler, EpochShuffleSampler):
@@ -112,7 +113,24 @@ class ResumableLoader(torch.utils.data.DataLoader):
             # checkpoints written before "samples" counted batches of this batch size
             self.sampler.start = state["samples"] if "samples" in state else state["batches"] * self.batch_size
             self.resumed_batches = state.get("epoch_batches", state.get("batches", 0))
+            self._check_ranks(state)
             self._check_rest_of_epoch(state)
+
+    def _check_ranks(self, state: dict) -> None:
+        """A position mid-epoch is one in each rank's share of that epoch's permutation: on another
+        number of ranks the shares differ, and samples of the epoch were trained twice or never.
+        Refused (at an epoch's end any number goes on)."""
+        ranks, now = state.get("ranks", self.sampler.num_replicas), self.sampler.num_replicas
+        if ranks == now or self.sampler.start == 0:
+            return
+        share = -(-len(self.dataset) // ranks)
+        if share - self.sampler.start < (state["batch_size"] if self.drop_last else 1):
+            return  # the end of the epoch (what drop_last left)
+        raise UserError(
+            f"the checkpoint stopped mid-epoch (after {self.resumed_batches} batches) of a run on {ranks} process(es), "
+            f"and this run has {now}: that position holds only on {ranks}; resume on {ranks} "
+            "(trainer.devices x trainer.num_nodes), or from a checkpoint saved at an epoch's end"
+        )
 
     def _check_rest_of_epoch(self, state: dict) -> None:
         """Lightning ends an epoch when its count of the epoch's batches, restored from the checkpoint,
@@ -289,7 +307,9 @@ class FieldDataModule(pl.LightningDataModule):
             sampler = InOrderShardSampler(dataset, **shards) if scored and shards.get("num_replicas", 1) > 1 else None
             return torch.utils.data.DataLoader(dataset, sampler=sampler, **options)
         sampler = EpochShuffleSampler(dataset, self.seed, **shards)
-        return ResumableLoader(dataset, sampler=sampler, drop_last=len(dataset) > self.batch_size, **options)
+        # the last partial batch of this process's share is dropped, unless it is the only one (from the
+        # whole split's length, shares shorter than a batch had none: fit under DDP trained nothing)
+        return ResumableLoader(dataset, sampler=sampler, drop_last=len(sampler) > self.batch_size, **options)
 
     def train_dataloader(self):
         self._train_loader = self._loader("train", shuffle=True)

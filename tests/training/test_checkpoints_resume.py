@@ -26,6 +26,7 @@ from s2forecast.inference.rollout import load_forecaster, rollout
 from s2forecast.training.checkpoints import last_checkpoint, read_checkpoint
 from s2forecast.training.cli import run as lightning  # raises what `s2forecast` reports in one line
 from s2forecast.training.datamodule import EpochShuffleSampler, ResumableLoader
+from s2forecast.user_errors import UserError
 
 REPO = Path(__file__).parents[2]
 
@@ -451,7 +452,7 @@ def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
     iterator = iter(interrupted)
     assert [next(iterator).tolist() for _ in range(2)] == full[:2]
     state = interrupted.state_dict()
-    assert state == {"epoch": 1, "samples": 4, "batch_size": 2, "epoch_batches": 2}
+    assert state == {"epoch": 1, "samples": 4, "batch_size": 2, "epoch_batches": 2, "ranks": 1}
 
     resumed = make_loader(workers=2)
     resumed.load_state_dict(state)
@@ -502,6 +503,27 @@ def test_a_resume_with_another_batch_size_goes_on_from_the_same_sample():
     at_the_end = ResumableLoader(torch.arange(11), batch_size=3, sampler=EpochShuffleSampler(torch.arange(11), seed=3),
                                  drop_last=True)  # fmt: skip
     at_the_end.load_state_dict(finished.state_dict())  # an epoch's end: any batch size
+
+
+def test_a_resume_mid_epoch_on_another_number_of_ranks_is_refused():
+    """The position is one in each rank's share of the epoch: resumed on 1 rank, a run of 2 trained
+    a quarter of its epoch twice (on 2 from 1, or on 3 from 2, it skipped samples). At an epoch's end
+    any number of ranks goes on, and checkpoints of before "ranks" are taken as they were."""
+    two = [make_loader(num_replicas=2, rank=r) for r in (0, 1)]
+    for loader in two:
+        loader.sampler.set_epoch(1)
+        next(iter(loader))
+    state = two[0].state_dict()
+    assert state["ranks"] == 2 and state["samples"] == 2
+    with pytest.raises(UserError, match=(
+        r"^the checkpoint stopped mid-epoch \(after 1 batches\) of a run on 2 process\(es\), and this run has 1: that "
+        r"position holds only on 2; resume on 2 \(trainer.devices x trainer.num_nodes\), or from a checkpoint saved "
+        r"at an epoch's end$"
+    )):  # fmt: skip
+        make_loader().load_state_dict(state)
+    make_loader(num_replicas=2, rank=1).load_state_dict(state)  # the same number of ranks
+    make_loader().load_state_dict({**state, "samples": 6})  # the end of the 2 shares of 6
+    make_loader().load_state_dict({key: value for key, value in state.items() if key != "ranks"})
 
 
 def test_sampler_shards_by_rank():

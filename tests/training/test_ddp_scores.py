@@ -57,3 +57,26 @@ def test_only_the_scored_loaders_get_padded_shares(swe_store):
     assert isinstance(data.val_dataloader().sampler, InOrderShardSampler)
     assert isinstance(data.test_dataloader().sampler, InOrderShardSampler)
     assert not isinstance(data.predict_dataloader().sampler, torch.utils.data.DistributedSampler)
+
+
+def test_a_share_shorter_than_a_batch_is_one_batch(swe_store):
+    """The last partial batch was dropped whenever the whole split outgrew a batch: shares of 5 with
+    batches of 8 left each rank no batch, and fit under DDP trained nothing. A share is dropped from
+    only beyond its first batch."""
+    from types import SimpleNamespace
+
+    from s2forecast.training.datamodule import SWEDataModule
+
+    def loader(batch_size, ranks):
+        data = SWEDataModule(str(swe_store), train_trajectories=(0, 2), val_trajectories=(2, 3),
+                             test_trajectories=(2, 3), batch_size=batch_size)  # fmt: skip
+        data.trainer = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": ranks, "rank": ranks - 1})
+        data.setup("fit")
+        return data.train_dataloader()
+
+    samples = len(loader(1, 1).sampler)
+    share = len(loader(1, 2).sampler)
+    assert share < samples - 1
+    assert len(loader(share + 1, 2)) == 1  # one partial batch, the share's only one
+    assert len(loader(share - 1, 2)) == 1  # one whole batch; the partial one is dropped
+    assert len(loader(samples - 1, 1)) == 1
