@@ -67,22 +67,13 @@ def device(text: str) -> str:
     (resolved when the command runs: ``resolve_device``)."""
     if text == "auto":
         return text
-    import torch
+    from s2forecast.devices import check_device
+    from s2forecast.user_errors import UserError
 
     try:
-        parsed = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu or cuda (cuda:0, cuda:1, ...)") from None
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: this machine has no CUDA device; use --device cpu")
-        if parsed.index is not None and parsed.index >= count:
-            devices = f"cuda:0..cuda:{count - 1}"
-            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA device(s), {devices}")
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available here; use --device cpu")
-    return text
+        return check_device(text)
+    except UserError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def json_object(text: str) -> dict:

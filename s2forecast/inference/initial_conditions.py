@@ -52,10 +52,9 @@ class Forcings:
     channels: int
     grid: tuple[int, int]
     device: str | torch.device = "cpu"
+    dtype: torch.dtype = torch.float32
     # the last indexed times' fields: a rollout's consecutive windows overlap by history times
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
-
-    dtype = torch.float32
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -66,6 +65,12 @@ class Forcings:
 
     def __getitem__(self, index) -> torch.Tensor:
         index = index if isinstance(index, tuple) else (index,)
+        if any(part is None for part in index):
+            raise IndexError("Forcings take ints, slices, index arrays and `...`; add axes (None) to the tensor")
+        if any(part is Ellipsis for part in index):  # as full slices: the batch and time dims come first
+            at = next(i for i, part in enumerate(index) if part is Ellipsis)
+            given = sum(part is not Ellipsis for part in index)
+            index = (*index[:at], *(slice(None),) * (len(self.shape) - given), *index[at + 1 :])
         times = self.times[index[:2]]  # the batch and time dims; the others index the fields
         flat = times.reshape(-1)
         missing = np.unique(flat[[t not in self._cache for t in flat]]) if flat.size else flat
@@ -75,15 +80,18 @@ class Forcings:
         values = np.stack(fields) if fields else np.zeros((0, self.channels, *self.grid), np.float32)
         for stale in set(self._cache) - set(flat):
             del self._cache[stale]
-        tensor = torch.from_numpy(values.reshape(*times.shape, self.channels, *self.grid)).to(self.device)
+        tensor = torch.from_numpy(values.reshape(*times.shape, self.channels, *self.grid)).to(self.device, self.dtype)
         return tensor[(slice(None),) * times.ndim + index[2:]] if len(index) > 2 else tensor
 
     def tensor(self) -> torch.Tensor:
         """All of them: (batch, history + steps, forcing_channels, nlat, nlon)."""
         return self[:, :]
 
-    def to(self, device) -> "Forcings":
-        return replace(self, device=device)
+    def to(self, device=None, dtype: torch.dtype | None = None) -> "Forcings":
+        """On ``device`` and/or as ``dtype`` once indexed (``to(torch.float64)`` as a tensor's)."""
+        if isinstance(device, torch.dtype):
+            device, dtype = None, device
+        return replace(self, device=self.device if device is None else device, dtype=dtype or self.dtype)
 
 
 @dataclass(frozen=True)

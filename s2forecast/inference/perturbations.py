@@ -148,6 +148,8 @@ def member_states(
     if perturbation is not None:
         shape = (members, states.shape[3])
         if isinstance(generator, list | tuple):
+            if len(generator) != batch:  # one drew for every time: they shared a perturbation
+                raise UserError(f"{len(generator)} generators for {batch} initialization times: give one per time")
             noise = torch.stack([perturbation.draw(shape, grid, g, states.device) for g in generator])
         else:
             noise = perturbation.draw((batch, *shape), grid, generator, states.device)

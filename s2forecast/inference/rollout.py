@@ -29,6 +29,7 @@ import torch
 
 from s2forecast import __version__
 from s2forecast.data.store import VARIABLES, cf_attributes
+from s2forecast.devices import check_device
 from s2forecast.inference.forecast_file import ChannelLayout, ForecastFile
 from s2forecast.inference.initial_conditions import (
     InitialConditions,
@@ -115,14 +116,16 @@ class RolloutOptions:
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise UserError(f"{name} must be an integer, got {value!r}")
+        if self.seed < 0:
+            raise UserError(f"seed must be >= 0, got {self.seed}")
         if self.batch_size < 1:
             raise UserError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.members < 0:
             raise UserError(f"members must be >= 0, got {self.members}")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, TypeError):
-            raise UserError(f"device {self.device!r} is not a device; use cpu, cuda or cuda:N") from None
+        try:  # here, not when the checkpoint is loaded onto it: that failed as an unreadable checkpoint
+            check_device(self.device)
+        except UserError as error:
+            raise UserError(f"device {error}") from None
         if self.perturbation is None and self.perturbation_scale is not None:
             raise UserError(f"--perturbation-scale {self.perturbation_scale} perturbs nothing without --perturbation "
                             "gaussian or spherical-noise; add one, or leave --perturbation-scale out")  # fmt: skip
@@ -213,8 +216,9 @@ def init_generators(options: RolloutOptions, init_times: np.ndarray) -> list[tor
     whatever the batch size, the other times of the run, or the rank that forecasts it; the
     caller's random state is untouched."""
     seconds = init_times.astype("datetime64[s]").astype(np.int64)
-    # SeedSequence mixes (seed, time): no two pairs share a stream (a linear mix would), any seed fits
-    states = [np.random.SeedSequence([options.seed % 2**64, int(t) % 2**64]).generate_state(1, np.uint64)[0]
+    # SeedSequence mixes (seed, time): no two pairs share a stream (a linear mix would), any seed >= 0 fits
+    # (not reduced modulo 2**64: seeds 0 and 2**64 were one stream)
+    states = [np.random.SeedSequence([int(options.seed), int(t) % 2**64]).generate_state(1, np.uint64)[0]
               for t in seconds]  # fmt: skip
     return [torch.Generator(options.device).manual_seed(int(state)) for state in states]
 
@@ -239,7 +243,7 @@ def init_times_from(times=None, start=None, end=None, every_hours=None, availabl
         ValueError: a time that is not a time, start or end missing, ``every_hours`` not a
             number > 0 (of at least 1 s), or more times than ``available`` holds.
     """
-    if times:
+    if times is not None and len(times):  # an array of times too (its truth value is ambiguous)
         given = [
             name for name, value in (("--start", start), ("--end", end), ("--every", every_hours)) if value is not None
         ]

@@ -215,6 +215,13 @@ class Forecaster(nn.Module):
         history = states.shape[1]
         if forcings.shape[1] < history + steps:
             raise UserError(f"forcings for {forcings.shape[1]} times; {steps} steps need {history + steps}")
+        samples = len(states) // copies
+        if isinstance(generator, list | tuple) and len(generator) not in (samples, len(states)):
+            # another count was shared out by consecutive rows, groups that straddled two samples
+            raise UserError(
+                f"{len(generator)} generators for {samples} samples x {copies} member(s): give one generator, one per "
+                f"sample ({samples}) or one per member ({len(states)})"
+            )
         noise = None
         for k in range(steps):
             noise = self.sample_noise(len(states), generator, previous=noise)
@@ -240,8 +247,10 @@ class Forecaster(nn.Module):
         for name, tensor in (("states", states), ("static", static), ("forcings", forcings)):
             shape, got = expected[name], tuple(tensor.shape)
             if len(got) != len(shape) or any(want not in (None, n) for n, want in zip(got, shape, strict=True)):
-                wanted = ", ".join("batch" if i == 0 else "times" if want is None else str(want)
-                                   for i, want in enumerate(shape))  # fmt: skip
+                wanted = ", ".join(
+                    ("batch" if batch is None else str(batch)) if i == 0 else "times" if want is None else str(want)
+                    for i, want in enumerate(shape)
+                )  # the states' batch first
                 raise UserError(
                     f"{name} of shape {got}: this model takes ({wanted}) (history {self.history}, channels "
                     f"{self.channels}, grid {self.grid.nlat}x{self.grid.nlon})"
@@ -264,8 +273,8 @@ class Forecaster(nn.Module):
         (initial-condition ensembles: ``inference.perturbations``). The yielded tensors are views
         of what the next step starts from, as there.
         """
-        if members < 1:
-            raise UserError(f"members must be >= 1, got {members}")
+        if not isinstance(members, numbers.Integral) or isinstance(members, bool) or members < 1:
+            raise UserError(f"members must be an integer >= 1, got {members!r}")
         batch = len(states)
         if states.dim() == 6:  # one initial state per member
             if states.shape[1] != members:

@@ -177,6 +177,9 @@ def test_member_j_starts_from_initial_condition_j_mod_m():
     torch.testing.assert_close(noise[:, :, 0], noise[:, :, 1], rtol=0, atol=1e-6)  # the same at every input time
     with pytest.raises(ValueError, match="4 members cannot share 3 initial conditions equally"):
         member_states(inputs, 4, grid)
+    one = [torch.Generator().manual_seed(0)]  # drew one perturbation for both times
+    with pytest.raises(ValueError, match=r"^1 generators for 2 initialization times: give one per time$"):
+        member_states(inputs, 6, grid, Perturbation("gaussian"), one)
 
 
 def test_any_seed_makes_a_generator_per_time_and_the_pairs_do_not_collide():
@@ -185,9 +188,11 @@ def test_any_seed_makes_a_generator_per_time_and_the_pairs_do_not_collide():
     0 at time t + P the stream of seed 1 at time t."""
     times = np.array(["2000-01-01T00", "2000-01-01T06"], dtype="datetime64[ns]")
     huge = 18446688733644
-    options = [RolloutOptions(seed=seed) for seed in (0, 1, 5, huge, -3)]
+    options = [RolloutOptions(seed=seed) for seed in (0, 1, 5, huge, 2**64, 2**64 + 1)]  # 2**64 was seed 0
     seeds = {g.initial_seed() for option in options for g in init_generators(option, times)}
-    assert len(seeds) == 10
+    assert len(seeds) == 12
+    with pytest.raises(ValueError, match=r"^seed must be >= 0, got -3$"):  # it was taken modulo 2**64
+        RolloutOptions(seed=-3)
     again = [g.initial_seed() for g in init_generators(RolloutOptions(seed=5), times[::-1])]
     assert again == [g.initial_seed() for g in init_generators(RolloutOptions(seed=5), times)][::-1]
 

@@ -59,6 +59,7 @@ def test_init_times_with_a_range_are_refused(mse_run_1_epoch, swe_store, tmp_pat
 def test_init_times_alone_and_a_range_alone_still_work():
     assert list(init_times_from(["2000-01-01T06"])) == [np.datetime64("2000-01-01T06", "ns")]
     available = np.arange(4).astype("timedelta64[h]") + np.datetime64("2000-01-01T00", "ns")
+    assert list(init_times_from(available[:2])) == list(available[:2])  # an array: its truth value raised
     assert init_times_from(None, "2000-01-01T01", "2000-01-01T02", None, available).size == 2
 
 

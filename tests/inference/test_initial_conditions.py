@@ -297,8 +297,22 @@ def test_forcings_are_computed_a_window_at_a_time(swe_store):
     small = read_initial_conditions(dataset, init_times, 3).forcings
     whole = small.tensor()
     assert whole.shape == small.shape == (2, 5, 3, 8, 16) and whole.dtype == small.dtype == torch.float32
-    for index in [(0, 1), (slice(None), slice(2, 2)), (slice(None), slice(None), 0), (1,), (slice(None), -1)]:
-        assert torch.equal(small[index], whole[index]), index
+    for index in [
+        (0, 1),
+        (slice(None), slice(2, 2)),
+        (slice(None), slice(None), 0),
+        (1,),
+        (slice(None), -1),
+        (..., 0),
+        (0, ..., 2),
+        (..., slice(1, 3), slice(None), slice(None), slice(None)),
+    ]:
+        assert torch.equal(small[index], whole[index]), index  # `...` indexed the times as longitudes
+    with pytest.raises(IndexError, match=r"add axes \(None\) to the tensor"):
+        small[None, 0]
+    as_float64 = small.to(torch.float64)  # a dtype, as a tensor's to() takes: it was taken for a device
+    assert as_float64.dtype == as_float64[:, :2].dtype == torch.float64 and as_float64.device == small.device
+    assert torch.equal(small.to("cpu", torch.float64)[:, 1], whole[:, 1].double())
     # a rollout's windows overlap: each valid time is computed once (at history 2: 3 times a step before)
     computed = []
     counting = type(small)(small.times, lambda t: computed.append(t.size) or dataset.forcings_at(t), 3, (8, 16))

@@ -383,6 +383,8 @@ def test_the_python_api_writes_the_format_of_the_suffix_and_sorts_init_times(tra
     ("options", "steps", "message"),
     [
         ({"device": "gpu"}, 1, r"^device 'gpu' is not a device; use cpu, cuda or cuda:N$"),
+        # a device this machine lacks was an unreadable checkpoint (loading onto it failed)
+        ({"device": "cuda:99"}, 1, r"^device 'cuda:99': this machine has (no CUDA device; use cpu|\d+ CUDA device)"),
         ({"batch_size": "4"}, 1, r"^batch_size must be an integer, got '4'$"),
         ({}, 1.5, r"^steps must be an integer >= 1, got 1\.5$"),  # wrote leads of 1 and 2 h
         ({}, "2", r"^steps must be an integer >= 1, got '2'$"),

@@ -100,3 +100,22 @@ def test_members_do_not_copy_the_forcings_of_every_step():
         leads = model.ensemble_rollout(states, static, endless, 2, 3, torch.Generator().manual_seed(5))
         first = next(leads)
     assert first.shape == (2, 3, 2, 8, 16) and torch.isfinite(first).all()
+
+
+def test_bad_members_generators_and_forcings_are_one_line():
+    """A review found: 3 generators for 2 samples x 3 members were shared out by consecutive rows
+    (generator 1 drew for sample 0's member 2 and sample 1's member 0); members of 2.0 or "3" failed
+    in torch; forcings of another batch named "batch", not the states' 2."""
+    model = forecaster(2)
+    states, static, forcings = inputs()
+    generators = [torch.Generator().manual_seed(i) for i in range(6)]
+    for count in (2, 6):  # one per sample, or one per member
+        next(model.ensemble_rollout(states, static, forcings, 3, 3, generators[:count]))
+    with pytest.raises(ValueError, match=(r"^3 generators for 2 samples x 3 member\(s\): give one generator, one per "
+                                          r"sample \(2\) or one per member \(6\)$")):  # fmt: skip
+        next(model.ensemble_rollout(states, static, forcings, 3, 3, generators[:3]))
+    for members in (2.0, True, "3"):
+        with pytest.raises(ValueError, match=rf"^members must be an integer >= 1, got {members!r}$"):
+            next(model.ensemble_rollout(states, static, forcings, 3, members))
+    with pytest.raises(ValueError, match=r"^forcings of shape \(1, 5, 1, 8, 16\): this model takes \(2, times, 1,"):
+        next(model.rollout(states, static, forcings[:1], 3))
