@@ -207,7 +207,24 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     return truth.drop_vars(along_time)
 
 
+# the longest name made of a field's: its plots' files (a file name has at most 255 bytes), e.g.
+# <field>_1000hPa_rank_histogram.png; its results' <field>_nonfinite_forecast is shorter (NetCDF: 256)
+MAX_NAME_BYTES = 255 - len("_1000hPa_rank_histogram.png")
+
+
 def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
+    scored = _scorable_variables(forecast, variables)
+    for name in scored:  # refused after the scoring, in writing the results: all its work lost
+        size = len(name.encode())
+        if size > MAX_NAME_BYTES:
+            raise UserError(
+                f"forecast variable {name[:40]}... has a name of {size} bytes: the names of its results and plot files "
+                f"hold at most {MAX_NAME_BYTES}; leave it out (--variables) or rename it in the forecast"
+            )
+    return scored
+
+
+def _scorable_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
     needed = {INIT_DIM, LEAD_DIM, *SPATIAL_DIMS}
     # by name: a NetCDF file lists its variables in the order they were written, zarr by name, and the
     # results, table and plots of one forecast came out in another order in each format

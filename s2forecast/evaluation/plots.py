@@ -39,6 +39,25 @@ def _figure(width: float, height: float):
     return figure
 
 
+_TITLE_MIN_POINTS = 7  # a title too wide for its figure shrinks to this size, then loses its middle
+
+
+def _suptitle(figure, title: str, points: float | None = None, **options):
+    """``figure.suptitle`` within the figure's width: a long field name (up to ``MAX_NAME_BYTES``) ran
+    past both edges. The figures have fixed margins, so no second line: smaller, then cut in the middle."""
+    import matplotlib
+
+    points = points or matplotlib.font_manager.FontProperties(size=matplotlib.rcParams["figure.titlesize"]).get_size()
+    room = 0.96 * figure.get_figwidth()
+    wide = _text_width_inches(title, points)
+    if wide > room:
+        points = max(_TITLE_MIN_POINTS, points * room / wide)
+        keep = int(len(title) * room / _text_width_inches(title, points))
+        if keep < len(title):
+            title = f"{title[: keep // 2 - 1]}…{title[len(title) - (keep - keep // 2) + 1 :]}"
+    return figure.suptitle(title, fontsize=points, **options)
+
+
 @functools.cache
 def _natural_earth_coastlines() -> tuple[np.ndarray, np.ndarray]:
     with np.load(COASTLINES) as data:
@@ -145,7 +164,7 @@ def plot_scores(
         figure.text(0.02, 0.01, note, fontsize=7, color="tab:red", va="bottom", ha="left")
     axes[0].set_ylim(bottom=0)
     axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # no offset text under the top axis
-    figure.suptitle(f"{title}: skill versus lead time")
+    _suptitle(figure, f"{title}: skill versus lead time")
     return _save(figure, path)
 
 
@@ -205,7 +224,7 @@ def plot_ensemble_scores(
     axes[0].set_title("CRPS", fontsize=10)
     axes[1].set_title("spread and error", fontsize=10)
     axes[2].set_title("spread-skill ratio", fontsize=10)
-    figure.suptitle(f"{title}: ensemble scores versus lead time")
+    _suptitle(figure, f"{title}: ensemble scores versus lead time")
     return _save(figure, path)
 
 
@@ -238,7 +257,7 @@ def plot_rank_histograms(histogram: xr.DataArray, path: str | Path, title: str, 
         ax.set_xticks(ranks if ranks.size <= 11 else ranks[:: int(np.ceil(ranks.size / 11))])
     axes[0].set_ylabel("frequency (area-weighted)")
     axes[0].legend(fontsize=8)
-    figure.suptitle(f"{title}: rank histograms ({ranks.size - 1} members)")
+    _suptitle(figure, f"{title}: rank histograms ({ranks.size - 1} members)")
     return _save(figure, path)
 
 
@@ -342,7 +361,7 @@ def _draw_maps(forecast, truth, path, title, units, land_sea_mask, forecast_labe
             if not np.isfinite(values).any():
                 ax.text(0.5, 0.5, "no truth at this valid time", ha="center", va="center", transform=ax.transAxes)
             figure.colorbar(mesh, ax=ax, label=units, shrink=0.8)  # as tall as the 2:1 map
-    figure.suptitle(title)
+    _suptitle(figure, title)
     return _save(figure, path)
 
 
@@ -419,7 +438,7 @@ def plot_spectra(
         positive = values[np.isfinite(values) & (values > 0)]
         if positive.size:  # down to the smallest power, not below a band-limited field's round-off floor
             ax.set_ylim(bottom=max(0.5 * positive.min(), 1e-12 * positive.max()))
-    figure.suptitle(f"{title}: spectra of {forecast_label} and truth")
+    _suptitle(figure, f"{title}: spectra of {forecast_label} and truth")
     return _save(figure, path)
 
 
@@ -443,13 +462,14 @@ _LABEL_POINTS = 8  # font size of the scorecard's labels and cells
 
 
 def _text_width_inches(text: str, points: float) -> float:
-    """The advance width of ``text`` in the default font: a little wider than its ink, and 50x
-    faster than the extents of its glyph outlines (1.4 s for a scorecard's 80 labels)."""
+    """The width of ``text`` in the default font as drawn: its advance width (a little wider than its
+    ink, and 50x faster than the extents of its glyph outlines: 1.4 s for a scorecard's 80 labels)
+    with Agg's margin."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import text_to_path
 
     width, _, _ = text_to_path.get_text_width_height_descent(text, FontProperties(size=points), ismath=False)
-    return width / 72.0
+    return 1.05 * width / 72.0  # Agg draws ~3 % wider (hinting): a label of 180 characters was cut by 16 px
 
 
 def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray, title: str):
@@ -464,15 +484,18 @@ def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray
     height = max(2.2, 1.3 + 0.32 * len(rows))  # one row: the colour bar's label was taller than the figure
     figure = _figure(width, height)
     ax = figure.add_axes((left / width, 0.2 / height, table_width / width, 1 - 1.1 / height))
-    values = cells[np.isfinite(cells)]
-    finite = np.abs(values)
+    # +inf: a baseline of RMSE 0 (persistence at lead 0) that the forecast is not; it was grey "n/a",
+    # as a lead without truth (NaN) is
+    values = cells[~np.isnan(cells)]
+    finite = np.abs(values[np.isfinite(values)])
     limit = min(max(float(finite.max()) if finite.size else 1.0, 1.0), SCORECARD_LIMIT_PERCENT)
-    masked = np.ma.masked_invalid(cells)
+    huge = np.finfo(np.float64).max
+    masked = np.ma.masked_invalid(np.where(np.isinf(cells), np.sign(cells) * huge, cells))
     cmap = colormaps["RdBu_r"].with_extremes(bad="0.85")
     image = ax.imshow(masked, cmap=cmap, norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
     for (i, j), value in np.ndenumerate(cells):
-        text = "n/a" if not np.isfinite(value) else f"{value:+.0f}"
-        dark = np.isfinite(value) and abs(value) > 0.6 * limit  # white on the deep colours
+        text = "n/a" if np.isnan(value) else f"{value:+.0f}"
+        dark = not np.isnan(value) and abs(value) > 0.6 * limit  # white on the deep colours
         ax.text(j, i, text, ha="center", va="center", fontsize=_LABEL_POINTS - 1, color="w" if dark else "k")
     ax.set_xticks(range(len(lead_hours)), [f"{h:g}" for h in lead_hours], fontsize=_LABEL_POINTS)
     ax.set_yticks(range(len(rows)), rows, fontsize=_LABEL_POINTS)
@@ -484,5 +507,5 @@ def _scorecard_figure(cells: np.ndarray, rows: list[str], lead_hours: np.ndarray
     colorbar_axes = figure.add_axes(((left + table_width + 0.15) / width, 0.2 / height, 0.15 / width,
                                      1 - 1.1 / height))  # fmt: skip
     figure.colorbar(image, cax=colorbar_axes, extend=extend, label="RMSE change [%]")
-    figure.suptitle(title, fontsize=10, y=1 - 0.08 / height, va="top")
+    _suptitle(figure, title, 10, y=1 - 0.08 / height, va="top")
     return figure

@@ -39,7 +39,7 @@ LAND_REGIONS = {"global_land": "global", "extra-tropics_land": "extra-tropics", 
 LAND_SEA_MASK_NAMES = ("land_sea_mask", "lsm")  # WB2 name, ERA5 short name
 _NUMBER = r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*"
 _BOX = re.compile(rf"^{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER}$")
-_NAME = re.compile(r"^[A-Za-z][\w.-]*$")  # of a named box: a label for results, tables and CSV
+_NAME = re.compile(r"^[^\W\d_][\w.-]*$")  # of a named box (a label for results, tables and CSV): any letter first
 
 
 def region_label(region: str) -> str:

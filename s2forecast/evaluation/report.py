@@ -203,7 +203,11 @@ def write_plots(
 
     plot_dir.mkdir(exist_ok=True)
     files = []
-    init = forecast[INIT_DIM].values[:1]
+    # the maps' init time: the first with the most truth at the map leads (the first alone drew empty
+    # truth and error panels when its valid times were missing, beside inits with all of theirs)
+    inits = forecast[INIT_DIM].values
+    shown = int(np.argmax(truth_available(truth, inits, map_leads).sum(axis=1)))
+    init = inits[shown : shown + 1]
     valid = init[0] + map_leads
     present = valid[truth_available(truth, init, map_leads)[0]]
     coast = land_sea_mask(truth)
@@ -212,7 +216,7 @@ def write_plots(
     for v in variables:
         levels = metrics["level"].values.tolist() if "level" in metrics[v].dims else None
         units = metrics[v].attrs.get("field_units", "")
-        f = forecast[v].isel({INIT_DIM: [0]}).sel({LEAD_DIM: map_leads})
+        f = forecast[v].isel({INIT_DIM: [shown]}).sel({LEAD_DIM: map_leads})
         member = member_dim(f.dims)
         if member is not None:
             f = f.mean(member)  # maps of the ensemble mean

@@ -398,6 +398,23 @@ def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, t
         evaluate_module.open_forecast(forecast.rename(prediction_timedelta="step"))
 
 
+def test_a_variable_name_too_long_for_its_result_files_is_refused_before_the_work(tmp_path, truth_ds):
+    """A name NetCDF takes (<= 256 bytes) was scored, then writing <name>_nonfinite_forecast into the
+    results (or its plots' files) failed: a traceback, all the work lost (a review found it)."""
+    forecast = perfect_forecast(truth_ds)
+    for length, ok in ((228, True), (229, False)):
+        name = "t" * length
+        renamed = forecast.rename({"2m_temperature": name})
+        truth = truth_ds.rename({"2m_temperature": name})
+        if ok:
+            evaluate_module.EvaluationInputs.open(renamed, truth)
+            continue
+        message = rf"^forecast variable {'t' * 40}\.\.\. has a name of 229 bytes: the names of its results and plot"
+        with pytest.raises(ValueError, match=message + r" files hold at most 228; leave it out"):
+            evaluate(renamed, truth, tmp_path / "m.nc", progress=False)
+        assert list(tmp_path.iterdir()) == []
+
+
 def test_wb2_climatology_zarr_is_accepted(tmp_path, truth_path, perfect_path, truth_ds):
     clim = compute_climatology(truth_ds.drop_vars("written"))
     clim.attrs = {}

@@ -187,7 +187,8 @@ def test_maps_take_the_mask_and_truth_in_another_longitude_convention(tmp_path, 
 
 
 def test_scorecard_labels_fit_and_colours_saturate():
-    rows = ["T2M global", "mean_sea_level_pressure extra-tropics", "10m_u_component_of_wind north-america"]
+    """... a label of 180 characters too: the width estimate fell ~3 % short (16 px cut; a review)."""
+    rows = ["T2M global", "mean_sea_level_pressure extra-tropics", "10m_u_component_of_wind" * 7 + " north-america"]
     cells = np.array([[-10.0, 5.0], [324.0, np.nan], [-50.0, np.inf]])
     figure = plots._scorecard_figure(cells, rows, np.array([24.0, 48.0]), "forecast RMSE vs persistence RMSE")
     renderer = figure.canvas.get_renderer()
@@ -201,7 +202,8 @@ def test_scorecard_labels_fit_and_colours_saturate():
     image = table.images[0]
     assert image.norm.vmax == plots.SCORECARD_LIMIT_PERCENT  # +324 % saturates, the rest keep their shades
     cell_text = {t.get_text() for t in table.texts}
-    assert {"-10", "+5", "+324", "-50", "n/a"} <= cell_text
+    assert {"-10", "+5", "+324", "-50", "n/a", "+inf"} <= cell_text  # +inf: a baseline of RMSE 0 (was n/a)
+    assert table.images[0].get_array().mask.sum() == 1  # only the NaN is grey; +inf gets the deepest red
 
 
 def _script(name: str):
@@ -290,7 +292,13 @@ def test_a_lone_climatology_value_is_drawn_and_the_acc_caveat_hides_no_line(tmp_
     )  # fmt: skip
     caveat = "a climatology of 1 year" + ", contains the verified times; WeatherBench2 uses 1990-2019" * 3
     plots.plot_scores(scores, tmp_path / "s.png", title="T2M", units="K", acc_caveat=caveat)
-    (figure,) = figures
+    long_name = "t" * 228 + "_1000hPa, global"  # ran past both edges of the figure (a review)
+    plots.plot_scores(scores, tmp_path / "t.png", title=long_name, units="K")
+    title = figures[1]._suptitle
+    assert title.get_text().startswith("ttt") and title.get_text().endswith("skill versus lead time")
+    figures[1].draw(figures[1].canvas.get_renderer())
+    assert 0 <= title.get_window_extent().x0 and title.get_window_extent().x1 <= figures[1].bbox.width
+    figure = figures[0]
     rmse, acc = figure.axes[:2]
     (climatology,) = [line for line in rmse.lines if line.get_label() == "climatology"]
     assert climatology.get_marker() not in (None, "None", "", " ")

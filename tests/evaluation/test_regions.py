@@ -97,6 +97,7 @@ def test_predefined_regions_are_wb2s():
     assert STANDARD_REGIONS["europe"] == ([(35.0, 75.0)], [(347.5, 360.0), (0.0, 42.5)])
     assert STANDARD_REGIONS["north-america"] == ([(25.0, 60.0)], [(240.0, 285.0)])
     assert parse_box("30,70,350,40") == parse_box("box1=30,70,350,40") == (30.0, 70.0, 350.0, 40.0)
+    assert parse_box("Ärea=30,70,350,40") == parse_box("Φ=30,70,350,40")  # letters, not only ASCII's (were refused)
     with pytest.raises(ValueError, match=r"region\(s\) \['alps'\] given twice"):
         check_region_names(["alps=44,48,5,16", "alps=40,50,0,20"])
 

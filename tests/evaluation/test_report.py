@@ -147,3 +147,21 @@ def test_table_and_score_plots_name_no_region_when_global(tmp_path, monkeypatch)
     header = format_table(metrics).splitlines()[0]
     assert header.split() == ["6h"] and header.startswith(" ")
     assert "T2M: skill versus lead time" in titles
+
+
+def test_maps_show_the_first_init_time_with_truth_at_the_map_leads(tmp_path, monkeypatch):
+    """The first init time's maps were drawn whatever the truth: without its valid times, empty truth
+    and error panels beside init times with all of theirs (a review found it)."""
+    drawn = []
+    real_plot_maps = plots.plot_maps
+    monkeypatch.setattr(plots, "plot_maps", lambda f, o, path, **kw: drawn.append((o, kw["title"])) or
+                        real_plot_maps(f, o, path, **kw))  # fmt: skip
+    truth = make_truth()
+    forecast = make_forecast(truth, [6])
+    gappy = truth.drop_sel(time=TIMES[1])  # init 0's valid time at 6 h
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingTruthWarning)
+        evaluate(forecast, gappy, tmp_path / "m.nc", progress=False, regions=["global"])
+    ((shown_truth, title),) = drawn
+    assert title.endswith(f"init time {INITS[1]:%Y-%m-%d %H:%M}")
+    assert np.isfinite(shown_truth.values).all()
