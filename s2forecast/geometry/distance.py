@@ -4,8 +4,8 @@ import math
 
 import torch
 
-# Relative slack on the haversine when testing "distance <= radius", so that a radius equal to
-# a grid spacing includes the neighbors that lie exactly that far away despite round-off.
+# Relative slack on the radius when testing "distance <= radius", so that a radius equal to a
+# grid spacing includes the neighbors that lie exactly that far away despite round-off.
 RADIUS_RTOL = 1e-9
 
 
@@ -24,8 +24,11 @@ def haversine(colat1: torch.Tensor, lon1: torch.Tensor, colat2: torch.Tensor, lo
 def within_radius(hav: torch.Tensor, radius: float) -> torch.Tensor:
     """Whether haversines ``hav`` belong to distances <= ``radius`` (radians). A neighbour exactly
     ``radius`` away is kept for haversines of float64 coordinates (the grid's); of float32 ones, the
-    coordinates' round-off (1e-4 of a 0.25 deg spacing) decides."""
-    return hav <= math.sin(0.5 * radius) ** 2 * (1.0 + RADIUS_RTOL)
+    coordinates' round-off (1e-4 of a 0.25 deg spacing) decides. The slack is the radius's: on the
+    haversine, flat near pi, it reached 6e-5 rad there (a radius just below pi held the antipodes)."""
+    if radius >= math.pi:  # the whole sphere, antipodes whose haversine rounds above 1 included
+        return torch.ones_like(hav, dtype=torch.bool)
+    return hav <= math.sin(0.5 * min(math.pi, radius * (1.0 + RADIUS_RTOL))) ** 2
 
 
 def geodesic_distance(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

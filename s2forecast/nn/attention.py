@@ -219,7 +219,8 @@ class S2Attention(SphericalAttentionLayer):
         return backend.prepare(self.grid_in, device, dtype)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
-        """query on ``grid_out``; key and value (default: query) on ``grid_in``."""
+        """query on ``grid_out``; key (default: query) and value (default: key) on ``grid_in``:
+        ``layer(x, y)`` attends from x to y's values, where torch-harmonics' ``AttentionS2`` takes x's."""
         q, k, v = self._project(query, key, value, self.grid_out, self.grid_in)
         bias = self.position_embedding() if self.position_acts_on == "scores" else None
         out = self._attention_backend(q, k, v, self._state(), grid_q=self.grid_out, grid_kv=self.grid_in, bias=bias)
@@ -279,7 +280,7 @@ class S2NeighborhoodAttention(SphericalAttentionLayer):
         return backend.prepare(self.grid, self.theta, device, dtype)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
-        """query, key and value (defaults: query) all on ``grid``."""
+        """query, key (default: query) and value (default: key) all on ``grid``."""
         q, k, v = self._project(query, key, value, self.grid, self.grid)
         out = self._attention_backend(q, k, v, self._state())
         return self._merge(out, self.grid)

@@ -68,6 +68,17 @@ def test_polar_rows_are_whole_rows():
     assert one.neighbors_per_row[16] == 5  # itself, 2 along the row, 2 along the meridian
 
 
+def test_a_radius_just_below_pi_leaves_out_the_antipodes():
+    """The round-off slack was on the haversine, flat near pi: 6e-5 rad of slack there, and the poles
+    of a 181x360 grid were each other's neighbors at pi - 5e-5 (a review found it)."""
+    poles = Grid(2, 3)  # each north point is pi from each south point
+    for theta in (math.pi - 5e-5, math.pi * (1 - 1e-6)):
+        assert spherical_neighborhood(poles, theta).neighbors_per_row.tolist() == [3, 3], theta
+    assert spherical_neighborhood(poles, math.pi).neighbors_per_row.tolist() == [6, 6]
+    grid = Grid(181, 360)
+    assert int((spherical_neighborhood(grid, math.pi - 5e-5).half_width[0] >= 0).sum()) == 180  # not the south pole
+
+
 def test_structure_is_rebuilt_not_cached():
     """ops hold no cache: each call builds the same structure afresh (layers keep theirs)."""
     grid = Grid(16, 32)

@@ -116,6 +116,20 @@ def test_whole_sphere_and_value_dim_and_scale(tiles):
     assert_close_to_reference(inputs, grid, math.pi, scale=0.3)
 
 
+@pytest.mark.parametrize("backend", ["fused", "blocked"])
+def test_a_gradient_of_a_gradient_is_refused_not_partial(tiles, backend):
+    """The kernels' backward is not differentiable: the fused one's gradients came out of Triton
+    without a graph, so a gradient penalty silently left the attention's part out. Refused now, as
+    the blocked backend's is (``reference`` differentiates twice)."""
+    grid = Grid(4, 8)
+    tiles(16, 16)
+    q, k, v = random_qkv(grid, head_dim=8)
+    out = neighborhood_attention(q, k, v, grid, default_radius(grid), backend=backend)
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        (dq.sum() + q.square().sum()).backward()
+
+
 @pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast
 def test_strided_inputs(tiles):
     """q, k, v as the (batch, heads, N, head_dim) views of a (batch, N, heads*head_dim) projection."""

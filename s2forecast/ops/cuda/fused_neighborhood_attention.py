@@ -9,6 +9,7 @@ import math
 
 import torch
 import triton
+from torch.autograd.function import once_differentiable
 
 from s2forecast.geometry import Grid
 from s2forecast.ops.cuda.neighborhood_kernels import (
@@ -136,6 +137,7 @@ class _FusedNeighborhoodAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the kernels' gradients carry no graph: a second derivative would miss them
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = fused_backward(grad_out, q, k, v, out, lse, ctx.state, ctx.scale)
