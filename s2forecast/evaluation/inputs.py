@@ -141,6 +141,10 @@ def open_forecast(source: str | os.PathLike | xr.Dataset, storage_options: dict 
     if LEAD_ALIAS in forecast.dims and LEAD_DIM not in forecast.dims:
         forecast = forecast.rename({LEAD_ALIAS: LEAD_DIM})
     check_forecast_layout(forecast)
+    sizes = ((INIT_DIM, "init times"), (LEAD_DIM, "leads"))
+    empty = [f"{dim!r} ({what})" for dim, what in sizes if not forecast.sizes[dim]]
+    if empty:  # scored nothing, then failed in the table (a traceback)
+        raise UserError(f"the forecast has no {' and no '.join(empty)}: there is nothing to score")
     if not forecast.indexes[INIT_DIM].is_unique:
         raise UserError("forecast 'time' (init time) has duplicate values; drop them")
     lead = forecast[LEAD_DIM]

@@ -396,6 +396,11 @@ def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, t
     xr.testing.assert_identical(renamed, evaluate_module.open_forecast(forecast))
     with pytest.raises(ValueError, match="no .prediction_timedelta. dim.*lead_time -> prediction_timedelta"):
         evaluate_module.open_forecast(forecast.rename(prediction_timedelta="step"))
+    # no leads (bench_scale --leads 0 wrote one): the table failed with an IndexError after the scoring
+    with pytest.raises(ValueError, match=r"^the forecast has no 'prediction_timedelta' \(leads\): there is nothing"):
+        evaluate_module.open_forecast(forecast.isel(prediction_timedelta=slice(0)))
+    with pytest.raises(ValueError, match=r"^the forecast has no 'time' \(init times\) and no 'prediction_timedelta'"):
+        evaluate_module.open_forecast(forecast.isel(time=slice(0), prediction_timedelta=slice(0)))
 
 
 def test_a_variable_name_too_long_for_its_result_files_is_refused_before_the_work(tmp_path, truth_ds):
