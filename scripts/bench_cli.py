@@ -45,6 +45,8 @@ def main():
     parser.add_argument("--commands", nargs="+", help="subcommands to time (default: s2forecast --help and all)")
     parser.add_argument("--no-cache", action="store_true", help="time the Lightning commands' help without its cache")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     argvs = [[name, "--help"] for name in args.commands] if args.commands else [["--help"]]
     if not args.commands:

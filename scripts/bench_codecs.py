@@ -12,6 +12,7 @@ Compared: Blosc LZ4 with byte shuffle (zarr 2's default) and with bit shuffle
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numcodecs
 import numpy as np
@@ -46,6 +47,10 @@ def main(argv=None) -> None:
     parser.add_argument("store", help="a zarr store")
     parser.add_argument("--repeat", type=int, default=5, help="runs per codec (the best is kept)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    if not Path(args.store).is_dir():
+        parser.error(f"{args.store} is not a zarr store (no such directory)")
     numcodecs.blosc.use_threads = False  # one thread: what a task compressing a chunk gets
     ds = xr.open_zarr(args.store, consolidated=False)
     for name, variable in ds.data_vars.items():

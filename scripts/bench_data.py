@@ -90,8 +90,9 @@ class RawZarr(torch.utils.data.Dataset):
         return torch.from_numpy(np.stack(out))
 
 
-def throughput(loader, samples: int) -> float:
-    """Samples per second over ``samples`` samples after the first batch (worker start-up)."""
+def throughput(loader, samples: int) -> tuple[int, float]:
+    """(samples timed, samples per second) over up to ``samples`` samples after the first batch (worker
+    start-up); fewer when the store ends first."""
     iterator = iter(loader)
     next(iterator)
     seen, start = 0, time.perf_counter()
@@ -99,7 +100,9 @@ def throughput(loader, samples: int) -> float:
         seen += len(batch.inputs) if hasattr(batch, "inputs") else len(batch)
         if seen >= samples:
             break
-    return seen / (time.perf_counter() - start)
+    if not seen:
+        raise SystemExit(f"the store has no sample after the first batch: give more --times than {samples}")
+    return seen, seen / (time.perf_counter() - start)
 
 
 class DelayedHandler(http.server.SimpleHTTPRequestHandler):
@@ -108,13 +111,15 @@ class DelayedHandler(http.server.SimpleHTTPRequestHandler):
     delay = 0.02
     protocol_version = "HTTP/1.1"  # keep-alive, as cloud object stores
 
+    prefix = "/"  # the store's path: nothing else of its directory (/tmp by default) is served
+
     def do_GET(self):
         time.sleep(self.delay)
-        super().do_GET()
+        super().do_GET() if self.path.startswith(self.prefix) else self.send_error(404)
 
     def do_HEAD(self):
         time.sleep(self.delay)
-        super().do_HEAD()
+        super().do_HEAD() if self.path.startswith(self.prefix) else self.send_error(404)
 
     def log_message(self, *args):
         pass
@@ -124,15 +129,15 @@ class Server(http.server.ThreadingHTTPServer):
     request_queue_size = 128  # the default backlog (5) drops connections that concurrent readers open at once
 
 
-def serve(root: Path, delay_ms: float) -> http.server.ThreadingHTTPServer:
-    """A server on 127.0.0.1 (loopback only, a free port) for ``root``, until ``shutdown()``."""
-    handler = type("Delayed", (DelayedHandler,), {"delay": delay_ms / 1000})
-    server = Server(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+def serve(store: Path, delay_ms: float) -> http.server.ThreadingHTTPServer:
+    """A server on 127.0.0.1 (loopback only, a free port) of ``store`` (at /NAME/), until ``shutdown()``."""
+    handler = type("Delayed", (DelayedHandler,), {"delay": delay_ms / 1000, "prefix": f"/{store.name}/"})
+    server = Server(("127.0.0.1", 0), functools.partial(handler, directory=str(store.parent)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", default=None, help="default: /tmp/s2forecast_bench_data[_NLATxNLON_LEVELS].zarr")
     parser.add_argument("--times", type=int, default=80, help="6-hourly times in the synthetic store")
@@ -144,21 +149,36 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--read-threads", default="1", help="comma-separated values of the DataModule's read_threads")
     parser.add_argument("--http-delay-ms", type=float, default=None, help="serve over HTTP, each request this late")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    nlat, nlon = (int(n) for n in args.grid.split("x"))
+    try:
+        nlat, nlon = (int(n) for n in args.grid.split("x"))
+        threads = [int(n) for n in args.read_threads.split(",")]
+    except ValueError:
+        parser.error(f"--grid {args.grid!r} (NLATxNLON) and --read-threads {args.read_threads!r} (1,16) take numbers")
+    if min(args.times, args.levels, args.batch_size, args.samples, args.repeats, nlat, nlon, *threads) < 1:
+        parser.error("--times, --levels, --batch-size, --samples, --repeats, --read-threads and the grid must be >= 1")
+    if args.workers < 0:
+        parser.error(f"--workers {args.workers}: must be >= 0")
     default = "/tmp/s2forecast_bench_data.zarr"
     if (nlat, nlon, args.levels) != (121, 240, 13):
         default = f"/tmp/s2forecast_bench_data_{nlat}x{nlon}_{args.levels}.zarr"
     store = Path(args.store or default)
     if not store.exists():
         make_store(store, args.times, nlat, nlon, args.levels)
+    with xr.open_zarr(store) as existing:  # one made before is reused: only if it is the one asked for
+        found = (existing.sizes["time"], existing.sizes["latitude"], existing.sizes["longitude"],
+                 existing.sizes.get("level", 0))  # fmt: skip
+    if found != (args.times, nlat, nlon, args.levels):
+        parser.error(
+            f"{store} holds {found[0]} times of {found[1]}x{found[2]} at {found[3]} levels, not --times {args.times} "
+            f"--grid {nlat}x{nlon} --levels {args.levels}: give its sizes, or another --store"
+        )
     server = None
     source = str(store)
     if args.http_delay_ms is not None:
-        server = serve(store.parent, args.http_delay_ms)
+        server = serve(store, args.http_delay_ms)
         source = f"http://127.0.0.1:{server.server_address[1]}/{store.name}"
-    threads = [int(n) for n in args.read_threads.split(",")]
 
     def module(read_threads: int) -> ERA5DataModule:
         return ERA5DataModule(
@@ -177,12 +197,13 @@ def main():
         )  # fmt: skip
         loaders.append(("raw-zarr", 1, raw_loader))
     common = {"nlat": nlat, "nlon": nlon, "channels": len(dataset.channels), "workers": args.workers}
-    common |= {"batch_size": args.batch_size, "samples": args.samples, "http_delay_ms": args.http_delay_ms}
+    common |= {"batch_size": args.batch_size, "http_delay_ms": args.http_delay_ms}
     try:
         for _ in range(args.repeats):
             for name, read_threads, loader in loaders:
-                rate = throughput(loader, args.samples)
-                line = {"impl": name, "read_threads": read_threads, **common, "samples_per_s": round(rate, 2)}
+                seen, rate = throughput(loader, args.samples)
+                line = {"impl": name, "read_threads": read_threads, **common, "samples": seen,
+                        "samples_per_s": round(rate, 2)}  # fmt: skip
                 print(json.dumps(line), flush=True)
     finally:
         if server is not None:

@@ -8,7 +8,8 @@ variable's canonical units and plausible ranges (``data.plausibility``). Then ru
 its input in the same run, and prints per command:
 
     {"case", "workers", "wall_s", "cpu_s", "peak_rss_mb", "store_mb", "data_mb", "input_mb", "mb_per_s",
-     "raw", "raw_wall_s", "raw_cpu_s", "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid",
+     "raw", "raw_wall_s", "raw_cpu_s", "raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "input_bytes",
+     "imports_s", "raw_imports_s", "grid",
      "channels", "steps", "load"}   (+ "inits", "leads" for evaluate and rollout, "plots" for evaluate,
      "output_write_s", "output_write_cpu_s" for climatology)
 
@@ -371,6 +372,7 @@ RAW_NETCDF = (
 RAW_STARTUP = "import xarray, dask.array, zarr"
 # a row's throughput keys: null for the cases that use --inits
 READ_KEYS = (
+    "input_bytes",
     "input_mb",
     "mb_per_s",
     "raw",
@@ -380,6 +382,8 @@ READ_KEYS = (
     "raw_mb_per_s",
     "ratio",
     "ratio_net",
+    "imports_s",
+    "raw_imports_s",
 )
 # what a case imports before its work (ratio_net), unless its Case says otherwise: python + torch
 STARTUP = "import torch, torch_harmonics, s2forecast.cli, s2forecast.geometry"
@@ -392,6 +396,23 @@ def parse_grid(text: str) -> tuple[int, int]:
     except ValueError:
         raise SystemExit(f"--grid {text!r}: give two numbers, e.g. 721x1440") from None
     return min(a, b), max(a, b)
+
+
+def counts(text: str, option: str, minimum: int = 1) -> list[int]:
+    """'32,64' -> [32, 64]: whole numbers >= ``minimum``, else one line naming ``option``."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x]
+    except ValueError:
+        raise SystemExit(f"{option} {text!r}: give whole numbers, e.g. 32 or 32,64") from None
+    if not values or min(values) < minimum:
+        raise SystemExit(f"{option} {text!r}: each must be >= {minimum}")
+    return values
+
+
+def one(values: list[int], name: str) -> int:
+    if len(values) != 1:
+        raise SystemExit(f"--{name.replace('_', '-')} {values}: give one number")
+    return values[0]
 
 
 def write_store(path: Path, nlat: int, nlon: int, steps: int, variables: list[str], levels: list[int], surface):
@@ -449,6 +470,8 @@ def measure(argv: list[str]) -> tuple[float, float, float, str]:
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
         command = ["/usr/bin/time", "-f", "%e %U %S %M", "-o", report.name, *argv]
         result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if result.returncode == 2:  # s2forecast's one-line user error (of these options): passed on as it is
+            raise SystemExit(result.stderr.strip().splitlines()[-1])
         if result.returncode != 0:
             raise RuntimeError(f"{argv[:4]} failed ({result.returncode}): {result.stderr[-2000:]}")
         wall, user, system, peak_kb = report.read().split()[-4:]
@@ -462,6 +485,7 @@ def throughput(input_bytes: int, wall: float, startup: float, raw: str, raw_time
     raw_wall, raw_rss, raw_cpu = raw_time
     raw_rate = input_bytes / 1e6 / raw_wall
     return {
+        "input_bytes": int(input_bytes),  # input_mb and the rates round to 0.0 at tiny grids
         "input_mb": round(input_bytes / 1e6, 1),
         "mb_per_s": round(input_bytes / 1e6 / wall, 1),
         "raw": raw,
@@ -475,6 +499,8 @@ def throughput(input_bytes: int, wall: float, startup: float, raw: str, raw_time
         "ratio_net": round((raw_wall - raw_startup) / (wall - startup), 3)
         if raw_wall > raw_startup and wall > startup
         else None,
+        "imports_s": round(startup, 2),  # what ratio_net takes off each side
+        "raw_imports_s": round(raw_startup, 2),
     }
 
 
@@ -496,8 +522,8 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", default="16", help="record length(s) in time steps: 16 or 32,64,128")
     parser.add_argument("--cases", default="stats", help=f"comma-separated, of {list(CASES)}")
     parser.add_argument("--inits", default="8", help="init times of evaluate and rollout: 8 or 8,16 (a run each)")
-    parser.add_argument("--leads", type=int, default=8, help="6-h leads (rollout steps) of evaluate and rollout")
-    parser.add_argument("--file-steps", type=int, default=16, help="time steps per NetCDF input of convert-era5")
+    parser.add_argument("--leads", default="8", help="6-h leads (rollout steps) of evaluate and rollout")
+    parser.add_argument("--file-steps", default="16", help="time steps per NetCDF input of convert-era5")
     parser.add_argument("--workers", default="", help="worker counts: each case also runs with --workers N, e.g. 2")
     parser.add_argument(
         "--workdir", default=None, help="an existing directory in which the run makes its own (default /tmp)"
@@ -509,7 +535,10 @@ def main(argv=None) -> None:
     if args.era5_channels:
         args.variables, args.levels, args.surface = ERA5_70
     variables = [v for v in args.variables.split(",") if v]
-    levels = [int(x) for x in args.levels.split(",") if x]
+    levels = counts(args.levels, "--levels") if args.levels else []
+    steps_list, inits = counts(args.steps, "--steps"), counts(args.inits, "--inits")
+    args.leads, args.file_steps = (one(counts(getattr(args, name), f"--{name.replace('_', '-')}"), name)
+                                   for name in ("leads", "file_steps"))  # fmt: skip
     surface = [v for v in args.surface.split(",") if v]
     cases = [c for c in args.cases.split(",") if c]
     try:
@@ -518,7 +547,6 @@ def main(argv=None) -> None:
         raise SystemExit(f"--workers {args.workers!r}: give worker counts, e.g. 2 or 1,2") from None
     if min(workers[1:], default=1) < 1:
         raise SystemExit(f"--workers {args.workers!r}: each count must be >= 1")
-    inits = [int(x) for x in args.inits.split(",") if x]
     for name in variables + surface:
         if name not in VARIABLES or (name in variables and name not in LEVEL_VALUES and name != "geopotential"):
             raise SystemExit(f"no synthetic values for {name!r}; known: geopotential, {sorted(LEVEL_VALUES)}")
@@ -543,7 +571,7 @@ def main(argv=None) -> None:
         for spec in (CASES[case] for case in cases):
             if spec.imports not in startups:
                 startups[spec.imports] = measure([sys.executable, "-c", spec.imports])[0]
-        for steps in [int(x) for x in args.steps.split(",")]:
+        for steps in steps_list:
             length = root / f"steps_{steps}"  # this record length's store and outputs, removed whole after it
             length.mkdir()
             store = length / f"wb2_{nlat}x{nlon}_{steps}.zarr"

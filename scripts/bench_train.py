@@ -211,6 +211,8 @@ def main():
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
+    if args.threads is not None and args.threads < 1:  # 0 ran with torch's default
+        parser.error(f"--threads must be at least 1, got {args.threads}")
 
     if args.case:
         print(json.dumps(run_case(json.loads(args.case), args.warmup, args.steps)), flush=True)

@@ -16,7 +16,7 @@ KEYS = {"case", "wall_s", "cpu_s", "raw_cpu_s", "peak_rss_mb", "store_mb", "data
 KEYS |= {"raw", "raw_wall_s"}
 KEYS |= {"raw_peak_rss_mb", "raw_mb_per_s", "ratio", "ratio_net", "grid", "channels", "steps", "load", "workers"}
 READ_KEYS = ["input_mb", "mb_per_s", "raw", "raw_wall_s", "raw_cpu_s", "raw_peak_rss_mb", "raw_mb_per_s", "ratio"]
-READ_KEYS += ["ratio_net"]  # the throughput keys
+READ_KEYS += ["ratio_net", "input_bytes", "imports_s", "raw_imports_s"]  # the throughput keys
 CASES = ["stats", "climatology", "evaluate", "rollout", "convert-era5"]  # the order they run in
 
 
@@ -56,12 +56,13 @@ def test_bench_scale_prints_a_line_per_case(tmp_path, capsys):
             # a forecast or checkpoint plus parts of the truth: no raw read of that input, no throughput
             assert {key: row[key] for key in READ_KEYS} == dict.fromkeys(READ_KEYS), row
             continue
-        assert row["raw_wall_s"] > 0 and row["ratio"] > 0
+        assert row["raw_wall_s"] > 0 and row["ratio"] == pytest.approx(row["raw_wall_s"] / row["wall_s"], rel=0.02)
         assert row["raw_cpu_s"] > 0  # python's start alone takes some
         # each case's throughput is against a raw read of its own input: the NetCDF files for convert-era5
         read = cds if row["case"] == "convert-era5" else [f for f in store_path.rglob("*") if f.is_file()]
         assert row["raw"] == ("netcdf" if row["case"] == "convert-era5" else "zarr")
-        assert row["input_mb"] == round(sum(f.stat().st_size for f in read) / 1e6, 1)
+        assert row["input_bytes"] == sum(f.stat().st_size for f in read)
+        assert row["input_mb"] == round(row["input_bytes"] / 1e6, 1)
     by_case = {row["case"]: row for row in rows[1:]}
     assert by_case["evaluate"]["inits"] == by_case["rollout"]["inits"] == 2
     assert by_case["evaluate"]["leads"] == by_case["rollout"]["leads"] == 2
@@ -173,7 +174,7 @@ def test_bench_scale_removes_only_what_it_wrote_in_a_given_workdir(tmp_path, cap
 
 @pytest.mark.parametrize(
     ("raw_wall", "wall", "ratio_net"),
-    [(1.2, 2.0, None), (3.0, 0.4, None), (3.0, 2.0, 1.0)],  # raw read, command < its imports; both above
+    [(1.2, 2.0, None), (3.0, 0.4, None), (3.0, 3.5, 0.5)],  # raw read, command < its imports; both above
 )
 def test_ratio_net_is_null_when_either_side_took_less_than_its_imports(tmp_path, capsys, monkeypatch, raw_wall, wall,
                                                                       ratio_net):  # fmt: skip
@@ -192,4 +193,29 @@ def test_ratio_net_is_null_when_either_side_took_less_than_its_imports(tmp_path,
                 "--cases", "stats", "--workdir", str(tmp_path)])  # fmt: skip
     row = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert (row["case"], row["raw_wall_s"], row["wall_s"]) == ("stats", raw_wall, wall)
-    assert row["ratio_net"] == ratio_net
+    assert row["ratio_net"] == ratio_net  # (raw - 1.5) / (command - 0.5): 1.5 / 3.0, not its inverse
+    assert row["ratio"] == round(raw_wall / wall, 3)  # the raw read's time over the command's
+    assert (row["imports_s"], row["raw_imports_s"]) == (0.5, 1.5)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--steps", "8,x"], "--steps '8,x': give whole numbers"), (["--levels", "500,abc"], "give whole numbers"),
+    (["--inits", "0"], "--inits '0': each must be >= 1"), (["--file-steps", "0"], "must be >= 1"),
+    (["--leads", "2,3"], "give one number"),
+])  # fmt: skip
+def test_bench_scale_refuses_bad_counts_in_one_line(tmp_path, option, message):
+    with pytest.raises(SystemExit, match=message):
+        load_script().main([*option, "--workdir", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_commands_user_error_is_its_one_line(tmp_path, monkeypatch):
+    """... not a RuntimeError traceback wrapping it (--grid 1x4, --steps 0 reached the commands)."""
+    bench = load_script()
+
+    def refused(*args, **kwargs):
+        return bench.subprocess.CompletedProcess(args, 2, "", "s2forecast stats: error: x\n")
+
+    monkeypatch.setattr(bench.subprocess, "run", refused)
+    with pytest.raises(SystemExit, match="^s2forecast stats: error: x$"):
+        bench.measure(["python", "-c", "pass"])

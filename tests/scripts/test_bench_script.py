@@ -158,3 +158,22 @@ def test_bench_attention_refuses_bad_counts(option, capsys):
     captured = capsys.readouterr()
     assert exit_status.value.code == 2 and f"{option[0]} must be at least 1, got 0" in captured.err
     assert captured.out == ""
+
+
+def test_bench_skeleton_cases_and_bad_counts(tmp_path, capsys):
+    """scripts/bench_skeleton.py (README's skeleton figures): each case in this process, and its
+    options' bad values in one line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_skeleton", SCRIPT.parent / "bench_skeleton.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for case in (["store", 3], ["forecast", 2, 2]):
+        bench.main(["--case", json.dumps(case)])
+        row = json.loads(capsys.readouterr().out)
+        assert row["wall_s"] >= 0 and row["peak_rss_mb"] > 0
+    for option, message in (("--steps", "give whole numbers"), ("--inits", "give whole numbers")):
+        with pytest.raises(SystemExit, match=f"{option} 'x': {message}"):
+            bench.main([option, "x"])
+    with pytest.raises(SystemExit, match="--leads '0': each must be >= 1"):
+        bench.main(["--leads", "0"])

@@ -1,0 +1,30 @@
+"""scripts/bench_data.py's options: a store made before is reused only when it is the one asked for,
+and bad values are one line (a review: a stale store's sizes were printed as the options')."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_data", Path(__file__).parents[2] / "scripts" / "bench_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_store_of_other_sizes_is_refused_and_bad_values_are_one_line(tmp_path, capsys):
+    bench = load_script()
+    store = tmp_path / "s.zarr"
+    bench.make_store(store, 6, 8, 16, 1)
+    for argv, message in (
+        (["--times", "80", "--grid", "8x16", "--levels", "1"], "holds 6 times of 8x16 at 1 levels, not --times 80"),
+        (["--grid", "16"], "--grid '16' \\(NLATxNLON\\) and --read-threads '1' \\(1,16\\) take numbers"),
+        (["--samples", "0"], "must be >= 1"),
+        (["--workers", "-1"], "--workers -1: must be >= 0"),
+    ):
+        with pytest.raises(SystemExit):
+            bench.main(["--store", str(store), *argv])
+        assert len(re.findall(message, capsys.readouterr().err)) == 1, argv
