@@ -320,8 +320,10 @@ class FieldDataset(torch.utils.data.Dataset):
                 self._check_trajectories_inside(trajectory, trajectories)
         if self.spec.rollout == 0:  # initial conditions: an init time without its history is named when asked for
             return position[valid]
-        if not valid.any() and trajectories is not None:
-            raise UserError(self._no_trajectory_sample(trajectory, trajectories))
+        if not valid.any() and trajectory is not None:  # the store's whole range too (what the model is told of
+            # the data): a spacing message blamed the gaps between trajectories for samples longer than them all
+            whole = (int(trajectory.min()), int(trajectory.max()) + 1) if trajectory.size else (0, 0)
+            raise UserError(self._no_trajectory_sample(trajectory, trajectories or whole))
         if not valid.any():
             span = (self.offsets.max() - self.offsets.min()) * self.step
             inside = times[(times >= lo) & (times <= hi)]

@@ -235,6 +235,9 @@ class ForecastCLI(LightningCLI):
                 "16-mixed (on a GPU)"
             )
         accumulate, every = trainer.accumulate_grad_batches, trainer.val_check_interval
+        if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
+            # -1 divided each loss by -1 (gradient ascent, exit 0); 0 divided by zero in Lightning
+            raise UserError(f"trainer.accumulate_grad_batches must be an integer >= 1, got {accumulate!r}")
         if accumulate > 1 and isinstance(every, int) and every % accumulate:
             # a validation (and its checkpoint) between the micro-batches of a step: a resume from it loses
             # the step's earlier gradients and is not the uninterrupted run

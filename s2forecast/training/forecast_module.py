@@ -89,20 +89,22 @@ def option_problems(
             "model.loss 'crps' needs a stochastic network: set model.network.noise_channels (e.g. 8), or the members "
             "would be identical"
         )
-    if not crps_mse_weight >= 0:
-        problems.append(f"model.crps_mse_weight must be >= 0, got {crps_mse_weight}")
+    if not 0 <= crps_mse_weight < math.inf:  # infinite: trained until the attention refused NaN, naming no key
+        problems.append(f"model.crps_mse_weight must be a finite number >= 0, got {crps_mse_weight}")
     if not 0 <= crps_alpha <= 1:
         problems.append(f"model.crps_alpha must be in [0, 1] (1: the fair CRPS, 0: the standard one), got {crps_alpha}")
-    if not crps_spectral_weight >= 0:
-        problems.append(f"model.crps_spectral_weight must be >= 0 (0: no spectral CRPS), got {crps_spectral_weight}")
+    if not 0 <= crps_spectral_weight < math.inf:
+        problems.append(
+            f"model.crps_spectral_weight must be a finite number >= 0 (0: no spectral CRPS), got {crps_spectral_weight}"
+        )
     if data is None:
         problems.append("ForecastModule needs data=data_info(datamodule) (the CLI links it from --data)")
     else:
         problems += weight_problems(variable_weights or {}, data.get("channels", ()))
-    if not lr > 0:
-        problems.append(f"model.lr must be a positive number, got {lr}")
-    if not weight_decay >= 0:
-        problems.append(f"model.weight_decay must be >= 0, got {weight_decay}")
+    if not 0 < lr < math.inf:
+        problems.append(f"model.lr must be a finite positive number, got {lr}")
+    if not 0 <= weight_decay < math.inf:
+        problems.append(f"model.weight_decay must be a finite number >= 0, got {weight_decay}")
     if not 0 <= min_lr_ratio <= 1:
         problems.append(f"model.min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
     if warmup_steps < 0:
@@ -486,8 +488,30 @@ class ForecastModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         reopen_cut_epoch(checkpoint)  # before Lightning restores its loops from it
         count_finished_epoch(checkpoint)
+        self._drop_an_average_no_longer_kept(checkpoint)
         self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)
         self.forecaster.static_fields = checkpoint_static_fields(checkpoint, self.forecaster)
+
+    def _drop_an_average_no_longer_kept(self, checkpoint: dict) -> None:
+        """A fit resumed from a checkpoint of EMAWeightAveraging without that callback goes on from the
+        trained weights (``current_model_state``), which its optimizer state belongs to: Lightning
+        loaded ``state_dict``, the average, and trained on from it in silence. Before Lightning loads
+        the weights, which it does after this hook."""
+        from pytorch_lightning.callbacks import WeightAveraging
+
+        trainer = self._trainer
+        if "current_model_state" not in checkpoint or trainer is None or trainer.state.fn != "fit":
+            return
+        if any(isinstance(callback, WeightAveraging) for callback in trainer.callbacks):
+            return  # it restores both itself
+        checkpoint["state_dict"] = checkpoint.pop("current_model_state")
+        warnings.warn(
+            "the checkpoint was trained with EMAWeightAveraging and this fit has no such callback: it goes on from "
+            "the trained weights, and the average is dropped; add --trainer.callbacks+=s2forecast.training.callbacks."
+            "EMAWeightAveraging to keep averaging",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def _static_fields(self) -> dict[str, torch.Tensor]:
         """The static fields the model trains with, physical units, for the checkpoint (so a

@@ -69,6 +69,22 @@ CASES = {
         "set trainer.max_steps",
     ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
+    # a review: gradient ascent with exit status 0 (-1), a ZeroDivisionError in Lightning (0)
+    "accumulate_grad_batches -1": (
+        ["--trainer.accumulate_grad_batches", "-1"],
+        "trainer.accumulate_grad_batches must be an integer >= 1",
+        "got -1",
+    ),
+    "lr and weight_decay inf": (  # trained until the attention refused NaN, naming no key
+        ["--model.lr", ".inf", "--model.weight_decay", ".inf"],
+        "model.lr must be a finite positive number, got inf; model.weight_decay must be a finite number >= 0",
+        "got inf",
+    ),
+    "rollout_steps longer than the trajectories": (  # blamed the store's spacings (the gaps between trajectories)
+        ["--data.init_args.rollout_steps", "30"],
+        "no sample of 1 input and 30 target states 1 h apart fits in trajectories",
+        "the longest holds",
+    ),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],
         "model.rollout_max is 3 steps but the data's rollout_steps is 2",

@@ -98,7 +98,7 @@ def test_evaluate_refuses_a_forecast_that_is_nan_everywhere(swe_store, tmp_path,
          "data.init_args.num_workers must be an integer >= 0, got -1"),  # every problem, each with its key
         (["--data.init_args.num_workers", "-1", "--data.init_args.read_threads", "0"],
          "data.init_args.read_threads must be an integer >= 1"),
-        (["--model.lr", "-1"], "model.lr must be a positive number, got -1.0"),
+        (["--model.lr", "-1"], "model.lr must be a finite positive number, got -1.0"),
         (["--model.warmup_steps", "-5", "--model.loss", "mae"],
          "model.loss must be one of ('mse', 'crps'), got 'mae'; model.warmup_steps must be >= 0, got -5"),
         (["--model.network.scale_factor", "0"],

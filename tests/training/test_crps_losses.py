@@ -127,7 +127,9 @@ def test_module_loss_adds_the_spectral_crps():
     [
         ({"crps_alpha": 1.5}, r"crps_alpha must be in \[0, 1\] \(1: the fair CRPS, 0: the standard one\), got 1.5"),
         ({"crps_alpha": -0.1}, r"crps_alpha must be in \[0, 1\]"),
-        ({"crps_spectral_weight": -1.0}, r"crps_spectral_weight must be >= 0 \(0: no spectral CRPS\), got -1.0"),
+        ({"crps_spectral_weight": -1.0}, r"crps_spectral_weight must be a finite number >= 0 \(0: no spectral CRPS\)"),
+        ({"crps_spectral_weight": float("inf")}, r"crps_spectral_weight must be a finite number >= 0 .*got inf"),
+        ({"crps_mse_weight": float("inf")}, r"crps_mse_weight must be a finite number >= 0, got inf"),
     ],
 )
 def test_crps_options_bad_values(options, message):

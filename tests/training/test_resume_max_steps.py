@@ -94,3 +94,20 @@ def test_a_validated_fit_resumed_with_max_steps_goes_on_as_the_uninterrupted_one
     assert a["global_step"] == b["global_step"] == 10
     for key in ("state_dict", "optimizer_states", "epoch"):
         identical(a[key], b[key], key)
+
+
+def test_a_fit_resumed_without_its_ema_callback_goes_on_from_the_trained_weights(swe_store, tmp_path, recwarn,
+                                                                                monkeypatch):  # fmt: skip
+    """It went on from the average (the checkpoint's state_dict) with the optimizer state of the trained
+    weights, in silence (a review found it): now from ``current_model_state``, with a warning."""
+    run = tiny_args(swe_store, tmp_path, *COMMON)
+    cli(["fit", *run, *EMA, "--trainer.max_steps", "2"])
+    (checkpoint,) = tmp_path.rglob("last.ckpt")
+    saved = read_checkpoint(checkpoint)
+    assert any(not torch.equal(saved["state_dict"][k], v) for k, v in saved["current_model_state"].items())
+    started = []
+    monkeypatch.setattr(Seen, "on_train_start", lambda self, trainer, module: started.append(
+        {k: v.clone() for k, v in module.state_dict().items()}), raising=False)  # fmt: skip
+    cli(["fit", *run, "--trainer.max_steps", "3", "--ckpt_path", str(checkpoint)])
+    identical(started[0], saved["current_model_state"], "weights at the resume")
+    assert any("trained with EMAWeightAveraging and this fit has no such callback" in str(w.message) for w in recwarn)
