@@ -49,7 +49,7 @@ THREADS = 2  # tasks at once in this process: one reads while the other reduces
 BACKGROUND_THREADS = 3 * THREADS  # per task: one read ahead and two writes behind (climatology pass 2)
 CONNECT_TIMEOUT_S = 20  # how long to wait for a --scheduler to answer
 DRAIN_TIMEOUT_S = 60  # how long a failed run waits for its tasks still running on workers
-INSTALL = "pip install 's2forecast[distributed]' (or distributed, the version of your dask)"
+INSTALL = "pip install distributed, the version of your dask (in a clone of s2forecast: pip install '.[distributed]')"
 START_ONE = "start one with `dask scheduler` (and `dask worker ADDRESS`), or use --workers N for a local cluster"
 
 

@@ -253,7 +253,8 @@ def _check_protocol(url: str) -> None:
             __import__(package)
         except ImportError:
             raise UserError(
-                f"reading {protocol}:// URLs needs {package}: pip install 's2forecast[{extra}]' (or {package})"
+                f"reading {protocol}:// URLs needs {package}: pip install {package} (in a clone of s2forecast: pip "
+                f"install '.[{extra}]')"
             ) from None
 
 

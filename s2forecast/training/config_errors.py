@@ -123,6 +123,9 @@ class _Reducer:
             return self.key_problem(match[1], _block(match[2]))
         if match := re.match(r"the following arguments are required: (.*)", first):
             names = [re.sub(r"^(fit|validate|test|predict)\.", "", name.strip()) for name in match[1].split(",")]
+            # configs given, none with a data section (an overlay such as s2_neighborhood_crps_fgn.yaml alone)
+            if "data" in names and (overlay := self.overlay("data.init_args.store", required=True)):
+                return overlay
             return f"{', '.join(names)} is required: give a config with --config CONFIG.yaml or pass --{names[0]}"
         return first
 

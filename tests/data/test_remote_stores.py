@@ -223,7 +223,10 @@ def test_remote_and_foreign_store_errors(served, tmp_path, capsys):
         import gcsfs  # noqa: F401
     except ImportError:
         message = refused(["stats", "gs://weatherbench2/datasets/era5/x.zarr", "--out", tmp_path / "s.zarr"], capsys)
-        assert "reading gs:// URLs needs gcsfs: pip install 's2forecast[gcs]'" in message
+        assert (
+            "reading gs:// URLs needs gcsfs: pip install gcsfs (in a clone of s2forecast: pip install '.[gcs]')"
+            in message
+        )
     local = root / "era5_64x32.zarr"
     message = refused(["stats", local, "--out", local / "stats"], capsys)
     assert "lies inside the input" in message
