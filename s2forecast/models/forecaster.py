@@ -130,7 +130,9 @@ class Forecaster(nn.Module):
 
     def on_grid(self, grid: Grid) -> "Forecaster":
         """The same weights on another data grid (spherical networks: ``SphericalTransformer.on_grid``)."""
-        if grid != self.grid and (reason := self.bound_to_grid()) is not None:
+        if grid == self.grid:  # (a planar network has no on_grid)
+            return self
+        if (reason := self.bound_to_grid()) is not None:
             raise UserError(f"the model cannot run on {grid}: {reason}; regrid the data to {self.grid}")
         other = Forecaster(self.architecture, self.network_options, self.data.on_grid(grid), self.residual)
         other.net = self.net.on_grid(grid)
@@ -321,6 +323,9 @@ def forecaster_weights(state_dict: dict) -> dict:
 def _first_detail(error: BaseException) -> str:
     """The first line of ``error`` that says what is wrong: torch's load_state_dict puts a header
     ("Error(s) in loading state_dict for ...:") before the mismatched weight."""
-    lines = [line.strip() for line in str(error).strip("'\"").splitlines() if line.strip()]
+    text = str(error)
+    if isinstance(error, KeyError) and len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]  # str() of a KeyError quotes its message; other messages keep their quotes
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     details = [line for line in lines if not line.startswith("Error(s) in loading state_dict")]
     return (details or lines or [type(error).__name__])[0]

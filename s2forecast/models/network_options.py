@@ -8,6 +8,7 @@ the option.
 """
 
 import inspect
+import math
 import types
 import typing
 import warnings
@@ -32,8 +33,8 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
         if name in values and values[name] < 1:
             raise UserError(f"network option {name} must be >= 1, got {values[name]}")
     for name in POSITIVE:
-        if values.get(name) is not None and not values[name] > 0:
-            raise UserError(f"network option {name} must be > 0, got {values[name]}")
+        if values.get(name) is not None and not 0 < values[name] < math.inf:  # inf: an OverflowError in int()
+            raise UserError(f"network option {name} must be a finite number > 0, got {values[name]}")
     for name in NON_NEGATIVE:
         if name in values and values[name] < 0:
             raise UserError(f"network option {name} must be >= 0, got {values[name]}")

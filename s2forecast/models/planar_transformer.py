@@ -98,6 +98,11 @@ class PlanarTransformer(nn.Module):
             raise UserError(f"attention must be one of {PLANAR_ATTENTION}, got {attention!r}")
         self.grid, self.patch_size = grid, patch_size
         self.patches = (-(-grid.nlat // patch_size), -(-grid.nlon // patch_size))
+        if self.patches == (1, 1) and norm == "instance":  # every forward failed in torch's instance norm
+            raise UserError(
+                f"patch_size {patch_size} makes the {grid.nlat}x{grid.nlon} grid one patch, which norm 'instance' "
+                f"cannot normalize; use patch_size < {max(grid.nlat, grid.nlon)} (or norm 'layer')"
+            )
         self.embed = nn.Conv2d(in_channels, embed_dim, patch_size, stride=patch_size)
         absolute = position_embedding == "ape"
         if position_embedding in ("ape", "none") and position_embedding_options:  # as build_position_embedding

@@ -14,7 +14,7 @@
 
 Every operator is defined on the sphere, so a trained model runs on another resolution by
 rebuilding the grids (``on_grid``); the learned weights are resolution-free except for
-grid-bound position embeddings (APE, RPE, RoPE), which is reported as an error.
+grid-bound position embeddings (APE, RPE, RoPE, SpRePE's learnable mask), which is reported as an error.
 torch-harmonics' DISCO convolution and resampling know no cell-centred grid, so data on an
 ``equiangular-midpoint`` grid (WeatherBench2's 64x32) is moved to the equiangular grid of its
 cell edges (nlat + 1 rows, poles included: 2-tap averages, pole rows = zonal mean of the
@@ -44,6 +44,19 @@ NORMS = ("instance", "layer", "none")
 NOISE_KINDS = ("field", "vector")
 NOISE_INJECTIONS = ("norm", "latent")
 GRID_BOUND_EMBEDDINGS = ("ape", "rpe", "rope")
+
+
+def grid_bound_embedding(embedding: str | None, options: dict | None) -> str | None:
+    """Why a position embedding's weights fit only the training grid, or None: APE, RPE and RoPE, and
+    SpRePE with ``mask: learnable`` (a weight per latent point and channel)."""
+    if embedding in GRID_BOUND_EMBEDDINGS:
+        return f"its position embedding {embedding!r} is tied to the training grid"
+    if embedding == "sprepe" and (options or {}).get("mask") == "learnable":
+        return (
+            "its position embedding 'sprepe' with mask 'learnable' (a weight per latent point) is tied to the "
+            "training grid"
+        )
+    return None
 
 
 # torch-harmonics' examples' cutoff factors of its bases (its "fourier-bessel" has none there; "morlet",
@@ -272,8 +285,8 @@ class SphericalTransformer(nn.Module):
         grid = Grid(grid.nlat + 1, grid.nlon, "equiangular") if self.midpoint else grid
         self.latent = Grid(max(2, grid.nlat // scale_factor), max(1, grid.nlon // scale_factor), latent_kind)
         if grid.nlon % self.latent.nlon:  # the DISCO encoder maps whole columns onto the latent grid's
-            raise UserError(
-                f"a {grid.nlat}x{grid.nlon} grid cannot run this network: its {grid.nlon} longitudes are not a "
+            raise UserError(  # the data grid (not a midpoint grid's edge grid, one row more)
+                f"a {self.grid.nlat}x{grid.nlon} grid cannot run this network: its {grid.nlon} longitudes are not a "
                 f"multiple of the latent grid's {self.latent.nlon} (nlon // scale_factor {scale_factor}); use a grid "
                 f"whose nlon is a multiple of {scale_factor}"
             )
@@ -370,9 +383,7 @@ class SphericalTransformer(nn.Module):
 
     def bound_to_grid(self) -> str | None:
         """Why these weights cannot run on another grid (a grid-bound position embedding), or None."""
-        if self.config["position_embedding"] in GRID_BOUND_EMBEDDINGS:
-            return f"its position embedding {self.config['position_embedding']!r} is tied to the training grid"
-        return None
+        return grid_bound_embedding(self.config["position_embedding"], self.config.get("position_embedding_options"))
 
     def on_grid(self, grid: Grid) -> "SphericalTransformer":
         """The same weights on another data grid (neural-operator property), with the same physical

@@ -28,7 +28,7 @@ from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, forecaster_weights
 from s2forecast.models.network_options import warn_inert_options
-from s2forecast.models.spherical_transformer import GRID_BOUND_EMBEDDINGS
+from s2forecast.models.spherical_transformer import grid_bound_embedding
 from s2forecast.nn import SphericalHarmonicAnalysis
 from s2forecast.training.checkpoints import count_finished_epoch, reopen_cut_epoch
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
@@ -218,13 +218,13 @@ def _check_same_network(forecaster: Forecaster, hparams: dict, checkpoint: str) 
             f"{ours.get(name)!r} ({len(differ)} option(s) differ: {differ}); fine-tuning needs the same architecture, "
             "network options and channels"
         )
-    embedding = ours.get("position_embedding")
     trained_on = DataSpec.from_dict(hparams["data"]).grid if hparams.get("data") else forecaster.grid
-    if embedding in GRID_BOUND_EMBEDDINGS and trained_on != forecaster.grid:
+    bound = grid_bound_embedding(ours.get("position_embedding"), ours.get("position_embedding_options"))
+    if bound and trained_on != forecaster.grid:
         raise UserError(
-            f"--model.init_from {checkpoint}: position embedding {embedding!r} is tied to the training grid "
-            f"{trained_on}, and this run's grid is {forecaster.grid}: fine-tune it on its own grid, or train a model "
-            "with a grid-free embedding (sprepe or none) for another"
+            f"--model.init_from {checkpoint}: {bound.removeprefix('its ')} {trained_on}, and this run's grid is "
+            f"{forecaster.grid}: fine-tune it on its own grid, or train a model with a grid-free embedding (sprepe "
+            "without a learnable mask, or none) for another"
         )
 
 

@@ -90,6 +90,20 @@ def test_on_grid_keeps_the_checkpoints_static_fields_only_on_its_own_grid():
     assert model.on_grid(Grid(16, 32)).static_fields == {}  # another grid takes the store's
 
 
+def test_on_grid_refuses_sprepes_learnable_mask_and_keeps_a_planar_model_on_its_own_grid():
+    """SpRePE with a learnable mask failed in load_state_dict on another grid ('internal error' of
+    rollout --other-grid); a planar model's own grid raised AttributeError (it has no on_grid)."""
+    spec = DataSpec.from_dict(OLD_DICT)
+    options = {"embed_dim": 8, "num_layers": 1, "position_embedding": "sprepe",
+               "position_embedding_options": {"mask": "learnable"}}  # fmt: skip
+    model = Forecaster("spherical", options, spec)
+    with pytest.raises(ValueError, match=r"cannot run on .*16.*32.*: its position embedding 'sprepe' with mask "
+                       r"'learnable' \(a weight per latent point\) is tied to the training grid; regrid"):  # fmt: skip
+        model.on_grid(Grid(16, 32))
+    planar = Forecaster("planar", {"embed_dim": 8, "num_layers": 1, "num_heads": 2, "patch_size": 4}, spec)
+    assert planar.on_grid(planar.grid) is planar
+
+
 def test_a_grid_the_encoder_cannot_map_is_one_line():
     """9x15 with scale factor 2 (latent 4x7) was torch-harmonics' ValueError, an internal error."""
     from s2forecast.models.spherical_transformer import SphericalTransformer
@@ -100,3 +114,14 @@ def test_a_grid_the_encoder_cannot_map_is_one_line():
         r"of the latent grid's 7 \(nlon // scale_factor 2\); use a grid whose nlon is a multiple of 2",
     ):
         SphericalTransformer(Grid(9, 15), 3, 3, embed_dim=8, num_layers=1)
+    with pytest.raises(ValueError, match=r"^a 7x14 grid cannot run this network"):  # the data grid, not its 8x14 edges
+        SphericalTransformer(Grid(7, 14, "equiangular-midpoint"), 3, 3, embed_dim=8, num_layers=1, scale_factor=4)
+
+
+def test_checkpoint_messages_keep_the_quotes_of_their_detail():
+    """A KeyError's message is quoted by str(), and its quotes go; a TypeError's closing quote went too:
+    "unexpected keyword argument 'foo" (a review found it)."""
+    from s2forecast.models.forecaster import _first_detail
+
+    assert _first_detail(TypeError("__init__() got an unexpected keyword argument 'foo'")).endswith("'foo'")
+    assert _first_detail(KeyError("missing key 'channels'")) == "missing key 'channels'"

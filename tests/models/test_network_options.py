@@ -24,8 +24,11 @@ CASES = [
         "encoder_kernel_shape of the 'spherical' network must be a list of 2 integers, got [3]",
     ),  # fmt: skip
     ("spherical", {"attention": 4}, "attention of the 'spherical' network must be a string or a list of strings"),
-    ("spherical", {"theta": 0.0}, "theta must be > 0, got 0.0"),
-    ("spherical", {"mlp_ratio": -1}, "mlp_ratio must be > 0, got -1"),
+    ("spherical", {"theta": 0.0}, "theta must be a finite number > 0, got 0.0"),
+    ("spherical", {"mlp_ratio": -1}, "mlp_ratio must be a finite number > 0, got -1"),
+    ("spherical", {"mlp_ratio": float("inf")}, "mlp_ratio must be a finite number > 0, got inf"),  # OverflowError
+    # one patch: every forward failed in torch's instance norm (a review found it)
+    ("planar", {"patch_size": 16}, "patch_size 16 makes the 8x16 grid one patch, which norm 'instance' cannot"),
     ("spherical", {"global_every": 0}, "global_every must be >= 1 or null, got 0"),
     ("spherical", {"use_qknorm": "yes"}, "use_qknorm of the 'spherical' network must be true or false, got 'yes'"),
     ("planar", {"patch_size": 0}, "patch_size must be >= 1, got 0"),

@@ -135,3 +135,9 @@ def test_a_grid_bound_position_embedding_is_not_fine_tuned_on_another_grid():
                        r"run's grid is .*16.*32.*: fine-tune it on its own grid"):  # fmt: skip
         _check_same_network(finer, hparams, "rope.ckpt")
     _check_same_network(finer, {**hparams, "data": spec(Grid(16, 32)).to_dict()}, "rope.ckpt")  # its own grid
+    # SpRePE's learnable mask has a weight per latent point: its load failed on the 'same' options (a review)
+    learnable = {**network, "position_embedding": "sprepe", "position_embedding_options": {"mask": "learnable"}}
+    with pytest.raises(ValueError, match=r"position embedding 'sprepe' with mask 'learnable' \(a weight per latent "
+                       r"point\) is tied to the training grid .*8.*16.*, and this run's grid is .*16.*32"):  # fmt: skip
+        _check_same_network(Forecaster("spherical", learnable, spec(Grid(16, 32))),
+                            {**hparams, "network": learnable}, "sprepe.ckpt")  # fmt: skip
