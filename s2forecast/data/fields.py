@@ -320,8 +320,9 @@ class FieldDataset(torch.utils.data.Dataset):
                 self._check_trajectories_inside(trajectory, trajectories)
         if self.spec.rollout == 0:  # initial conditions: an init time without its history is named when asked for
             return position[valid]
-        if not valid.any() and trajectory is not None:  # the store's whole range too (what the model is told of
-            # the data): a spacing message blamed the gaps between trajectories for samples longer than them all
+        # the store's whole range too, when no period narrows it (what the model is told of the data): a spacing
+        # message blamed the gaps between trajectories for samples longer than them all
+        if not valid.any() and trajectory is not None and (trajectories is not None or start is end is None):
             whole = (int(trajectory.min()), int(trajectory.max()) + 1) if trajectory.size else (0, 0)
             raise UserError(self._no_trajectory_sample(trajectory, trajectories or whole))
         if not valid.any():

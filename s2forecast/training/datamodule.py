@@ -123,9 +123,8 @@ class ResumableLoader(torch.utils.data.DataLoader):
         ranks, now = state.get("ranks", self.sampler.num_replicas), self.sampler.num_replicas
         if ranks == now or self.sampler.start == 0:
             return
-        share = -(-len(self.dataset) // ranks)
-        if share - self.sampler.start < (state["batch_size"] if self.drop_last else 1):
-            return  # the end of the epoch (what drop_last left)
+        if _ended(self.sampler.start, -(-len(self.dataset) // ranks), state["batch_size"]):
+            return
         raise UserError(
             f"the checkpoint stopped mid-epoch (after {self.resumed_batches} batches) of a run on {ranks} process(es), "
             f"and this run has {now}: that position holds only on {ranks}; resume on {ranks} "
@@ -137,8 +136,9 @@ class ResumableLoader(torch.utils.data.DataLoader):
         reaches this loader's length: mid-epoch with a larger batch_size that comes before the rest of
         the epoch is served, and samples would be skipped. Refused (a smaller one serves them all)."""
         start, total = self.sampler.start, len(self.sampler)
-        if "epoch_batches" not in state or start == 0 or total - start < (state["batch_size"] if self.drop_last else 1):
-            return  # a new epoch, or the end of one (what drop_last left)
+        share = -(-len(self.dataset) // state.get("ranks", self.sampler.num_replicas))  # the checkpointed run's
+        if "epoch_batches" not in state or start == 0 or _ended(start, share, state["batch_size"]):
+            return  # a new epoch, or the end of one
         rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
         # Lightning stops when its count equals the length (a count already past it runs to the data's end;
         # at equality it depends on where the checkpoint was saved, which the loader cannot tell: refused)
@@ -150,6 +150,14 @@ class ResumableLoader(torch.utils.data.DataLoader):
                 f"batches, leaving {(rest - more) * self.batch_size} of its samples untrained: resume with batch_size "
                 f"{state['batch_size']}, or change it at an epoch's end"
             )
+
+
+def _ended(start: int, share: int, batch_size: int) -> bool:
+    """Whether a checkpointed run that served ``start`` samples of a share of ``share`` in batches of
+    ``batch_size`` had ended its epoch: what is left is less than a batch when it dropped the last
+    partial one (a share longer than a batch), else nothing. The run's own setting, not this loader's
+    (another batch size or number of ranks drops otherwise: an epoch's end was taken for its middle)."""
+    return share - start < (batch_size if share > batch_size else 1)
 
 
 class FieldDataModule(pl.LightningDataModule):

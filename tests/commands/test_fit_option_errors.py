@@ -141,3 +141,17 @@ def test_fractional_rollout_counts_are_refused_by_the_module(option):
     problems = option_problems({}, {}, "pressure", values["rollout_start"], values["rollout_max"], 1e-3, 0.0, 0, 0.1,
                                1, "mse", 0.0, 1.0, 0.0, None, values["rollout_every_epochs"])  # fmt: skip
     assert f"model.{option} must be a whole number, got 1.5" in problems
+
+
+def test_a_period_too_short_in_a_trajectory_store_is_named_as_the_period(swe_store):
+    """The trajectory message (for a store's whole range) took over periods too: 'the longest holds 7
+    times' for a period shorter than the sample (a review found it)."""
+    import xarray as xr
+
+    from s2forecast.data.fields import FieldDataset, SampleSpec
+
+    with xr.open_zarr(swe_store) as store:
+        start, end = (str(t.astype("datetime64[h]")) for t in store["time"].values[[0, 2]])
+    with pytest.raises(ValueError, match=r"a sample spans 4 h and the store's times there .* 2 h; give a period"):
+        FieldDataset(swe_store, SampleSpec(variables=("vorticity",), history=1, rollout=4, step_hours=1.0),
+                     start=start, end=end)  # fmt: skip

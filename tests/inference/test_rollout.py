@@ -405,7 +405,7 @@ def test_the_forecaster_names_the_shapes_it_takes(trained):
     wide = torch.zeros(1, 1, 4, 8, 16)
     coarse = batch.inputs[..., ::2, :]
     for states, wrong in ((wide, "(1, 1, 4, 8, 16)"), (coarse, "(1, 1, 3, 4, 16)")):
-        with pytest.raises(ValueError, match=rf"^states of shape \({wrong[1:-1]}\): this model takes \(batch, 1, 3, "
+        with pytest.raises(ValueError, match=rf"^states of shape \({wrong[1:-1]}\): this model takes \(1, 1, 3, "
                            r"8, 16\) \(history 1, channels \['geopotential_height', 'vorticity', 'divergence'\], "
                            r"grid 8x16\)$"):  # fmt: skip
             next(model.rollout(states, batch.static, batch.forcings, 2))

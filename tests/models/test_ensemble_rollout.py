@@ -68,7 +68,7 @@ def test_deterministic_model_one_member_is_the_rollout():
     with torch.no_grad():
         plain = torch.stack(list(model.rollout(*inputs(), 3)), dim=1)
     torch.testing.assert_close(run(model, 1, None)[:, 0], plain, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="members must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="members must be an integer >= 1, got 0"):
         next(model.ensemble_rollout(*inputs(), 3, 0))
 
 

@@ -523,6 +523,14 @@ def test_a_resume_mid_epoch_on_another_number_of_ranks_is_refused():
         make_loader().load_state_dict(state)
     make_loader(num_replicas=2, rank=1).load_state_dict(state)  # the same number of ranks
     make_loader().load_state_dict({**state, "samples": 6})  # the end of the 2 shares of 6
+    # the end of shares of 6 in batches of 4 (the last 2 dropped): on 3 ranks (shares of 4, one batch, none
+    # dropped) it was taken for the middle of the epoch, judged by the resuming loader's drop_last (a review)
+    data = torch.arange(11)
+    three = ResumableLoader(data, batch_size=4, sampler=EpochShuffleSampler(data, seed=3, num_replicas=3),
+                            drop_last=False)  # fmt: skip
+    three.load_state_dict({**state, "samples": 4, "batch_size": 4})
+    one = ResumableLoader(data, batch_size=8, sampler=EpochShuffleSampler(data, seed=3), drop_last=True)
+    one.load_state_dict({**state, "samples": 4, "batch_size": 4})  # and with a batch size the rest would not fill
     make_loader().load_state_dict({key: value for key, value in state.items() if key != "ranks"})
 
 
