@@ -160,6 +160,8 @@ def main(argv=None):
         parser.error("--times, --levels, --batch-size, --samples, --repeats, --read-threads and the grid must be >= 1")
     if args.workers < 0:
         parser.error(f"--workers {args.workers}: must be >= 0")
+    if args.times < 2 or args.levels > len(WB2_LEVELS):  # statistics need two times; the store has WB2's levels
+        parser.error(f"--times must be >= 2 and --levels <= {len(WB2_LEVELS)}, got {args.times} and {args.levels}")
     default = "/tmp/s2forecast_bench_data.zarr"
     if (nlat, nlon, args.levels) != (121, 240, 13):
         default = f"/tmp/s2forecast_bench_data_{nlat}x{nlon}_{args.levels}.zarr"

@@ -211,20 +211,23 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     return truth.drop_vars(along_time)
 
 
-# the longest name made of a field's: its plots' files (a file name has at most 255 bytes), e.g.
-# <field>_1000hPa_rank_histogram.png; its results' <field>_nonfinite_forecast is shorter (NetCDF: 256)
-MAX_NAME_BYTES = 255 - len("_1000hPa_rank_histogram.png")
+# a file name has at most 255 bytes, a NetCDF name 256: the longest names made of a field's are its plots'
+# <field>[_<level>hPa]_rank_histogram.png and its results' <field>_nonfinite_forecast
+NAME_BYTES = {"plot file name": (255, "_rank_histogram.png"), "name in the results": (256, "_nonfinite_forecast")}
 
 
 def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
     scored = _scorable_variables(forecast, variables)
     for name in scored:  # refused after the scoring, in writing the results: all its work lost
-        size = len(name.encode())
-        if size > MAX_NAME_BYTES:
-            raise UserError(
-                f"forecast variable {name[:40]}... has a name of {size} bytes: the names of its results and plot files "
-                f"hold at most {MAX_NAME_BYTES}; leave it out (--variables) or rename it in the forecast"
-            )
+        levels = forecast["level"].values if "level" in forecast[name].dims else []
+        stem = f"{name}_{int(max(levels))}hPa" if len(levels) else name  # report._file_stem's longest
+        for what, (most, suffix) in NAME_BYTES.items():
+            size = len(f"{stem if what.startswith('plot') else name}{suffix}".encode())
+            if size > most:
+                raise UserError(
+                    f"forecast variable {name[:40]}... is too long a name: its {what} ...{suffix} has {size} bytes, "
+                    f"more than {most}; leave it out (--variables) or rename it in the forecast"
+                )
     return scored
 
 

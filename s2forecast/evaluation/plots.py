@@ -43,7 +43,7 @@ _TITLE_MIN_POINTS = 7  # a title too wide for its figure shrinks to this size, t
 
 
 def _suptitle(figure, title: str, points: float | None = None, **options):
-    """``figure.suptitle`` within the figure's width: a long field name (up to ``MAX_NAME_BYTES``) ran
+    """``figure.suptitle`` within the figure's width: a long field name (up to ``inputs.NAME_BYTES``) ran
     past both edges. The figures have fixed margins, so no second line: smaller, then cut in the middle."""
     import matplotlib
 
@@ -52,9 +52,10 @@ def _suptitle(figure, title: str, points: float | None = None, **options):
     wide = _text_width_inches(title, points)
     if wide > room:
         points = max(_TITLE_MIN_POINTS, points * room / wide)
-        keep = int(len(title) * room / _text_width_inches(title, points))
-        if keep < len(title):
-            title = f"{title[: keep // 2 - 1]}…{title[len(title) - (keep - keep // 2) + 1 :]}"
+        whole, keep = title, len(title)
+        while keep > 2 and _text_width_inches(title, points) > room:  # glyphs differ in width: measured again
+            keep = min(keep - 1, int(keep * room / _text_width_inches(title, points)))
+            title = f"{whole[: keep // 2]}…{whole[len(whole) - (keep - keep // 2) :]}"
     return figure.suptitle(title, fontsize=points, **options)
 
 

@@ -405,19 +405,21 @@ def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, t
 
 def test_a_variable_name_too_long_for_its_result_files_is_refused_before_the_work(tmp_path, truth_ds):
     """A name NetCDF takes (<= 256 bytes) was scored, then writing <name>_nonfinite_forecast into the
-    results (or its plots' files) failed: a traceback, all the work lost (a review found it)."""
+    results (or its plots' files) failed: a traceback, all the work lost (a review found it). The
+    longest plot file of a field with levels holds its largest level (<name>_850hPa_rank_histogram.png:
+    at most 229 bytes of name here, 236 without levels)."""
     forecast = perfect_forecast(truth_ds)
-    for length, ok in ((228, True), (229, False)):
-        name = "t" * length
-        renamed = forecast.rename({"2m_temperature": name})
-        truth = truth_ds.rename({"2m_temperature": name})
-        if ok:
-            evaluate_module.EvaluationInputs.open(renamed, truth)
-            continue
-        message = rf"^forecast variable {'t' * 40}\.\.\. has a name of 229 bytes: the names of its results and plot"
-        with pytest.raises(ValueError, match=message + r" files hold at most 228; leave it out"):
-            evaluate(renamed, truth, tmp_path / "m.nc", progress=False)
-        assert list(tmp_path.iterdir()) == []
+    for field, most in (("geopotential", 229), ("2m_temperature", 236)):
+        for length in (most, most + 1):
+            name = "é" * (length // 2) + "t" * (length % 2)  # bytes, not characters
+            renamed, truth = forecast.rename({field: name}), truth_ds.rename({field: name})
+            if length == most:
+                evaluate_module.EvaluationInputs.open(renamed, truth)
+                continue
+            message = rf"^forecast variable {name[:40]}\.\.\. is too long a name: its plot file name \.\.\._rank_"
+            with pytest.raises(ValueError, match=message + r"histogram\.png has 256 bytes, more than 255; leave it"):
+                evaluate(renamed, truth, tmp_path / "m.nc", progress=False)
+            assert list(tmp_path.iterdir()) == []
 
 
 def test_wb2_climatology_zarr_is_accepted(tmp_path, truth_path, perfect_path, truth_ds):

@@ -348,3 +348,13 @@ def test_a_one_row_scorecard_keeps_its_colour_bar_label_and_extends_only_where_v
     box = colorbar.yaxis.label.get_window_extent(renderer)
     assert box.y0 >= 0 and box.y1 <= figure.bbox.height
     assert table.images[0].colorbar.extend == "max"  # an RMSE change cannot fall below -100 %
+
+
+def test_a_title_of_uneven_glyphs_is_cut_to_the_figure():
+    """The cut came from the average glyph width: wide ends and a narrow middle ran from x = -294 to
+    1094 of 800 px (a review found it); the title is measured again until it fits."""
+    figure = plots._figure(8.0, 2.0)
+    title = plots._suptitle(figure, "W" * 60 + "i" * 400 + "W" * 60 + ": skill versus lead time")
+    figure.draw(figure.canvas.get_renderer())
+    box = title.get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= figure.bbox.width and "…" in title.get_text()

@@ -310,6 +310,13 @@ def test_forcings_are_computed_a_window_at_a_time(swe_store):
         assert torch.equal(small[index], whole[index]), index  # `...` indexed the times as longitudes
     with pytest.raises(IndexError, match=r"add axes \(None\) to the tensor"):
         small[None, 0]
+    # a 2-D mask was numpy's IndexError; index arrays on both sides gave another shape than a tensor's
+    with pytest.raises(IndexError, match="masks of one dim each"):
+        small[np.ones((2, 5), bool), 0]
+    with pytest.raises(IndexError, match="in the batch and time dims or in the others, not both"):
+        small[[0, 1], :, [1, 0]]
+    assert torch.equal(small[[1, 0], :, 2], whole[[1, 0], :, 2])
+    assert torch.equal(small[:, :, [2, 0]], whole[:, :, [2, 0]])
     as_float64 = small.to(torch.float64)  # a dtype, as a tensor's to() takes: it was taken for a device
     assert as_float64.dtype == as_float64[:, :2].dtype == torch.float64 and as_float64.device == small.device
     assert torch.equal(small.to("cpu", torch.float64)[:, 1], whole[:, 1].double())

@@ -24,6 +24,8 @@ def test_a_store_of_other_sizes_is_refused_and_bad_values_are_one_line(tmp_path,
         (["--grid", "16"], "--grid '16' \\(NLATxNLON\\) and --read-threads '1' \\(1,16\\) take numbers"),
         (["--samples", "0"], "must be >= 1"),
         (["--workers", "-1"], "--workers -1: must be >= 0"),
+        (["--levels", "14"], "--levels <= 13, got 80 and 14"),  # it made a store of 13, then refused it
+        (["--times", "1"], "--times must be >= 2"),  # compute_stats' traceback
     ):
         with pytest.raises(SystemExit):
             bench.main(["--store", str(store), *argv])
