@@ -61,6 +61,11 @@ class LossLine(Callback):
         self.every_n_steps = every_n_steps
         self.start = time.perf_counter()
         self.printed = -1  # the optimizer step of the last line
+        self.lr = float("nan")  # of the step under way: the scheduler moves it on before the batch ends
+
+    @rank_zero_only
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
 
     @rank_zero_only
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -71,7 +76,6 @@ class LossLine(Callback):
         self.printed = step
         loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
         loss *= trainer.accumulate_grad_batches  # Lightning divides a micro-batch's loss by it
-        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
         elapsed = time.perf_counter() - self.start
-        print(f"step {step}  epoch {trainer.current_epoch}  train/loss {loss:.4g}  lr {lr:.2e}  {elapsed:.0f} s",
+        print(f"step {step}  epoch {trainer.current_epoch}  train/loss {loss:.4g}  lr {self.lr:.2e}  {elapsed:.0f} s",
               flush=True)  # fmt: skip

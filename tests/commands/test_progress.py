@@ -34,6 +34,8 @@ def test_loss_line_shows_training_progress_without_a_bar(swe_store, tmp_path, ca
     assert lines and lines[0].startswith("step 1  epoch 0  train/loss ") and lines[0].endswith(" s"), lines
     steps = [line.split()[1] for line in lines]
     assert steps == [str(k) for k in range(1, len(steps) + 1)] and len(steps) >= 2, steps
+    # the learning rate of the step shown, not the next one's: the last line said 0 (the cosine's end)
+    assert all(float(line.split("  lr ")[1].split()[0]) > 0 for line in lines), lines
     with pytest.raises(SystemExit):
         cli(["fit", *tiny_args(swe_store, tmp_path / "x", *loss_line, "0")])
     assert "every_n_steps must be >= 1, got 0" in capsys.readouterr().err
