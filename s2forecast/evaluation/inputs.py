@@ -50,7 +50,7 @@ from s2forecast.evaluation.regions import (
     region_label,
     region_weights,
 )
-from s2forecast.evaluation.scoring import BLOCK_BYTES
+from s2forecast.evaluation.scoring import BLOCK_BYTES, empty_field_message
 from s2forecast.output import GENERATION_ATTR, byte_size
 from s2forecast.provenance import describe_input
 from s2forecast.times import format_times
@@ -343,15 +343,12 @@ def _check_not_all_nan(data: xr.DataArray, name: str) -> None:
     """Refuse a forecast whose first, middle or last init time x lead is NaN everywhere: its
     scores would be NaN at exit 0 (a field NaN in part, e.g. over land, is scored as it is)."""
     picks = {dim: sorted({0, data.sizes[dim] // 2, data.sizes[dim] - 1}) for dim in (INIT_DIM, LEAD_DIM)}
-    empty = data.isel(picks).isnull().all(dim=("latitude", "longitude"))
-    empty = empty.any(dim=[d for d in empty.dims if d not in picks]).load()  # any level
-    if bool(empty.any()):
-        i, j = np.argwhere(empty.transpose(INIT_DIM, LEAD_DIM).values)[0]
-        init, lead = empty[INIT_DIM].values[i], empty[LEAD_DIM].values[j]
-        raise UserError(
-            f"forecast variable {name} is NaN everywhere at init time {format_times([init])} lead "
-            f"{lead_hours(lead):g} h; check the forecast file (a failed or unfinished model run?)"
-        )
+    picked = data.isel(picks)
+    empty = picked.isnull().all(dim=("latitude", "longitude")).load()  # (init, lead, [member], [level])
+    if bool(empty.any()):  # named with its member and level, as scoring names one of the other init times
+        first = dict(zip(empty.dims, np.argwhere(empty.values)[0], strict=True))
+        init, lead = empty[INIT_DIM].values[first.pop(INIT_DIM)], empty[LEAD_DIM].values[first.pop(LEAD_DIM)]
+        raise UserError(empty_field_message(name, format_times([init]), lead, picked, first))
 
 
 def _grid_summary(data: xr.Dataset) -> str:

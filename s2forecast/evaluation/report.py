@@ -238,7 +238,8 @@ def write_plots(
             files.append(plots.plot_scores(scores, path, title=scored, units=units, n_init_times=counts,
                                            acc_caveat=metrics.attrs.get("acc_caveat"),
                                            forecast_label=forecast_label))  # fmt: skip
-            if set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
+            # an ensemble's: a deterministic forecast scored with them (one member) has no "members" (KeyError)
+            if "members" in metrics.attrs and set(ENSEMBLE_PLOTTED) <= set(metrics["metric"].values.tolist()):
                 path = plot_dir / f"{_file_stem(v, level)}_ensemble.png"
                 members = metrics.attrs["members"]  # an ensemble's (scoring)
                 files.append(plots.plot_ensemble_scores(scores, path, scored, members, units, n_init_times=counts))

@@ -334,14 +334,21 @@ def _refuse_empty_fields(
     if not empty.any():
         return
     i, k = np.argwhere(empty)[0]
-    which = ""
-    if member and not together:
-        index = int(np.argmin(finite[i, k].reshape(values.shape[2], -1).all(axis=-1)))
-        which = f" ({member}={forecast[member].values[index]})"
-    raise UserError(
-        f"forecast variable {name} is NaN everywhere{together} at init time {format_time(init[i])} lead "
-        f"{leads[k] / np.timedelta64(1, 'h'):g} h{which}: every score of that lead would be NaN; check the forecast "
-        "file (a failed or unfinished model run?), or leave that init time out (forecast.drop_sel(time=...))"
+    extra = [dim for dim in (member, "level") if dim and dim in forecast.dims]  # values' order after (time, lead)
+    position = np.unravel_index(int(np.argmin(finite[i, k])), [forecast.sizes[dim] for dim in extra])
+    which = dict(zip(extra, position, strict=True)) if not together else {}
+    raise UserError(empty_field_message(name, format_time(init[i]), leads[k], forecast, which, together))
+
+
+def empty_field_message(name: str, init: str, lead, forecast: xr.DataArray, which: dict, together: str = "") -> str:
+    """Why a forecast field with no finite value at an (init time, lead) is refused, naming it: ``which``
+    the positions of its member and level (``together``: no point finite in all members at once)."""
+    labels = ", ".join(f"{dim}={forecast[dim].values[index]}" for dim, index in which.items())
+    return (
+        f"forecast variable {name} is NaN everywhere{together} at init time {init} lead "
+        f"{lead / np.timedelta64(1, 'h'):g} h{f' ({labels})' if labels else ''}: every score of that lead would be "
+        "NaN; check the forecast file (a failed or unfinished model run?), or leave that init time out "
+        "(forecast.drop_sel(time=...))"
     )
 
 

@@ -1,5 +1,6 @@
 """``evaluate`` on real ERA5 (tests/data sample) with ensembles, regions and the CF results file."""
 
+import warnings
 from pathlib import Path
 
 import netCDF4
@@ -8,7 +9,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from s2forecast.evaluation.evaluate import evaluate, format_table
+from s2forecast.evaluation.evaluate import PlotWarning, evaluate, format_table
 from s2forecast.evaluation.metrics import METRICS
 from s2forecast.evaluation.report import open_results
 
@@ -320,6 +321,13 @@ def test_a_member_nan_everywhere_at_any_init_time_is_refused(tmp_path, swe_store
     with pytest.raises(ValueError, match=rf"^forecast variable vorticity is NaN everywhere in all members at once at "
                        rf"init time {second} lead 1 h: every score"):  # fmt: skip
         evaluate(forecast.copy(data={"vorticity": values}), swe_store, tmp_path / "m.nc", plots=False, progress=False)
+    # at the first init time, the check before scoring said the whole variable was NaN, naming no member
+    values[1] = field[1][None, None]
+    values[0, :, 1] = np.nan
+    first = str(times[0])[:13]
+    with pytest.raises(ValueError, match=rf"^forecast variable vorticity is NaN everywhere at init time {first} "
+                       r"lead 1 h \(realization=2\): every score of that lead would be NaN"):  # fmt: skip
+        evaluate(forecast.copy(data={"vorticity": values}), swe_store, tmp_path / "m.nc", plots=False, progress=False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -331,3 +339,23 @@ def test_a_rank_histogram_alone_and_the_ensemble_mean_rmse_are_defined():
     with pytest.raises(ValueError, match=r"^metrics \['rank_histogram'\] hold no score of one number per lead; add "):
         EvaluationConfig(metrics=("rank_histogram",))
     assert "EnsembleMeanMSE" in METRICS["ensemble_mean_rmse"].definition
+
+
+def test_a_deterministic_forecast_scored_with_the_ensemble_metrics_keeps_its_plots(tmp_path, swe_store):
+    """Scored as a one-member ensemble, as documented, but its plots read the ensemble's 'members'
+    attribute: a KeyError dropped every plot, with a PlotWarning (a review found it)."""
+    from s2forecast.evaluation.config import DETERMINISTIC, ENSEMBLE, EvaluationConfig
+
+    truth = xr.open_zarr(swe_store)
+    forecast = xr.Dataset(
+        {"vorticity": (("time", "prediction_timedelta", "latitude", "longitude"),
+                       truth["vorticity"].values[1:4, None] * 1.1, {"units": "s**-1"})},
+        coords={"time": truth["time"].values[:3], "prediction_timedelta": [np.timedelta64(1, "h")],
+                "latitude": truth["latitude"], "longitude": truth["longitude"]},
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlotWarning)
+        results = evaluate(forecast, swe_store, tmp_path / "m.nc", progress=False,
+                           config=EvaluationConfig(metrics=DETERMINISTIC + ENSEMBLE, regions=("global",)))  # fmt: skip
+    names = [Path(path).name for path in results.attrs["plot_files"]]
+    assert "vorticity_scores.png" in names and not [name for name in names if "ensemble" in name]
