@@ -15,8 +15,11 @@ killed closes its connections, and the others' next collective call raises.
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from s2forecast.user_errors import UserError
+
+COLLECTIVE_TIMEOUT = timedelta(days=7)  # longer than any rollout: a rank waits for the others' whole share
 
 # raised again under the same class on the ranks where they did not happen (others: RuntimeError)
 _SHARED_ERRORS = (UserError, FileExistsError, FileNotFoundError, PermissionError, OSError)
@@ -105,15 +108,25 @@ class Ranks:
         env = os.environ
         if "MASTER_ADDR" not in env and env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES")) == "1":
             os.environ["MASTER_ADDR"] = "127.0.0.1"  # srun on one node: no address to look up
-        if "MASTER_PORT" not in env and "SLURM_JOB_ID" in env:
-            os.environ["MASTER_PORT"] = str(20000 + _integer(env, "SLURM_JOB_ID") % 20000)  # one port per job
+        if "MASTER_PORT" not in env and "SLURM_JOB_ID" in env:  # one port per job step: two sruns of a job at once
+            step = _integer(env, "SLURM_STEP_ID") if "SLURM_STEP_ID" in env else 0  # collided on the job's one port
+            os.environ["MASTER_PORT"] = str(20000 + (_integer(env, "SLURM_JOB_ID") * 97 + step) % 20000)
         if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
             raise UserError(
                 f"{self.world} processes but no MASTER_ADDR/MASTER_PORT to meet at; start them with torchrun, or "
                 "under srun export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1) and "
                 "MASTER_PORT=29500"
             )
-        dist.init_process_group("gloo", rank=self.rank, world_size=self.world)
+        try:
+            # the timeout of every collective: torch's 30 min failed a run whose ranks with fewer (or no) batches
+            # waited longer for the others at the end; a dead peer is seen at once all the same (its socket closes)
+            dist.init_process_group("gloo", rank=self.rank, world_size=self.world, timeout=COLLECTIVE_TIMEOUT)
+        except (dist.DistNetworkError, dist.DistStoreError) as error:  # a port taken, a peer that never came
+            raise UserError(
+                f"rank {self.rank} of {self.world} could not meet the others at {env['MASTER_ADDR']}:"
+                f"{env['MASTER_PORT']} ({type(error).__name__}: {str(error).splitlines()[0]}); see the other "
+                "processes' logs, or set MASTER_PORT to a free port"
+            ) from None
         try:
             yield self
         finally:

@@ -1,6 +1,7 @@
 """`rollout` across processes (torchrun / srun): the init times split over ranks, one zarr store, the
 one-process file; a killed rank leaves nothing readers take for a forecast, and a rerun completes it."""
 
+import datetime
 import os
 import shlex
 import signal
@@ -270,3 +271,34 @@ def test_the_readme_torchrun_commands_give_the_cli_every_argument(monkeypatch, t
         if launched.training_script_args[0] == "rollout":  # our own parser takes it (fit: LightningCLI's)
             args = build_parser().parse_args(launched.training_script_args)
             assert (args.start, args.end, args.every, args.format) == ("2020-01-01T00", "2020-12-31", 12.0, "zarr")
+
+
+def test_the_group_waits_for_slow_ranks_and_a_failed_meeting_is_one_line(monkeypatch):
+    """A review found: torch's default 30 min timeout failed a run whose ranks with fewer batches waited
+    longer for the others; two sruns of one job met on one port (a traceback, then a hang); a peer
+    that never joined was a DistStoreError traceback."""
+    import torch.distributed as dist
+
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    calls = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
+    ports = set()
+    for step in ("0", "1"):
+        monkeypatch.setenv("SLURM_JOB_ID", "4242")
+        monkeypatch.setenv("SLURM_STEP_ID", step)
+        monkeypatch.setenv("SLURM_NNODES", "1")
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        with Ranks(0, 2).group():
+            ports.add(os.environ["MASTER_PORT"])
+    assert len(ports) == 2 and calls[0]["timeout"] >= datetime.timedelta(days=1)
+
+    def refused(*args, **kwargs):
+        raise dist.DistStoreError("Timed out after 1800 seconds waiting for clients. 1/2 clients joined.")
+
+    monkeypatch.setattr(dist, "init_process_group", refused)
+    with pytest.raises(UserError, match=r"^rank 0 of 2 could not meet the others at 127\.0\.0\.1:\d+ \(DistStoreError: "
+                       r"Timed out .*1/2 clients joined\.\); see the other processes' logs"):  # fmt: skip
+        with Ranks(0, 2).group():
+            pass
