@@ -60,6 +60,8 @@ VARIANTS = {
     "losses": CRPS,
 }
 FIELDS = ("geopotential_height", "vorticity")
+# the options of the models, forecasts and scores a --work holds (its options.json)
+SETTINGS = ("trajectories", "train", "steps", "embed_dim", "train_members", "members", "leads", "init_hours")
 
 
 def run(argv: list[str]) -> None:
@@ -208,11 +210,11 @@ def targets(rows: list[dict]) -> str:
     power over the truth's at the last lead over the degrees 4 <= l <= the truth's resolved degree,
     and how many of them are within 0.75-1.25 (target: all); the worst ensemble-mean RMSE over the
     MSE model's at leads >= 12 h (target <= 1); the worst CRPS over the MSE model's MAE (target
-    <= 0.8). Fields: h (height), ζ (vorticity)."""
+    <= 0.8), and its mean over every lead and field. Fields: h (height), ζ (vorticity)."""
     grouped = runs(rows)
     reference = {seed_rows[0].get("seed", 0): seed_rows for seed_rows in grouped.get("mse", [])}
     head = ("| model | seed | spread/skill h | spread/skill ζ | power ratio h | power ratio ζ | RMSE / MSE's | "
-            "CRPS / MSE's MAE |\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+            "CRPS / MSE's MAE | mean CRPS / MAE |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
     lines = [head]
     for model, seeds in grouped.items():
         if model == "mse":
@@ -231,14 +233,16 @@ def targets(rows: list[dict]) -> str:
                 inside = int(((ratio >= 0.75) & (ratio <= 1.25)).sum())
                 cells.append(f"{ratio.min():.2f}-{ratio.max():.3g} ({inside}/{ratio.size})" if ratio.size else "-")
             if mse is None:
-                cells += ["-", "-"]
+                cells += ["-", "-", "-"]
             else:
                 by_lead = {r["lead_hours"]: r for r in mse}
                 pairs = [(r, by_lead[r["lead_hours"]]) for r in mine if r["lead_hours"] in by_lead]
                 rmse = [r[f"ensemble_mean_rmse_{f}"] / m[f"ensemble_mean_rmse_{f}"]
                         for r, m in pairs if r["lead_hours"] >= 12 for f in FIELDS]  # fmt: skip
                 crps = [r[f"crps_{f}"] / m[f"crps_{f}"] for r, m in pairs for f in FIELDS]
-                cells += [f"{max(rmse):.3f}" if rmse else "-", f"{max(crps):.3f}" if crps else "-"]
+                # the mean over all leads and both fields: the tie-break of the best variant (README)
+                cells += [f"{max(rmse):.3f}" if rmse else "-", f"{max(crps):.3f}" if crps else "-",
+                          f"{np.mean(crps):.3f}" if crps else "-"]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -310,6 +314,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="with --table: PNG of the lines")
     args = parser.parse_args()
     if args.table:
+        if not args.table.is_file():
+            parser.error(f"--table {args.table}: no such file (the JSON lines of a run of this script)")
         rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
         print(table(rows) + "\n\n" + targets(rows))
         if args.plot:
@@ -317,7 +323,18 @@ def main() -> None:
         return
     if args.store is None or args.work is None:
         parser.error("--store and --work are needed to run the experiment (or --table to summarize one)")
+    # the commands run in the repository (cwd=REPO): relative paths were read there, not here
+    args.store, args.work = args.store.resolve(), args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
+    # what a rerun reuses (checkpoints, forecasts, metrics) was made with these: other ones were labelled
+    # with the new options (a review: --steps 50 rows of 2-step models)
+    options = {name: getattr(args, name) for name in SETTINGS}
+    recorded = args.work / "options.json"
+    if recorded.exists() and (before := json.loads(recorded.read_text())) != options:
+        changed = {name: (before.get(name), value) for name, value in options.items() if before.get(name) != value}
+        parser.error(f"--work {args.work} holds runs of other options {changed} (before, now): rerun with those, or "
+                     "give another --work")  # fmt: skip
+    recorded.write_text(json.dumps(options) + "\n")
     for seed in args.seeds:
         for variant in args.variants:
             path = forecast(variant, seed, train(variant, seed, args), args)

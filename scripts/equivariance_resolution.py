@@ -104,9 +104,16 @@ def main():
     parser.add_argument("--lines", type=Path, nargs="+", help="plot (--plot) JSON lines of earlier runs; no measuring")
     args = parser.parse_args()
     if args.lines:
+        if args.plot is None:  # README: --lines FILE ... --plot PNG redraws the figure
+            parser.error("--lines redraws the figure of earlier runs: give it with --plot PNG")
         plot(results_from_lines(args.lines), args.plot)
         return
-    shapes = [tuple(int(n) for n in g.split("x")) for g in args.grids]
+    try:
+        shapes = [tuple(int(n) for n in g.split("x")) for g in args.grids]
+    except ValueError:
+        parser.error(f"--grids {' '.join(args.grids)}: give NLATxNLON sizes, e.g. 32x64")
+    if any(len(shape) != 2 or min(shape) < 2 for shape in shapes):
+        parser.error(f"--grids {' '.join(args.grids)}: give NLATxNLON sizes of at least 2x2, e.g. 32x64")
     rotations = [random_rotation(torch.Generator().manual_seed(s)) for s in range(1, args.rotations + 1)]
     results = {}
     for name in args.layers:

@@ -249,6 +249,9 @@ def prepare_out(out: Path) -> None:
 def run_check(args: argparse.Namespace) -> None:
     if args.budget is not None and args.budget < 0:
         raise ValueError(f"--budget must be at least 0 seconds, got {args.budget}")
+    benchmarks = [b[0] for part in args.parts for b in BENCHMARKS.get(part, [])]
+    if args.only and not selected([(name,) for name in benchmarks], args.only):  # it wrote an empty report, exit 0
+        raise ValueError(f"--only {' '.join(args.only)} names no benchmark of {' '.join(args.parts)}: {benchmarks}")
     prepare_out(args.out)
     if args.wheels:
         args.site.mkdir(parents=True, exist_ok=True)

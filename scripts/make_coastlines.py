@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     if args.out.exists():
         print(f"error: {args.out} exists; remove it first to remake it", file=sys.stderr)
         return 2
+    if not args.topojson.is_file():
+        print(f"error: {args.topojson}: no such file; download world-atlas' land-110m.json", file=sys.stderr)
+        return 2
     topology = json.loads(args.topojson.read_text())
     pieces = [piece for arc in decode_arcs(topology) for piece in coastline_pieces(arc)]
     separated = [np.vstack([piece, [[np.nan, np.nan]]]) for piece in pieces]

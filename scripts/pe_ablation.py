@@ -127,9 +127,14 @@ def train_and_score(name: str, seed: int, args) -> dict:
         for r in rotation_errors(model.forecaster, batch, angles)
     ]
     row["train_seconds"] = round(seconds, 1)
+    print(json.dumps(row), flush=True)  # before the weights: a failed save lost a trained model's row
     if args.out_dir:
-        torch.save(model.state_dict(), args.out_dir / f"{name}-seed{seed}.pt")
+        torch.save(model.state_dict(), weights_path(args.out_dir, name, seed))
     return row
+
+
+def weights_path(out_dir: Path, name: str, seed: int) -> Path:
+    return out_dir / f"{name}-seed{seed}.pt"
 
 
 def summarize(rows: list[dict]) -> str:
@@ -206,14 +211,25 @@ def main():
     parser.add_argument("--plot", type=Path, help="with --table: the rotation plot (PNG)")
     args = parser.parse_args()
     if args.table:
+        if not args.table.is_file():
+            parser.error(f"--table {args.table}: no such file (the JSON lines of a run of this script)")
         rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.startswith("{")]
         print(summarize(rows))
         if args.plot:
             plot(rows, args.plot)
         return
+    if not args.store.exists():
+        parser.error(f"--store {args.store}: no such store (make one with s2forecast generate-swe)")
+    if args.out_dir:  # checked before any training: the save came after the first model's minutes
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        taken = [str(path) for seed in args.seeds for name in args.models
+                 if (path := weights_path(args.out_dir, name, seed)).exists()]  # fmt: skip
+        if taken:
+            parser.error(f"--out-dir {args.out_dir} holds {', '.join(taken)}, which this run would replace; give "
+                         "another directory or move them away")  # fmt: skip
     for seed in args.seeds:
         for name in args.models:
-            print(json.dumps(train_and_score(name, seed, args)), flush=True)
+            train_and_score(name, seed, args)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ Example:
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -36,6 +37,12 @@ def main():
     parser.add_argument("--angles", type=int, default=7, help="angles from 0 to pi/2")
     parser.add_argument("--other-store", help="a store at another resolution (same variables)")
     args = parser.parse_args()
+    if args.samples < 1 or args.angles < 2:  # 0 samples: an IndexError; 0 angles printed nothing, exit 0
+        parser.error(f"--samples must be >= 1 and --angles >= 2 (0 and pi/2 at least), got {args.samples} and "
+                     f"{args.angles}")  # fmt: skip
+    for option, path in (("--ckpt", args.ckpt), ("--store", args.store)):
+        if "://" not in path and not Path(path).exists():
+            parser.error(f"{option} {path}: no such file or store")
 
     model = load_forecaster(args.ckpt)
     dataset = open_inputs(model, args.store, targets=1)  # the checkpoint's channels, history, step, one target

@@ -225,6 +225,7 @@ def test_report_merges_parts_from_one_device(gpu_check, tmp_path):
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the build would start"),
         ),
         (["run", "--out", "{tmp}/o", "--parts", "global", "--budget", "-1"], "--budget must be"),
+        (["run", "--out", "{tmp}/o", "--parts", "global", "--only", "zzz"], "--only zzz names no benchmark of global"),
     ],
 )
 def test_bad_inputs_give_one_line(gpu_check, tmp_path, capsys, argv, message):
