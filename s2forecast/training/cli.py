@@ -20,6 +20,7 @@ A run without a logger (``trainer.logger: false``) logs nothing, the learning ra
 """
 
 import logging
+import signal
 import sys
 import warnings
 from argparse import ArgumentError
@@ -34,6 +35,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from s2forecast.training.checkpoint_model import describe, differences
 from s2forecast.training.checkpoints import (
@@ -405,11 +407,22 @@ class ForecastCLI(LightningCLI):
                     # does not fit a config shared with fit
                     warnings.filterwarnings("ignore", message="You're using the WeightAveraging callback, but loading")
                 super()._run_subcommand(subcommand)
-        except BaseException:
+        except BaseException as error:
             if self.trainer.is_global_zero:
                 # and the WandbLogger's run directory, known only once its run started
                 created += [path for c in self.trainer.callbacks if isinstance(c, RunConfig) for path in c.created]
                 remove_unused_log_dirs(sorted(set(created), key=lambda path: len(path.parts), reverse=True))
+            # Lightning ends a run stopped by SIGTERM (timeout, scancel, preemption) with exit status 0, as a
+            # finished one, and a Ctrl-C with 1, a bug's status: 143 and 130 (cli.py's "interrupted"), as a shell's
+            if isinstance(error, SIGTERMException):
+                if self.trainer.is_global_zero:
+                    sys.stderr.write(
+                        f"s2forecast {subcommand}: stopped by SIGTERM at step {self.trainer.global_step}, unfinished; "
+                        "resume from its last checkpoint with --ckpt_path last\n"
+                    )
+                raise SystemExit(128 + signal.SIGTERM) from None
+            if isinstance(error, SystemExit) and self.trainer.interrupted:
+                raise KeyboardInterrupt from None
             raise
 
 

@@ -2,6 +2,9 @@
 max_steps (`--ckpt_path last`) trains the rest of that epoch, in its order, at the learning rates
 of the larger run: it ends bit-identical to a run that went to the larger max_steps at once."""
 
+import os
+import signal
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -111,3 +114,34 @@ def test_a_fit_resumed_without_its_ema_callback_goes_on_from_the_trained_weights
     cli(["fit", *run, "--trainer.max_steps", "3", "--ckpt_path", str(checkpoint)])
     identical(started[0], saved["current_model_state"], "weights at the resume")
     assert any("trained with EMAWeightAveraging and this fit has no such callback" in str(w.message) for w in recwarn)
+
+
+class Signal(pl.Callback):
+    """Sends ``signum`` to this process after the second training step (a terminal's Ctrl-C, or the
+    SIGTERM of timeout, scancel or a preemption)."""
+
+    signum = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 2:
+            os.kill(os.getpid(), Signal.signum)
+
+
+@pytest.mark.parametrize(("signum", "status", "line"), [
+    (signal.SIGINT, 130, "s2forecast fit: interrupted"),
+    (signal.SIGTERM, 143, "s2forecast fit: stopped by SIGTERM at step 2, unfinished; resume from its last checkpoint"),
+])  # fmt: skip
+def test_a_fit_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store, tmp_path, capsys, monkeypatch,
+                                                                     signum, status, line):  # fmt: skip
+    """Lightning ended a Ctrl-C with exit status 1 (a bug's, with no 'interrupted' line) and a SIGTERM
+    with 0, as a finished run: `fit && rollout` went on (a review found both)."""
+    monkeypatch.setattr(Signal, "signum", signum)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli(["fit", *tiny_args(swe_store, tmp_path, *COMMON[:-1], "--trainer.max_steps", "5",
+                                   "--trainer.callbacks+=test_resume_max_steps.Signal")])  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning ignores SIGINT once it has taken one
+    assert exit_info.value.code == status
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)
