@@ -147,28 +147,31 @@ def render_help(command: str) -> str:
     return plain_text(stdout.getvalue())
 
 
-def store_help(command: str, text: str) -> None:
+def store_help(command: str, text: str) -> bool:
     """Write the cache file: under a new random name, created exclusively (``O_EXCL``, 0600, no
     symlink followed) in the private directory, then renamed over the old file, so a concurrent
     reader sees the old file or the new one. A cache that cannot be written is no error: the
-    next call renders the help again."""
+    next call renders the help again. Whether it was written."""
+    key = cache_key(command)
     name = cache_file(command).name
     with private_directory(command, create=True) as directory:
         if directory is None:
-            return
+            return False
         tmp = f".{name}.{secrets.token_hex(8)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         try:
             descriptor = os.open(tmp, flags, 0o600, dir_fd=directory)
         except OSError:
-            return
+            return False
         try:
             with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-                file.write(f"{cache_key(command)} sha256={text_digest(text)}\n{text}")
+                file.write(f"{key} sha256={text_digest(text)}\n{text}")
             os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=directory)
+            return False
+        return True
 
 
 def usable(command: str) -> bool:
@@ -192,7 +195,8 @@ def print_help(command: str) -> None:
                 f"later calls read it from {cache_file(command)}\n"
             )
         text = render_help(command)
-        store_help(command, text)
+        if not store_help(command, text) and usable(command):  # a read-only cache: every call said "once"
+            sys.stderr.write(f"s2forecast {command}: could not write {cache_file(command)}; the next call builds it\n")
     sys.stdout.write(plain_text(text))
     sys.stdout.flush()
 

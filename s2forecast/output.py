@@ -842,11 +842,15 @@ class DiskSpaceWarning(UserWarning):
     """An output may not fit the free space of the disk it is written to."""
 
 
-def warn_if_short_of_disk(out: str | os.PathLike, needed: int, what: str) -> None:
+LEFT_AS_IT_WAS = "leaves the output path as it was"
+RESUMABLE = "leaves the store incomplete, for a rerun of the same command to resume"  # the store writers'
+
+
+def warn_if_short_of_disk(out: str | os.PathLike, needed: int, what: str, left: str = LEFT_AS_IT_WAS) -> None:
     """Warn, before a command's work, when the disk of the directory ``out`` is written in has less
     than ``needed`` bytes free; ``what`` says what takes them ("the store takes up to 6.1 GB before
-    compression"). A warning, not a refusal: how well an output compresses is not known before it is
-    written."""
+    compression"), ``left`` what a run the disk stops leaves (``RESUMABLE`` for the store writers). A
+    warning, not a refusal: how well an output compresses is not known before it is written."""
     directory = Path(out).absolute().parent
     try:
         free = shutil.disk_usage(directory).free
@@ -855,7 +859,7 @@ def warn_if_short_of_disk(out: str | os.PathLike, needed: int, what: str) -> Non
     if free < needed:
         warnings.warn(
             f"{directory} has {byte_size(free)} free; {what}; if the disk fills, the run stops with an error and "
-            "leaves the output path as it was: free some space there or write the output to a larger disk",
+            f"{left}: free some space there or write the output to a larger disk",
             DiskSpaceWarning,
             stacklevel=3,
         )

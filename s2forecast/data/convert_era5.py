@@ -67,7 +67,7 @@ from s2forecast.data.netcdf_classic import required_size
 from s2forecast.data.plausibility import check_plausible
 from s2forecast.data.store import STATIC_VARIABLES, VARIABLES, normalize_units
 from s2forecast.data.writer import InvalidInputData, StoreWriter, is_complete, lazy_empty, write_region
-from s2forecast.output import byte_size, check_target, warn_if_short_of_disk
+from s2forecast.output import RESUMABLE, byte_size, check_target, warn_if_short_of_disk
 from s2forecast.provenance import history, python_call
 from s2forecast.times import cftime_problem, format_time
 from s2forecast.urls import is_url
@@ -934,7 +934,7 @@ def convert_era5(
         template = _template(data, statics, grid, times, store_levels, paths, out)
         needed = sum(variable.nbytes for variable in template.data_vars.values())  # float32 fields, never computed
         what = f"the converted store takes up to {byte_size(needed)} uncompressed (about half once compressed)"
-        warn_if_short_of_disk(out, needed, what)
+        warn_if_short_of_disk(out, needed, what, RESUMABLE)
         signature = _signature(paths, dynamic + static, store_levels, member)
         writer = StoreWriter(out, signature, overwrite=overwrite, inputs=paths, shards=shards)
         return _write(writer, template, data, progress, time_chunk, by_name, engine if engine is not None else Engine())

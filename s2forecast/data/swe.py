@@ -32,7 +32,7 @@ import xarray as xr
 from s2forecast.data.defaults import SWE_BATCH
 from s2forecast.data.writer import InvalidInputData, StoreWriter, lazy_empty
 from s2forecast.geometry import Grid
-from s2forecast.output import byte_size, warn_if_short_of_disk
+from s2forecast.output import RESUMABLE, byte_size, warn_if_short_of_disk
 from s2forecast.provenance import history
 from s2forecast.times import check_span, format_time
 from s2forecast.user_errors import UserError
@@ -123,7 +123,9 @@ def generate_swe(
         "solver_dt_seconds": solver_dt_seconds,
     }
     store_bytes = 4 * times.size * len(SWE_VARIABLES) * nlat * nlon  # float32
-    warn_if_short_of_disk(out, store_bytes, f"the store takes up to {byte_size(store_bytes)} before compression")
+    warn_if_short_of_disk(
+        out, store_bytes, f"the store takes up to {byte_size(store_bytes)} before compression", RESUMABLE
+    )
     lmax = math.ceil(nlat / 3)  # the solver first: a grid too large for memory fails before any store is made
     solver = ShallowWaterSolver(nlat, nlon, solver_dt, lmax=lmax, mmax=lmax, grid=grid).double()
     with StoreWriter(out, signature, overwrite=overwrite) as writer:

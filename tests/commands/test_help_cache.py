@@ -111,3 +111,19 @@ def test_terminal_control_characters_are_never_printed(fake_render, monkeypatch,
     help_cache.print_help("test")
     printed = capsys.readouterr().out
     assert printed == "rendered]0;owned[2J[31mred[0m 31m\n"
+
+
+def test_a_cache_that_cannot_be_written_says_so(fake_render, capsys, monkeypatch):
+    """A read-only cache directory: every call said 'building this help once; later calls read it
+    from ...', and built it again (a review found it)."""
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    help_cache.print_help("fit")  # the directory made
+    help_cache.cache_file("fit").unlink()
+    monkeypatch.setattr(help_cache.os, "replace", read_only)
+    help_cache.print_help("fit")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"s2forecast fit: could not write {help_cache.cache_file('fit')}; the next call builds it"
+    assert not help_cache.cache_file("fit").exists() and fake_render == ["fit", "fit"]

@@ -759,6 +759,8 @@ def test_a_disk_too_small_is_a_warning_with_the_stores_size(tmp_path, monkeypatc
     assert size == 3 * 5 * 46 * 90 * 4  # 3 times x 5 surface fields, float32, no static field in the slice
     (message,) = [str(w.message) for w in warned if w.category is DiskSpaceWarning]
     assert message.startswith(f"{tmp_path} has 1000 bytes free; the converted store takes up to {byte_size(size)} ")
+    # what a full disk leaves: an incomplete store that the same command resumes (it promised the path as it was)
+    assert "the run stops with an error and leaves the store incomplete, for a rerun of the same command" in message
     assert stored.attrs["s2forecast_complete"] == "true"  # a warning only: converted all the same
 
 
