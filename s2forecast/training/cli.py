@@ -498,7 +498,9 @@ def run(argv: list[str], execute: bool = True) -> ForecastCLI:
         ConfigError: a configuration error (unknown key, wrong type, bad class_path, missing
             key, missing or invalid YAML file), in one line.
     """
-    no_exit = {"exit_on_error": False}  # raise, so that `s2forecast` can report one line
+    # raise, so that `s2forecast` can report one line; no abbreviations (--trainer.max_epoch was max_epochs, in
+    # silence), as the other commands take none
+    no_exit = {"exit_on_error": False, "allow_abbrev": False}
     return ForecastCLI(
         ForecastModule,
         FieldDataModule,

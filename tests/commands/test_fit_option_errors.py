@@ -69,6 +69,11 @@ CASES = {
         "set trainer.max_steps",
     ),
     "rollout_steps 0": (["--data.init_args.rollout_steps", "0"], "rollout_steps must be an integer >= 1", "got 0"),
+    "an abbreviated option": (  # taken for --trainer.max_epochs in silence (the other commands take none)
+        ["--trainer.max_epoch", "3"],
+        "unknown option --trainer.max_epoch",
+        "did you mean '--trainer.max_epochs'?",
+    ),
     # a review: gradient ascent with exit status 0 (-1), a ZeroDivisionError in Lightning (0)
     "accumulate_grad_batches -1": (
         ["--trainer.accumulate_grad_batches", "-1"],
