@@ -34,6 +34,12 @@ class CommandParser(argparse.ArgumentParser):
             close = difflib.get_close_matches(match[1], re.findall(r"'([^']*)'", match[2]), n=1)
             if close:
                 message += f"; did you mean {close[0]!r}?"
+        elif match := re.match(r"unrecognized arguments: (.*)", message):  # a mistyped option, as fit's are told
+            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+            typed = [arg.split("=", 1)[0] for arg in match[1].split() if arg.startswith("--")]
+            close = [(arg, near[0]) for arg in typed if (near := difflib.get_close_matches(arg, options, n=1))]
+            if close:
+                message += "; did you mean " + ", ".join(f"{near!r} (for {arg})" for arg, near in close) + "?"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

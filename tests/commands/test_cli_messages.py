@@ -154,6 +154,8 @@ CASES = {
         ["2030-01-01T00", "2000-01-01T00"],
     ),
     "rollout unknown device": ([*ROLLOUT, *INIT, "--device", "gpu0"], ["--device", "'gpu0'", "cpu"]),
+    # a mistyped option got no suggestion, where fit's do (a review)
+    "rollout mistyped option": ([*ROLLOUT, *INIT, "--member", "2"], ["--member 2; did you mean '--members'"]),
     "rollout checkpoint is text": ([*ROLLOUT[:2], "{text}", *ROLLOUT[3:], *INIT], ["checkpoint"]),
     "rollout checkpoint is empty": ([*ROLLOUT[:2], "{empty}", *ROLLOUT[3:], *INIT], ["checkpoint"]),
     "rollout store not a store": ([*ROLLOUT[:4], "{not_a_store}", *ROLLOUT[5:], *INIT], ["not_a_store"]),
