@@ -141,7 +141,8 @@ def test_an_ensemble_of_one_member_of_a_noise_model_is_refused(crps_run, swe_sto
         (["--members", "2"], "deterministic (no network.noise_channels) and the initial conditions are not perturbed"),
         (
             ["--member", "1"],
-            "s2forecast rollout: error: unrecognized arguments: --member 1 (see s2forecast rollout --help)",
+            "s2forecast rollout: error: unrecognized arguments: --member 1; did you mean '--members' (for --member)? "
+            "(see s2forecast rollout --help)",
         ),  # not taken as --members 1; named by rollout's parser, not the top level's
         (["--members", "2", "--perturbation", "gaussian", "--ic-members", "all"], "is a store, which holds one"),
         (["--ic-members", "1,1"], "member(s) [1] given twice"),
