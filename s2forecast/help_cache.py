@@ -55,11 +55,16 @@ def cache_file(command: str, key: str | None = None) -> Path:
     """Where the help of ``command`` is cached: a file per cache key (``key``, default this one's).
     One file for all made a terminal's width and a pipe's (80 columns), or two installs sharing
     ~/.cache, evict each other: 8 s a help instead of 0.15."""
+    name = hashlib.sha256((key or cache_key(command)).encode()).hexdigest()[:16]
+    return cache_dir() / f"{command}-{name}.txt"
+
+
+def cache_dir() -> Path:
+    """The directory of the cached help (no key needed: reading the source for one costs 7 ms)."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or "")
     if not root.is_absolute():  # unset, empty or relative: the XDG spec says to use the default
         root = Path.home() / ".cache"
-    name = hashlib.sha256((key or cache_key(command)).encode()).hexdigest()[:16]
-    return root / "s2forecast" / "help" / f"{command}-{name}.txt"
+    return root / "s2forecast" / "help"
 
 
 def cache_key(command: str) -> str:
@@ -99,7 +104,7 @@ def private_directory(command: str, create: bool = False):
     """A descriptor of the cache's directory, or None when it is missing or not private
     (``is_private``; a symlink is not followed). With ``create`` a missing one is made 0700.
     Files are opened relative to the descriptor, so the directory checked is the one used."""
-    directory = cache_file(command).parent
+    directory = cache_dir()
     if create and not os.path.lexists(directory):
         with contextlib.suppress(OSError):
             directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -185,7 +190,7 @@ def store_help(command: str, text: str) -> bool:
 def prune(command: str, directory: int) -> None:
     """Keep the ``KEPT`` newest cache files of ``command`` (other widths', versions' and installs')."""
     with contextlib.suppress(OSError):
-        names = [n for n in os.listdir(directory) if n.startswith(f"{command}-") and n.endswith(".txt")]
+        names = [n for n in os.listdir(directory) if re.fullmatch(rf"{re.escape(command)}-[0-9a-f]{{16}}\.txt", n)]
         for old in sorted(names, key=lambda n: os.stat(n, dir_fd=directory, follow_symlinks=False).st_mtime_ns)[:-KEPT]:
             os.unlink(old, dir_fd=directory)
 
@@ -199,7 +204,7 @@ def print_help(command: str) -> None:
     """Print the help of ``command``: from the cache, else rendered (and cached for next time)."""
     text = cached_help(command)
     if text is None:
-        directory = cache_file(command).parent
+        directory = cache_dir()
         if os.path.lexists(directory) and not usable(command):
             sys.stderr.write(
                 f"s2forecast {command}: building this help (loads torch and Lightning) without its cache: "
