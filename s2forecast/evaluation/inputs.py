@@ -212,8 +212,12 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
 
 
 # a file name has at most 255 bytes, a NetCDF name 256: the longest names made of a field's are its plots'
-# <field>[_<level>hPa]_rank_histogram.png and its results' <field>_nonfinite_forecast
-NAME_BYTES = {"plot file name": (255, "_rank_histogram.png"), "name in the results": (256, "_nonfinite_forecast")}
+# <field>[_<level>hPa]_rank_histogram.png and its results' <field>_nonfinite_forecast (most bytes, suffix,
+# whether the level is in it)
+NAME_BYTES = {
+    "plot file name": (255, "_rank_histogram.png", True),
+    "name in the results": (256, "_nonfinite_forecast", False),
+}
 
 
 def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
@@ -221,8 +225,8 @@ def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -
     for name in scored:  # refused after the scoring, in writing the results: all its work lost
         levels = forecast["level"].values if "level" in forecast[name].dims else []
         stem = f"{name}_{int(max(levels))}hPa" if len(levels) else name  # report._file_stem's longest
-        for what, (most, suffix) in NAME_BYTES.items():
-            size = len(f"{stem if what.startswith('plot') else name}{suffix}".encode())
+        for what, (most, suffix, with_level) in NAME_BYTES.items():
+            size = len(f"{stem if with_level else name}{suffix}".encode())
             if size > most:
                 raise UserError(
                     f"forecast variable {name[:40]}... is too long a name: its {what} ...{suffix} has {size} bytes, "

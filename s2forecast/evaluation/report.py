@@ -206,10 +206,10 @@ def write_plots(
     # the maps' init time: the first with the most truth at the map leads (the first alone drew empty
     # truth and error panels when its valid times were missing, beside inits with all of theirs)
     inits = forecast[INIT_DIM].values
-    shown = int(np.argmax(truth_available(truth, inits, map_leads).sum(axis=1)))
+    available = truth_available(truth, inits, map_leads)  # (init, map lead)
+    shown = int(np.argmax(available.sum(axis=1)))
+    present = (inits[shown] + map_leads)[available[shown]]
     init = inits[shown : shown + 1]
-    valid = init[0] + map_leads
-    present = valid[truth_available(truth, init, map_leads)[0]]
     coast = land_sea_mask(truth)
     earth = "trajectory" not in truth.coords  # shallow-water trajectories: no Earth's coastlines on their maps
     region = shown_region(metrics)

@@ -136,7 +136,7 @@ class Forecaster(nn.Module):
             raise UserError(f"the model cannot run on {grid}: {reason}; regrid the data to {self.grid}")
         other = Forecaster(self.architecture, self.network_options, self.data.on_grid(grid), self.residual)
         other.net = self.net.on_grid(grid)
-        other.static_fields = self.static_fields if grid == self.grid else {}  # the checkpoint's, on its grid
+        other.static_fields = {}  # the checkpoint's are on its own grid: another takes the store's
         return other.to(self.mean.device).train(self.training)
 
     # --- the model step ------------------------------------------------------------------

@@ -123,7 +123,7 @@ class ResumableLoader(torch.utils.data.DataLoader):
         ranks, now = state.get("ranks", self.sampler.num_replicas), self.sampler.num_replicas
         if ranks == now or self.sampler.start == 0:
             return
-        if _ended(self.sampler.start, -(-len(self.dataset) // ranks), state["batch_size"]):
+        if _ended(self.sampler.start, self._share_of(state), state["batch_size"]):
             return
         raise UserError(
             f"the checkpoint stopped mid-epoch (after {self.resumed_batches} batches) of a run on {ranks} process(es), "
@@ -131,13 +131,17 @@ class ResumableLoader(torch.utils.data.DataLoader):
             "(trainer.devices x trainer.num_nodes), or from a checkpoint saved at an epoch's end"
         )
 
+    def _share_of(self, state: dict) -> int:
+        """The samples of each rank's share in the checkpointed run (its number of ranks; before
+        "ranks" was recorded, this run's)."""
+        return -(-len(self.dataset) // state.get("ranks", self.sampler.num_replicas))
+
     def _check_rest_of_epoch(self, state: dict) -> None:
         """Lightning ends an epoch when its count of the epoch's batches, restored from the checkpoint,
         reaches this loader's length: mid-epoch with a larger batch_size that comes before the rest of
         the epoch is served, and samples would be skipped. Refused (a smaller one serves them all)."""
         start, total = self.sampler.start, len(self.sampler)
-        share = -(-len(self.dataset) // state.get("ranks", self.sampler.num_replicas))  # the checkpointed run's
-        if "epoch_batches" not in state or start == 0 or _ended(start, share, state["batch_size"]):
+        if "epoch_batches" not in state or start == 0 or _ended(start, self._share_of(state), state["batch_size"]):
             return  # a new epoch, or the end of one
         rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
         # Lightning stops when its count equals the length (a count already past it runs to the data's end;
