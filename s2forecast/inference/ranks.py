@@ -9,7 +9,9 @@ the zarr store, each rank writing its own slab of initialization times (``slab``
 
 Every rank reaches every collective call, failed or not (``check_all``): a rank whose Python
 code fails reports it to the others, which then fail too instead of waiting; a rank that is
-killed closes its connections, and the others' next collective call raises.
+killed closes its connections, and the others' next collective call raises. While the ranks
+forecast their shares (no collective for a long while), a failed rank also leaves a mark in the
+store they write, and the others stop before their next batch (``inference.rollout``).
 """
 
 import os

@@ -421,6 +421,8 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                     batches = range(slab.start, slab.stop, options.batch_size)
                     bar = None if progress and first else True  # None: drawn on a terminal only, not into a log file
                     for start in tqdm(batches, desc="rollout", unit="batch", disable=bar):
+                        if ranks.many and failed_ranks(tmp):
+                            break  # the failure reaches this rank at the next collective: no share forecast for nothing
                         times = init_times[start : min(start + options.batch_size, slab.stop)]
                         states = initial.read(times, steps)
                         generators = init_generators(options, times)
@@ -432,6 +434,8 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                         for k, fields in enumerate(forecasts):
                             writer.write(start, k, fields)
                 except BaseException:
+                    if ranks.many:
+                        mark_failed(tmp, ranks.rank)
                     writer.abort()
                     raise
                 return runner.nonfinite
@@ -452,6 +456,23 @@ def _rollout(checkpoint, source, steps, init_times, out, options, progress, rank
                 return output.commit()
 
             return ranks.broadcast(collectively(ranks, finish))
+
+
+FAILED_MARK = ".s2forecast-failed-rank-"  # in the temporary store, which every rank writes to: ranks see it per batch
+
+
+def mark_failed(tmp: str | Path, rank: int) -> None:
+    """Tell the other ranks, before they start their next batch, that this rank's forecasts failed
+    (its error reaches them at the next collective, which they would reach only after their share)."""
+    try:
+        (Path(tmp) / f"{FAILED_MARK}{rank}").touch()
+    except OSError:  # the store went (rank 0 removes it after the verdict): the collective tells them all the same
+        pass
+
+
+def failed_ranks(tmp: str | Path) -> bool:
+    """Whether a rank marked its forecasts failed (``mark_failed``)."""
+    return any(Path(tmp).glob(f"{FAILED_MARK}*"))
 
 
 def open_forecast_file(

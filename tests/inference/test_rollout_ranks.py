@@ -8,6 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from s2forecast.cli import main as cli
 from s2forecast.data import open_store
 from s2forecast.evaluation.inputs import open_forecast
 from s2forecast.inference.ranks import Ranks, collectively
+from s2forecast.inference.rollout import FAILED_MARK, RolloutOptions
 from s2forecast.user_errors import UserError
 
 REPO = Path(__file__).parents[2]
@@ -302,3 +306,70 @@ def test_the_group_waits_for_slow_ranks_and_a_failed_meeting_is_one_line(monkeyp
                        r"Timed out .*1/2 clients joined\.\); see the other processes' logs"):  # fmt: skip
         with Ranks(0, 2).group():
             pass
+
+
+class ThreadRanks:
+    """Rank ``rank`` of ranks that run as threads of this process: their collectives meet at a barrier
+    (a process group is one per process), so that a test of what ranks tell each other stays in-process."""
+
+    slab, check_all, many = Ranks.slab, Ranks.check_all, True
+
+    def __init__(self, rank: int, table: list, barrier):
+        self.rank, self.world, self.local_rank, self.table, self.barrier = rank, len(table), rank, table, barrier
+
+    def device(self, device: str) -> str:
+        return device
+
+    @contextmanager
+    def group(self):
+        yield self
+
+    def gather(self, value) -> list:
+        self.table[self.rank] = value
+        self.barrier.wait()
+        values = list(self.table)
+        self.barrier.wait()  # nobody writes the table again before every rank has read it
+        return values
+
+    def broadcast(self, value):
+        return self.gather(value)[0]
+
+
+def test_a_failed_rank_stops_the_others_before_their_next_batch(mse_run_1_epoch, swe_store, tmp_path, monkeypatch):
+    """A review found: a rank whose forecasts failed told the others only at the next collective,
+    which they reached after forecasting their whole share for nothing."""
+    from s2forecast.inference import forecast_file
+    from s2forecast.inference.rollout import rollout
+
+    out, times = tmp_path / "f.zarr", open_store(swe_store)["time"].values[:6]  # batches of 1: 0-2 rank 0, 3-5 rank 1
+    write, written = forecast_file.ForecastFile.write, []
+
+    def write_or_fail(self, start, lead_index, fields):
+        if start == 0:
+            raise OSError("[Errno 28] No space left on device")
+        written.append(start)
+        write(self, start, lead_index, fields)
+        for _ in range(200):  # rank 1 goes on once rank 0 has failed (without this, a race)
+            if any(tmp.glob(f"{FAILED_MARK}*") for tmp in siblings(out)):
+                break
+            time.sleep(0.05)
+
+    monkeypatch.setattr(forecast_file.ForecastFile, "write", write_or_fail)
+    table, barrier, errors = [None, None], threading.Barrier(2, timeout=60), [None, None]
+
+    def run(rank):
+        try:
+            rollout(mse_run_1_epoch.checkpoint, swe_store, 3, times, out, RolloutOptions(batch_size=1), False,
+                    ThreadRanks(rank, table, barrier))  # fmt: skip
+        except Exception as error:
+            errors[rank] = error
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert [str(error) for error in errors] == ["[Errno 28] No space left on device",
+                                                "rank 0 of 2 failed: [Errno 28] No space left on device"]  # fmt: skip
+    assert written == [3, 3, 3]  # rank 1's first batch (3 leads), then no other batch
+    assert not os.path.lexists(out) and siblings(out) == []
