@@ -8,7 +8,8 @@ so it is kept in a file that s2forecast writes and owns::
     $XDG_CACHE_HOME/s2forecast/help/COMMAND-KEYHASH.txt      (default ~/.cache/s2forecast/help/)
 
 Its first line is a key: s2forecast's version, the versions of Python, torch, pytorch-lightning
-and jsonargparse, a SHA-256 of every ``.py`` file of the package, and the terminal width; the file
+and jsonargparse, jsonargparse's ``JSONARGPARSE_*`` settings, a SHA-256 of every ``.py`` file of
+the package, and the terminal width; the file
 is named by a hash of it, so each width (a terminal's, a pipe's) and each install has its own, the
 ``KEPT`` newest of a command kept. A file whose key differs is stale and is rendered again (the
 slow way). Only a bare
@@ -82,7 +83,9 @@ def cache_key(command: str) -> str:
             versions.append(f"{name}=none")
     width = shutil.get_terminal_size().columns
     python = ".".join(map(str, sys.version_info[:3]))
-    parts = [f"s2forecast={s2forecast.__version__}", f"python={python}", *versions, digest.hexdigest()]
+    # jsonargparse's own settings (JSONARGPARSE_DEFAULT_ENV adds each option's variable to the help)
+    settings = sorted(f"{name}={value}" for name, value in os.environ.items() if name.startswith("JSONARGPARSE_"))
+    parts = [f"s2forecast={s2forecast.__version__}", f"python={python}", *versions, *settings, digest.hexdigest()]
     return f"{KEY_PREFIX}{command} {' '.join(parts)} columns={width}"
 
 

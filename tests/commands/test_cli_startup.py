@@ -153,6 +153,15 @@ def test_cache_key_changes_with_the_source(monkeypatch, tmp_path):
     assert help_cache.cache_key("fit") != before
 
 
+def test_cache_key_changes_with_jsonargparse_settings(monkeypatch):
+    """A review found: JSONARGPARSE_DEFAULT_ENV adds each option's variable to the help, and the
+    help cached without it was printed."""
+    monkeypatch.delenv("JSONARGPARSE_DEFAULT_ENV", raising=False)
+    before = help_cache.cache_key("fit")
+    monkeypatch.setenv("JSONARGPARSE_DEFAULT_ENV", "true")
+    assert help_cache.cache_key("fit") != before
+
+
 def test_unwritable_cache_still_prints_help(fake_render, monkeypatch, tmp_path, capsys):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the cache directory would go")
