@@ -21,7 +21,9 @@ from datetime import timedelta
 
 from s2forecast.user_errors import UserError
 
+MEETING_TIMEOUT = timedelta(minutes=10)  # how long the ranks wait for one another to start
 COLLECTIVE_TIMEOUT = timedelta(days=7)  # longer than any rollout: a rank waits for the others' whole share
+_collectives = None  # the process group of the collectives (COLLECTIVE_TIMEOUT) while ``Ranks.group`` is open
 
 # raised again under the same class on the ranks where they did not happen (others: RuntimeError)
 _SHARED_ERRORS = (UserError, FileExistsError, FileNotFoundError, PermissionError, OSError)
@@ -119,19 +121,24 @@ class Ranks:
                 "under srun export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1) and "
                 "MASTER_PORT=29500"
             )
+        global _collectives
         try:
-            # the timeout of every collective: torch's 30 min failed a run whose ranks with fewer (or no) batches
-            # waited longer for the others at the end; a dead peer is seen at once all the same (its socket closes)
-            dist.init_process_group("gloo", rank=self.rank, world_size=self.world, timeout=COLLECTIVE_TIMEOUT)
+            # the default group's timeout is also how long the meeting waits for a rank that never starts
+            dist.init_process_group("gloo", rank=self.rank, world_size=self.world, timeout=MEETING_TIMEOUT)
         except (dist.DistNetworkError, dist.DistStoreError) as error:  # a port taken, a peer that never came
             raise UserError(
                 f"rank {self.rank} of {self.world} could not meet the others at {env['MASTER_ADDR']}:"
-                f"{env['MASTER_PORT']} ({type(error).__name__}: {str(error).splitlines()[0]}); see the other "
-                "processes' logs, or set MASTER_PORT to a free port"
+                f"{env['MASTER_PORT']} within {MEETING_TIMEOUT.total_seconds():g} s ({type(error).__name__}: "
+                f"{str(error).splitlines()[0]}); see the other processes' logs, or set MASTER_PORT to a free port"
             ) from None
         try:
+            # the collectives' own group: torch's 30 min failed a run whose ranks with fewer (or no) batches waited
+            # longer for the others at the end; a dead peer is seen at once all the same (its socket closes)
+            with self._contact():
+                _collectives = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
             yield self
         finally:
+            _collectives = None
             dist.destroy_process_group()
 
     def gather(self, value) -> list:
@@ -142,7 +149,7 @@ class Ranks:
 
         values = [None] * self.world
         with self._contact():
-            dist.all_gather_object(values, value)
+            dist.all_gather_object(values, value, group=_collectives)
         return values
 
     def broadcast(self, value):
@@ -153,7 +160,7 @@ class Ranks:
 
         values = [value]
         with self._contact():
-            dist.broadcast_object_list(values, src=0)
+            dist.broadcast_object_list(values, src=0, group=_collectives)
         return values[0]
 
     @contextmanager

@@ -285,8 +285,9 @@ def test_the_group_waits_for_slow_ranks_and_a_failed_meeting_is_one_line(monkeyp
 
     for name in RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    calls = []
+    calls, groups = [], []
     monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(dist, "new_group", lambda *args, **kwargs: groups.append(kwargs))
     monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
     ports = set()
     for step in ("0", "1"):
@@ -296,16 +297,34 @@ def test_the_group_waits_for_slow_ranks_and_a_failed_meeting_is_one_line(monkeyp
         monkeypatch.delenv("MASTER_PORT", raising=False)
         with Ranks(0, 2).group():
             ports.add(os.environ["MASTER_PORT"])
-    assert len(ports) == 2 and calls[0]["timeout"] >= datetime.timedelta(days=1)
+    assert len(ports) == 2 and groups[0]["timeout"] >= datetime.timedelta(days=1)
 
     def refused(*args, **kwargs):
         raise dist.DistStoreError("Timed out after 1800 seconds waiting for clients. 1/2 clients joined.")
 
     monkeypatch.setattr(dist, "init_process_group", refused)
-    with pytest.raises(UserError, match=r"^rank 0 of 2 could not meet the others at 127\.0\.0\.1:\d+ \(DistStoreError: "
-                       r"Timed out .*1/2 clients joined\.\); see the other processes' logs"):  # fmt: skip
+    with pytest.raises(UserError, match=r"^rank 0 of 2 could not meet the others at 127\.0\.0\.1:\d+ within 600 s "
+                       r"\(DistStoreError: Timed out .*1/2 clients joined\.\); see the other processes' "
+                       "logs"):  # fmt: skip
         with Ranks(0, 2).group():
             pass
+
+
+def test_a_rank_that_never_starts_fails_the_meeting_soon(monkeypatch):
+    """A review found: the collectives' 7-day timeout was also the meeting's, so a rank whose peer never
+    started waited 7 days (holding its GPU) for a one-line error."""
+    from s2forecast.inference import ranks
+
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    monkeypatch.setattr(ranks, "MEETING_TIMEOUT", datetime.timedelta(seconds=1))
+    begun = time.monotonic()
+    with pytest.raises(UserError, match=r"^rank 0 of 2 could not meet the others at 127\.0\.0\.1:\d+ within 1 s "):
+        with Ranks(0, 2).group():
+            pass
+    assert time.monotonic() - begun < 60
 
 
 class ThreadRanks:
