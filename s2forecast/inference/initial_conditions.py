@@ -67,15 +67,16 @@ class Forcings:
         index = index if isinstance(index, tuple) else (index,)
         if any(part is None for part in index):
             raise IndexError("Forcings take ints, slices, index arrays and `...`; add axes (None) to the tensor")
+        if sum(part is Ellipsis for part in index) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if any(part is Ellipsis for part in index):  # as full slices: the batch and time dims come first
+            at = next(i for i, part in enumerate(index) if part is Ellipsis)
+            index = (*index[:at], *(slice(None),) * (len(self.shape) - len(index) + 1), *index[at + 1 :])
         arrays = [isinstance(part, list | np.ndarray | torch.Tensor) and np.ndim(part) > 0 for part in index]
         if any(arrays[i] and np.ndim(part) > 1 and np.asarray(part).dtype == bool for i, part in enumerate(index)):
             raise IndexError("Forcings take masks of one dim each; index the tensor for a mask of several")
         if any(arrays[:2]) and any(arrays[2:]):  # numpy's and torch's rules for such a pair differ: a wrong shape
             raise IndexError("Forcings take index arrays in the batch and time dims or in the others, not both")
-        if any(part is Ellipsis for part in index):  # as full slices: the batch and time dims come first
-            at = next(i for i, part in enumerate(index) if part is Ellipsis)
-            given = sum(part is not Ellipsis for part in index)
-            index = (*index[:at], *(slice(None),) * (len(self.shape) - given), *index[at + 1 :])
         times = self.times[index[:2]]  # the batch and time dims; the others index the fields
         flat = times.reshape(-1)
         missing = np.unique(flat[[t not in self._cache for t in flat]]) if flat.size else flat

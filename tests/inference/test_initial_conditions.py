@@ -313,8 +313,11 @@ def test_forcings_are_computed_a_window_at_a_time(swe_store):
     # a 2-D mask was numpy's IndexError; index arrays on both sides gave another shape than a tensor's
     with pytest.raises(IndexError, match="masks of one dim each"):
         small[np.ones((2, 5), bool), 0]
-    with pytest.raises(IndexError, match="in the batch and time dims or in the others, not both"):
-        small[[0, 1], :, [1, 0]]
+    for mixed in [([0, 1], slice(None), [1, 0]), (0, ..., [0, 1], [1, 0], slice(None), slice(None))]:
+        with pytest.raises(IndexError, match="in the batch and time dims or in the others, not both"):
+            small[mixed]  # after `...` too: the check looked at the positions before it was expanded
+    with pytest.raises(IndexError, match=r"^an index can only have a single ellipsis"):
+        small[..., 0, ...]
     assert torch.equal(small[[1, 0], :, 2], whole[[1, 0], :, 2])
     assert torch.equal(small[:, :, [2, 0]], whole[:, :, [2, 0]])
     as_float64 = small.to(torch.float64)  # a dtype, as a tensor's to() takes: it was taken for a device
