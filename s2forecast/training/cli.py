@@ -416,10 +416,9 @@ class ForecastCLI(LightningCLI):
             # finished one, and a Ctrl-C with 1, a bug's status: 143 and 130 (cli.py's "interrupted"), as a shell's
             if isinstance(error, SIGTERMException):
                 if self.trainer.is_global_zero:
-                    sys.stderr.write(
-                        f"s2forecast {subcommand}: stopped by SIGTERM at step {self.trainer.global_step}, unfinished; "
-                        "resume from its last checkpoint with --ckpt_path last\n"
-                    )
+                    advice = (f" at step {self.trainer.global_step}, unfinished; resume from its last checkpoint with "
+                              "--ckpt_path last" if subcommand == "fit" else ", unfinished; run it again")  # fmt: skip
+                    sys.stderr.write(f"s2forecast {subcommand}: stopped by SIGTERM{advice}\n")
                 raise SystemExit(128 + signal.SIGTERM) from None
             if isinstance(error, SystemExit) and self.trainer.interrupted:
                 raise KeyboardInterrupt from None

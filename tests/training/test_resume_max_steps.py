@@ -126,21 +126,29 @@ class Signal(pl.Callback):
         if trainer.global_step == 2:
             os.kill(os.getpid(), Signal.signum)
 
+    def on_validation_batch_end(self, trainer, *args):
+        if not trainer.training:  # validate's own run, not fit's validation
+            os.kill(os.getpid(), Signal.signum)
 
-@pytest.mark.parametrize(("signum", "status", "line"), [
-    (signal.SIGINT, 130, "s2forecast fit: interrupted"),
-    (signal.SIGTERM, 143, "s2forecast fit: stopped by SIGTERM at step 2, unfinished; resume from its last checkpoint"),
+
+@pytest.mark.parametrize(("command", "signum", "status", "line"), [
+    ("fit", signal.SIGINT, 130, "s2forecast fit: interrupted"),
+    ("fit", signal.SIGTERM, 143, "s2forecast fit: stopped by SIGTERM at step 2, unfinished; resume from its last "
+     "checkpoint with --ckpt_path last"),
+    ("validate", signal.SIGTERM, 143, "s2forecast validate: stopped by SIGTERM, unfinished; run it again"),
 ])  # fmt: skip
-def test_a_fit_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store, tmp_path, capsys, monkeypatch,
-                                                                     signum, status, line):  # fmt: skip
+def test_a_run_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store, tmp_path, capsys, monkeypatch,
+                                                                     command, signum, status, line):  # fmt: skip
     """Lightning ended a Ctrl-C with exit status 1 (a bug's, with no 'interrupted' line) and a SIGTERM
-    with 0, as a finished run: `fit && rollout` went on (a review found both)."""
+    with 0, as a finished run: `fit && rollout` went on (a review found both); validate was told to
+    resume from a checkpoint, which only fit does."""
     monkeypatch.setattr(Signal, "signum", signum)
     handler = signal.getsignal(signal.SIGINT)
     try:
         with pytest.raises(SystemExit) as exit_info:
-            cli(["fit", *tiny_args(swe_store, tmp_path, *COMMON[:-1], "--trainer.max_steps", "5",
-                                   "--trainer.callbacks+=test_resume_max_steps.Signal")])  # fmt: skip
+            run = COMMON[:-1] if command == "fit" else []  # validate: with its validation batches
+            cli([command, *tiny_args(swe_store, tmp_path, *run, "--trainer.max_steps", "5",
+                                     "--trainer.callbacks+=test_resume_max_steps.Signal")])  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, handler)  # Lightning ignores SIGINT once it has taken one
     assert exit_info.value.code == status
