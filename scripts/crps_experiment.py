@@ -61,7 +61,7 @@ VARIANTS = {
 }
 FIELDS = ("geopotential_height", "vorticity")
 # the options of the models, forecasts and scores a --work holds (its options.json)
-SETTINGS = ("trajectories", "train", "steps", "embed_dim", "train_members", "members", "leads", "init_hours")
+SETTINGS = ("store", "trajectories", "train", "steps", "embed_dim", "train_members", "members", "leads", "init_hours")
 
 
 def run(argv: list[str]) -> None:
@@ -328,7 +328,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     # what a rerun reuses (checkpoints, forecasts, metrics) was made with these: other ones were labelled
     # with the new options (a review: --steps 50 rows of 2-step models)
-    options = {name: getattr(args, name) for name in SETTINGS}
+    options = {name: str(value) if isinstance(value := getattr(args, name), Path) else value for name in SETTINGS}
     recorded = args.work / "options.json"
     if recorded.exists() and (before := json.loads(recorded.read_text())) != options:
         changed = {name: (before.get(name), value) for name, value in options.items() if before.get(name) != value}

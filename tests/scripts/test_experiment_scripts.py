@@ -47,11 +47,12 @@ def test_experiment_scripts_refuse_bad_options_in_one_line(tmp_path, swe_store, 
 
 
 def test_crps_experiment_refuses_a_work_of_other_options(tmp_path, monkeypatch, capsys):
-    """A rerun with another --steps reused the models of the first and labelled their rows with the new
-    steps; relative paths were read in the repository (the commands' working directory)."""
+    """A rerun with another --steps (or --store) reused the models of the first and labelled their rows
+    with the new steps (store); relative paths were read in the repository (the commands' working directory)."""
     work = tmp_path / "work"
     work.mkdir()
     before = {
+        "store": str(tmp_path / "store.zarr"),
         "trajectories": 12,
         "train": 10,
         "steps": 2,
@@ -66,3 +67,6 @@ def test_crps_experiment_refuses_a_work_of_other_options(tmp_path, monkeypatch, 
     message = refused("crps_experiment.py", "--store", "store.zarr", "--work", "work", "--steps", "50",
                       monkeypatch=monkeypatch, capsys=capsys)  # fmt: skip
     assert f"--work {work} holds runs of other options {{'steps': (2, 50)}}" in message
+    message = refused("crps_experiment.py", "--store", "other.zarr", "--work", "work", "--steps", "2",
+                      monkeypatch=monkeypatch, capsys=capsys)  # fmt: skip
+    assert f"holds runs of other options {{'store': ('{tmp_path}/store.zarr', '{tmp_path}/other.zarr')}}" in message
