@@ -233,6 +233,8 @@ def evaluate(
         forecast, truth, climatology, config=config, map_leads=map_leads, climatology_period=climatology_period,
         storage_options=storage_options,
     )  # fmt: skip
+    if plots:
+        report.check_plot_file_names(inputs.forecast, inputs.variables)
     outputs = _claim_outputs(out, inputs.local_paths, overwrite, plots)
     earlier_plots = _earlier_plots(out, overwrite)
     with contextlib.ExitStack() as stack:  # on any error every temporary output goes, nothing at --out changes

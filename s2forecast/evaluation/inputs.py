@@ -211,27 +211,25 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
     return truth.drop_vars(along_time)
 
 
-# a file name has at most 255 bytes, a NetCDF name 256: the longest names made of a field's are its plots'
-# <field>[_<level>hPa]_rank_histogram.png and its results' <field>_nonfinite_forecast (most bytes, suffix,
-# whether the level is in it)
-NAME_BYTES = {
-    "plot file name": (255, "_rank_histogram.png", True),
-    "name in the results": (256, "_nonfinite_forecast", False),
-}
+def check_name_bytes(forecast: xr.Dataset, variables: Sequence[str], what: str, most: int, suffix: str,
+                     with_level: bool) -> None:  # fmt: skip
+    """Refuse a variable whose ``what``, ``<name>[_<largest level>hPa]<suffix>`` (``with_level``), has
+    more than ``most`` bytes: writing it would fail after the scoring, all its work lost."""
+    for name in variables:
+        levels = forecast["level"].values if with_level and "level" in forecast[name].dims else []
+        stem = f"{name}_{int(max(levels))}hPa" if len(levels) else name  # report._file_stem's longest
+        size = len(f"{stem}{suffix}".encode())
+        if size > most:
+            raise UserError(
+                f"forecast variable {name[:40]}... is too long a name: its {what} ...{suffix} has {size} bytes, "
+                f"more than {most}; leave it out (--variables) or rename it in the forecast"
+            )
 
 
 def _forecast_variables(forecast: xr.Dataset, variables: Sequence[str] | None) -> list[str]:
     scored = _scorable_variables(forecast, variables)
-    for name in scored:  # refused after the scoring, in writing the results: all its work lost
-        levels = forecast["level"].values if "level" in forecast[name].dims else []
-        stem = f"{name}_{int(max(levels))}hPa" if len(levels) else name  # report._file_stem's longest
-        for what, (most, suffix, with_level) in NAME_BYTES.items():
-            size = len(f"{stem if with_level else name}{suffix}".encode())
-            if size > most:
-                raise UserError(
-                    f"forecast variable {name[:40]}... is too long a name: its {what} ...{suffix} has {size} bytes, "
-                    f"more than {most}; leave it out (--variables) or rename it in the forecast"
-                )
+    # a NetCDF name has at most 256 bytes: the longest made of a field's in the results is this one
+    check_name_bytes(forecast, scored, "name in the results", 256, "_nonfinite_forecast", with_level=False)
     return scored
 
 

@@ -43,7 +43,7 @@ _TITLE_MIN_POINTS = 7  # a title too wide for its figure shrinks to this size, t
 
 
 def _suptitle(figure, title: str, points: float | None = None, **options):
-    """``figure.suptitle`` within the figure's width: a long field name (up to ``inputs.NAME_BYTES``) ran
+    """``figure.suptitle`` within the figure's width: a long field name (``report.check_plot_file_names``) ran
     past both edges. The figures have fixed margins, so no second line: smaller, then cut in the middle."""
     import matplotlib
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from s2forecast.evaluation.inputs import land_sea_mask, lead_hours
+from s2forecast.evaluation.inputs import check_name_bytes, land_sea_mask, lead_hours
 from s2forecast.evaluation.metrics import (
     INIT_DIM,
     LEAD_DIM,
@@ -169,6 +169,14 @@ def _plot_levels(variable: str, levels: Sequence | None) -> list:
 
 def _file_stem(variable: str, level) -> str:
     return variable if level is None else f"{variable}_{int(level)}hPa"
+
+
+def check_plot_file_names(forecast: xr.Dataset, variables: Sequence[str]) -> None:
+    """Refuse, before the scoring, a variable whose plot file name would have more than 255 bytes:
+    the longest is ``<field>[_<level>hPa]_rank_histogram.png`` of an ensemble, ``..._spectra.png``
+    of a deterministic forecast (``write_plots``)."""
+    suffix = "_rank_histogram.png" if member_dim(forecast.dims) is not None else "_spectra.png"
+    check_name_bytes(forecast, variables, "plot file name", 255, suffix, with_level=True)
 
 
 def _select_levels(data: xr.DataArray, levels) -> xr.DataArray:

@@ -406,19 +406,31 @@ def test_open_forecast_numeric_leads_and_map_lead_errors(tmp_path, truth_path, t
 def test_a_variable_name_too_long_for_its_result_files_is_refused_before_the_work(tmp_path, truth_ds):
     """A name NetCDF takes (<= 256 bytes) was scored, then writing <name>_nonfinite_forecast into the
     results (or its plots' files) failed: a traceback, all the work lost (a review found it). The
-    longest plot file of a field with levels holds its largest level (<name>_850hPa_rank_histogram.png:
-    at most 229 bytes of name here, 236 without levels)."""
-    forecast = perfect_forecast(truth_ds)
-    for field, most in (("geopotential", 229), ("2m_temperature", 236)):
+    longest plot file of a field with levels holds its largest level: an ensemble's
+    <name>_850hPa_rank_histogram.png, a deterministic forecast's <name>_850hPa_spectra.png; without
+    plots only the results' names count (a later review found names refused for plots never drawn)."""
+    from s2forecast.evaluation.report import check_plot_file_names
+
+    deterministic = perfect_forecast(truth_ds)
+    ensemble = deterministic.expand_dims(realization=2).transpose("time", "prediction_timedelta", "realization", ...)
+    cases = [  # forecast, field, plots, the most bytes of its name, the limit reached first
+        (deterministic, "geopotential", True, 236, "plot file name ..._spectra.png has 256 bytes, more than 255"),
+        (deterministic, "geopotential", False, 237, "name in the results ..._nonfinite_forecast has 257 bytes, "
+         "more than 256"),
+        (deterministic, "2m_temperature", True, 237, "name in the results ..._nonfinite_forecast has 257 bytes"),
+        (ensemble, "geopotential", True, 229, "plot file name ..._rank_histogram.png has 256 bytes, more than 255"),
+    ]  # fmt: skip
+    for forecast, field, drawn, most, message in cases:
         for length in (most, most + 1):
             name = "é" * (length // 2) + "t" * (length % 2)  # bytes, not characters
             renamed, truth = forecast.rename({field: name}), truth_ds.rename({field: name})
             if length == most:
-                evaluate_module.EvaluationInputs.open(renamed, truth)
+                inputs = evaluate_module.EvaluationInputs.open(renamed, truth)
+                check_plot_file_names(inputs.forecast, inputs.variables) if drawn else None
                 continue
-            message = rf"^forecast variable {name[:40]}\.\.\. is too long a name: its plot file name \.\.\._rank_"
-            with pytest.raises(ValueError, match=message + r"histogram\.png has 256 bytes, more than 255; leave it"):
-                evaluate(renamed, truth, tmp_path / "m.nc", progress=False)
+            with pytest.raises(ValueError) as error:
+                evaluate(renamed, truth, tmp_path / "m.nc", plots=drawn, progress=False)
+            assert str(error.value).startswith(f"forecast variable {name[:40]}... is too long a name: its {message}")
             assert list(tmp_path.iterdir()) == []
 
 
