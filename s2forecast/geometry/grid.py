@@ -140,7 +140,8 @@ class Grid:
 
         Latitudes may run north -> south or south -> north (the returned grid is always
         north -> south: flip the data if ``lat`` ascends). Longitudes must be evenly spaced
-        over the full circle, ascending, from any first longitude. (The networks are equivariant
+        over the full circle, ascending, from any first longitude on a meridian ``k * 360 / nlon``
+        (one of them is 0 E). (The networks are equivariant
         only to column shifts by a multiple of their latent stride, so readers first put every
         store's columns in one order, from 0 E: ``data.store.longitudes_from_zero``.)
 
@@ -192,6 +193,16 @@ class Grid:
             raise UserError(
                 f"irregular longitudes: spacing varies from {lon_step.min():g} to {lon_step.max():g} deg; "
                 f"expected an even spacing of 360/{nlon} = {expected_step:g} deg"
+            )
+
+        # a column on 0 E (Grid's first): the same number of columns shifted by a fraction of a step is
+        # another grid, whose points a checkpoint's static fields (sampled on 0 E + k step) would miss
+        offset = float(np.mod(lon[0], expected_step))
+        if min(offset, expected_step - offset) > 1e-3 * expected_step:
+            raise UserError(
+                f"longitudes {lon[0]:g}, {lon[1 % nlon]:g}, ... deg lie between the meridians 0 + k * "
+                f"{expected_step:g} deg of a {nlon}-column grid (offset {offset:g} deg): s2forecast's grids have a "
+                "column on 0 E; interpolate the store to those longitudes"
             )
 
         descending = np.sort(lat)[::-1]

@@ -84,9 +84,13 @@ def test_float32_longitudes_of_a_tenth_of_a_degree_are_a_grid(first):
         (np.arange(350.0, -1.0, -10.0), r"longitudes descend \(350, 340, ...\): .* \(ds.sortby\('longitude'\)\)"),
         (np.arange(0.0, 361.0, 10.0), r"the first and last longitudes \(0 and 360 deg\) are the same meridian: drop "
          r"the repeated column"),
+        # half a cell off 0 E: a review found rollout paired them with a checkpoint's static fields on 0 E + k step
+        (np.arange(5.0, 360.0, 10.0), r"^longitudes 5, 15, ... deg lie between the meridians 0 \+ k \* 10 deg of a "
+         r"36-column grid \(offset 5 deg\): s2forecast's grids have a column on 0 E; interpolate the store"),
+        (np.arange(-177.5, 180.0, 10.0), r"^longitudes -177.5, -167.5, ... deg lie between .* \(offset 2.5 deg\)"),
     ],
 )  # fmt: skip
-def test_longitudes_in_another_order_or_with_a_repeated_meridian_name_the_fix(lon, message):
+def test_longitudes_in_another_order_repeated_or_off_0e_name_the_fix(lon, message):
     with pytest.raises(ValueError, match=message):
         Grid.from_coords(np.linspace(90, -90, 19), lon)
 
