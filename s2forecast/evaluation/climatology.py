@@ -1319,13 +1319,14 @@ def write_climatology(
         The path of the written climatology.
     """
     from s2forecast.data.plausibility import check_store_plausible
-    from s2forecast.data.store import check_store_unchanged, open_as_stored, open_store
+    from s2forecast.data.store import check_store_unchanged, grid_of, open_as_stored, open_store
     from s2forecast.output import Output
     from s2forecast.provenance import describe_input, history, python_call
 
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
         truth = open_store(store, chunks={}, storage_options=storage_options)  # complete stores only; dask: streamed
+        grid_of(truth)  # before the reading: a grid no other command takes makes a climatology nothing can use
         stored = open_as_stored(store, storage_options)
         source = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])
         check_store_plausible(source, store, list(source.data_vars))  # °C labelled K would make a "K" climatology

@@ -536,6 +536,18 @@ def test_streaming_to_an_existing_path_is_refused_and_leaves_it(tmp_path):
     assert (target / "keep.txt").read_text() == "user data" and len(list(target.iterdir())) == 1
 
 
+def test_a_store_on_a_grid_no_command_takes_is_refused_before_the_reading(tmp_path):
+    """A review found: climatology read the whole store and wrote a climatology of latitudes every
+    other command refuses (cell centres shifted by a quarter cell)."""
+    from s2forecast.evaluation.climatology import write_climatology
+
+    times = pd.date_range("2020-01-01", periods=8, freq="6h")
+    series(times, 280.0 + np.arange(8.0), lat=np.array([75.0, 15.0, -45.0])).to_zarr(tmp_path / "s.zarr", zarr_format=3)
+    with pytest.raises(ValueError, match=r"^unsupported latitudes: 3 rows evenly spaced 60 deg from -45 to 75"):
+        write_climatology(tmp_path / "s.zarr", tmp_path / "clim.zarr")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["s.zarr"]
+
+
 @pytest.fixture(scope="module")
 def one_time_per_chunk_store(tmp_path_factory):
     """A WB2-layout store with one time per chunk (as WB2's and s2forecast's): a 14-month 12-hourly record
