@@ -25,6 +25,7 @@ from s2forecast.data.fields import FieldDataset, SampleSpec
 from s2forecast.data.forcings import forcing_names
 from s2forecast.data.stats import ChannelStats
 from s2forecast.data.store import grid_of, is_url, open_store
+from s2forecast.geometry import Grid
 from s2forecast.inference.forecast_file import ChannelLayout
 from s2forecast.models.forecaster import Forecaster
 from s2forecast.output import check_unchanged
@@ -165,7 +166,9 @@ def open_inputs(
     # the static fields the model was trained with, unless the store is on another grid (--other-grid
     # on the training grid changes nothing: the store's own static fields were taken, or required)
     given = {name: v.cpu().numpy() for name, v in model.static_fields.items()}
-    if other_grid and _store_grid(store, storage_options) != model.grid:
+    store_grid = _store_grid(store, storage_options)
+    if store_grid is not None and store_grid != model.grid:  # before the static fields: those of the
+        _check_other_grid(model, store_grid, other_grid)  # checkpoint were said not to fit the store's
         given = None
     try:
         dataset = FieldDataset(store, spec, stats=stats, static_stats=static, given_static=given,
@@ -187,14 +190,21 @@ def open_inputs(
         raise UserError(f"store {store} does not fit checkpoint: {error}") from None
     if list(dataset.channels) != list(data.channels):
         raise UserError(f"store channels {list(dataset.channels)} differ from the checkpoint's {list(data.channels)}")
-    if dataset.grid != model.grid and (not other_grid or model.bound_to_grid() is not None):
-        reason = model.bound_to_grid()
-        fix = (
-            f"{reason}: regrid the store to {model.grid}" if reason is not None
-            else "pass --other-grid to run the model on the store's grid"
-        )  # fmt: skip
-        raise UserError(f"store grid {dataset.grid} differs from the checkpoint's {model.grid}; {fix}")
+    if dataset.grid != model.grid:
+        _check_other_grid(model, dataset.grid, other_grid)
     return dataset
+
+
+def _check_other_grid(model: Forecaster, grid: Grid, other_grid: bool) -> None:
+    """Refuse a store on ``grid`` (not the checkpoint's) unless ``other_grid`` and the model can run there."""
+    reason = model.bound_to_grid()
+    if other_grid and reason is None:
+        return
+    fix = (
+        f"{reason}: regrid the store to {model.grid}" if reason is not None
+        else "pass --other-grid to run the model on the store's grid"
+    )  # fmt: skip
+    raise UserError(f"store grid {grid} differs from the checkpoint's {model.grid}; {fix}")
 
 
 def input_indices(dataset: FieldDataset, t0: np.datetime64, source: str | Path | None = None) -> np.ndarray:

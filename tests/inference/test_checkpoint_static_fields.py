@@ -119,9 +119,11 @@ def test_given_static_field_on_another_grid_is_refused(trained):
     np.testing.assert_array_equal(dataset.physical_static("land_sea_mask"), np.ones((9, 16), np.float32))
 
 
-def test_other_grid_initial_conditions_file_gives_its_own_static_fields(trained, tmp_path):
+def test_other_grid_initial_conditions_file_gives_its_own_static_fields(trained, tmp_path, capsys):
     """On another grid the checkpoint's mask does not apply: the file's is needed, and the conversion
-    left it out (the checkpoint carries one): 'static fields ['land_sea_mask'] are not in ...'."""
+    left it out (the checkpoint carries one): 'static fields ['land_sea_mask'] are not in ...'. Without
+    --other-grid the refusal blamed the file's mask ('static field land_sea_mask has shape (9, 16), but
+    ... is on a 17x32 grid': the checkpoint's shape, a review found) instead of naming the grids."""
     _, _, ckpt = trained
     lat, lon = np.linspace(90.0, -90.0, 17), np.arange(32) * 11.25
     times = pd.date_range("2020-01-01", periods=6, freq="6h").values
@@ -131,6 +133,12 @@ def test_other_grid_initial_conditions_file_gives_its_own_static_fields(trained,
     dims = ("valid_time", "latitude", "longitude")
     fields = {"t2m": (dims, t2m.astype(np.float32), {"units": "K"}), "lsm": (dims, mask, {"units": "1"})}
     xr.Dataset(fields, coords={"valid_time": times, "latitude": lat, "longitude": lon}).to_netcdf(tmp_path / "fine.nc")
+    with pytest.raises(SystemExit):
+        rollout(ckpt, tmp_path / "fine.nc", tmp_path / "f.nc", "2020-01-01T06")
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "s2forecast rollout: error: store grid Grid(nlat=17, nlon=32, kind='equiangular') differs from the "
+        "checkpoint's Grid(nlat=9, nlon=16, kind='equiangular'); pass --other-grid to run the model on the store's grid"
+    ]
     forecast = rollout(ckpt, tmp_path / "fine.nc", tmp_path / "f.nc", "2020-01-01T06", "--other-grid")
     assert forecast["2m_temperature"].shape[-2:] == (17, 32) and np.isfinite(forecast["2m_temperature"]).all()
 
