@@ -176,7 +176,22 @@ def to_model_order(ds: xr.Dataset, leading: tuple[str, ...] = ("time",)) -> xr.D
             ds = ds.isel(latitude=slice(None, None, -1))
         else:  # in no order (a regridder's, a merge's): sorted north -> south, as lazily as a reversal
             ds = ds.isel(latitude=np.argsort(-lat, kind="stable"))
-    return longitudes_from_zero(ds)
+    return float64_coordinates(longitudes_from_zero(ds))
+
+
+def float64_coordinates(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with float64 latitudes and longitudes: float32 ones (of the very same values) made the
+    forcings, forecasts and spectra's frequencies of a store differ in their last bits from those of
+    the same store in float64, and results of the two no longer aligned on their coordinates."""
+    cast = {
+        name: (name, ds[name].values.astype(np.float64), ds[name].attrs)
+        for name in ("latitude", "longitude")
+        if name in ds.coords
+        and ds[name].dims == (name,)
+        and ds[name].dtype.kind == "f"
+        and ds[name].dtype != np.float64
+    }
+    return ds.assign_coords(cast) if cast else ds
 
 
 def naive_utc_times(ds: xr.Dataset) -> xr.Dataset:

@@ -5,6 +5,8 @@ reader puts them in the model's order at the boundary (``store.to_model_order``)
 training and rollout (from a store, and from a NetCDF file in WB2's names and order) give what the
 canonical store gives."""
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,6 +114,24 @@ def test_every_reader_sees_the_canonical_store(stores, tmp_path, dims, latitude)
                        ((path, tmp_path / "stats.zarr"), (canonical, stats)))  # fmt: skip
     np.testing.assert_allclose(mine.mean, reference.mean, rtol=1e-6)
     np.testing.assert_allclose(mine.std, reference.std, rtol=1e-5)
+
+
+def test_float32_coordinates_are_read_as_the_float64_ones(stores, tmp_path):
+    """A review found: float32 coordinates of the very same values gave other forcings (1e-7), forecasts
+    (an ulp) and spectra frequencies than float64 ones, and results of the two did not align."""
+    root, canonical, stats, data = stores
+    single = {name: data[name].astype(np.float32) for name in ("latitude", "longitude")}
+    path = write_store(data.assign_coords(single), tmp_path / "store.zarr", latitude="south")
+    ours, theirs = open_store(path), open_store(canonical)
+    for name in ("latitude", "longitude"):
+        assert ours[name].dtype == np.float64
+        xr.testing.assert_identical(ours[name], theirs[name])
+    with_forcing = replace(spec(), forcings=("toa_radiation",))
+    times = theirs["time"].values[:3]
+    np.testing.assert_array_equal(
+        FieldDataset(path, with_forcing, stats_path=stats).forcings_at(times),
+        FieldDataset(canonical, with_forcing, stats_path=stats).forcings_at(times),
+    )
 
 
 def train(store, stats, out):

@@ -492,7 +492,7 @@ def test_streamed_climatology_is_the_same_in_every_store_layout(layout, tmp_path
     monkeypatch.setattr(module, "_read_block", read)
 
     times = pd.date_range("2003-12-01", "2005-01-31T12", freq="12h")
-    lat, lon = np.array([60.0, 20.0, -20.0, -60.0]), np.arange(0.0, 360.0, 60.0)
+    lat, lon = np.array([67.5, 22.5, -22.5, -67.5]), np.arange(0.0, 360.0, 60.0)
     rng = np.random.default_rng(5)
     values = 280.0 + rng.normal(size=(times.size, 2, lat.size, lon.size)).astype(np.float32)
     model = xr.Dataset(
