@@ -104,8 +104,18 @@ class ResumableLoader(torch.utils.data.DataLoader):
         # (in batches it skipped or repeated samples of the epoch)
         samples = min(self.first + self.served * self.batch_size, len(self.sampler))
         return {"epoch": getattr(self.sampler, "epoch", 0), "samples": samples, "batch_size": self.batch_size,
-                "epoch_batches": self.counted + self.served,
-                "ranks": getattr(self.sampler, "num_replicas", 1)}  # fmt: skip
+                "epoch_batches": self.counted + self.served, "ranks": getattr(self.sampler, "num_replicas", 1),
+                **self._permuted()}  # fmt: skip
+
+    def _permuted(self) -> dict:
+        """What an epoch's permutation is of: the sampler's seed and the training samples (a digest of
+        their times: another split, store record, history or rollout length gives another)."""
+        import hashlib
+
+        digest = hashlib.sha256(str(len(self.dataset)).encode())
+        if isinstance(self.dataset, FieldDataset):
+            digest.update(np.ascontiguousarray(np.asarray(self.dataset.times)[self.dataset.samples]).view(np.uint8))
+        return {"seed": getattr(self.sampler, "seed", None), "samples_digest": digest.hexdigest()[:16]}
 
     def load_state_dict(self, state: dict) -> None:
         if isinstance(self.sampler, EpochShuffleSampler):
@@ -114,6 +124,7 @@ class ResumableLoader(torch.utils.data.DataLoader):
             self.sampler.start = state["samples"] if "samples" in state else state["batches"] * self.batch_size
             self.resumed_batches = state.get("epoch_batches", state.get("batches", 0))
             self._check_ranks(state)
+            self._check_same_permutation(state)
             self._check_rest_of_epoch(state)
 
     def _check_ranks(self, state: dict) -> None:
@@ -129,6 +140,27 @@ class ResumableLoader(torch.utils.data.DataLoader):
             f"the checkpoint stopped mid-epoch (after {self.resumed_batches} batches) of a run on {ranks} process(es), "
             f"and this run has {now}: that position holds only on {ranks}; resume on {ranks} "
             "(trainer.devices x trainer.num_nodes), or from a checkpoint saved at an epoch's end"
+        )
+
+    def _check_same_permutation(self, state: dict) -> None:
+        """A position mid-epoch is one in that epoch's permutation of the checkpointed run's samples: with
+        another seed or other samples the rest of the epoch trained some samples twice and others never
+        (a review found both accepted in silence). Refused (at an epoch's end anything goes on)."""
+        if "seed" not in state or self.sampler.start == 0:  # a checkpoint of before the seed was recorded
+            return
+        if _ended(self.sampler.start, self._share_of(state), state["batch_size"]):
+            return
+        now = self._permuted()
+        if state["seed"] != now["seed"]:
+            changed = f"data.init_args.seed {state['seed']} (now {now['seed']})"
+        elif "samples_digest" in state and state["samples_digest"] != now["samples_digest"]:
+            changed = "other training samples (the split, the store's record, history or rollout length differ)"
+        else:
+            return
+        raise UserError(
+            f"the checkpoint stopped mid-epoch (after {self.resumed_batches} batches) of a run with {changed}: the "
+            "rest of that epoch is a position in its permutation of its samples; resume with that run's data "
+            "settings, or from a checkpoint saved at an epoch's end"
         )
 
     def _share_of(self, state: dict) -> int:

@@ -452,7 +452,8 @@ def test_loader_resumes_mid_epoch_in_lightnings_order_with_workers():
     iterator = iter(interrupted)
     assert [next(iterator).tolist() for _ in range(2)] == full[:2]
     state = interrupted.state_dict()
-    assert state == {"epoch": 1, "samples": 4, "batch_size": 2, "epoch_batches": 2, "ranks": 1}
+    assert state.pop("samples_digest")  # of the samples' times (FieldDataset), else their number
+    assert state == {"epoch": 1, "samples": 4, "batch_size": 2, "epoch_batches": 2, "ranks": 1, "seed": 3}
 
     resumed = make_loader(workers=2)
     resumed.load_state_dict(state)
@@ -532,6 +533,35 @@ def test_a_resume_mid_epoch_on_another_number_of_ranks_is_refused():
     one = ResumableLoader(data, batch_size=8, sampler=EpochShuffleSampler(data, seed=3), drop_last=True)
     one.load_state_dict({**state, "samples": 4, "batch_size": 4})  # and with a batch size the rest would not fill
     make_loader().load_state_dict({key: value for key, value in state.items() if key != "ranks"})
+
+
+def test_a_resume_mid_epoch_with_another_seed_or_other_samples_is_refused(swe_store):
+    """The position is one in the epoch's permutation of the run's samples: with another data seed, or
+    other training trajectories, the rest of the epoch trained samples twice and others never, in silence
+    (a review found both). At an epoch's end they go on."""
+    from s2forecast.training.datamodule import SWEDataModule
+
+    def loader(seed=0, trajectories=(0, 2)):
+        data = SWEDataModule(str(swe_store), train_trajectories=trajectories, val_trajectories=None,
+                             test_trajectories=None, batch_size=2, seed=seed, num_workers=0)  # fmt: skip
+        data.setup("fit")
+        return data.train_dataloader()
+
+    first = loader()
+    first.sampler.set_epoch(1)
+    next(iter(first))
+    state = first.state_dict()
+    assert state["seed"] == 0
+    loader().load_state_dict(state)
+    with pytest.raises(UserError, match=(
+        r"^the checkpoint stopped mid-epoch \(after 1 batches\) of a run with data.init_args.seed 0 \(now 1\): the "
+        r"rest of that epoch is a position in its permutation of its samples; resume with that run's data settings, "
+        r"or from a checkpoint saved at an epoch's end$"
+    )):  # fmt: skip
+        loader(seed=1).load_state_dict(state)
+    with pytest.raises(UserError, match=r"of a run with other training samples \(the split, the store's record"):
+        loader(trajectories=(1, 3)).load_state_dict(state)  # as many samples, other ones
+    loader(seed=1).load_state_dict({**state, "samples": len(first.sampler)})  # at the epoch's end
 
 
 def test_sampler_shards_by_rank():
