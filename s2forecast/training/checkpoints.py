@@ -152,6 +152,25 @@ def _fit_progress(checkpoint: dict) -> tuple[dict | None, dict | None]:
     return loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
 
 
+def refuse_a_cut_optimizer_step(checkpoint: dict) -> None:
+    """A checkpoint saved between the micro-batches of an optimizer step (``accumulate_grad_batches``
+    > 1, recorded by ``ForecastModule``: a validation at a fraction of the epoch, a save on SIGTERM)
+    lacks the gradients of the step's batches so far, which no checkpoint holds: a fit resumed from it
+    steps without them and is not the run it continues (a review found it silent). Refused."""
+    accumulate = checkpoint.get("accumulate_grad_batches", 1)
+    _, batches = _fit_progress(checkpoint)
+    if accumulate <= 1 or not batches or batches.get("is_last_batch", True):
+        return  # Lightning steps on an epoch's last batch, a whole accumulation or not
+    done = batches["current"]["processed"]
+    if done % accumulate:
+        raise UserError(
+            f"the checkpoint was saved after batch {done} of its epoch, inside an optimizer step of "
+            f"trainer.accumulate_grad_batches {accumulate}: the gradients of the step's {done % accumulate} batch(es) "
+            "so far are in no checkpoint, and a fit resumed from it would not be the run it continues; resume from "
+            "a checkpoint saved between steps (at an epoch's end, or every_n_train_steps)"
+        )
+
+
 def count_finished_epoch(checkpoint: dict) -> None:
     """An epoch whose batches and end were done when ``checkpoint`` was saved (the last
     checkpoint, saved at its validation, before Lightning counts the epoch completed) is

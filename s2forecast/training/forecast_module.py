@@ -30,7 +30,7 @@ from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, f
 from s2forecast.models.network_options import warn_inert_options
 from s2forecast.models.spherical_transformer import grid_bound_embedding
 from s2forecast.nn import SphericalHarmonicAnalysis
-from s2forecast.training.checkpoints import count_finished_epoch, reopen_cut_epoch
+from s2forecast.training.checkpoints import count_finished_epoch, refuse_a_cut_optimizer_step, reopen_cut_epoch
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
 from s2forecast.user_errors import UserError
 
@@ -484,8 +484,12 @@ class ForecastModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rollout"] = self.rollout
         checkpoint["static_fields"] = self._static_fields()
+        if self._trainer is not None:  # whether it was saved inside an optimizer step (refuse_a_cut_optimizer_step)
+            checkpoint["accumulate_grad_batches"] = self.trainer.accumulate_grad_batches
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if self._trainer is not None and self._trainer.state.fn == "fit":
+            refuse_a_cut_optimizer_step(checkpoint)
         reopen_cut_epoch(checkpoint)  # before Lightning restores its loops from it
         count_finished_epoch(checkpoint)
         self._drop_an_average_no_longer_kept(checkpoint)
@@ -566,7 +570,19 @@ class ForecastModule(pl.LightningModule):
     def on_train_start(self) -> None:
         """The learning rate of the first step from this fit's schedule. A resumed optimizer holds
         the rate the previous fit's plan set after its last step (0.0 at the end of a decay that
-        a larger max_steps now extends); the scheduler only sets the next one after a step."""
+        a larger max_steps now extends); the scheduler only sets the next one after a step.
+        And no validation (nor its checkpoint) inside an optimizer step."""
+        accumulate, every = self.trainer.accumulate_grad_batches, self.trainer.val_check_batch
+        fraction = self.trainer.val_check_interval
+        cut = isinstance(fraction, float) and every < self.trainer.num_training_batches and every % accumulate
+        if cut and self.trainer.enable_validation:
+            # (an integer interval is refused as the trainer is made: training.cli)
+            raise UserError(
+                f"trainer.val_check_interval {fraction:g} validates after batch {every} of an epoch's "
+                f"{self.trainer.num_training_batches}, inside an optimizer step of trainer.accumulate_grad_batches "
+                f"{accumulate}: its checkpoints could not be resumed; use an integer val_check_interval, a multiple of "
+                f"{accumulate}"
+            )
         for config in self.trainer.lr_scheduler_configs:
             scheduler = config.scheduler
             if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):

@@ -63,6 +63,12 @@ CASES = {
         "trainer.val_check_interval 3 is not a multiple of trainer.accumulate_grad_batches 2",
         "use a multiple of 2",
     ),
+    "validation at a fraction inside an accumulated step": (  # the same, silent (a review)
+        ["--trainer.accumulate_grad_batches", "2", "--trainer.val_check_interval", "0.6"],
+        "trainer.val_check_interval 0.6 validates after batch 3 of an epoch's 5, inside an optimizer step of "
+        "trainer.accumulate_grad_batches 2",
+        "use an integer val_check_interval, a multiple of 2",
+    ),
     "max_epochs -1 without max_steps": (  # OverflowError (int of inf steps): "internal error"
         ["--trainer.max_epochs", "-1", "--trainer.max_steps", "-1"],
         "trainer.max_epochs -1 without trainer.max_steps trains until stopped",

@@ -153,3 +153,28 @@ def test_a_run_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store,
         signal.signal(signal.SIGINT, handler)  # Lightning ignores SIGINT once it has taken one
     assert exit_info.value.code == status
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)
+
+
+def test_a_checkpoint_inside_an_accumulated_optimizer_step_is_refused(swe_store, tmp_path, capsys):
+    """A review found: a checkpoint saved between the micro-batches of a step (a validation at a fraction
+    of the epoch, a save on SIGTERM) resumed in silence, without the step's first gradients, to other
+    weights than the uninterrupted run's. One saved between steps resumes."""
+    run = tiny_args(swe_store, tmp_path, *COMMON[:-1], "--trainer.accumulate_grad_batches", "2")
+    cli(["fit", *run, "--trainer.max_steps", "1"])
+    (checkpoint,) = tmp_path.rglob("last.ckpt")
+    saved = read_checkpoint(checkpoint)
+    progress = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert saved["accumulate_grad_batches"] == 2 and progress["current"]["processed"] == 2
+    for counter in ("current", "total"):  # as a save after the next batch leaves it: one batch into step 2
+        progress[counter] = {key: value + 1 for key, value in progress[counter].items()}
+    torch.save(saved, tmp_path / "cut.ckpt")
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["fit", *run, "--trainer.max_steps", "2", "--ckpt_path", str(tmp_path / "cut.ckpt")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "s2forecast fit: error: the checkpoint was saved after batch 3 of its epoch, inside an optimizer step of "
+        "trainer.accumulate_grad_batches 2: the gradients of the step's 1 batch(es) so far are in no checkpoint, and "
+        "a fit resumed from it would not be the run it continues; resume from a checkpoint saved between steps (at "
+        "an epoch's end, or every_n_train_steps)"
+    )
+    cli(["fit", *run, "--trainer.max_steps", "2", "--ckpt_path", str(checkpoint)])

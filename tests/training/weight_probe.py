@@ -33,3 +33,17 @@ class CrashAtEpoch(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module):
         if trainer.current_epoch == self.epoch:
             raise Crash(f"simulated crash at epoch {self.epoch}")
+
+
+class FirstStep(pl.Callback):
+    """Records the global step of each run's first training batch (where a resumed run started)."""
+
+    steps: list[int] = []
+
+    def on_train_start(self, trainer, pl_module):
+        self.first = True
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.first:
+            FirstStep.steps.append(trainer.global_step)
+            self.first = False
