@@ -88,6 +88,7 @@ class ResumableLoader(torch.utils.data.DataLoader):
     served = 0  # batches of this iteration handed out
     counted = 0  # batches of the current epoch served before this iteration (a resumed one), as Lightning counts
     resumed_batches = 0  # ``counted`` of the epoch a checkpoint stopped in
+    resumed_batches_left = None  # batches Lightning runs in the rest of that epoch (None: stopped at an epoch's end)
 
     def __iter__(self):
         # A generator, so the sampler draws at the first batch, after Lightning's set_epoch: on
@@ -126,6 +127,18 @@ class ResumableLoader(torch.utils.data.DataLoader):
             self._check_ranks(state)
             self._check_same_permutation(state)
             self._check_rest_of_epoch(state)
+            self.resumed_batches_left = self._rest_of_epoch(state)
+
+    def _rest_of_epoch(self, state: dict) -> int | None:
+        """The batches Lightning runs in the rest of the epoch a checkpoint stopped in: until its count,
+        restored from the checkpoint, reaches this loader's length, or the data ends (a count already past
+        the length runs to the data's end). None at an epoch's end, or for a checkpoint of before the
+        batch size was recorded."""
+        start, total = self.sampler.start, len(self.sampler)
+        if "batch_size" not in state or start == 0 or _ended(start, self._share_of(state), state["batch_size"]):
+            return None
+        rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
+        return rest if self.resumed_batches >= len(self) else min(rest, len(self) - self.resumed_batches)
 
     def _check_ranks(self, state: dict) -> None:
         """A position mid-epoch is one in each rank's share of that epoch's permutation: on another

@@ -31,6 +31,7 @@ from s2forecast.models.network_options import warn_inert_options
 from s2forecast.models.spherical_transformer import grid_bound_embedding
 from s2forecast.nn import SphericalHarmonicAnalysis
 from s2forecast.training.checkpoints import count_finished_epoch, refuse_a_cut_optimizer_step, reopen_cut_epoch
+from s2forecast.training.datamodule import ResumableLoader
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
 from s2forecast.user_errors import UserError
 
@@ -478,6 +479,27 @@ class ForecastModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_scores("test")
 
+    def _steps_of_this_fit(self) -> int:
+        """The optimizer steps the learning-rate plan spans: Lightning's estimate (max_epochs x the
+        epoch's steps, or max_steps), but for a resumed fit the steps taken plus those left at this fit's
+        batch size (``ResumableLoader.resumed_batches_left``): the estimate counts every epoch at the new
+        size, and after a change of batch size the decay ended early (the last steps at lr 0) or never
+        (a review found it). Equal to the estimate for a resume without change."""
+        trainer = self.trainer
+        estimate = max(1, int(trainer.estimated_stepping_batches))
+        done, epochs, loader = trainer.global_step, trainer.max_epochs, trainer.train_dataloader
+        if done == 0 or epochs is None or epochs < 0 or not isinstance(loader, ResumableLoader):
+            return estimate
+        accumulate = trainer.accumulate_grad_batches
+        per_epoch = math.ceil(trainer.num_training_batches / accumulate)
+        left, epoch = loader.resumed_batches_left, trainer.current_epoch  # mid-epoch: the epoch it stopped in
+        if left is None:  # from an epoch's start
+            rest = (epochs - epoch) * per_epoch
+        else:
+            rest = math.ceil(left / accumulate) + (epochs - epoch - 1) * per_epoch
+        total = done + max(0, rest)
+        return max(1, min(total, trainer.max_steps) if trainer.max_steps != -1 else total)
+
     def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
         return self.forecaster.to_physical(normalized)
 
@@ -545,7 +567,7 @@ class ForecastModule(pl.LightningModule):
                 "decay runs over the fit's optimizer steps: set trainer.max_steps (or a finite trainer.max_epochs)"
             )
         steps = int(steps)
-        total = max(1, steps)
+        self._planned_steps = max(1, steps)  # a resumed fit's, once its progress is restored: on_train_start
         # not capped at the fit's length: a fit stopped inside its warm-up and continued with a
         # larger max_steps must follow the one plan (a cap squeezed the ramp into the first fit)
         warmup = self.hparams.warmup_steps
@@ -561,7 +583,7 @@ class ForecastModule(pl.LightningModule):
         def factor(step: int) -> float:
             if step < warmup:
                 return (step + 1) / (warmup + 1)
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            progress = min(1.0, (step - warmup) / max(1, self._planned_steps - warmup))
             return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -583,6 +605,7 @@ class ForecastModule(pl.LightningModule):
                 f"{accumulate}: its checkpoints could not be resumed; use an integer val_check_interval, a multiple of "
                 f"{accumulate}"
             )
+        self._planned_steps = self._steps_of_this_fit()
         for config in self.trainer.lr_scheduler_configs:
             scheduler = config.scheduler
             if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):

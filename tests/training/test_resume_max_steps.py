@@ -2,9 +2,11 @@
 max_steps (`--ckpt_path last`) trains the rest of that epoch, in its order, at the learning rates
 of the larger run: it ends bit-identical to a run that went to the larger max_steps at once."""
 
+import math
 import os
 import signal
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -178,3 +180,19 @@ def test_a_checkpoint_inside_an_accumulated_optimizer_step_is_refused(swe_store,
         "an epoch's end, or every_n_train_steps)"
     )
     cli(["fit", *run, "--trainer.max_steps", "2", "--ckpt_path", str(checkpoint)])
+
+
+def test_a_resume_with_another_batch_size_ends_its_decay_with_the_fit(swe_store, tmp_path):
+    """The plan spanned max_epochs x the epoch's steps at the new batch size, not the steps taken plus
+    those left: after 3 steps of batch 2, batch 4 trained its last 2 steps at lr 0 and batch 1 ended
+    the fit at 12% of the peak (a review found it). Now each fit's decay ends with it."""
+    run = tiny_args(swe_store, tmp_path, *COMMON[:4], "--trainer.callbacks+=test_resume_max_steps.Seen")
+    cli(["fit", *run, "--trainer.max_steps", "3"])  # 5 batches of 2 an epoch: stopped mid-epoch 0
+    (checkpoint,) = tmp_path.rglob("last.ckpt")
+    for batch_size, steps in ((4, [3, 4, 5]), (1, list(range(3, 17)))):  # the rest of epoch 0, then epoch 1
+        Seen.rows = []
+        cli(["fit", *run, "--data.init_args.batch_size", str(batch_size), "--ckpt_path", str(checkpoint)])
+        assert [step for step, *_ in Seen.rows] == steps
+        # the cosine from the warm-up's end (step 2, peak 1e-3) to the fit's end (step steps[-1] + 1: 0.0)
+        decay = [1e-3 * 0.5 * (1 + math.cos(math.pi * (step - 2) / (steps[-1] + 1 - 2))) for step in steps]
+        np.testing.assert_allclose([lr for *_, lr in Seen.rows], decay, rtol=1e-12)
