@@ -209,8 +209,9 @@ def longitudes_from_zero(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with longitudes in [0, 360), ascending: the first column is the smallest longitude
     east of 0 E, whatever the store's convention (-180..180, 0..360, another first column).
 
-    The networks are equivariant only to column shifts by a multiple of their latent grid's
-    stride (``scale_factor``, the patch size), not to any shift: the same data stored from
+    The networks are equivariant at best to column shifts by a multiple of their latent grid's
+    stride (``scale_factor``, the patch size), and with SpRePE, RoPE or APE (fixed on the Earth) to
+    no shift: the same data stored from
     -180 and from 0 on a 30-column grid (a 15-column shift) gave forecasts 0.55 K apart (issue 29). So
     every reader puts the columns in this one order. Lazy: an index permutation reads no data.
     """

@@ -141,9 +141,9 @@ class Grid:
         Latitudes may run north -> south or south -> north (the returned grid is always
         north -> south: flip the data if ``lat`` ascends). Longitudes must be evenly spaced
         over the full circle, ascending, from any first longitude on a meridian ``k * 360 / nlon``
-        (one of them is 0 E). (The networks are equivariant
-        only to column shifts by a multiple of their latent stride, so readers first put every
-        store's columns in one order, from 0 E: ``data.store.longitudes_from_zero``.)
+        (one of them is 0 E). (The networks are equivariant at best to column shifts by a multiple
+        of their latent stride, and with position embeddings fixed on the Earth to none, so readers
+        first put every store's columns in one order, from 0 E: ``data.store.longitudes_from_zero``.)
 
         Args:
             lat: latitudes in degrees (numpy array, list or xarray coordinate).

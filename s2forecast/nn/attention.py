@@ -85,8 +85,17 @@ class SphericalAttentionLayer(nn.Module):
             )
 
     # --- backend -----------------------------------------------------------------------------
-    def _init_backend(self, name: str) -> None:
-        """Choose the backend ``name`` and prepare its state; the subclass's last init step."""
+    def _init_backend(self, name: str, grid_q: Grid, grid_kv: Grid) -> None:
+        """Choose the backend ``name`` and prepare its state; the subclass's last init step, once its
+        query and key grids are known: a position embedding must be built for them."""
+        embedding = self.position_embedding
+        built_q = getattr(embedding, "grid", None)  # None: no embedding, or one of no grid
+        built_kv = getattr(embedding, "grid_kv", built_q)
+        if built_q is not None and (built_q, built_kv) != (grid_q, grid_kv):  # as many points, other positions
+            raise UserError(
+                f"{type(embedding).__name__} is built for queries on {built_q} and keys on {built_kv}, but this "
+                f"{self.kind} has queries on {grid_q} and keys on {grid_kv}; build it for those grids"
+            )
         self._backend_name = check_backend(self.op, name)
         self._attention_backend: AttentionBackend | None = None
         self._prepared_for = None
@@ -213,7 +222,7 @@ class S2Attention(SphericalAttentionLayer):
         )
         self.grid_in = check_grid(grid_in, "grid_in")
         self.grid_out = grid_in if grid_out is None else check_grid(grid_out, "grid_out")
-        self._init_backend("auto")
+        self._init_backend("auto", self.grid_out, self.grid_in)
 
     def _prepare(self, backend, device, dtype):
         return backend.prepare(self.grid_in, device, dtype)
@@ -268,7 +277,7 @@ class S2NeighborhoodAttention(SphericalAttentionLayer):
         )
         self.grid = check_grid(grid, "grid")
         self._theta = default_radius(grid) if theta is None else check_radius(theta)
-        self._init_backend(backend)
+        self._init_backend(backend, self.grid, self.grid)
 
     @property
     def theta(self) -> float:

@@ -74,7 +74,7 @@ class S2BallSparseAttention(SphericalAttentionLayer):
         self.group_size = group_size
         self.compression_window = compression_window
         self.gate_proj = nn.Linear(in_channels, len(self.branches) * num_heads, bias=True)
-        self._init_backend(backend)
+        self._init_backend(backend, self.grid, self.grid)
 
     def _prepare(self, backend, device, dtype):
         coarse = "compression" in self.branches or "selection" in self.branches

@@ -90,10 +90,14 @@ class SpRePE(GeometricBuffers):
             s = sigmoid(parameter per token and channel), initialized at s = 1/2;
             "none": every whole triplet.
         ratio, ratio_min, ratio_max: the fractions of ``head_dim`` for the masks above.
-        aux_points: "grid" (evenly spread, Fibonacci lattice), "random" (uniform, from
-            ``seed``), "learnable" (initialized at random, normalized to unit length in every
-            forward) or "identical" (all triplets share one point: the paper's ablation).
-            Every head has its own points.
+        aux_points: "grid" (the layer's points evenly spread, a Fibonacci lattice of
+            heads x triplets points from north to south, each head taking a consecutive run of
+            it: a band of latitudes), "random" (uniform, from ``seed``), "learnable" (initialized
+            at random, normalized to unit length in every forward) or "identical" (all triplets
+            share one point: the paper's ablation). Every head has its own points, and the
+            points of one head are distinct (distinct planes, the paper's non-degeneracy). The
+            points are not saved with the weights: a checkpoint is read with the points of this
+            code.
         seed: seed of the random auxiliary points (use a different one per layer).
     """
 
@@ -120,7 +124,7 @@ class SpRePE(GeometricBuffers):
         for name, value in (("ratio", ratio), ("ratio_min", ratio_min), ("ratio_max", ratio_max)):
             if not 0.0 <= value <= 1.0:
                 raise UserError(f"{name} must be in [0, 1], got {value}")
-        if ratio_min > ratio_max:
+        if mask == "adaptive" and ratio_min > ratio_max:  # options of the adaptive mask alone
             raise UserError(f"ratio_min ({ratio_min}) must not exceed ratio_max ({ratio_max})")
         self.grid = check_grid(grid, "grid")
         self.grid_kv = self.grid if grid_kv is None else check_grid(grid_kv, "grid_kv")
@@ -147,7 +151,9 @@ class SpRePE(GeometricBuffers):
     def _geometry(self) -> dict[str, torch.Tensor]:
         """Float64 positions (learnable auxiliary points: v is computed per forward), or the
         fixed auxiliary points and the Householder vectors, (heads, N, triplets, 3), masked."""
-        positions = {"q": self.grid.unit_vectors.reshape(-1, 3), "k": self.grid_kv.unit_vectors.reshape(-1, 3)}
+        positions = {"q": self.grid.unit_vectors.reshape(-1, 3)}
+        if self.grid_kv != self.grid:  # else the keys' are the queries' (``vectors``)
+            positions["k"] = self.grid_kv.unit_vectors.reshape(-1, 3)
         if self.aux_points == "learnable":
             return {f"points_{name}": points for name, points in positions.items()}
         aux = self._initial_aux_points()  # (heads, triplets, 3)
@@ -189,6 +195,8 @@ class SpRePE(GeometricBuffers):
 
     def vectors(self, name: str) -> torch.Tensor:
         """(heads, N, triplets, 3) Householder vectors for queries ("q") or keys ("k")."""
+        if name == "k" and self.grid_kv == self.grid:
+            name = "q"  # one grid: one set of vectors, stored (or, of learnable points, computed) once
         if self.aux_points != "learnable":
             return getattr(self, f"v_{name}")
         aux = self.aux / torch.linalg.vector_norm(self.aux, dim=-1, keepdim=True)
@@ -196,12 +204,13 @@ class SpRePE(GeometricBuffers):
         active = getattr(self, f"active_{name}")
         return v if active is None else v * active[None, :, :, None]
 
-    def embed(self, x: torch.Tensor, name: str) -> torch.Tensor:
+    def embed(self, x: torch.Tensor, name: str, vectors: torch.Tensor | None = None) -> torch.Tensor:
         """x: (batch, heads, N, head_dim) -> same shape and dtype, positions applied in float32,
-        or in float64 for float64 inputs (exact with a float64 module: ``.double()``)."""
+        or in float64 for float64 inputs (exact with a float64 module: ``.double()``). ``vectors``:
+        ``self.vectors(name)``, when already computed."""
         c = self.channels()
         head = x[..., :c].to(torch.promote_types(x.dtype, torch.float32))
-        reflected = reflect_triplets(head, self.vectors(name))
+        reflected = reflect_triplets(head, self.vectors(name) if vectors is None else vectors)
         if self.mask == "learnable":
             logits = self.mask_logits_q if name == "q" or self.mask_logits_k is None else self.mask_logits_k
             gate = torch.sigmoid(logits)
@@ -216,7 +225,9 @@ class SpRePE(GeometricBuffers):
                     f"SpRePE expects {name} of shape (batch, {self.num_heads}, {grid.npoints}, {self.head_dim}), "
                     f"got {tuple(t.shape)}"
                 )
-        return self.embed(q, "q"), self.embed(k, "k")
+        v_q = self.vectors("q")
+        v_k = v_q if self.grid_kv == self.grid else self.vectors("k")  # learnable points: computed once
+        return self.embed(q, "q", v_q), self.embed(k, "k", v_k)
 
     def extra_repr(self) -> str:
         return (

@@ -1,6 +1,7 @@
 """SpRePE geometry (paper, appendix C) and the baselines behind the same interface."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -240,6 +241,29 @@ def test_sprepe_between_grids():
     pe = SpRePE(2, 8, grid_out, grid_in)
     module = S2Attention(16, 2, grid_in, grid_out, position_embedding=pe)
     assert module(torch.randn(1, 16, 8, 16), torch.randn(1, 16, 16, 32)).shape == (1, 16, 8, 16)
+    assert {"v_q", "v_k"} <= set(dict(pe.named_buffers()))
+    one = SpRePE(2, 8, grid_in)  # one grid: the keys' vectors are the queries' (stored once)
+    assert "v_k" not in dict(one.named_buffers()) and one.vectors("k") is one.vectors("q")
+
+
+def test_the_adaptive_masks_ratios_are_checked_for_that_mask_alone():
+    """A review found: a fixed mask refused ratio_max 0.2 for exceeding ratio_min, options it never uses."""
+    assert SpRePE(2, 24, Grid(6, 12), mask="fixed", ratio_max=0.2).channels() == 21
+    with pytest.raises(ValueError, match=r"^ratio_min \(0.5\) must not exceed ratio_max \(0.2\)$"):
+        SpRePE(2, 24, Grid(6, 12), mask="adaptive", ratio_max=0.2)
+
+
+@pytest.mark.parametrize("built_on", [Grid(9, 16, "legendre-gauss"), Grid(16, 9)])
+def test_an_embedding_built_for_other_positions_is_refused(built_on):
+    """A review found: an embedding of another grid with as many points ran, the queries embedded at
+    the wrong positions (the forward checks only the point count)."""
+    grid = Grid(9, 16)
+    message = rf"^SpRePE is built for queries on {re.escape(str(built_on))} and keys on .* but this (\w+ )?attention"
+    for layer in (S2Attention, S2NeighborhoodAttention):
+        with pytest.raises(ValueError, match=message):
+            layer(16, 2, grid, position_embedding=SpRePE(2, 8, built_on))
+    with pytest.raises(ValueError, match=r"^SpRePE is built for queries on .*\(nlat=16, nlon=32.* keys on .*nlat=8"):
+        S2Attention(16, 2, Grid(16, 32), Grid(8, 16), position_embedding=SpRePE(2, 8, Grid(16, 32), Grid(8, 16)))
 
 
 # --- baselines ------------------------------------------------------------------------------------
