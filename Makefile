@@ -25,7 +25,7 @@ install: $(STAMP)
 # 1.4 s of imports and could change how the tests run.
 # --dist worksteal: an idle worker takes queued tests from a busy one, so a long test (the two-node DDP
 # run, 44 s) queued late does not end the run alone (346 s against 365 s with the default scheduling,
-# back to back from a fresh clone, 1741 tests).
+# back to back from a fresh clone, 1741 tests; the suite has grown since: README's figures).
 JOBS ?= logical
 PYTEST := PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PYTHON) -m pytest -p xdist.plugin -q -n $(JOBS) --maxprocesses 8 --dist worksteal
 
