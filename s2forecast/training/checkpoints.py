@@ -22,6 +22,7 @@ would start the next epoch and the rest of this one would never be trained.
 resumed run serves the rest of it, in its order (``datamodule.ResumableLoader``).
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -38,23 +39,60 @@ LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # Lightning versions the name when t
 
 class WeightsOnlyCheckpointIO(CheckpointIO):
     """Lightning's checkpoint IO with every load through ``read_checkpoint``, whatever
-    ``weights_only`` Lightning passes (None, or False for URLs); saving and removing are left
-    to the IO it wraps."""
+    ``weights_only`` Lightning passes (None, or False for URLs), and removals limited to what this
+    run saved.
+
+    Lightning removes the checkpoints a ModelCheckpoint no longer keeps by the paths in its state,
+    which a resumed run restores from the checkpoint: a crafted one (``local://`` paths, or
+    ``..``, which Lightning's check that a path is in the callback's directory lets through) had
+    any file or directory removed, recursively (a review found it). So a path is removed only if
+    this process saved it, as one file; and a file that is there already is replaced only when it
+    is a checkpoint (an earlier run's, at a callback's fixed dirpath), never another file.
+    """
 
     def __init__(self, inner: CheckpointIO):
         self.inner = inner
+        self.saved: set[str] = set()  # real paths of the files this process saved
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+        target = _local_path(path)
+        if target is None:
+            raise UserError(f"checkpoint path {path}: checkpoints are saved to local paths; give a directory")
+        if os.path.lexists(target) and target not in self.saved and not _is_checkpoint(target):
+            raise UserError(
+                f"{target} is there and is not a checkpoint; saving one would replace it: give the checkpoint "
+                "callback another dirpath or filename"
+            )
+        self.inner.save_checkpoint(checkpoint, target, storage_options=storage_options)
+        self.saved.add(target)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
         return read_checkpoint(path, map_location)
 
     def remove_checkpoint(self, path) -> None:
-        self.inner.remove_checkpoint(path)
+        target = _local_path(path)
+        if target in self.saved and os.path.isfile(target) and not os.path.islink(target):
+            os.unlink(target)
+            self.saved.discard(target)
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+def _local_path(path) -> str | None:
+    """The real path of a local ``path`` (``~``, ``..`` and links resolved); None for a URL
+    (``local://``, ``file://`` and any other protocol)."""
+    text = os.fspath(path)
+    if "://" in text:
+        return None
+    return os.path.realpath(os.path.expanduser(text))
+
+
+def _is_checkpoint(path: str) -> bool:
+    try:
+        return bool(read_checkpoint(path, mmap=True))
+    except (UserError, OSError, ValueError):
+        return False
 
 
 class RunName(Callback):

@@ -31,7 +31,7 @@ import pytorch_lightning
 import yaml
 from jsonargparse import ActionConfigFile, Namespace, lazy_instance
 from jsonargparse._actions import _ActionPrintConfig  # its deferral (no public API)
-from pytorch_lightning.callbacks import LearningRateMonitor
+from pytorch_lightning.callbacks import LearningRateMonitor, OnExceptionCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.strategies import Strategy
@@ -45,7 +45,7 @@ from s2forecast.training.checkpoints import (
     last_checkpoint,
     read_checkpoint,
 )
-from s2forecast.training.config_code import refuse_code
+from s2forecast.training.config_code import refuse_code, safe_parsing
 from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
@@ -246,6 +246,13 @@ class ForecastCLI(LightningCLI):
             raise UserError(
                 f"trainer.val_check_interval {every} is not a multiple of trainer.accumulate_grad_batches "
                 f"{accumulate}: its checkpoints would fall inside an optimizer step; use a multiple of {accumulate}"
+            )
+        if any(isinstance(callback, OnExceptionCheckpoint) for callback in trainer.callbacks):
+            # it resumes in silence from <dirpath>/<filename>.ckpt (a file this run never wrote), replaces it, and
+            # removes it at the end of every run (a review found another run's checkpoint lost)
+            raise UserError(
+                "trainer.callbacks: OnExceptionCheckpoint resumes from, replaces and removes a file at its dirpath "
+                "that this run did not write; use ModelCheckpoint's save_on_exception: true instead"
             )
         if not trainer.loggers:
             monitors = [c for c in self.trainer_defaults.get("callbacks", []) if isinstance(c, LearningRateMonitor)]
@@ -500,6 +507,7 @@ def run(argv: list[str], execute: bool = True) -> ForecastCLI:
     # raise, so that `s2forecast` can report one line; no abbreviations (--trainer.max_epoch was max_epochs, in
     # silence), as the other commands take none
     no_exit = {"exit_on_error": False, "allow_abbrev": False}
+    safe_parsing()
     return ForecastCLI(
         ForecastModule,
         FieldDataModule,

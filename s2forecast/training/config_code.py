@@ -12,12 +12,26 @@ partial) and any ``class_path`` from Python's standard library (``os``, ``subpro
 
 import sys
 
-from jsonargparse import Namespace
+from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import Path as ConfigPath
 
 from s2forecast.user_errors import UserError
 
 STDLIB = frozenset(sys.stdlib_module_names) | {"builtins", "__main__"}
+STANDARD_LIBRARY = (
+    "is from Python's standard library, and a configuration may only name classes of s2forecast, Lightning, torch "
+    "or your own modules"
+)
+
+
+def safe_parsing() -> None:
+    """jsonargparse's settings for configurations that may come from someone else, before any parse:
+    a module of Python's standard library is never imported from a class_path (``refuse_code`` runs
+    after the parse, when the import has run its code: ``this.X`` printed the Zen of Python), and a
+    class_path given as the value of an ``Any`` or ``dict[str, Any]`` parameter (a profiler's
+    ``table_kwargs``) stays a plain value instead of being built (it built a torch class that runs a
+    command: a review found both)."""
+    set_parsing_settings(instantiate_subclass_spec_in_any=False, import_path_denylist=sorted(STDLIB))
 
 
 def refuse_code(config: Namespace) -> None:
@@ -27,10 +41,7 @@ def refuse_code(config: Namespace) -> None:
         key = key.partition(".")[2] if key.split(".")[0] in ("fit", "validate", "test", "predict") else key
         if isinstance(value, ConfigPath) or not callable(value):
             if key.endswith("class_path") and isinstance(value, str) and value.split(".")[0] in STDLIB:
-                raise UserError(
-                    f"{key}: {value!r} is from Python's standard library, and a configuration may only name classes "
-                    "of s2forecast, Lightning, torch or your own modules"
-                )
+                raise UserError(f"{key}: {value!r} {STANDARD_LIBRARY}")
             continue
         name = f"{getattr(value, '__module__', None) or '?'}.{getattr(value, '__qualname__', type(value).__name__)}"
         raise UserError(

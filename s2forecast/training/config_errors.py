@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from s2forecast.training.config_code import STANDARD_LIBRARY
 from s2forecast.user_errors import UserError, one_line
 
 MAX_LISTED = 8
@@ -94,6 +95,11 @@ class _Reducer:
             chain.append(chain[-1].__cause__)
         texts = [str(cause) for cause in chain]
         key = next((m[1] for text in texts if (m := re.match(r'Parser key "([^"]+)":', text))), None)
+        if denied := re.search(r"Importing '([^']+)' is not allowed, denied by .* import path denylist", texts[-1]):
+            # config_code.safe_parsing: a standard-library import path, refused before its import
+            keys = list(dict.fromkeys(m[1] for text in texts if (m := re.match(r'Parser key "([^"]+)":', text))))
+            where = keys[0] + (f".init_args.{keys[-1]}" if len(keys) > 1 else "") if keys else "a value"
+            return f"{where}: {denied[1]!r} {STANDARD_LIBRARY}"
         class_path = next(
             (m[1] for text in texts if (m := re.match(r"Problem with given class_path '([^']*)'", text))), None
         )

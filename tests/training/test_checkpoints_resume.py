@@ -93,6 +93,54 @@ def test_crafted_checkpoint_is_refused_everywhere(swe_store, tmp_path):
     assert not (tmp_path / "f.nc").exists()
 
 
+def test_a_resumed_run_removes_only_checkpoints_it_saved(swe_store, mse_run_1_epoch, tmp_path):
+    """A review found: a crafted checkpoint, weights-only-safe (strings and tensors), named paths in its
+    ModelCheckpoint state that the resumed run removed, recursively: a `local://` URL (not the "file"
+    protocol Lightning checks against the callback's directory) and a `..` path it lets through."""
+    victims = [tmp_path / f"victim_{n}" for n in range(3)]
+    for victim in victims:
+        victim.mkdir()
+        (victim / "precious.txt").write_text("keep me")
+    saved = torch.load(mse_run_1_epoch.checkpoint, weights_only=True)
+    state = saved["callbacks"][next(key for key in saved["callbacks"] if key.startswith("LastAtStop"))]
+    state.pop("dirpath")  # no dirpath: Lightning takes the paths below as its own
+    own = tmp_path / "runs" / "s2_neighborhood" / "version_0" / "checkpoints"  # the resumed run's directory
+    climb = f"{own}/{os.path.relpath(victims[2], own)}"  # in it, as Lightning sees it (`..` not resolved)
+    state["last_model_path"] = f"local://{victims[0]}"
+    state["kth_best_model_path"] = f"local://{victims[1]}"
+    state["best_k_models"] = {f"local://{victims[1]}": torch.tensor(1e9), climb: torch.tensor(1e9)}
+    state["kth_value"] = state["best_model_score"] = torch.tensor(1e9)
+    torch.save(saved, tmp_path / "crafted.ckpt")
+    cli(["fit", *tiny_args(swe_store, tmp_path), "--ckpt_path", str(tmp_path / "crafted.ckpt")])  # epoch 2 of 2
+    assert all((victim / "precious.txt").read_text() == "keep me" for victim in victims)
+    kept = sorted(path.name for path in (tmp_path / "runs").rglob("*.ckpt"))
+    assert kept == ["best-epoch=1-step=10.ckpt", "last.ckpt"], kept  # what this run saved, and kept
+
+
+def test_the_checkpoint_io_replaces_and_removes_only_checkpoints(tmp_path):
+    from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+    from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO
+
+    io = WeightsOnlyCheckpointIO(TorchCheckpointIO())
+    mine, earlier, notes = tmp_path / "mine.ckpt", tmp_path / "earlier.ckpt", tmp_path / "notes.ckpt"
+    torch.save({"state_dict": {}}, earlier)  # an earlier run's, at a callback's fixed dirpath: replaced
+    notes.write_text("my notes")
+    for path in (mine, mine, earlier):
+        io.save_checkpoint({"state_dict": {"w": torch.ones(1)}}, path)
+    with pytest.raises(UserError, match=r"notes.ckpt is there and is not a checkpoint; saving one would replace it"):
+        io.save_checkpoint({"state_dict": {}}, notes)
+    with pytest.raises(UserError, match=r"checkpoints are saved to local paths"):
+        io.save_checkpoint({"state_dict": {}}, f"local://{tmp_path}/x.ckpt")
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, other)
+    for path in (other, f"file://{mine}", tmp_path, notes):
+        io.remove_checkpoint(path)  # not saved by it (or a URL): left
+    io.remove_checkpoint(mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier.ckpt", "notes.ckpt", "other.ckpt"]
+    assert notes.read_text() == "my notes"
+
+
 def test_files_that_are_not_checkpoints_are_one_line(tmp_path):
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
