@@ -291,10 +291,12 @@ class Forecaster(nn.Module):
             yield prediction.unflatten(0, (batch, members))
 
     def normalize(self, physical: torch.Tensor) -> torch.Tensor:
-        return (physical.float() - self.mean) / self.std
+        """In the dtype of the statistics, the module's: float32, or float64 after ``.double()`` (a
+        ``.float()`` rounded the float64 API's values to float32 and labelled them float64)."""
+        return (physical.to(self.mean.dtype) - self.mean) / self.std
 
     def to_physical(self, normalized: torch.Tensor) -> torch.Tensor:
-        return normalized.float() * self.std + self.mean
+        return normalized.to(self.std.dtype) * self.std + self.mean
 
 
 def checkpoint_static_fields(state: dict, model: Forecaster) -> dict[str, torch.Tensor]:

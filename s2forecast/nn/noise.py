@@ -92,7 +92,9 @@ class SphericalNoise(nn.Module):
         shape = (batch, self.channels, *self.std.shape, 2)
         xi = torch.randn(shape, generator=generator, device=self.std.device, dtype=self.std.dtype)
         coefficients = torch.view_as_complex(xi) * self.std
-        return autoregressive(self.isht(coefficients), previous, self.correlation)
+        with torch.autocast(self.std.device.type, enabled=False):  # torch-harmonics' ISHT has no bf16 complex
+            fields = self.isht(coefficients)
+        return autoregressive(fields, previous, self.correlation)
 
 
 class VectorNoise(nn.Module):

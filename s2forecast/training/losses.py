@@ -14,7 +14,8 @@ from s2forecast.user_errors import UserError
 
 def weighted_mse(prediction: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Weighted mean squared error of (..., channels, nlat, nlon) tensors."""
-    return ((prediction.float() - target.float()).square() * weights).mean()
+    dtype = torch.promote_types(torch.promote_types(prediction.dtype, target.dtype), torch.float32)  # float64 stays
+    return ((prediction.to(dtype) - target.to(dtype)).square() * weights).mean()
 
 
 def almost_fair_crps(
@@ -116,5 +117,5 @@ def ensemble_loss(
         raise UserError(f"mse_weight must be >= 0, got {mse_weight}")
     loss = (almost_fair_crps(members, target, alpha) * weights).mean()
     if mse_weight:
-        loss = loss + mse_weight * weighted_mse(members.float().mean(dim=1), target, weights)
+        loss = loss + mse_weight * weighted_mse(members.to(loss.dtype).mean(dim=1), target, weights)
     return loss

@@ -83,6 +83,18 @@ def test_with_statistics_shares_the_weights_and_changes_only_the_normalization()
         model.with_statistics([1.0], [1.0, 2.0], [1.0, 2.0])
 
 
+def test_normalization_in_the_modules_dtype():
+    """A review found: normalize and to_physical rounded the float64 API's values to float32 (``.float()``)
+    and labelled them float64; a float32 module's stay float32 whatever it is given."""
+    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, DataSpec.from_dict(OLD_DICT))
+    third = torch.full((1, 2, 8, 16), 1 / 3, dtype=torch.float64)
+    assert model.normalize(third).dtype == model.to_physical(third).dtype == torch.float32
+    double = model.double()
+    expected = third * double.std + double.mean  # float64 arithmetic
+    assert torch.equal(double.to_physical(third), expected) and expected.dtype == torch.float64
+    assert torch.equal(double.normalize(expected), (expected - double.mean) / double.std)
+
+
 def test_on_grid_keeps_the_checkpoints_static_fields_only_on_its_own_grid():
     model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, DataSpec.from_dict(OLD_DICT))
     model.static_fields = {"land_sea_mask": torch.ones(8, 16)}

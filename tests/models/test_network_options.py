@@ -142,8 +142,10 @@ def test_the_spherical_network_runs_in_float64():
     with torch.no_grad():
         single = net(x)
         double = net.double()(x.double())
-    assert double.dtype == torch.float64
+    assert double.dtype == torch.float64 and all(p.dtype == torch.float64 for p in net.parameters())
     torch.testing.assert_close(double.float(), single, rtol=1e-4, atol=1e-5)
+    # computed in float64, not in float32 and cast (a review: a float32 module passed this test)
+    assert not torch.equal(double.float(), single)
 
 
 def test_good_options_of_every_type_build():

@@ -93,6 +93,16 @@ def test_uncorrelated_noise_is_the_plain_draw_and_rho_one_keeps_it():
     assert torch.equal(frozen[0], frozen[2]) and not torch.equal(frozen[0, 0], frozen[0, 1])
 
 
+def test_spherical_noise_under_bf16_autocast_is_the_float32_draw():
+    """A review found: torch-harmonics' inverse SHT under bf16 autocast raised (no bf16 complex), so a
+    CRPS model with field noise could not train with bf16-mixed nor roll out with --bf16."""
+    noise = SphericalNoise(Grid(8, 16), 2)
+    plain = noise(3, torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = noise(3, torch.Generator().manual_seed(0))
+    assert mixed.dtype == torch.float32 and torch.equal(mixed, plain)
+
+
 def test_vector_noise_shapes_and_reproducibility():
     noise = VectorNoise(32)
     a = noise(5, torch.Generator().manual_seed(1))

@@ -54,6 +54,18 @@ def test_almost_fair_crps_against_direct_pairwise_computations(m):
         almost_fair_crps(torch.tensor(members)[None], torch.tensor(truth)[None], 1.5)
 
 
+def test_losses_of_float64_inputs_are_float64():
+    """A review found: weighted_mse(1 + 1e-9, 1) was 0 (float32); the MSE part of ensemble_loss too."""
+    from s2forecast.training.losses import weighted_mse
+
+    one = torch.ones(1, 1, 2, 2, dtype=torch.float64)
+    assert weighted_mse(one + 1e-9, one, torch.ones(2, 2)).item() == pytest.approx(1e-18, rel=1e-6, abs=0)
+    members = torch.stack([one + 1e-9, one + 1e-9], dim=1)
+    with_mse, without = (ensemble_loss(members, one, torch.ones(2, 2), mse_weight=w) for w in (1.0, 0.0))
+    assert with_mse.dtype == torch.float64 and (with_mse - without).item() == pytest.approx(1e-18, rel=1e-6, abs=0)
+    assert weighted_mse(one.float(), one.bfloat16(), torch.ones(2, 2)).dtype == torch.float32
+
+
 def test_ensemble_loss_takes_alpha():
     members, target, weights = torch.randn(2, 3, 2, 4, 8), torch.randn(2, 2, 4, 8), torch.rand(2, 4, 8)
     expected = (almost_fair_crps(members, target, 0.9) * weights).mean()
