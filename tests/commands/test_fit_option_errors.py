@@ -53,6 +53,11 @@ CASES = {
         "trainer.precision 64-true is not supported for training",
         "use 32-true",
     ),
+    "precision 16-mixed on a CPU": (  # Lightning trained in bf16 instead, config.yaml saying 16-mixed (a review)
+        ["--trainer.precision", "16-mixed"],
+        "trainer.precision 16-mixed needs a GPU",
+        "on a CPU use bf16-mixed",
+    ),
     "precision bf16-true": (  # the half plugin failed on it too
         ["--trainer.precision", "bf16-true"],
         "trainer.precision bf16-true is not supported for training",
