@@ -191,11 +191,18 @@ def store_help(command: str, text: str) -> bool:
 
 
 def prune(command: str, directory: int) -> None:
-    """Keep the ``KEPT`` newest cache files of ``command`` (other widths', versions' and installs')."""
+    """Keep the ``KEPT`` newest cache files of ``command`` (other widths', versions' and installs'), and
+    remove the single ``COMMAND.txt`` of versions before the file per key, when its key line says so."""
     with contextlib.suppress(OSError):
         names = [n for n in os.listdir(directory) if re.fullmatch(rf"{re.escape(command)}-[0-9a-f]{{16}}\.txt", n)]
         for old in sorted(names, key=lambda n: os.stat(n, dir_fd=directory, follow_symlinks=False).st_mtime_ns)[:-KEPT]:
             os.unlink(old, dir_fd=directory)
+    with contextlib.suppress(OSError):
+        descriptor = os.open(f"{command}.txt", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+        with os.fdopen(descriptor, "rb") as file:
+            first = file.readline(4096)
+        if first.startswith(f"{KEY_PREFIX}{command} ".encode()):
+            os.unlink(f"{command}.txt", dir_fd=directory)
 
 
 def usable(command: str) -> bool:

@@ -144,3 +144,9 @@ def test_each_width_and_install_keeps_its_own_file(fake_render, capsys, monkeypa
         monkeypatch.setenv("COLUMNS", str(200 + width))
         help_cache.print_help("fit")
     assert len([name for name in os.listdir(directory) if name.startswith("fit-")]) == help_cache.KEPT
+    # the one file of versions before the file per key goes when its key line says it is one; any other stays
+    (directory / "fit.txt").write_text(f"{help_cache.KEY_PREFIX}fit s2forecast=0.1.0 columns=80 sha256=0\nold help\n")
+    (directory / "test.txt").write_text("not a cache file\n")
+    monkeypatch.setenv("COLUMNS", "999")  # a width not cached yet: rendered, stored, pruned
+    help_cache.print_help("fit")
+    assert not (directory / "fit.txt").exists() and (directory / "test.txt").read_text() == "not a cache file\n"
