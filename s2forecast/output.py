@@ -367,6 +367,7 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     Raises:
         ValueError: naming the path, the input it collides with and what to do.
     """
+    given = os.fspath(path).rstrip(os.sep)  # Path() drops a trailing "/." (not "/..")
     path = Path(path).expanduser()  # "~/out.nc" quoted, or from Python: the home directory, as netCDF4 takes it
     target = path.resolve()
     cwd = Path.cwd().resolve()
@@ -374,6 +375,11 @@ def check_target(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
         raise UserError(
             f"{option} {path} is the current directory or one of its parents; s2forecast never writes over a "
             f"directory it did not create: name a new path, e.g. {option} {path / 'output'}"
+        )
+    if given in (".", "..") or given.endswith((f"{os.sep}.", f"{os.sep}..")):
+        # s.zarr/time/.. is s.zarr: its temporary siblings went inside the artifact being replaced (a review)
+        raise UserError(
+            f"{option} {given} ends in '.' or '..'; name the output itself, e.g. {option} {os.path.normpath(given)}"
         )
     if path.is_symlink():
         raise UserError(f"{option} {path} is a symbolic link; s2forecast does not replace links: choose another --out")

@@ -58,7 +58,8 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
         target = _local_path(path)
         if target is None:
             raise UserError(f"checkpoint path {path}: checkpoints are saved to local paths; give a directory")
-        if os.path.lexists(target) and target not in self.saved and not _is_checkpoint(target):
+        replaced = os.path.lexists(target) and target not in self.saved and not os.path.islink(target)
+        if replaced and not _is_checkpoint(target):  # (a link is replaced itself, never written through)
             raise UserError(
                 f"{target} is there and is not a checkpoint; saving one would replace it: give the checkpoint "
                 "callback another dirpath or filename"
@@ -70,8 +71,15 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
         return read_checkpoint(path, map_location)
 
     def remove_checkpoint(self, path) -> None:
+        """Remove ``path`` if this process saved it, or if it is a checkpoint file (not a link) in a
+        directory this process saves into (an earlier run's top-k or last at a fixed dirpath, which
+        Lightning rotates as before); anything else, directories and URLs included, is left."""
         target = _local_path(path)
-        if target in self.saved and os.path.isfile(target) and not os.path.islink(target):
+        if target is None or not os.path.isfile(target) or os.path.islink(target):
+            return
+        ours = target in self.saved
+        rotated = os.path.dirname(target) in {os.path.dirname(saved) for saved in self.saved}
+        if ours or (rotated and target.endswith(".ckpt") and _is_checkpoint(target)):
             os.unlink(target)
             self.saved.discard(target)
 
@@ -80,12 +88,14 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
 
 
 def _local_path(path) -> str | None:
-    """The real path of a local ``path`` (``~``, ``..`` and links resolved); None for a URL
-    (``local://``, ``file://`` and any other protocol)."""
+    """A local ``path`` with its directory's real path (``~``, ``..`` and links resolved) and its own
+    name kept (a link is the link, not its target); None for a URL (``local://``, ``file://`` and any
+    other protocol)."""
     text = os.fspath(path)
     if "://" in text:
         return None
-    return os.path.realpath(os.path.expanduser(text))
+    expanded = os.path.expanduser(text)
+    return os.path.join(os.path.realpath(os.path.dirname(expanded) or "."), os.path.basename(expanded))
 
 
 def _is_checkpoint(path: str) -> bool:

@@ -231,7 +231,7 @@ class ForecastCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         precision = str(trainer.precision)
         requested = str(self._get(self.config_init, "trainer", {}).get("precision"))
-        if requested.startswith("16-mixed") and precision != requested:  # Lightning's switch on a CPU
+        if requested in ("16", "16-mixed") and precision.startswith("bf16"):  # Lightning's switch on a CPU
             # (to bf16-mixed, with a warning in its own format, while the run's config.yaml said 16-mixed)
             raise UserError(f"trainer.precision {requested} needs a GPU; on a CPU use bf16-mixed")
         if precision.startswith("64") or (precision.endswith("-true") and precision != "32-true"):

@@ -58,6 +58,7 @@ CASES = {
         "trainer.precision 16-mixed needs a GPU",
         "on a CPU use bf16-mixed",
     ),
+    "precision 16 on a CPU": (["--trainer.precision", "16"], "trainer.precision 16 needs a GPU", "use bf16-mixed"),
     "precision bf16-true": (  # the half plugin failed on it too
         ["--trainer.precision", "bf16-true"],
         "trainer.precision bf16-true is not supported for training",

@@ -13,6 +13,7 @@ writing nothing, when a store is rewritten while it reads it. Each refusal is on
 import errno
 import hashlib
 import os
+import re
 import shutil
 import signal
 import threading
@@ -46,6 +47,7 @@ from s2forecast.output import (
     remove_if_still_ours,
     written_by_s2forecast,
 )
+from s2forecast.user_errors import UserError
 
 # a tiny, fast shallow-water store: two trajectories of two states, two solver steps between them
 SWE = ["--nlat", "8", "--nlon", "16", "--trajectories", "2", "--steps", "1", "--solver-dt-seconds", "1800",
@@ -242,6 +244,19 @@ def test_out_is_the_current_directory_or_a_parent(inputs, tmp_path, capsys, monk
     message = refused(command.argv(inputs, where, "--overwrite"), capsys)
     assert f"--out {where} is the current directory or one of its parents" in message
     assert snapshot(tmp_path) == before
+
+
+def test_out_ending_in_dot_dot_is_refused(tmp_path, capsys):
+    """A review found: --out s.zarr/time/.. (s.zarr itself) passed every check; the temporary siblings went
+    inside the artifact being replaced, and the commit failed with 'Device or resource busy'."""
+    from s2forecast.output import check_target
+
+    (tmp_path / "s.zarr" / "time").mkdir(parents=True)
+    for out in (tmp_path / "s.zarr" / "time" / "..", f"{tmp_path}/s.zarr/."):
+        with pytest.raises(UserError, match=rf"^--out {re.escape(str(out))} ends in '.' or '..'; name the output "
+                           rf"itself, e.g. --out {re.escape(os.path.normpath(out))}$"):  # fmt: skip
+            check_target(out)
+    check_target(tmp_path / "s.zarr" / "time" / ".." / "t.nc")  # a '..' inside the path is a directory's
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c.name != "generate-swe"], ids=lambda c: c.name)

@@ -118,27 +118,38 @@ def test_a_resumed_run_removes_only_checkpoints_it_saved(swe_store, mse_run_1_ep
 
 
 def test_the_checkpoint_io_replaces_and_removes_only_checkpoints(tmp_path):
+    """Removed: what this process saved, and checkpoint files in a directory it saves into (an earlier
+    run's top-k at a fixed dirpath, rotated as Lightning does); nothing else. Replaced: checkpoints and
+    links (the link itself: a later review found the target written through)."""
     from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
     from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO
 
     io = WeightsOnlyCheckpointIO(TorchCheckpointIO())
-    mine, earlier, notes = tmp_path / "mine.ckpt", tmp_path / "earlier.ckpt", tmp_path / "notes.ckpt"
-    torch.save({"state_dict": {}}, earlier)  # an earlier run's, at a callback's fixed dirpath: replaced
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir(), elsewhere.mkdir()
+    mine, earlier, notes = run / "mine.ckpt", run / "earlier.ckpt", run / "notes.ckpt"
+    for path in (earlier, elsewhere / "foundation.ckpt"):
+        torch.save({"state_dict": {}, "global_step": 1000}, path)
     notes.write_text("my notes")
-    for path in (mine, mine, earlier):
-        io.save_checkpoint({"state_dict": {"w": torch.ones(1)}}, path)
+    (run / "last.ckpt").symlink_to(elsewhere / "foundation.ckpt")
+    for path in (mine, mine, earlier, run / "last.ckpt"):
+        io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "global_step": 7}, path)
+    assert not (run / "last.ckpt").is_symlink()  # the link was replaced, its target left
+    assert torch.load(elsewhere / "foundation.ckpt", weights_only=True)["global_step"] == 1000
     with pytest.raises(UserError, match=r"notes.ckpt is there and is not a checkpoint; saving one would replace it"):
         io.save_checkpoint({"state_dict": {}}, notes)
     with pytest.raises(UserError, match=r"checkpoints are saved to local paths"):
-        io.save_checkpoint({"state_dict": {}}, f"local://{tmp_path}/x.ckpt")
-    other = tmp_path / "other.ckpt"
+        io.save_checkpoint({"state_dict": {}}, f"local://{run}/x.ckpt")
+    other = run / "other.ckpt"  # an earlier run's, in the directory this one saves into
     torch.save({"state_dict": {}}, other)
-    for path in (other, f"file://{mine}", tmp_path, notes):
-        io.remove_checkpoint(path)  # not saved by it (or a URL): left
-    io.remove_checkpoint(mine)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier.ckpt", "notes.ckpt", "other.ckpt"]
-    assert notes.read_text() == "my notes"
+    (run / "link.ckpt").symlink_to(other)
+    for path in (elsewhere / "foundation.ckpt", f"file://{mine}", run, notes, run / "link.ckpt", f"{run}/../run"):
+        io.remove_checkpoint(path)  # another directory's, a URL, a directory, not a checkpoint, a link: left
+    for path in (mine, other):
+        io.remove_checkpoint(path)
+    assert sorted(p.name for p in run.iterdir()) == ["earlier.ckpt", "last.ckpt", "link.ckpt", "notes.ckpt"]
+    assert notes.read_text() == "my notes" and (elsewhere / "foundation.ckpt").exists()
 
 
 def test_files_that_are_not_checkpoints_are_one_line(tmp_path):
