@@ -152,7 +152,8 @@ class Forecaster(nn.Module):
                 the target time.
             noise: the noise input of a stochastic network (``sample_noise``); None draws it.
         """
-        x = torch.cat([states.flatten(1, 2), static, forcings.flatten(1, 2)], dim=1)
+        # in the module's dtype, as normalize (float64 forcings of the API: the network refuses a mix)
+        x = torch.cat([states.flatten(1, 2), static, forcings.flatten(1, 2)], dim=1).to(self.mean.dtype)
         out = self.net(x) if noise is None else self.net(x, noise)
         if self.residual:
             return states[:, -1] + out * self.tendency_scale

@@ -355,10 +355,14 @@ class SphericalTransformer(nn.Module):
             the global random state when not given.
         """
         dtype = x.dtype
-        if self.noise is not None and noise is None:
-            noise = self.sample_noise(x.shape[0])
         # DISCO and resampling in fp32 under autocast (float64 in a float64 module: gradchecks, references)
         exact = torch.float64 if self.decoder.weight.dtype == torch.float64 else torch.float32
+        if dtype == torch.float64 and exact != torch.float64:  # it computed in float32 and labelled it float64
+            raise UserError(
+                "float64 input to a network of float32 weights; convert the network (.double()) or the input (.float())"
+            )
+        if self.noise is not None and noise is None:
+            noise = self.sample_noise(x.shape[0])
         with torch.autocast(x.device.type, enabled=False):
             x = centres_to_edges(x.to(exact)) if self.midpoint else x.to(exact)
             h = self.encoder(x)

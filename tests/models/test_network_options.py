@@ -146,6 +146,9 @@ def test_the_spherical_network_runs_in_float64():
     torch.testing.assert_close(double.float(), single, rtol=1e-4, atol=1e-5)
     # computed in float64, not in float32 and cast (a review: a float32 module passed this test)
     assert not torch.equal(double.float(), single)
+    # and a float32 module refuses float64 input, as torch's layers do (it computed it in float32)
+    with pytest.raises(ValueError, match=r"^float64 input to a network of float32 weights; convert the network"):
+        build_network("spherical", Grid(8, 16), 3, 3, embed_dim=8, num_layers=1)(x.double())
 
 
 def test_good_options_of_every_type_build():
