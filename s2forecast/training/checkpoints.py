@@ -45,14 +45,15 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
     Lightning removes the checkpoints a ModelCheckpoint no longer keeps by the paths in its state,
     which a resumed run restores from the checkpoint: a crafted one (``local://`` paths, or
     ``..``, which Lightning's check that a path is in the callback's directory lets through) had
-    any file or directory removed, recursively (a review found it). So a path is removed only if
-    this process saved it, as one file; and a file that is there already is replaced only when it
-    is a checkpoint (an earlier run's, at a callback's fixed dirpath), never another file.
+    any file or directory removed, recursively (a review found it). So a path is removed, as one
+    file, only if this process saved it or it is a checkpoint file in a directory this process
+    saves into (``remove_checkpoint``); a file that is there already is replaced only when it is a
+    checkpoint (an earlier run's, at a callback's fixed dirpath) or a link (the link itself).
     """
 
     def __init__(self, inner: CheckpointIO):
         self.inner = inner
-        self.saved: set[str] = set()  # real paths of the files this process saved
+        self.saved: set[str] = set()  # the files this process saved (``_local_path``)
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         target = _local_path(path)
