@@ -220,6 +220,22 @@ def refuse_a_cut_optimizer_step(checkpoint: dict) -> None:
         )
 
 
+def end_epoch_of_last_batch(checkpoint: dict) -> None:
+    """A checkpoint saved on an epoch's last batch, before the epoch's end (``every_n_train_steps`` on
+    that step, or ``last`` of a run killed during that epoch's validation), is recorded as an epoch
+    whose batches and end are done (then ``count_finished_epoch``'s form). Lightning (2.6) took it
+    for a restart mid-epoch: it went on to the next epoch without ``on_train_epoch_start`` (the
+    rollout schedule) and without resetting its batch count, which ended that epoch early on fewer
+    ranks (a review found both)."""
+    epochs, batches = _fit_progress(checkpoint)
+    if not epochs or not batches or not batches.get("is_last_batch"):
+        return
+    counters = (epochs["current"], epochs["total"])
+    if all(c["ready"] == c["started"] == c["processed"] + 1 == c["completed"] + 1 for c in counters):
+        for counter in counters:
+            counter["processed"] = counter["ready"]
+
+
 def count_finished_epoch(checkpoint: dict) -> None:
     """An epoch whose batches and end were done when ``checkpoint`` was saved (the last
     checkpoint, saved at its validation, before Lightning counts the epoch completed) is

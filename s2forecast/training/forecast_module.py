@@ -30,7 +30,12 @@ from s2forecast.models.forecaster import Forecaster, checkpoint_static_fields, f
 from s2forecast.models.network_options import warn_inert_options
 from s2forecast.models.spherical_transformer import grid_bound_embedding
 from s2forecast.nn import SphericalHarmonicAnalysis
-from s2forecast.training.checkpoints import count_finished_epoch, refuse_a_cut_optimizer_step, reopen_cut_epoch
+from s2forecast.training.checkpoints import (
+    count_finished_epoch,
+    end_epoch_of_last_batch,
+    refuse_a_cut_optimizer_step,
+    reopen_cut_epoch,
+)
 from s2forecast.training.datamodule import ResumableLoader
 from s2forecast.training.losses import ensemble_loss, spectral_crps, weighted_mse
 from s2forecast.user_errors import UserError
@@ -513,6 +518,7 @@ class ForecastModule(pl.LightningModule):
         if self._trainer is not None and self._trainer.state.fn == "fit":
             refuse_a_cut_optimizer_step(checkpoint)
         reopen_cut_epoch(checkpoint)  # before Lightning restores its loops from it
+        end_epoch_of_last_batch(checkpoint)
         count_finished_epoch(checkpoint)
         self._drop_an_average_no_longer_kept(checkpoint)
         self.rollout = checkpoint.get("rollout", self.hparams.rollout_start)

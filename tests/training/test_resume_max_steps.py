@@ -196,3 +196,21 @@ def test_a_resume_with_another_batch_size_ends_its_decay_with_the_fit(swe_store,
         # the cosine from the warm-up's end (step 2, peak 1e-3) to the fit's end (step steps[-1] + 1: 0.0)
         decay = [1e-3 * 0.5 * (1 + math.cos(math.pi * (step - 2) / (steps[-1] + 1 - 2))) for step in steps]
         np.testing.assert_allclose([lr for *_, lr in Seen.rows], decay, rtol=1e-12)
+
+
+def test_a_checkpoint_of_an_epochs_last_batch_resumes_as_the_uninterrupted_run(swe_store, tmp_path):
+    """A review found: a checkpoint saved on an epoch's last batch, before the epoch's end (here by
+    every_n_train_steps on step 5 of 5), was taken by Lightning for a restart mid-epoch: the next epoch
+    ran without on_train_epoch_start (rollout 1 where the schedule says 2) and, on fewer ranks, ended early."""
+    every = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=5",
+             "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.filename=step{step}"]  # fmt: skip
+    run = tiny_args(swe_store, tmp_path / "straight", *COMMON[:4], *every)
+    cli(["fit", *run])  # 2 epochs of 5 steps, rollout 2 in the second
+    (cut,) = (tmp_path / "straight").rglob("step*=5.ckpt")
+    assert read_checkpoint(cut)["loops"]["fit_loop"]["epoch_loop.batch_progress"]["is_last_batch"]
+    cli(["fit", *tiny_args(swe_store, tmp_path / "resumed", *COMMON[:4]), "--ckpt_path", str(cut)])
+    (straight,), (resumed,) = ((tmp_path / name).rglob("last.ckpt") for name in ("straight", "resumed"))
+    a, b = read_checkpoint(straight), read_checkpoint(resumed)
+    assert a["global_step"] == b["global_step"] == 10 and a["rollout"] == b["rollout"] == 2
+    for key in ("state_dict", "optimizer_states", "lr_schedulers"):
+        identical(a[key], b[key], key)
