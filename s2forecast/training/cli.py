@@ -20,6 +20,7 @@ A run without a logger (``trainer.logger: false``) logs nothing, the learning ra
 """
 
 import logging
+import re
 import signal
 import sys
 import warnings
@@ -228,7 +229,16 @@ class ForecastCLI(LightningCLI):
         """Lightning's Trainer, with a ``RunName`` record of the run's name in its checkpoints, and
         without the default LearningRateMonitor in a run without a logger (Lightning's refuses
         such a run; it would log nowhere)."""
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except RuntimeError as error:  # Lightning's check of the callbacks, a configuration's mistake
+            if match := re.match(r"Found more than one stateful callback of type `(\w+)`", str(error)):
+                raise UserError(
+                    f"trainer.callbacks: two {match[1]} callbacks with the same settings (their checkpointed state "
+                    "would collide); give them different monitor / every_n_* / train_time_interval settings, or keep "
+                    "one"
+                ) from None
+            raise
         precision = str(trainer.precision)
         requested = str(self._get(self.config_init, "trainer", {}).get("precision"))
         if requested in ("16", "16-mixed") and precision.startswith("bf16"):  # Lightning's switch on a CPU
