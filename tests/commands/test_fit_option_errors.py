@@ -60,8 +60,12 @@ CASES = {
     ),
     "precision 16 on a CPU": (["--trainer.precision", "16"], "trainer.precision 16 needs a GPU", "use bf16-mixed"),
     "two ModelCheckpoints of the same settings": (  # Lightning's RuntimeError: a traceback, "internal error"
-        ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=1",
-         "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=1"],
+        [
+            "--trainer.callbacks+=ModelCheckpoint",
+            "--trainer.callbacks.every_n_train_steps=1",
+            "--trainer.callbacks+=ModelCheckpoint",
+            "--trainer.callbacks.every_n_train_steps=1",
+        ],
         "trainer.callbacks: two ModelCheckpoint callbacks with the same settings",
         "or keep one",
     ),
