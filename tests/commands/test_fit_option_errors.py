@@ -53,11 +53,6 @@ CASES = {
         "trainer.precision 64-true is not supported for training",
         "use 32-true",
     ),
-    "precision 16-mixed on a CPU": (  # Lightning trained in bf16 instead, config.yaml saying 16-mixed (a review)
-        ["--trainer.precision", "16-mixed"],
-        "trainer.precision 16-mixed needs a GPU",
-        "on a CPU use bf16-mixed",
-    ),
     "precision 16 on a CPU": (["--trainer.precision", "16"], "trainer.precision 16 needs a GPU", "use bf16-mixed"),
     "two ModelCheckpoints of the same settings": (  # Lightning's RuntimeError: a traceback, "internal error"
         [
