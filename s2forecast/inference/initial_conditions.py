@@ -166,9 +166,11 @@ def open_inputs(
     # the static fields the model was trained with, unless the store is on another grid (--other-grid
     # on the training grid changes nothing: the store's own static fields were taken, or required)
     given = {name: v.cpu().numpy() for name, v in model.static_fields.items()}
-    store_grid = _store_grid(store, storage_options)
-    if store_grid is not None and store_grid != model.grid:  # before the static fields: those of the
-        _check_other_grid(model, store_grid, other_grid)  # checkpoint were said not to fit the store's
+    # the store's grid before the checkpoint's static fields, which were said not to fit it (without
+    # static fields, FieldDataset's own grid is checked below: the store is opened once)
+    store_grid = _store_grid(store, storage_options) if given else None
+    if store_grid is not None and store_grid != model.grid:
+        _check_other_grid(model, store_grid, other_grid)
         given = None
     try:
         dataset = FieldDataset(store, spec, stats=stats, static_stats=static, given_static=given,

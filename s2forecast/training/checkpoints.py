@@ -39,8 +39,8 @@ LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # Lightning versions the name when t
 
 class WeightsOnlyCheckpointIO(CheckpointIO):
     """Lightning's checkpoint IO with every load through ``read_checkpoint``, whatever
-    ``weights_only`` Lightning passes (None, or False for URLs), and removals limited to what this
-    run saved.
+    ``weights_only`` Lightning passes (None, or False for URLs), and removals and replacements
+    limited to checkpoints.
 
     Lightning removes the checkpoints a ModelCheckpoint no longer keeps by the paths in its state,
     which a resumed run restores from the checkpoint: a crafted one (``local://`` paths, or

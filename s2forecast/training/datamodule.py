@@ -129,16 +129,22 @@ class ResumableLoader(torch.utils.data.DataLoader):
             self._check_rest_of_epoch(state)
             self.resumed_batches_left = self._rest_of_epoch(state)
 
-    def _rest_of_epoch(self, state: dict) -> int | None:
-        """The batches Lightning runs in the rest of the epoch a checkpoint stopped in: until its count,
-        restored from the checkpoint, reaches this loader's length, or the data ends (a count already past
-        the length runs to the data's end). None at an epoch's end, or for a checkpoint of before the
-        batch size was recorded."""
+    def _unserved_batches(self, state: dict) -> int | None:
+        """The batches of this loader's size left in the epoch a checkpoint stopped in; None at an epoch's
+        start or end, or for a checkpoint of before the batch size was recorded."""
         start, total = self.sampler.start, len(self.sampler)
         if "batch_size" not in state or start == 0 or _ended(start, self._share_of(state), state["batch_size"]):
             return None
-        rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
-        return rest if self.resumed_batches >= len(self) else min(rest, len(self) - self.resumed_batches)
+        return (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
+
+    def _rest_of_epoch(self, state: dict) -> int | None:
+        """The batches Lightning runs in the rest of the epoch a checkpoint stopped in: until its count,
+        restored from the checkpoint, reaches this loader's length, or the data ends (a count already past
+        the length runs to the data's end). None as ``_unserved_batches``."""
+        rest = self._unserved_batches(state)
+        if rest is None or self.resumed_batches >= len(self):
+            return rest
+        return min(rest, len(self) - self.resumed_batches)
 
     def _check_ranks(self, state: dict) -> None:
         """A position mid-epoch is one in each rank's share of that epoch's permutation: on another
@@ -185,10 +191,9 @@ class ResumableLoader(torch.utils.data.DataLoader):
         """Lightning ends an epoch when its count of the epoch's batches, restored from the checkpoint,
         reaches this loader's length: mid-epoch with a larger batch_size that comes before the rest of
         the epoch is served, and samples would be skipped. Refused (a smaller one serves them all)."""
-        start, total = self.sampler.start, len(self.sampler)
-        if "epoch_batches" not in state or start == 0 or _ended(start, self._share_of(state), state["batch_size"]):
+        rest = self._unserved_batches(state)
+        if "epoch_batches" not in state or rest is None:
             return  # a new epoch, or the end of one
-        rest = (total - start) // self.batch_size if self.drop_last else -(-(total - start) // self.batch_size)
         # Lightning stops when its count equals the length (a count already past it runs to the data's end;
         # at equality it depends on where the checkpoint was saved, which the loader cannot tell: refused)
         if self.resumed_batches <= len(self) < self.resumed_batches + rest:
