@@ -22,10 +22,11 @@ take paths and options only:
 Parts of ``run`` (default: all, in this order):
   tests         ``pytest -m cuda`` (fused neighborhood and ball sparse kernels against the
                 references in bf16/fp16/fp32, the bf16 fold of global attention)
-  neighborhood  one benchmark per set-up and dtype (neighborhood-a-float32, ...):
-                set-ups (a) 128x256 C=128 4 heads B=4, (b) 180x360 C=64 1 head B=1 with theta
-                one grid spacing, (c) 721x1440 C=256 8 heads B=1; s2forecast-fused,
-                torch-harmonics (CUDA extension), FlexAttention, dense global SDPA; fp32 and bf16
+  neighborhood  one benchmark per set-up, dtype and implementation
+                (neighborhood-a-float32-s2forecast-fused, ...): set-ups (a) 128x256 C=128 4 heads
+                B=4, (b) 180x360 C=64 1 head B=1 with theta one grid spacing, (c) 721x1440 C=256
+                8 heads B=1; s2forecast-fused, torch-harmonics (CUDA extension), FlexAttention,
+                dense global SDPA (not at (c)), the blocked PyTorch path; fp32 and bf16
   global        bf16 global attention (the fold) against plain SDPA without weights, 64x128
                 and 180x360, C=64 1 head and C=256 8 heads
   ball          ball sparse attention, fused against gather + SDPA, 180x360 and 721x1440, W=256
@@ -68,11 +69,20 @@ WHEEL_PLATFORMS = (
 
 # (name, script, arguments): every benchmark of a part.
 BENCHMARKS = {
+    # one benchmark per implementation, so that a short lease can run the competitors it lacks
+    # (``--only neighborhood-c-bfloat16`` still runs them all); no dense global SDPA at (c):
+    # 1e15 FLOP a forward
     "neighborhood": [
-        (f"neighborhood-{config}-{dtype}", "bench_attention.py", f"--config {config} --dtype {dtype}".split())
+        (
+            f"neighborhood-{config}-{dtype}-{impl}",
+            "bench_attention.py",
+            f"--config {config} --dtype {dtype} --impl {impl}".split(),
+        )
         for config in ("a", "b", "c")
         for dtype in ("float32", "bfloat16")
-    ],
+        for impl in ("s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense", "s2forecast")
+        if not (config == "c" and impl == "sdpa-dense")
+    ],  # fmt: skip
     "global": [
         (
             f"global-{nlat}x{2 * nlat}-C{channels}-H{heads}-{impl}",
@@ -86,12 +96,12 @@ BENCHMARKS = {
     ],
     "ball": [
         (
-            f"ball-{nlat}x{2 * nlat}-{impl}",
+            f"ball-{nlat}x{nlon}-{impl}",
             "bench_attention.py",
-            f"--op ball --impl {impl} --nlat {nlat} --nlon {2 * nlat} --compression-window 256 --channels 64 "
+            f"--op ball --impl {impl} --nlat {nlat} --nlon {nlon} --compression-window 256 --channels 64 "
             "--heads 4 --dtype bfloat16".split(),
         )
-        for nlat in (180, 721)
+        for nlat, nlon in ((180, 360), (721, 1440))  # 0.25 degrees: 721 x 1440, not 2 * nlat
         for impl in ("s2forecast-fused", "s2forecast")
     ],
     "train": [("train-swe-128x256", "bench_train.py", "--nlat 128 --nlon 256 --batch 4 --dtype bfloat16".split())],
@@ -324,6 +334,9 @@ def run_tests(out: Path, env: dict, timeout: float) -> dict:
     # only the modules with cuda tests: the others may import what a GPU image lacks (wandb, distributed)
     tests = (ROOT / "tests").rglob("test_*.py")
     modules = sorted(str(path.relative_to(ROOT)) for path in tests if "mark.cuda" in path.read_text())
+    # the kernels' own tests first: what a lease cut short must not lose
+    first = ("test_fused_neighborhood_attention.py", "test_fused_ball_sparse_attention.py")
+    modules.sort(key=lambda module: first.index(Path(module).name) if Path(module).name in first else len(first))
     options = ["-m", "cuda", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
     deadline = time.monotonic() + timeout
     start = time.perf_counter()
@@ -448,14 +461,14 @@ def targets(rows: list[dict]) -> list[dict]:
             a, b = _number(plain, "attn_fwd_bwd_ms"), _number(ours, "attn_fwd_bwd_ms")
             add(f"global bf16 {nlat}x{2 * nlat} C={channels} H={heads}: SDPA / fold speed (fwd+bwd)",
                 a / b if a and b else None, 0.9)  # fmt: skip
-    for nlat in (180, 721):
+    for nlat, nlon in ((180, 360), (721, 1440)):
         fused, gathered = (
             one(op="ball", nlat=nlat, impl="s2forecast-fused"),
             one(op="ball", nlat=nlat, impl="s2forecast"),
         )
         a, b = _number(gathered, "fwd_bwd_ms"), _number(fused, "fwd_bwd_ms")
         add(
-            f"ball {nlat}x{2 * nlat} W=256: gather+SDPA / fused (>= 1: keep fused as auto)",
+            f"ball {nlat}x{nlon} W=256: gather+SDPA / fused (>= 1: keep fused as auto)",
             a / b if a and b else None,
             1.0,
         )
