@@ -45,6 +45,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -294,7 +295,24 @@ def run_case(case, repeats):
     else:
         del layer
         result.update(time_op(case, repeats, device, dtype))
+    if case["impl"] == "s2forecast-fused" and device.type == "cuda":
+        result["triton_configs"] = chosen_configs()
     return result
+
+
+def chosen_configs():
+    """The tile configuration each of our autotuned kernels chose for this case (the last key it
+    ran with), by kernel: what the next tuning starts from."""
+    import triton
+
+    from s2forecast.ops.cuda import fused_indexed_attention, fused_neighborhood_attention
+
+    chosen = {}
+    for module in (fused_neighborhood_attention, fused_indexed_attention):
+        for name, kernel in vars(module).items():
+            if isinstance(kernel, triton.runtime.Autotuner) and getattr(kernel, "best_config", None):
+                chosen[f"{module.__name__.rsplit('.', 1)[-1]}.{name}"] = str(kernel.best_config)
+    return chosen
 
 
 def time_op(case, repeats, device, dtype):
@@ -481,9 +499,19 @@ def main(argv=None):
             command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
-                print(json.dumps({**case, "error": result.stderr.strip().splitlines()[-1:]}), flush=True)
+                sys.stderr.write(result.stderr)  # whole, into the caller's log
+                print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
             else:
                 print(result.stdout.strip().splitlines()[-1], flush=True)
+
+
+def failure(stderr: str) -> list[str]:
+    """The last two exception lines of a failed case's ``stderr`` ("Name: message" unindented; a
+    compile error's cause follows the one that wraps it) and its last line (torch.compile ends with
+    advice, not with the error)."""
+    lines = stderr.strip().splitlines()
+    errors = [line for line in lines if re.match(r"[A-Za-z_][\w.]*: \S", line)]
+    return list(dict.fromkeys(errors[-2:] + lines[-1:]))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ Examples:
 import argparse
 import json
 import math
+import re
 import resource
 import statistics
 import subprocess
@@ -226,9 +227,19 @@ def main():
         command += ["--warmup", str(args.warmup)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            print(json.dumps({**case, "error": result.stderr.strip().splitlines()[-1:]}), flush=True)
+            sys.stderr.write(result.stderr)  # whole, into the caller's log
+            print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
         else:
             print(result.stdout.strip().splitlines()[-1], flush=True)
+
+
+def failure(stderr: str) -> list[str]:
+    """The last two exception lines of a failed case's ``stderr`` ("Name: message" unindented; a
+    compile error's cause follows the one that wraps it) and its last line (torch.compile ends with
+    advice, not with the error)."""
+    lines = stderr.strip().splitlines()
+    errors = [line for line in lines if re.match(r"[A-Za-z_][\w.]*: \S", line)]
+    return list(dict.fromkeys(errors[-2:] + lines[-1:]))
 
 
 if __name__ == "__main__":

@@ -337,7 +337,7 @@ def run_tests(out: Path, env: dict, timeout: float) -> dict:
     # the kernels' own tests first: what a lease cut short must not lose
     first = ("test_fused_neighborhood_attention.py", "test_fused_ball_sparse_attention.py")
     modules.sort(key=lambda module: first.index(Path(module).name) if Path(module).name in first else len(first))
-    options = ["-m", "cuda", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
+    options = ["-m", "cuda", "-v", "-rfE", "--tb=short", "--durations=0", "-p", "no:cacheprovider"]
     deadline = time.monotonic() + timeout
     start = time.perf_counter()
     summary = {"command": " ".join(["pytest", *options, *modules]), "returncode": 0, "not_run": []}

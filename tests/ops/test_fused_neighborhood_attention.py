@@ -197,10 +197,41 @@ def reference_on_rows(q, k, v, grid, theta, rows, grad_out):
 GPU_TOLERANCES = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (3e-3, 6e-3), torch.float32: (1e-5, 1e-4)}
 
 
+@pytest.fixture
+def two_configurations(monkeypatch):
+    """The smallest and a largest tile of the autotuner's list, not all of them: autotuning
+    compiles every configuration for each dtype and head dim (27 compiles), and with all of them
+    this module outran 200 s on an H200 before its fifth test ended. Both edge masks are
+    exercised; test_every_configuration_on_gpu runs each configuration once."""
+    from s2forecast.ops.cuda import fused_neighborhood_attention as fused
+
+    for kernel in (fused._forward, fused._backward_query, fused._backward_key):
+        sizes = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]): c for c in kernel.configs}
+        monkeypatch.setattr(kernel, "configs", [sizes[32, 32], sizes[128, 64]])
+        monkeypatch.setattr(kernel, "cache", {})
+
+
+@pytest.mark.cuda
+def test_every_configuration_on_gpu(monkeypatch):
+    """Each tile configuration the autotuner may choose, alone (its warps and stages too), in
+    float32 (so that a wrong mask shows far above rounding), on a grid whose rows split evenly
+    into no tile: 120 points."""
+    from s2forecast.ops.cuda import fused_neighborhood_attention as fused
+
+    kernels = (fused._forward, fused._backward_query, fused._backward_key)
+    grid = Grid(60, 120)
+    inputs = random_qkv(grid, batch=1, heads=2, head_dim=32)
+    for configs in zip(*(kernel.configs for kernel in kernels), strict=True):
+        for kernel, config in zip(kernels, configs, strict=True):
+            monkeypatch.setattr(kernel, "configs", [config])
+            monkeypatch.setattr(kernel, "cache", {})
+        assert_close_to_reference(inputs, grid, default_radius(grid), atol=1e-4)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", list(GPU_TOLERANCES), ids=str)
-@pytest.mark.parametrize("shape, batch, heads, head_dim", [((128, 256), 2, 4, 32), ((721, 1440), 1, 2, 64)])
-def test_fused_on_gpu_against_fp32_reference(shape, batch, heads, head_dim, dtype):
+@pytest.mark.parametrize("shape, batch, heads, head_dim", [((128, 256), 2, 4, 32), ((721, 1440), 1, 2, 32)])
+def test_fused_on_gpu_against_fp32_reference(shape, batch, heads, head_dim, dtype, two_configurations):
     grid = Grid(*shape)
     theta = default_radius(grid)
     rows = [0, 1, 2, grid.nlat // 3, grid.nlat // 2, grid.nlat - 2, grid.nlat - 1]
@@ -225,7 +256,8 @@ def test_fused_on_gpu_against_fp32_reference(shape, batch, heads, head_dim, dtyp
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-4), (torch.float16, 1e-2)])
-def test_fused_on_gpu_full_grid(dtype, atol):
+def test_fused_on_gpu_full_grid(dtype, atol, two_configurations):
+    """Head dim 64 here (32 above): both block widths of the head dim."""
     grid = Grid(128, 256, "legendre-gauss")
-    inputs = random_qkv(grid, batch=2, heads=2, head_dim=32, dtype=dtype)
+    inputs = random_qkv(grid, batch=2, heads=2, head_dim=64, dtype=dtype)
     assert_close_to_reference(inputs, grid, default_radius(grid), atol=atol)

@@ -177,3 +177,27 @@ def test_bench_skeleton_cases_and_bad_counts(tmp_path, capsys):
             bench.main([option, "x"])
     with pytest.raises(SystemExit, match="--leads '0': each must be >= 1"):
         bench.main(["--leads", "0"])
+
+
+def test_a_failed_case_keeps_its_cause(capsys, monkeypatch):
+    """A compile error ends its stderr with advice; the row keeps the error that caused it, and the
+    whole stderr goes to the caller's log (gpu_check keeps each benchmark's)."""
+    bench = load_script()
+    stderr = (
+        'Traceback (most recent call last):\n  File "x.py", line 1\n'
+        "torch._inductor.exc.InductorError: LoweringException: wrapped\n"
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144\n\n"
+        "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n"
+    )
+    monkeypatch.setattr(
+        bench.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1, "", stderr)
+    )
+    bench.main(["--nlat", "8", "--nlon", "16", "--device", "cpu", "--op", "neighborhood", "--impl", "s2forecast"])
+    captured = capsys.readouterr()
+    (row,) = [json.loads(line) for line in captured.out.splitlines()]
+    assert row["error"] == [
+        "torch._inductor.exc.InductorError: LoweringException: wrapped",
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144",
+        "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace",
+    ]
+    assert captured.err == stderr
