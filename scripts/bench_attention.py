@@ -13,9 +13,13 @@ and differs only in the attention op:
   torch-harmonics   torch_harmonics.AttentionS2 / NeighborhoodAttentionS2 ("peer_kernels"
                     says whether its compiled extension was available)
   flex-attention    torch's FlexAttention with the same disks as a block-sparse mask built
-                    from the per-row arcs and log w as score_mod (compiled on CUDA)
+                    from the per-row arcs and log w as score_mod (compiled on CUDA); global:
+                    log w as score_mod, no mask
   sdpa-dense        global: plain SDPA without quadrature weights (the speed floor);
                     neighborhood: dense SDPA with the full N x N float mask (small N only)
+  s2forecast-cudnn  global, CUDA: our log-weight mask on SDPA's cuDNN backend (a candidate
+                    for the half-precision path, against the fold of "s2forecast")
+  sdpa-cudnn        global, CUDA: plain SDPA without weights on the cuDNN backend
 
 Ops: global, neighborhood, and ball (s2forecast.nn.S2BallSparseAttention with the BSA paper's
 defaults, or with --compression-window its multi-level compression; s2forecast only: no peer
@@ -58,9 +62,11 @@ import torch.nn.functional as F
 
 from s2forecast.nn.position_embedding import POSITION_EMBEDDINGS
 
-IMPLS = ("s2forecast", "s2forecast-reference", "s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense")
-NEIGHBORHOOD_ONLY = ("s2forecast-reference", "s2forecast-fused", "flex-attention")
-GPU_ONLY = ("s2forecast-fused", "flex-attention")
+IMPLS = ("s2forecast", "s2forecast-reference", "s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense",
+         "s2forecast-cudnn", "sdpa-cudnn")  # fmt: skip
+NEIGHBORHOOD_ONLY = ("s2forecast-reference", "s2forecast-fused")
+GLOBAL_ONLY = ("s2forecast-cudnn", "sdpa-cudnn")
+GPU_ONLY = ("s2forecast-fused", "flex-attention", "s2forecast-cudnn", "sdpa-cudnn")
 # Issue 3's set-ups: the paper's SWE model, torch-harmonics' benchmark, ERA5 at 0.25 degrees.
 CONFIGS = {
     "a": {"nlat": 128, "nlon": 256, "channels": 128, "heads": 4, "batch": 4, "theta": None},
@@ -98,7 +104,7 @@ def build_layer(case):
         ours = S2NeighborhoodAttention(
             channels, heads, grid, theta=case["theta"], backend=backend, position_embedding=pe
         )
-    if case["impl"].startswith("s2forecast"):
+    if case["impl"] in ("s2forecast", "s2forecast-fused", "s2forecast-reference"):
         return ours
     if case["impl"] == "torch-harmonics":
         with warnings.catch_warnings():
@@ -134,6 +140,8 @@ def attention_op(case, device, dtype=torch.float32):
     from s2forecast.ops.backends import choose
 
     grid = Grid(case["nlat"], case["nlon"], case["grid"])
+    if case["op"] == "global" and case["impl"] in ("flex-attention", *GLOBAL_ONLY):
+        return global_candidate(case["impl"], grid, device)
     if case["impl"] == "flex-attention":
         return flex_neighborhood_attention(grid, case["theta"], device)
     if case["impl"] == "sdpa-dense":
@@ -161,6 +169,38 @@ def attention_op(case, device, dtype=torch.float32):
     backend = choose("neighborhood", name, device, dtype)
     state = backend.prepare(grid, case["theta"], device, dtype)
     return lambda q, k, v: backend(q, k, v, state)
+
+
+def global_candidate(impl, grid, device, compile=None):
+    """Other paths for global attention in half precision, to choose from on a GPU (our fold
+    widens head_dim by one channel, which at head_dim 64 takes FlashAttention's next tile size):
+    ``s2forecast-cudnn`` our log-weight mask (1, 1, 1, N) on SDPA's cuDNN backend (on Hopper
+    faster than FlashAttention for training shapes, and it takes a bias), ``sdpa-cudnn`` plain
+    SDPA on the same backend (its baseline), ``flex-attention`` FlexAttention with log w as
+    score_mod (``torch.compile``d on CUDA). A backend that cannot serve the case raises."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from s2forecast.ops.quadrature_bias import log_quadrature_weights
+
+    log_w = log_quadrature_weights(grid, device, torch.float32)
+    log_w = log_w - log_w.max()  # softmax is shift invariant; small values round least
+    if impl == "flex-attention":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        compile = device.type == "cuda" if compile is None else compile
+        attend = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + log_w[kv_idx]
+
+        return lambda q, k, v: attend(q, k, v, score_mod=score_mod)
+
+    def on_cudnn(q, k, v):
+        mask = log_w.to(q.dtype).view(1, 1, 1, -1) if impl == "s2forecast-cudnn" else None
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    return on_cudnn
 
 
 def flex_block_mask_tables(grid, theta, block_size=128):
@@ -406,7 +446,7 @@ def cases_for(args):
         n = grid.npoints
         for op in [args.op] if args.op else ["neighborhood", "global"]:
             for impl in [args.impl] if args.impl else IMPLS:
-                if op == "global" and impl in NEIGHBORHOOD_ONLY:
+                if (op == "global" and impl in NEIGHBORHOOD_ONLY) or (op != "global" and impl in GLOBAL_ONLY):
                     continue
                 if op == "ball" and impl not in ("s2forecast", "s2forecast-fused"):
                     continue  # ours only: no peer has ball sparse attention on the sphere
@@ -497,12 +537,14 @@ def main(argv=None):
                 print(json.dumps({**case, "error": [missing]}), flush=True)
                 continue
             command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
+            start = time.perf_counter()
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
                 sys.stderr.write(result.stderr)  # whole, into the caller's log
                 print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
-            else:
-                print(result.stdout.strip().splitlines()[-1], flush=True)
+            else:  # the case's process from start to exit: what a case costs a short GPU lease
+                row = json.loads(result.stdout.strip().splitlines()[-1])
+                print(json.dumps({**row, "process_s": round(time.perf_counter() - start, 1)}), flush=True)
 
 
 def failure(stderr: str) -> list[str]:

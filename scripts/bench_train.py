@@ -225,12 +225,14 @@ def main():
             continue
         command = [sys.executable, __file__, "--case", json.dumps(case), "--steps", str(args.steps)]
         command += ["--warmup", str(args.warmup)]
+        start = time.perf_counter()
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             sys.stderr.write(result.stderr)  # whole, into the caller's log
             print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
-        else:
-            print(result.stdout.strip().splitlines()[-1], flush=True)
+        else:  # the case's process from start to exit: what a case costs a short GPU lease
+            row = json.loads(result.stdout.strip().splitlines()[-1])
+            print(json.dumps({**row, "process_s": round(time.perf_counter() - start, 1)}), flush=True)
 
 
 def failure(stderr: str) -> list[str]:

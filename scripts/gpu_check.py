@@ -28,7 +28,9 @@ Parts of ``run`` (default: all, in this order):
                 8 heads B=1; s2forecast-fused, torch-harmonics (CUDA extension), FlexAttention,
                 dense global SDPA (not at (c)), the blocked PyTorch path; fp32 and bf16
   global        bf16 global attention (the fold) against plain SDPA without weights, 64x128
-                and 180x360, C=64 1 head and C=256 8 heads
+                and 180x360, C=64 1 head and C=256 8 heads; and the candidates for another
+                path: our weights as a mask on SDPA's cuDNN backend (and cuDNN without
+                weights), FlexAttention with log w as score_mod
   ball          ball sparse attention, fused against gather + SDPA, 180x360 and 721x1440, W=256
   train         the paper's SWE model at 128x256, batch 4, bf16 autocast, against
                 torch-harmonics' example SphericalTransformer
@@ -92,7 +94,8 @@ BENCHMARKS = {
         )
         for nlat in (64, 180)
         for channels, heads in ((64, 1), (256, 8))
-        for impl in ("s2forecast", "sdpa-dense")
+        # then the candidates for another half-precision path (the fold lost at head_dim 64)
+        for impl in ("s2forecast", "sdpa-dense", "s2forecast-cudnn", "sdpa-cudnn", "flex-attention")
     ],
     "ball": [
         (

@@ -50,6 +50,7 @@ def test_bench_attention_prints_json_lines(capsys):
     for row in rows:
         assert_case_row(row)
         assert row["threads"] == 1 and row["load_1min"] >= 0  # the case's process took --threads
+        assert row["process_s"] >= row["fwd_ms"] / 1e3  # its process timed as a whole
 
 
 @pytest.mark.parametrize("shape, theta", [((8, 16), 0.6), ((12, 15), 1.2), ((16, 32), 0.25)])
@@ -201,3 +202,19 @@ def test_a_failed_case_keeps_its_cause(capsys, monkeypatch):
         "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace",
     ]
     assert captured.err == stderr
+
+
+def test_global_flex_candidate_equals_our_global_attention():
+    """The FlexAttention candidate for global attention (uncompiled on CPU: forward only) is
+    eq. (26): log w as score_mod, with the shift by max log w that softmax ignores."""
+    from s2forecast.geometry import Grid
+    from s2forecast.ops import global_attention
+
+    bench = load_script()
+    grid = Grid(6, 12, "legendre-gauss")
+    q, k, v = (torch.randn(1, 2, grid.npoints, 8, dtype=torch.float64) for _ in range(3))
+    attend = bench.global_candidate("flex-attention", grid, torch.device("cpu"))
+    expected = global_attention(q, k, v, grid)
+    assert torch.allclose(attend(q, k, v), expected, rtol=0, atol=1e-7)  # float32 log w; unweighted: 0.3 off
+    with pytest.raises(RuntimeError):  # cuDNN candidates need CUDA: no silent other path
+        bench.global_candidate("s2forecast-cudnn", grid, torch.device("cpu"))(q, k, v)

@@ -40,6 +40,7 @@ def test_bench_train_prints_json_lines(monkeypatch, capsys):
         assert (row["nlat"], row["nlon"], row["channels"], row["batch"], row["steps"]) == (16, 32, 3, 1, 1)
         assert (row["embed_dim"], row["num_layers"], row["attention"]) == (128, 4, "neighborhood")
         assert row["params"] > 0 and row["samples_per_s"] > 0 and row["step_ms"] > 0
+        assert row["process_s"] >= row["step_ms"] / 1e3  # its process timed as a whole
         assert row["peak_mem_mb"] >= 0
     assert rows[1]["peer_kernels"] in ("cpu-extension", "torch")
 
