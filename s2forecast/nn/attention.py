@@ -3,6 +3,7 @@
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from s2forecast.geometry import Grid
@@ -165,12 +166,27 @@ class SphericalAttentionLayer(nn.Module):
                 expected = f"(batch, {self.in_channels}, {grid.nlat}, {grid.nlon})"
                 raise UserError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
         tokens = {id(x): x.flatten(2).transpose(1, 2) for x in (query, key, value)}  # (batch, N, channels)
-        q = self.q_norm(self._split_heads(self.q_proj(tokens[id(query)])))
-        k = self.k_norm(self._split_heads(self.k_proj(tokens[id(key)])))
-        v = self._split_heads(self.v_proj(tokens[id(value)]))
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        plain = all(type(p) is nn.Linear and not p._forward_hooks and not p._forward_pre_hooks for p in projections)
+        if key is query and value is query and plain:  # wrapped or hooked projections (LoRA) run as modules
+            q, k, v = self._self_projections(tokens[id(query)])
+        else:
+            q, k, v = (self.q_proj(tokens[id(query)]), self.k_proj(tokens[id(key)]), self.v_proj(tokens[id(value)]))
+        q = self.q_norm(self._split_heads(q))
+        k = self.k_norm(self._split_heads(k))
+        v = self._split_heads(v)
         if self.position_embedding is not None and self.position_acts_on == "qk":
             q, k = self.position_embedding(q, k)
         return q, k, v
+
+    def _self_projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of one input (batch, N, in_channels) in one matrix product: x is read, and
+        cast under autocast, once instead of three times, and its gradient summed in the product
+        instead of over three. Views of one (batch, N, 2*qk + out) tensor."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        return F.linear(x, weight, bias).split([p.out_features for p in projections], dim=-1)
 
     def _merge(self, out: torch.Tensor, grid: Grid) -> torch.Tensor:
         """(batch, heads, N, d) -> projected (batch, out_channels, nlat, nlon)"""

@@ -170,3 +170,39 @@ def test_neighborhood_radius_cannot_be_changed_after_construction():
     narrow = S2NeighborhoodAttention(8, 2, grid, theta=0.3)
     narrow.load_state_dict(layer.state_dict())
     assert not torch.allclose(narrow(x), layer(x))  # the radius matters: same weights, other outputs
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_projects_q_k_v_in_one_product(bias):
+    """layer(x) computes q, k, v in one matrix product (x read once); it equals the three
+    projections that layer(x, key, value) with other tensors runs, gradients included. Wrapped
+    or hooked projections (LoRA adapters, forward hooks) run as modules."""
+    grid = Grid(8, 16)
+    layer = S2NeighborhoodAttention(16, 2, grid, bias=bias, out_channels=8, qk_channels=12)
+    x = torch.randn(2, 16, *grid.shape, requires_grad=True)
+    y = x.detach().clone().requires_grad_()
+    one, separate = layer(x), layer(y, y.clone(), y.clone())
+    assert torch.allclose(one, separate, atol=1e-6)
+    grad = torch.randn_like(one)
+    assert torch.allclose(*torch.autograd.grad(one, x, grad), *torch.autograd.grad(separate, y, grad), atol=1e-6)
+    products = []
+    linear = torch.nn.functional.linear
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", lambda *args: products.append(1) or linear(*args))
+        layer(x)
+    assert len(products) == 2  # q, k, v together, then the output projection
+
+    class Adapted(nn.Linear):  # a LoRA-like wrapper: its output is not weight @ x + bias
+        def forward(self, t):
+            return super().forward(t) * 0.5
+
+    adapted = Adapted(16, 12, bias=bias)
+    adapted.load_state_dict(layer.k_proj.state_dict())
+    plain_out = layer(x)
+    layer.k_proj = adapted
+    assert torch.allclose(layer(x), layer(x, x.clone(), x.clone()), atol=1e-6)
+    assert not torch.allclose(layer(x), plain_out, atol=1e-3)
+    layer.k_proj = nn.Linear(16, 12, bias=bias)
+    hook = layer.q_proj.register_forward_hook(lambda module, inputs, output: output * 0)
+    assert torch.allclose(layer(x), layer(x, x.clone(), x.clone()), atol=1e-6)
+    hook.remove()

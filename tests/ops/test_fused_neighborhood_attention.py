@@ -132,13 +132,21 @@ def test_a_gradient_of_a_gradient_is_refused_not_partial(tiles, backend):
 
 @pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast
 def test_strided_inputs(tiles):
-    """q, k, v as the (batch, heads, N, head_dim) views of a (batch, N, heads*head_dim) projection."""
+    """q, k, v as the (batch, heads, N, head_dim) views of one (batch, N, 3*heads*head_dim)
+    projection (gapped), k also broadcast over the batch (overlapping). The output and gradients
+    are dense in the inputs' memory order: a layer merges heads and returns gradients as views."""
     grid = Grid(8, 16)
     tiles(16, 16)
     x = torch.randn(2, grid.npoints, 3, 2, 16, device=DEVICE)
     q, k, v = (x[:, :, i].transpose(1, 2).detach().requires_grad_() for i in range(3))
     assert not q.is_contiguous()
     assert_close_to_reference([q, k, v], grid, 0.5)
+    out, dq, dk, dv = outputs_and_grads("fused", [q, k, v], grid, 0.5, torch.randn_like(q))
+    for t in (out, dq, dk, dv):
+        assert t.transpose(1, 2).is_contiguous()
+    shared_k = x[:1, :, 1].transpose(1, 2).expand(2, -1, -1, -1).detach().requires_grad_()
+    assert shared_k.stride(0) == 0
+    assert_close_to_reference([q, shared_k, v], grid, 0.5)
 
 
 @pytest.mark.slow  # the Triton interpreter: seconds; test_fused_equals_reference stays in test-fast

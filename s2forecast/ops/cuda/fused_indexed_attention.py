@@ -12,7 +12,6 @@ from torch.autograd.function import once_differentiable
 
 from s2forecast.ops.cuda.fused_neighborhood_attention import (
     check_fused_inputs,
-    dense_layout,
     interpreting,
     kernel_meta,
 )
@@ -42,6 +41,17 @@ _forward = triton.autotune(_configs(), key=_TUNING_KEY, prune_configs_by=_PRUNE)
 _backward = triton.autotune(_configs(), key=_TUNING_KEY, prune_configs_by=_PRUNE, reset_to_zero=["DK", "DV"])(
     indexed_backward_kernel
 )
+
+
+def dense_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a contiguous copy when ``torch.empty_like`` would not reproduce its strides."""
+    dense_strides = sorted(zip(t.stride(), t.shape, strict=True))
+    expected = 1
+    for stride, size in dense_strides:
+        if size > 1 and stride != expected:
+            return t.contiguous()
+        expected *= size
+    return t
 
 
 def _index_strides(key_index):

@@ -78,7 +78,9 @@ def fused_forward(q, k, v, state: FusedNeighborhoodState, scale: float):
     """Output (batch, heads, N, head_dim_v) and log2-sum-exp (batch*heads, N) float32."""
     batch, heads, npoints, _ = q.shape
     forward_table, grid = state.forward, state.grid
-    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
+    # in q's memory order: a layer's (batch, N, heads, head_dim) layout then merges its heads
+    # as a view, not a copy
+    out = empty_in_layout_of(q, q.shape[:-1] + v.shape[-1:])
     lse = torch.empty(batch * heads, npoints, dtype=torch.float32, device=q.device)
     nlat, nlon = grid.shape
     _forward[lambda meta: (nlat * triton.cdiv(nlon, meta["BLOCK_M"]), batch * heads)](
@@ -97,35 +99,32 @@ def fused_backward(grad_out, q, k, v, out, lse, state: FusedNeighborhoodState, s
     forward_table, backward_table, grid = state.forward, state.backward, state.grid
     nlat, nlon = grid.shape
     delta = (grad_out.float() * out.float()).sum(dim=-1).reshape(batch * heads, npoints)
-    # each gradient is written with its input's strides; empty_like keeps them for dense inputs,
-    # and an input it cannot mirror (overlapping or gapped) is made contiguous
-    q, k, v = (dense_layout(t) for t in (q, k, v))
-    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    # each gradient dense in its input's memory order: the views a layer's projections made
+    # (heads split off one (batch, N, channels) tensor) get gradients that go back as views, and
+    # a gapped or overlapping input (q, k, v sliced from one projection, k expanded) is not copied
+    dq, dk, dv = (empty_in_layout_of(t, t.shape) for t in (q, k, v))
     log2_w = state.log2_w
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     meta = {**kernel_meta(q, v, scale), "scale": scale}
     _backward_query[lambda m: (nlat * triton.cdiv(nlon, m["BLOCK_M"]), batch * heads)](
         q, k, v, grad_out, dq, lse, delta,
-        *_table_args(forward_table), log2_w, *strides,
+        *_table_args(forward_table), log2_w, *strides, *dq.stride(),
         heads, nlon, npoints, forward_table.max_partners, **meta,
     )  # fmt: skip
     _backward_key[lambda m: (nlat * triton.cdiv(nlon, m["BLOCK_N"]), batch * heads)](
         q, k, v, grad_out, dk, dv, lse, delta,
-        *_table_args(backward_table), log2_w, *strides,
+        *_table_args(backward_table), log2_w, *strides, *dk.stride(), *dv.stride(),
         heads, nlon, npoints, backward_table.max_partners, **meta,
     )  # fmt: skip
     return dq, dk, dv
 
 
-def dense_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a contiguous copy when ``torch.empty_like`` would not reproduce its strides."""
-    dense_strides = sorted(zip(t.stride(), t.shape, strict=True))
-    expected = 1
-    for stride, size in dense_strides:
-        if size > 1 and stride != expected:
-            return t.contiguous()
-        expected *= size
-    return t
+def empty_in_layout_of(t: torch.Tensor, shape) -> torch.Tensor:
+    """An empty dense tensor of ``shape`` (``t``'s rank, ``t``'s dtype and device) whose
+    dimensions lie in memory in the order of ``t``'s strides, largest first."""
+    order = sorted(range(t.dim()), key=lambda i: t.stride(i), reverse=True)
+    buffer = t.new_empty([shape[i] for i in order])
+    return buffer.permute([order.index(i) for i in range(t.dim())])
 
 
 class _FusedNeighborhoodAttention(torch.autograd.Function):

@@ -123,11 +123,12 @@ def neighborhood_backward_query_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
+    stride_gqb, stride_gqh, stride_gqn, stride_gqd,
     num_heads, nlon, npoints, max_partners, scale_log2, scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """dQ; DQ has q's strides, DO has the output's (stride_o*)."""
+    """dQ; DO has the output's strides (stride_o*), DQ its own (stride_gq*)."""
     tiles_per_row = tl.cdiv(nlon, BLOCK_M)
     tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -137,7 +138,7 @@ def neighborhood_backward_query_kernel(
     b = (bh // num_heads).to(tl.int64)  # int64: batch offsets can pass 2**31 elements
     h = (bh % num_heads).to(tl.int64)
     Q += b * stride_qb + h * stride_qh
-    DQ += b * stride_qb + h * stride_qh
+    DQ += b * stride_gqb + h * stride_gqh
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
     DO += b * stride_ob + h * stride_oh
@@ -185,7 +186,7 @@ def neighborhood_backward_query_kernel(
             ds = p_ij * (dp - delta[:, None])
             dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
 
-    tl.store(DQ + query[:, None] * stride_qn + offs_d[None, :] * stride_qd, (dq * scale).to(DQ.dtype.element_ty),
+    tl.store(DQ + query[:, None] * stride_gqn + offs_d[None, :] * stride_gqd, (dq * scale).to(DQ.dtype.element_ty),
              mask=q_mask)  # fmt: skip
 
 
@@ -197,12 +198,14 @@ def neighborhood_backward_key_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
+    stride_gkb, stride_gkh, stride_gkn, stride_gkd,
+    stride_gvb, stride_gvh, stride_gvn, stride_gvd,
     num_heads, nlon, npoints, max_partners, scale_log2, scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dK and dV; the partner table is the transposed one (query rows of each key row).
-    DK has k's strides, DV has v's."""
+    DK and DV have their own strides (stride_gk*, stride_gv*)."""
     tiles_per_row = tl.cdiv(nlon, BLOCK_N)
     tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -213,9 +216,9 @@ def neighborhood_backward_key_kernel(
     h = (bh % num_heads).to(tl.int64)
     Q += b * stride_qb + h * stride_qh
     K += b * stride_kb + h * stride_kh
-    DK += b * stride_kb + h * stride_kh
+    DK += b * stride_gkb + h * stride_gkh
     V += b * stride_vb + h * stride_vh
-    DV += b * stride_vb + h * stride_vh
+    DV += b * stride_gvb + h * stride_gvh
     DO += b * stride_ob + h * stride_oh
 
     offs_n = j0 + tl.arange(0, BLOCK_N)
@@ -260,9 +263,10 @@ def neighborhood_backward_key_kernel(
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
 
-    tl.store(DK + key[:, None] * stride_kn + offs_d[None, :] * stride_kd, (dk * scale).to(DK.dtype.element_ty),
+    tl.store(DK + key[:, None] * stride_gkn + offs_d[None, :] * stride_gkd, (dk * scale).to(DK.dtype.element_ty),
              mask=k_mask)  # fmt: skip
-    tl.store(DV + key[:, None] * stride_vn + offs_dv[None, :] * stride_vd, dv.to(DV.dtype.element_ty), mask=v_mask)
+    tl.store(DV + key[:, None] * stride_gvn + offs_dv[None, :] * stride_gvd, dv.to(DV.dtype.element_ty),
+             mask=v_mask)  # fmt: skip
 
 
 __all__ = [
