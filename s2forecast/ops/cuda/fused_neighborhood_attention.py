@@ -98,7 +98,7 @@ def fused_backward(grad_out, q, k, v, out, lse, state: FusedNeighborhoodState, s
     batch, heads, npoints, _ = q.shape
     forward_table, backward_table, grid = state.forward, state.backward, state.grid
     nlat, nlon = grid.shape
-    delta = (grad_out.float() * out.float()).sum(dim=-1).reshape(batch * heads, npoints)
+    delta = torch.empty(batch * heads, npoints, dtype=torch.float32, device=q.device)  # the query kernel fills it
     # each gradient dense in its input's memory order: the views a layer's projections made
     # (heads split off one (batch, N, channels) tensor) get gradients that go back as views, and
     # a gapped or overlapping input (q, k, v sliced from one projection, k expanded) is not copied
@@ -107,8 +107,8 @@ def fused_backward(grad_out, q, k, v, out, lse, state: FusedNeighborhoodState, s
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     meta = {**kernel_meta(q, v, scale), "scale": scale}
     _backward_query[lambda m: (nlat * triton.cdiv(nlon, m["BLOCK_M"]), batch * heads)](
-        q, k, v, grad_out, dq, lse, delta,
-        *_table_args(forward_table), log2_w, *strides, *dq.stride(),
+        q, k, v, grad_out, dq, lse, delta, out,
+        *_table_args(forward_table), log2_w, *strides, *dq.stride(), *out.stride(),
         heads, nlon, npoints, forward_table.max_partners, **meta,
     )  # fmt: skip
     _backward_key[lambda m: (nlat * triton.cdiv(nlon, m["BLOCK_N"]), batch * heads)](

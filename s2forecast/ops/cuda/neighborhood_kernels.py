@@ -117,18 +117,20 @@ def neighborhood_forward_kernel(
 
 @triton.jit
 def neighborhood_backward_query_kernel(
-    Q, K, V, DO, DQ, LSE, DELTA,
+    Q, K, V, DO, DQ, LSE, DELTA, OUT,
     ROW_ORDER, PARTNER_ROWS, PARTNER_WIDTHS, PARTNER_COUNT, LOG2_W,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
     stride_gqb, stride_gqh, stride_gqn, stride_gqd,
+    stride_yb, stride_yh, stride_yn, stride_yd,
     num_heads, nlon, npoints, max_partners, scale_log2, scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """dQ; DO has the output's strides (stride_o*), DQ its own (stride_gq*)."""
+    """dQ, and DELTA = rowsum(dO * O) (float32, (batch*heads, N)) for the key kernel, which runs
+    after this one; DO has strides stride_o*, DQ stride_gq*, the forward's output OUT stride_y*."""
     tiles_per_row = tl.cdiv(nlon, BLOCK_M)
     tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -142,6 +144,7 @@ def neighborhood_backward_query_kernel(
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
     DO += b * stride_ob + h * stride_oh
+    OUT += b * stride_yb + h * stride_yh
 
     offs_m = w0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -151,13 +154,13 @@ def neighborhood_backward_query_kernel(
     query = row * nlon + offs_m
     q_mask = m_valid[:, None] & (offs_d[None, :] < HEAD_DIM)
     q = tl.load(Q + query[:, None] * stride_qn + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)
-    do = tl.load(
-        DO + query[:, None] * stride_on + offs_dv[None, :] * stride_od,
-        mask=m_valid[:, None] & (offs_dv[None, :] < HEAD_DIM_V),
-        other=0.0,
-    )
+    do_mask = m_valid[:, None] & (offs_dv[None, :] < HEAD_DIM_V)
+    do = tl.load(DO + query[:, None] * stride_on + offs_dv[None, :] * stride_od, mask=do_mask, other=0.0)
+    o = tl.load(OUT + query[:, None] * stride_yn + offs_dv[None, :] * stride_yd, mask=do_mask, other=0.0)
     lse = tl.load(LSE + bh.to(tl.int64) * npoints + query, mask=m_valid, other=0.0)
-    delta = tl.load(DELTA + bh.to(tl.int64) * npoints + query, mask=m_valid, other=0.0)
+    # one pass over dO and O here instead of three over float32 copies before the kernels
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
+    tl.store(DELTA + bh.to(tl.int64) * npoints + query, delta, mask=m_valid)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for p in range(0, tl.load(PARTNER_COUNT + row)):
