@@ -87,14 +87,13 @@ class _IndexedAttention(torch.autograd.Function):
         num_keys = k.shape[2]
         num_tiles, list_len = key_index.shape[1:]
         rows_per_tile = num_queries // num_tiles
-        delta = (grad_out.float() * out.float()).sum(dim=-1).reshape(batch * heads, num_queries)
         q = dense_layout(q)
         dq = torch.empty_like(q)
         dk = torch.zeros(batch * heads, num_keys, k.shape[-1], dtype=torch.float32, device=q.device)
         dv = torch.zeros(batch * heads, num_keys, v.shape[-1], dtype=torch.float32, device=q.device)
         _backward[_grid(num_tiles, rows_per_tile, batch * heads)](
-            q, k, v, grad_out, dq, dk, dv, lse, delta, key_index, log2_w,
-            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_index_strides(key_index),
+            q, k, v, grad_out, dq, dk, dv, lse, out, key_index, log2_w,
+            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *out.stride(), *_index_strides(key_index),
             heads, num_queries, num_keys, rows_per_tile, list_len, **kernel_meta(q, v, ctx.scale), scale=ctx.scale,
         )  # fmt: skip
         dk = dk.view(k.shape).to(k.dtype)

@@ -104,18 +104,20 @@ def indexed_forward_kernel(
 
 @triton.jit
 def indexed_backward_kernel(
-    Q, K, V, DO, DQ, DK, DV, LSE, DELTA, KEY_INDEX, LOG2_W,
+    Q, K, V, DO, DQ, DK, DV, LSE, OUT, KEY_INDEX, LOG2_W,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
+    stride_yb, stride_yh, stride_yn, stride_yd,
     stride_ib, stride_it,
     num_heads, num_queries, num_keys, rows_per_tile, list_len, scale_log2, scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dQ (stored with q's strides) and dK, dV added atomically into contiguous float32
-    (batch*heads, num_keys, head_dim[_v]) buffers. DO has the output's strides (stride_o*)."""
+    (batch*heads, num_keys, head_dim[_v]) buffers. DO has strides stride_o*, the forward's
+    output OUT stride_y*."""
     tile, query, m_valid = _tile_rows(tl.program_id(0), rows_per_tile, BLOCK_M)
     bh = tl.program_id(1)
     b = (bh // num_heads).to(tl.int64)
@@ -125,6 +127,7 @@ def indexed_backward_kernel(
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
     DO += b * stride_ob + h * stride_oh
+    OUT += b * stride_yb + h * stride_yh
     DK += bh.to(tl.int64) * num_keys * HEAD_DIM
     DV += bh.to(tl.int64) * num_keys * HEAD_DIM_V
     KEY_INDEX += bh.to(tl.int64) * stride_ib + tile.to(tl.int64) * stride_it
@@ -134,13 +137,11 @@ def indexed_backward_kernel(
     offs_dv = tl.arange(0, BLOCK_DV)
     q_mask = m_valid[:, None] & (offs_d[None, :] < HEAD_DIM)
     q = tl.load(Q + query[:, None] * stride_qn + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)
-    do = tl.load(
-        DO + query[:, None] * stride_on + offs_dv[None, :] * stride_od,
-        mask=m_valid[:, None] & (offs_dv[None, :] < HEAD_DIM_V),
-        other=0.0,
-    )
+    do_mask = m_valid[:, None] & (offs_dv[None, :] < HEAD_DIM_V)
+    do = tl.load(DO + query[:, None] * stride_on + offs_dv[None, :] * stride_od, mask=do_mask, other=0.0)
+    o = tl.load(OUT + query[:, None] * stride_yn + offs_dv[None, :] * stride_yd, mask=do_mask, other=0.0)
     lse = tl.load(LSE + bh.to(tl.int64) * num_queries + query, mask=m_valid, other=0.0)
-    delta = tl.load(DELTA + bh.to(tl.int64) * num_queries + query, mask=m_valid, other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)  # rowsum(dO * O), from the tiles loaded
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for n0 in range(0, list_len, BLOCK_N):
