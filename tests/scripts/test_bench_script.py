@@ -218,3 +218,11 @@ def test_global_flex_candidate_equals_our_global_attention():
     assert torch.allclose(attend(q, k, v), expected, rtol=0, atol=1e-7)  # float32 log w; unweighted: 0.3 off
     with pytest.raises(RuntimeError):  # cuDNN candidates need CUDA: no silent other path
         bench.global_candidate("s2forecast-cudnn", grid, torch.device("cpu"))(q, k, v)
+
+
+def test_bench_attention_refuses_an_unknown_position_embedding(capsys):
+    with pytest.raises(SystemExit) as exit_status:
+        load_script().main(["--position-embedding", "bogus"])
+    captured = capsys.readouterr()
+    assert exit_status.value.code == 2 and "--position-embedding must be one of none, ape," in captured.err
+    assert "got 'bogus'" in captured.err and captured.out == ""
