@@ -166,9 +166,7 @@ class SphericalAttentionLayer(nn.Module):
                 expected = f"(batch, {self.in_channels}, {grid.nlat}, {grid.nlon})"
                 raise UserError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
         tokens = {id(x): x.flatten(2).transpose(1, 2) for x in (query, key, value)}  # (batch, N, channels)
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        plain = all(type(p) is nn.Linear and not p._forward_hooks and not p._forward_pre_hooks for p in projections)
-        if key is query and value is query and plain:  # wrapped or hooked projections (LoRA) run as modules
+        if key is query and value is query and self._projections_are_plain():
             q, k, v = self._self_projections(tokens[id(query)])
         else:
             q, k, v = (self.q_proj(tokens[id(query)]), self.k_proj(tokens[id(key)]), self.v_proj(tokens[id(value)]))
@@ -179,14 +177,26 @@ class SphericalAttentionLayer(nn.Module):
             q, k = self.position_embedding(q, k)
         return q, k, v
 
+    def _projections_are_plain(self) -> bool:
+        """Whether q_proj, k_proj and v_proj are plain nn.Linear that no hook watches: only then
+        may one product stand for their three calls (wrapped ones, LoRA adapters, and hooked
+        ones, their own or global, run as modules)."""
+        hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+        own = any(getattr(p, name) for p in (self.q_proj, self.k_proj, self.v_proj) for name in hooks)
+        watched = any(getattr(nn.modules.module, f"_global{name}", None) for name in hooks)
+        return not own and not watched and all(type(p) is nn.Linear for p in (self.q_proj, self.k_proj, self.v_proj))
+
     def _self_projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of one input (batch, N, in_channels) in one matrix product: x is read, and
         cast under autocast, once instead of three times, and its gradient summed in the product
-        instead of over three. Views of one (batch, N, 2*qk + out) tensor."""
+        instead of over three. Slices of one (batch, N, 2*qk + out) tensor, each a view of its
+        own (``split``'s multi-output views would refuse a position embedding's in-place edit)."""
         projections = (self.q_proj, self.k_proj, self.v_proj)
         weight = torch.cat([p.weight for p in projections])
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
-        return F.linear(x, weight, bias).split([p.out_features for p in projections], dim=-1)
+        qkv = F.linear(x, weight, bias)
+        qk, out = self.q_proj.out_features, self.v_proj.out_features
+        return qkv[..., :qk], qkv[..., qk : 2 * qk], qkv[..., 2 * qk : 2 * qk + out]
 
     def _merge(self, out: torch.Tensor, grid: Grid) -> torch.Tensor:
         """(batch, heads, N, d) -> projected (batch, out_channels, nlat, nlon)"""

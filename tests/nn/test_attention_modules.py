@@ -206,3 +206,29 @@ def test_self_attention_projects_q_k_v_in_one_product(bias):
     hook = layer.q_proj.register_forward_hook(lambda module, inputs, output: output * 0)
     assert torch.allclose(layer(x), layer(x, x.clone(), x.clone()), atol=1e-6)
     hook.remove()
+    calls = []
+    hook = layer.v_proj.register_full_backward_hook(lambda module, grad_in, grad_out: calls.append(1))
+    layer(x).sum().backward()
+    hook.remove()
+    hook = nn.modules.module.register_module_forward_hook(lambda module, inputs, output: calls.append(module))
+    layer(x)
+    hook.remove()
+    assert calls[0] == 1 and sum(isinstance(c, nn.Linear) for c in calls[1:]) == 4  # every projection seen
+
+
+def test_a_position_embedding_may_edit_q_and_k_in_place():
+    """q, k, v of the one product are slices, each its own view: an embedding's in-place edit works
+    (split's multi-output views would refuse it) and equals the three-product path."""
+
+    class Doubling(nn.Module):
+        def forward(self, q, k):
+            q.mul_(2)
+            return q, k
+
+    grid = Grid(8, 16)
+    layer = S2NeighborhoodAttention(16, 2, grid, position_embedding=Doubling())
+    x = torch.randn(1, 16, *grid.shape, requires_grad=True)
+    one = layer(x)
+    assert torch.allclose(one, layer(x, x.clone(), x.clone()), atol=1e-6)
+    one.sum().backward()
+    assert x.grad.abs().sum() > 0

@@ -121,8 +121,9 @@ def fused_backward(grad_out, q, k, v, out, lse, state: FusedNeighborhoodState, s
 
 def empty_in_layout_of(t: torch.Tensor, shape) -> torch.Tensor:
     """An empty dense tensor of ``shape`` (``t``'s rank, ``t``'s dtype and device) whose
-    dimensions lie in memory in the order of ``t``'s strides, largest first."""
-    order = sorted(range(t.dim()), key=lambda i: t.stride(i), reverse=True)
+    dimensions lie in memory in the order of ``t``'s strides, largest first; a broadcast
+    dimension (stride 0) outermost, so that each row stays contiguous."""
+    order = sorted(range(t.dim()), key=lambda i: t.stride(i) or math.inf, reverse=True)
     buffer = t.new_empty([shape[i] for i in order])
     return buffer.permute([order.index(i) for i in range(t.dim())])
 
