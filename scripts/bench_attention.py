@@ -21,6 +21,10 @@ and differs only in the attention op:
                     for the half-precision path, against the fold of "s2forecast")
   sdpa-cudnn        global, CUDA: plain SDPA without weights on the cuDNN backend
 
+Global attention is left out above 16,384 points on a CPU and 300,000 on a GPU (0.25 degrees is
+~1e15 FLOP a forward) unless --nlat/--nlon name the grid; --config runs the neighborhood
+implementations and dense global SDPA (not at (c)).
+
 Ops: global, neighborhood, and ball (s2forecast.nn.S2BallSparseAttention with the BSA paper's
 defaults, or with --compression-window its multi-level compression; s2forecast only: no peer
 has it on the sphere).
@@ -534,6 +538,9 @@ def main(argv=None):
         print(json.dumps(run_case(json.loads(args.case), args.repeats)), flush=True)
         return
     cases = list(cases_for(args))
+    if not cases and args.impl:
+        parser.error(f"--impl {args.impl} runs no case with these options: --help lists the ops each "
+                     "implementation serves (and global attention's size limits)")  # fmt: skip
     for round_ in range(args.rounds):
         for case in cases:
             case = {**case, **({"round": round_} if args.rounds > 1 else {})}
@@ -556,7 +563,9 @@ def failure(stderr: str) -> list[str]:
     compile error's cause follows the one that wraps it) and its last line (torch.compile ends with
     advice, not with the error)."""
     lines = stderr.strip().splitlines()
-    errors = [line for line in lines if re.match(r"[A-Za-z_][\w.]*: \S", line)]
+    marks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    after = lines[marks[-1] if marks else 0 :]  # warnings before it ("SOLUTION: ...") are no error
+    errors = [line for line in after if re.match(r"[A-Za-z_][\w.]*: \S", line)]
     return list(dict.fromkeys(errors[-2:] + lines[-1:]))
 
 

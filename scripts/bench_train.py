@@ -240,7 +240,9 @@ def failure(stderr: str) -> list[str]:
     compile error's cause follows the one that wraps it) and its last line (torch.compile ends with
     advice, not with the error)."""
     lines = stderr.strip().splitlines()
-    errors = [line for line in lines if re.match(r"[A-Za-z_][\w.]*: \S", line)]
+    marks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    after = lines[marks[-1] if marks else 0 :]  # warnings before it ("SOLUTION: ...") are no error
+    errors = [line for line in after if re.match(r"[A-Za-z_][\w.]*: \S", line)]
     return list(dict.fromkeys(errors[-2:] + lines[-1:]))
 
 

@@ -185,6 +185,7 @@ def test_a_failed_case_keeps_its_cause(capsys, monkeypatch):
     whole stderr goes to the caller's log (gpu_check keeps each benchmark's)."""
     bench = load_script()
     stderr = (
+        "SOLUTION: Use torch.compile(flex_attention)(...)\n"  # a warning before the error: no error
         'Traceback (most recent call last):\n  File "x.py", line 1\n'
         "torch._inductor.exc.InductorError: LoweringException: wrapped\n"
         "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144\n\n"
@@ -202,6 +203,10 @@ def test_a_failed_case_keeps_its_cause(capsys, monkeypatch):
         "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace",
     ]
     assert captured.err == stderr
+    warned = (
+        "SOLUTION: Use torch.compile(flex_attention)(...)\nTraceback (most recent call last):\nRuntimeError: boom\n"
+    )
+    assert bench.failure(warned) == ["RuntimeError: boom"]
 
 
 def test_global_flex_candidate_equals_our_global_attention():
@@ -226,3 +231,11 @@ def test_bench_attention_refuses_an_unknown_position_embedding(capsys):
     captured = capsys.readouterr()
     assert exit_status.value.code == 2 and "--position-embedding must be one of none, ape," in captured.err
     assert "got 'bogus'" in captured.err and captured.out == ""
+
+
+def test_an_implementation_that_runs_no_case_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_status:
+        load_script().main(["--op", "neighborhood", "--impl", "s2forecast-cudnn", "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert exit_status.value.code == 2 and "--impl s2forecast-cudnn runs no case with these options" in captured.err
+    assert captured.out == ""

@@ -81,6 +81,22 @@ def test_only_gives_the_order_of_the_benchmarks(gpu_check):
     order = [b[0] for b in gpu_check.selected(benchmarks, ["c-bf16", "a-", "bf16"])]
     assert order == ["n-c-bf16", "n-a-f32", "n-a-bf16"]  # each once, in --only's order
     assert gpu_check.selected(benchmarks, None) == benchmarks
+    named = [(name, "bench.py", []) for name in ("g-s2forecast", "g-s2forecast-fused", "g-s2forecast-cudnn")]
+    assert [b[0] for b in gpu_check.selected(named, ["g-s2forecast"])] == ["g-s2forecast"]  # a whole name: alone
+    assert len(gpu_check.selected(named, ["g-s2f"])) == 3
+
+
+def test_the_global_goal_reads_the_global_rows(gpu_check):
+    """Set-up (b)'s dense SDPA row is op "global" at 180x360, C=64, 1 head too; the global
+    goal compares the global part's rows."""
+    common = {"op": "global", "nlat": 180, "channels": 64, "heads": 1, "dtype": "bfloat16"}
+    rows = [
+        {**common, "impl": "sdpa-dense", "config": "b", "attn_fwd_bwd_ms": 1.0},
+        {**common, "impl": "sdpa-dense", "attn_fwd_bwd_ms": 9.0},
+        {**common, "impl": "s2forecast", "attn_fwd_bwd_ms": 10.0},
+    ]
+    (goal,) = [t for t in gpu_check.targets(rows) if t["goal"].startswith("global bf16 180x360 C=64")]
+    assert goal["measured"] == 0.9
 
 
 CUDA_MODULE = """
@@ -123,6 +139,20 @@ def test_cuda_tests_run_per_module_and_keep_what_finished(gpu_check, tmp_path, m
     assert "- failed: `tests.test_a::test_fails`" in gpu_check.markdown(
         {"environment": ENVIRONMENT, "tests": summary, "targets": [], "benchmarks": []}
     )
+
+
+@pytest.mark.slow  # pytest in subprocesses
+def test_a_module_that_only_names_the_marker_is_no_failure(gpu_check, tmp_path, monkeypatch):
+    """A module that names the marker (in a string) but has no cuda test selects nothing under
+    ``-m cuda``: pytest's exit 5, not a failed run."""
+    root = tmp_path / "project"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_a.py").write_text("import pytest\n\n@pytest.mark.cuda\ndef test_passes():\n    pass\n")
+    (root / "tests" / "test_d.py").write_text('TEMPLATE = "@pytest.mark.cuda"\n\ndef test_plain():\n    pass\n')
+    monkeypatch.setattr(gpu_check, "ROOT", root)
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    summary = gpu_check.run_tests(tmp_path, env, timeout=30)
+    assert (summary["returncode"], summary["passed"], summary["not_run"]) == (0, 1, [])
 
 
 def test_pinned_version_builds_without_setuptools_scm(gpu_check, tmp_path):
