@@ -207,11 +207,11 @@ GPU_TOLERANCES = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (3e-3, 6e-3), tor
 
 @pytest.fixture
 def two_configurations(monkeypatch):
-    """The autotuner chooses between the smallest and a largest tile of its list, not among all
-    nine: it compiles every configuration it may choose for each dtype and head dim (27 kernels
-    with all nine), and with all of them this module outran 200 s on an H200 in its sixth test.
+    """The autotuner chooses between a small and a large tile of its list, not among all of them:
+    it compiles every configuration it may choose for each dtype and head dim (three kernels
+    each), and with the nine it had then this module outran 200 s on an H200 in its sixth test.
     Only the configuration it picks computes the result compared here;
-    test_every_configuration_on_gpu compares each of the nine."""
+    test_every_configuration_on_gpu compares each."""
     from s2forecast.ops.cuda import fused_neighborhood_attention as fused
 
     for kernel in (fused._forward, fused._backward_query, fused._backward_key):
