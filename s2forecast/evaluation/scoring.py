@@ -166,7 +166,8 @@ def _report_nonfinite(nonfinite: dict, leads: np.ndarray) -> None:
             continue
         hours = ", ".join(f"{x:g}" for x in leads[(forecast + truth) > 0] / np.timedelta64(1, "h"))
         warnings.warn(
-            f"{v}: {int(forecast.sum())} NaN or infinite forecast value(s) and {int(truth.sum())} in the truth at "
+            f"{v}: {int(forecast.sum())} NaN or infinite forecast value(s) and {int(truth.sum())} in the truth (or "
+            f"the climatology) at "
             f"lead(s) {hours} h are left out of the scores (the area weights renormalised over the finite points of "
             f"each init time; a point where one ensemble member is not finite is left out for every member); counts "
             f"per lead in '{v}_nonfinite_forecast' and '{v}_nonfinite_truth' of the metrics file (--nan error refuses "
@@ -290,6 +291,11 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
         _refuse_empty_fields(values, available, v, init, leads, member, f)
         with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
+        if job.nan == "error" and _nonfinite_per_lead(arrays["climatology"], available).any():
+            _refuse_nonfinite("climatology", v, arrays["climatology"], available, init, leads)
+        # a point the climatology lacks (a land-masked SST) is left out of every source's scores, as one the
+        # truth lacks: the climatology baseline and ACC would otherwise cover fewer points than the others
+        arrays["truth"] = np.where(np.isfinite(arrays["climatology"]), arrays["truth"], np.nan)
         counted = (("forecast", values, available, 0), ("truth", arrays["truth"], available, 1),
                    ("persistence", arrays["persistence"], with_init, 1))  # fmt: skip
         nonfinite[v] = np.zeros((2, leads.size), np.int64)

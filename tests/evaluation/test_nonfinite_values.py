@@ -16,6 +16,7 @@ from s2forecast.cli import main
 from s2forecast.evaluation import compute_climatology
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.scoring import NonFiniteWarning
+from s2forecast.user_errors import UserError
 
 SAMPLE = Path(__file__).parents[1] / "data" / "era5_sample_slice.nc"
 LEADS = pd.to_timedelta([8, 15], unit="h")  # from the sample's first time to its second and third
@@ -74,7 +75,7 @@ def test_a_nonfinite_forecast_pixel_is_left_out_counted_and_warned(tmp_path, tru
     forecast = forecast_of(data)
     forecast["2m_temperature"][0, 1, *PIXEL] = value  # lead 15 h
     with pytest.warns(NonFiniteWarning, match=r"2m_temperature: 1 NaN or infinite forecast value\(s\) and 0 in the "
-                      r"truth at lead\(s\) 15 h are left out of the scores"):  # fmt: skip
+                      r"truth \(or the climatology\) at lead\(s\) 15 h are left out of the scores"):  # fmt: skip
         results = score(forecast, path, tmp_path / "m.nc")
     f, o = forecast["2m_temperature"].values[0, 1], data["2m_temperature"].values[2]
     finite = np.isfinite(f)
@@ -105,10 +106,35 @@ def test_a_nan_truth_pixel_is_left_out_of_every_source(tmp_path, truth):
     assert results["2m_temperature_nonfinite_truth"].values.tolist() == [0, 1]
     # persistence's forecast is the truth at the init time: a NaN there is counted too
     array[0, *PIXEL] = np.nan
-    with pytest.warns(NonFiniteWarning, match=r"and 3 in the truth at lead\(s\) 8, 15 h"):
+    with pytest.warns(NonFiniteWarning, match=r"and 3 in the truth \(or the climatology\) at lead\(s\) 8, 15 h"):
         results = score(forecast_of(data), bad, tmp_path / "m2.nc")
     assert results["2m_temperature_nonfinite_truth"].values.tolist() == [1, 2]
     assert np.all(np.isfinite(global_scores(results, source="persistence")))
+
+
+def test_a_point_the_climatology_lacks_is_left_out_of_every_source(tmp_path, truth):
+    """A climatology without a value at a point (a land-masked SST) scores as a truth without one there
+    at the valid times: the climatology baseline and ACC had covered fewer points than the forecast's
+    and persistence's RMSE and bias, with no count or warning."""
+    path, data = truth
+    climatology = compute_climatology(data[["2m_temperature"]])
+    pixel = (climatology.latitude == data.latitude[PIXEL[0]]) & (climatology.longitude == data.longitude[PIXEL[1]])
+    with pytest.warns(NonFiniteWarning, match=r"and 2 in the truth \(or the climatology\) at lead\(s\) 8, 15 h"):
+        masked = score(forecast_of(data), path, tmp_path / "c.nc", climatology=climatology.where(~pixel))
+    bad = tmp_path / "truth.zarr"
+    shutil.copytree(path, bad)
+    zarr.open_group(str(bad), mode="r+")["2m_temperature"][1:3, *PIXEL] = np.nan  # the valid times of both leads
+    with pytest.warns(NonFiniteWarning):
+        truth_nan = score(forecast_of(data), bad, tmp_path / "t.nc", climatology=climatology)
+    for source in ("forecast", "persistence", "climatology"):
+        for metric in ("rmse", "bias", "acc"):
+            expected = global_scores(truth_nan, metric, source)
+            assert np.allclose(global_scores(masked, metric, source), expected, rtol=1e-12, equal_nan=True), metric
+    assert masked["2m_temperature_nonfinite_truth"].values.tolist() == [1, 1]
+    with pytest.raises(UserError, match="the climatology of variable 2m_temperature has NaN or infinite values at "
+                       "init time .* lead 8 h; fix the climatology, or pass --nan skip"):  # fmt: skip
+        score(forecast_of(data), path, tmp_path / "e.nc", climatology=climatology.where(~pixel), nan="error")
+    assert not (tmp_path / "e.nc").exists()
 
 
 def test_a_point_nan_in_the_truth_scores_as_the_same_point_nan_in_the_forecast(tmp_path, truth):
