@@ -28,6 +28,9 @@ positive_int = _number(int, 1, False, "an integer >= 1")
 nonnegative_int = _number(int, 0, False, "an integer >= 0")
 positive_float = _number(float, 0.0, True, "a number > 0")
 nonnegative_float = _number(float, 0.0, False, "a number >= 0")
+ensemble_members = _number(
+    int, 2, False, "an integer >= 2 (an ensemble's members; leave --members out for one forecast)"
+)
 
 
 def timestamp(text: str) -> str:

@@ -4,6 +4,7 @@ import argparse
 
 from s2forecast.commands.arguments import (
     device,
+    ensemble_members,
     local_output,
     nonnegative_int,
     path_or_url,
@@ -67,7 +68,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         "variables works as initial conditions)",
     )  # fmt: skip
     parser.add_argument(
-        "--members", type=nonnegative_int, default=0, metavar="K",
+        "--members", type=ensemble_members, default=0, metavar="K",
         help="ensemble members per initialization time, written along realization: members differ by their "
         "perturbed initial conditions (--perturbation), by the members of an ensemble file (--ic-members), and by "
         "the noise of a model trained with loss: crps (default: the number of --ic-members, else none)",
@@ -90,8 +91,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=nonnegative_int, default=0,
-        help="seed of the perturbations and of the members' model noise; with each initialization time it gives "
-        "that time's members, whatever --batch-size or the other times",
+        help="seed of the perturbations and of the members' model noise (default 0); with each initialization time "
+        "it gives that time's members, whatever --batch-size or the other times",
     )  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     storage_options(parser)

@@ -77,6 +77,10 @@ def member_dim(dims) -> str | None:
 
 def check_members(members: int, dim: str) -> None:
     """ValueError for an "ensemble" of fewer than two members (the fair CRPS and spread need two)."""
+    if members == 0:
+        raise UserError(
+            f"the forecast's member dim {dim!r} is empty: the file holds no forecast; check how it was written"
+        )
     if members < 2:
         raise UserError(
             f"the forecast's member dim {dim!r} has {members} member; CRPS and spread need at least 2: "

@@ -171,6 +171,8 @@ def test_member_dim_names(name):
     assert member_dim(("time", "prediction_timedelta", name, "latitude", "longitude")) == name
     with pytest.raises(ValueError, match="the forecast's member dim 'number' has 1 member; CRPS and spread need"):
         check_members(1, "number")
+    with pytest.raises(ValueError, match="the forecast's member dim 'number' is empty: the file holds no forecast"):
+        check_members(0, "number")  # not "drop the dim with isel(number=0)", which an empty dim cannot
 
 
 def test_member_dims_none_and_several():

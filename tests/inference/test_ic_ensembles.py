@@ -117,7 +117,10 @@ def test_an_ensemble_of_one_member_of_a_noise_model_is_refused(crps_run, swe_sto
     """It wrote a file with a realization dim of 1, which evaluate then refused."""
     message = refused(["rollout", "--ckpt", crps_run.checkpoint, "--store", swe_store, "--steps", "1", "--init-times",
                        INITS, "--out", tmp_path / "f.nc", "--members", "1"], capsys)  # fmt: skip
-    assert "--members 1 makes an ensemble of one member" in message
+    assert (
+        "argument --members: must be an integer >= 2 (an ensemble's members; leave --members out for one "
+        "forecast), got '1'" in message
+    )
     assert not (tmp_path / "f.nc").exists()
 
 
@@ -131,13 +134,13 @@ def test_an_ensemble_of_one_member_of_a_noise_model_is_refused(crps_run, swe_sto
         (["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "nan"], "must be a number > 0"),
         (["--members", "3", "--perturbation", "gauss"], "invalid choice: 'gauss'"),
         (["--perturbation", "gaussian"], "add --members K with K >= 2"),
-        (["--members", "1", "--perturbation", "spherical-noise"], "add --members K with K >= 2"),
-        (["--members", "3", "--perturbation-scale", "0.1"], "perturbs nothing without --perturbation"),
+        (["--members", "1", "--perturbation", "spherical-noise"], "must be an integer >= 2"),
         (
-            ["--members", "1"],
-            "--members 1 makes an ensemble of one member, which has no spread or CRPS: give "
-            "--members K with K >= 2, or leave --members out for one forecast",
-        ),
+            ["--members", "0"],
+            "argument --members: must be an integer >= 2 (an ensemble's members; leave --members "
+            "out for one forecast), got '0'",
+        ),  # it wrote one forecast
+        (["--members", "3", "--perturbation-scale", "0.1"], "perturbs nothing without --perturbation"),
         (["--members", "2"], "deterministic (no network.noise_channels) and the initial conditions are not perturbed"),
         (
             ["--member", "1"],
