@@ -9,6 +9,7 @@ $(shell rm -f $(STAMP))
 endif
 
 .PHONY: install test test-fast demo bench lint
+.DEFAULT_GOAL := install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install -e ".[dev]"

@@ -10,14 +10,25 @@ HELP = "integrate shallow-water trajectories into a store"
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=local_output, help="zarr store to write")
-    parser.add_argument("--nlat", type=positive_int, default=32)
-    parser.add_argument("--nlon", type=positive_int, default=64)
+    parser.add_argument("--nlat", type=positive_int, default=32, help="latitudes (default %(default)s)")
+    parser.add_argument("--nlon", type=positive_int, default=64, help="longitudes (default %(default)s)")
     parser.add_argument("--grid", default="equiangular", choices=["equiangular", "legendre-gauss"])
-    parser.add_argument("--trajectories", type=int, default=8, help="independent random initial conditions")
-    parser.add_argument("--steps", type=int, default=48, help="stored steps per trajectory after the initial state")
-    parser.add_argument("--dt-hours", type=float, default=1.0, help="hours between stored states")
-    parser.add_argument("--seed", type=nonnegative_int, default=0)
-    parser.add_argument("--solver-dt-seconds", type=float, default=150.0, help="longest solver time step")
+    parser.add_argument(
+        "--trajectories", type=int, default=8, help="independent random initial conditions (default %(default)s)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=48,
+        help="stored steps per trajectory after the initial state (default %(default)s)",
+    )
+    parser.add_argument("--dt-hours", type=float, default=1.0, help="hours between stored states (default %(default)s)")
+    parser.add_argument(
+        "--seed", type=nonnegative_int, default=0, help="seed of the initial conditions (default %(default)s)"
+    )
+    parser.add_argument(
+        "--solver-dt-seconds", type=float, default=150.0, help="longest solver time step (default %(default)s)"
+    )
     parser.add_argument(
         "--batch",
         type=positive_int,

@@ -192,7 +192,8 @@ class LastAtStop(ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):  # skips a step already saved
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        super().on_train_end(trainer, pl_module)
+        if not trainer.fast_dev_run:  # Lightning's own saves the last one even then, into the working directory
+            super().on_train_end(trainer, pl_module)
 
 
 def _fit_progress(checkpoint: dict) -> tuple[dict | None, dict | None]:

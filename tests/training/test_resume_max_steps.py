@@ -214,3 +214,22 @@ def test_a_checkpoint_of_an_epochs_last_batch_resumes_as_the_uninterrupted_run(s
     assert a["global_step"] == b["global_step"] == 10 and a["rollout"] == b["rollout"] == 2
     for key in ("state_dict", "optimizer_states", "lr_schedulers"):
         identical(a[key], b[key], key)
+
+
+def test_fast_dev_run_saves_no_last_checkpoint(monkeypatch, tmp_path):
+    """Lightning's ModelCheckpoint.on_train_end saves the last checkpoint even under fast_dev_run, whose
+    dummy logger sends it to the working directory: a new last-vN.ckpt there at every trial run."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from s2forecast.training.checkpoints import LastAtStop
+
+    ends = []
+    monkeypatch.setattr(ModelCheckpoint, "on_train_end", lambda self, trainer, module: ends.append(trainer))
+    monkeypatch.setattr(LastAtStop, "_should_skip_saving_checkpoint", lambda self, trainer: True)
+    callback = LastAtStop(dirpath=tmp_path, save_last=True)
+    callback.on_train_end(SimpleNamespace(fast_dev_run=1), None)
+    assert ends == []
+    callback.on_train_end(SimpleNamespace(fast_dev_run=False), None)  # a real fit: Lightning's end runs
+    assert len(ends) == 1
