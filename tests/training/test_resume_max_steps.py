@@ -146,6 +146,8 @@ def test_a_run_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store,
     resume from a checkpoint, which only fit does."""
     monkeypatch.setattr(Signal, "signum", signum)
     handler = signal.getsignal(signal.SIGINT)
+    # as in a fresh `s2forecast` process: an earlier test in this worker may have left SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(SystemExit) as exit_info:
             run = COMMON[:-1] if command == "fit" else []  # validate: with its validation batches
