@@ -548,14 +548,21 @@ def main(argv=None):
                 print(json.dumps({**case, "error": [missing]}), flush=True)
                 continue
             command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
-            start = time.perf_counter()
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                sys.stderr.write(result.stderr)  # whole, into the caller's log
-                print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
-            else:  # the case's process from start to exit: what a case costs a short GPU lease
-                row = json.loads(result.stdout.strip().splitlines()[-1])
-                print(json.dumps({**row, "process_s": round(time.perf_counter() - start, 1)}), flush=True)
+            print_case(case, command)
+
+
+def print_case(case: dict, command: list[str]) -> None:
+    """Run ``command``, one case in a process of its own, and print its JSON line, with the process's
+    time (what a case costs a short GPU lease); a failed case prints its error lines, and its whole
+    stderr goes to this process's (gpu_check keeps each benchmark's log)."""
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+        print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
+    else:
+        row = json.loads(result.stdout.strip().splitlines()[-1])
+        print(json.dumps({**row, "process_s": round(time.perf_counter() - start, 1)}), flush=True)
 
 
 def failure(stderr: str) -> list[str]:

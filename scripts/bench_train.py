@@ -45,16 +45,18 @@ Examples:
 import argparse
 import json
 import math
-import re
 import resource
 import statistics
-import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, however the script is started
+from bench_attention import print_case  # noqa: E402
 
 IMPLS = ("s2forecast", "torch-harmonics")
 # torch-harmonics' neighborhood attention includes points up to theta_cutoff * (1 + 1e-3)
@@ -225,25 +227,7 @@ def main():
             continue
         command = [sys.executable, __file__, "--case", json.dumps(case), "--steps", str(args.steps)]
         command += ["--warmup", str(args.warmup)]
-        start = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.stderr.write(result.stderr)  # whole, into the caller's log
-            print(json.dumps({**case, "error": failure(result.stderr)}), flush=True)
-        else:  # the case's process from start to exit: what a case costs a short GPU lease
-            row = json.loads(result.stdout.strip().splitlines()[-1])
-            print(json.dumps({**row, "process_s": round(time.perf_counter() - start, 1)}), flush=True)
-
-
-def failure(stderr: str) -> list[str]:
-    """The last two exception lines of a failed case's ``stderr`` ("Name: message" unindented; a
-    compile error's cause follows the one that wraps it) and its last line (torch.compile ends with
-    advice, not with the error)."""
-    lines = stderr.strip().splitlines()
-    marks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    after = lines[marks[-1] if marks else 0 :]  # warnings before it ("SOLUTION: ...") are no error
-    errors = [line for line in after if re.match(r"[A-Za-z_][\w.]*: \S", line)]
-    return list(dict.fromkeys(errors[-2:] + lines[-1:]))
+        print_case(case, command)
 
 
 if __name__ == "__main__":
