@@ -12,7 +12,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=local_output, help="zarr store to write")
     parser.add_argument("--nlat", type=positive_int, default=32, help="latitudes (default %(default)s)")
     parser.add_argument("--nlon", type=positive_int, default=64, help="longitudes (default %(default)s)")
-    parser.add_argument("--grid", default="equiangular", choices=["equiangular", "legendre-gauss"])
+    parser.add_argument(
+        "--grid", default="equiangular", choices=["equiangular", "legendre-gauss"], help="(default %(default)s)"
+    )
     parser.add_argument(
         "--trajectories", type=int, default=8, help="independent random initial conditions (default %(default)s)"
     )
@@ -40,7 +42,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a store s2forecast wrote instead of resuming it"
     )
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> None:

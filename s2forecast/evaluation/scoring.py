@@ -21,7 +21,7 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
     too (persistence's forecast is the truth at the init time; its scores average over these).
     ``<field>_nonfinite_forecast(lead_time)``, ``<field>_nonfinite_truth(lead_time)``: NaN or infinite values
         left out of the scores (``score``'s ``nan``), over the init times with truth; the truth's at the valid
-        times and, for persistence, at the init times.
+        times (with the points the climatology lacks there) and, for persistence, at the init times.
     ``<field>_rank_histogram(region, lead_time[, level], rank)`` for an ensemble of M members (by default):
         area-weighted frequency of the truth's rank (number of members below it; ties shared
         equally), ``rank`` = 0..M, summing to 1; NaN where a member or the truth is NaN.
@@ -204,7 +204,9 @@ def score(
         sources: ``forecast`` and the baselines (``persistence``, ``climatology``), in results order.
         engine: where the blocks of init times are scored (``s2forecast.data.engine``; default this
             process); their statistics are added up here in the order of the blocks: the same scores.
-        nan: non-finite (NaN or infinite) forecast or truth values: "skip" leaves those points out of
+        nan: non-finite (NaN or infinite) forecast or truth values, and points the climatology lacks
+            where the truth has a value (left out as the truth's, so every source covers the same
+            points; a climatology with no value at a scored time is refused): "skip" leaves those points out of
             each init time's area means, its weights renormalised over the finite points
             (WeatherBench2's skipna), counts them per lead and warns (:class:`NonFiniteWarning`);
             "error" refuses them. A point where one ensemble member is not finite is left out for
@@ -291,11 +293,15 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         values, arrays, available = _aligned_block(f, o, c, init, leads, levels)
         _refuse_empty_fields(values, available, v, init, leads, member, f)
         with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
-        if job.nan == "error" and _nonfinite_per_lead(arrays["climatology"], available).any():
-            _refuse_nonfinite("climatology", v, arrays["climatology"], available, init, leads)
+        clim_values = arrays["climatology"]
+        _refuse_empty_climatology(clim_values, available, v, init, leads)
+        # where the truth has a value: a point both lack (land in an SST truth) is the truth's to report
+        clim_only = np.where(np.isfinite(arrays["truth"]), clim_values, 0.0)
+        if job.nan == "error" and _nonfinite_per_lead(clim_only, available).any():
+            _refuse_nonfinite("climatology", v, clim_only, available, init, leads)
         # a point the climatology lacks (a land-masked SST) is left out of every source's scores, as one the
         # truth lacks: the climatology baseline and ACC would otherwise cover fewer points than the others
-        arrays["truth"] = np.where(np.isfinite(arrays["climatology"]), arrays["truth"], np.nan)
+        arrays["truth"] = np.where(np.isfinite(clim_values), arrays["truth"], np.nan)
         counted = (("forecast", values, available, 0), ("truth", arrays["truth"], available, 1),
                    ("persistence", arrays["persistence"], with_init, 1))  # fmt: skip
         nonfinite[v] = np.zeros((2, leads.size), np.int64)
@@ -320,6 +326,19 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
             labelled = {key: xr.DataArray(stat, dims=dims + extra_dims[key]) for key, stat in stats.items()}
             chunk[v, source] = Statistics.of_chunk(labelled, with_init if source == "persistence" else available)
     return chunk, nonfinite
+
+
+def _refuse_empty_climatology(values: np.ndarray, available: np.ndarray, name: str, init, leads) -> None:
+    """Refuse a climatology with no finite value (of any level) at a scored valid time: every point left
+    out there, every source's scores of that lead would be NaN, blamed on the truth."""
+    empty = ~np.isfinite(values).reshape(*values.shape[:2], -1).any(axis=2) & available
+    if empty.any():
+        i, k = np.argwhere(empty)[0]
+        valid = init[i] + leads[k]
+        raise UserError(
+            f"the climatology of variable {name} has no finite value at the valid time {format_time(valid)} (init time "
+            f"{format_time(init[i])} lead {leads[k] / np.timedelta64(1, 'h'):g} h); check the climatology file"
+        )
 
 
 def _refuse_empty_fields(
@@ -401,7 +420,12 @@ def _results_dataset(
                 attrs={
                     "long_name": f"NaN or infinite values of the {what} of {long_name} left out of the scores, per "
                     "lead over the init times with truth"
-                    + (" (at the valid times, and at the init times for persistence)" if what == "truth" else ""),
+                    + (
+                        " (at the valid times, with the points the climatology lacks there, and at the init times "
+                        "for persistence)"
+                        if what == "truth"
+                        else ""
+                    ),
                     "units": "1",
                 },
             )

@@ -393,6 +393,9 @@ class ForecastCLI(LightningCLI):
         callback = self.trainer.checkpoint_callback
         if callback is None or not self.trainer.is_global_zero:
             return
+        if self.trainer.fast_dev_run:  # a trial run: Lightning saves nothing, and neither do we
+            print("fast_dev_run: no checkpoint written")
+            return
         if self.trainer.global_step == 0 and not callback.last_model_path:
             warnings.warn(
                 f"fit trained no step, so it wrote no checkpoint (trainer.max_steps {self.trainer.max_steps}, "

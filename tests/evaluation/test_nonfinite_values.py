@@ -135,6 +135,15 @@ def test_a_point_the_climatology_lacks_is_left_out_of_every_source(tmp_path, tru
                        "init time .* lead 8 h; fix the climatology, or pass --nan skip"):  # fmt: skip
         score(forecast_of(data), path, tmp_path / "e.nc", climatology=climatology.where(~pixel), nan="error")
     assert not (tmp_path / "e.nc").exists()
+    # a point both lack (land in an SST truth and its climatology) is the truth's to report
+    zarr.open_group(str(bad), mode="r+")["2m_temperature"][:, *PIXEL] = np.nan
+    with pytest.raises(UserError, match="the truth of variable 2m_temperature has NaN or infinite values"):
+        score(forecast_of(data), bad, tmp_path / "e.nc", climatology=climatology.where(~pixel), nan="error")
+    # a climatology without any value at a scored time would leave every source's scores NaN there
+    empty = climatology.where(climatology.hour != climatology.hour.values[0])
+    with pytest.raises(UserError, match="the climatology of variable 2m_temperature has no finite value at the valid "
+                       "time .* check the climatology file"):  # fmt: skip
+        score(forecast_of(data), path, tmp_path / "e.nc", climatology=empty)
 
 
 def test_a_point_nan_in_the_truth_scores_as_the_same_point_nan_in_the_forecast(tmp_path, truth):

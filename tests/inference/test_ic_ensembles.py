@@ -113,8 +113,8 @@ def test_perturbed_ensemble_of_a_noise_model(crps_run, swe_store, tmp_path):
     assert not np.allclose(values, noise_only["vorticity"].values)
 
 
-def test_an_ensemble_of_one_member_of_a_noise_model_is_refused(crps_run, swe_store, tmp_path, capsys):
-    """It wrote a file with a realization dim of 1, which evaluate then refused."""
+def test_an_ensemble_of_one_member_is_refused_even_for_a_noise_model(crps_run, swe_store, tmp_path, capsys):
+    """It wrote a file with a realization dim of 1, which evaluate then refused; now the option is."""
     message = refused(["rollout", "--ckpt", crps_run.checkpoint, "--store", swe_store, "--steps", "1", "--init-times",
                        INITS, "--out", tmp_path / "f.nc", "--members", "1"], capsys)  # fmt: skip
     assert (

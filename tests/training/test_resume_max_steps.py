@@ -235,3 +235,14 @@ def test_fast_dev_run_saves_no_last_checkpoint(monkeypatch, tmp_path):
     assert ends == []
     callback.on_train_end(SimpleNamespace(fast_dev_run=False), None)  # a real fit: Lightning's end runs
     assert len(ends) == 1
+
+
+def test_fast_dev_run_says_it_wrote_no_checkpoint(capsys, recwarn):
+    """Not "the last checkpoint holds the final weights": there is none."""
+    from types import SimpleNamespace
+
+    from s2forecast.training.cli import ForecastCLI
+
+    trainer = SimpleNamespace(checkpoint_callback=object(), is_global_zero=True, fast_dev_run=1, global_step=1)
+    ForecastCLI.after_fit(SimpleNamespace(trainer=trainer))
+    assert capsys.readouterr().out == "fast_dev_run: no checkpoint written\n" and not recwarn.list
