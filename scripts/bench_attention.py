@@ -189,8 +189,7 @@ def global_candidate(impl, grid, device, compile=None):
     if impl == "flex-attention":
         from torch.nn.attention.flex_attention import flex_attention
 
-        compile = device.type == "cuda" if compile is None else compile
-        attend = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
+        attend = _flex(flex_attention, device, compile)
 
         def score_mod(score, b, h, q_idx, kv_idx):
             return score + log_w[kv_idx]
@@ -292,9 +291,14 @@ def flex_neighborhood_attention(grid, theta, device, compile=None):
         kv_num.to(device), kv_idx.to(device), full_num.to(device), full_idx.to(device),
         mask_mod=mask_mod, seq_lengths=(grid.npoints, grid.npoints),
     )  # fmt: skip
-    compile = device.type == "cuda" if compile is None else compile
-    attend = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
+    attend = _flex(flex_attention, device, compile)
     return lambda q, k, v: attend(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def _flex(flex_attention, device, compile=None):
+    """FlexAttention ``torch.compile``d (its fused kernel), by default on CUDA only."""
+    compile = device.type == "cuda" if compile is None else compile
+    return torch.compile(flex_attention, dynamic=False) if compile else flex_attention
 
 
 def run_case(case, repeats):

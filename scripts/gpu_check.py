@@ -84,7 +84,7 @@ BENCHMARKS = {
         for dtype in ("float32", "bfloat16")
         for impl in ("s2forecast-fused", "torch-harmonics", "flex-attention", "sdpa-dense", "s2forecast")
         if not (config == "c" and impl == "sdpa-dense")
-    ],  # fmt: skip
+    ],
     "global": [
         (
             f"global-{nlat}x{2 * nlat}-C{channels}-H{heads}-{impl}",

@@ -295,10 +295,10 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
         clim_values = arrays["climatology"]
         _refuse_empty_climatology(clim_values, available, v, init, leads)
-        # where the truth has a value: a point both lack (land in an SST truth) is the truth's to report
-        clim_only = np.where(np.isfinite(arrays["truth"]), clim_values, 0.0)
-        if job.nan == "error" and _nonfinite_per_lead(clim_only, available).any():
-            _refuse_nonfinite("climatology", v, clim_only, available, init, leads)
+        if job.nan == "error":  # where the truth has a value: a point both lack (land in an SST truth) is the truth's
+            clim_only = np.where(np.isfinite(arrays["truth"]), clim_values, 0.0)
+            if _nonfinite_per_lead(clim_only, available).any():
+                _refuse_nonfinite("climatology", v, clim_only, available, init, leads)
         # a point the climatology lacks (a land-masked SST) is left out of every source's scores, as one the
         # truth lacks: the climatology baseline and ACC would otherwise cover fewer points than the others
         arrays["truth"] = np.where(np.isfinite(clim_values), arrays["truth"], np.nan)
