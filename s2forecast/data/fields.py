@@ -350,10 +350,16 @@ class FieldDataset(torch.utils.data.Dataset):
             first_missing = next(
                 (format_time(needed[i][~exists[i]][0]) for i in np.flatnonzero(in_range) if not exists[i].all()), None
             )
+            missing = f"; e.g. {first_missing} does not exist" if first_missing else ""
+            if self.step % diffs.min() == np.timedelta64(0):  # the axis has the step: its gaps leave no room
+                raise UserError(
+                    f"{no_sample}: the record has gaps there (spacings {spacing} h{missing}), and no "
+                    f"{len(self.offsets)} consecutive states {self.spec.step_hours:g} h apart fit between them; "
+                    "choose another time range"
+                )
             raise UserError(
-                f"{no_sample}: the time axis there has spacings {spacing} h"
-                + (f"; e.g. {first_missing} does not exist" if first_missing else "")
-                + ". Choose a step the axis has, or another time range."
+                f"{no_sample}: the time axis there has spacings {spacing} h{missing}. Choose a step the axis has, or "
+                "another time range."
             )
         # index of every needed time for each valid t0
         return position[valid]

@@ -346,7 +346,8 @@ def _score_and_write(
             f"squared, less the power above the last degree, about nlat / 2 on equiangular grids); "
             f"<field>_zonal_power: WeatherBench2's zonal energy spectrum averaged over |latitude| 30-60 deg; forecast "
             f"(an ensemble: its members' mean power) and truth at the map leads, averaged over "
-            f"{spectra.attrs['spectra_init_times']} init times (s2forecast.evaluation.spectra)"
+            f"{spectra.attrs['spectra_init_times']} init times, less those where a field has a NaN or inf "
+            f"(each field's init_times_averaged) (s2forecast.evaluation.spectra)"
         )
     if plots_output is not None:
         metrics.attrs["plots_dir"] = str(plot_dir.resolve())

@@ -23,7 +23,7 @@ from s2forecast.evaluation.metrics import (
     truth_at_valid_times,
     truth_available,
 )
-from s2forecast.evaluation.scoring import LEAD_TIME
+from s2forecast.evaluation.scoring import LEAD_TIME, NonFiniteWarning
 
 # rank: the rank histogram's (members below the truth, on its rows, metric "rank_histogram"); empty on the scores'
 COLUMNS = ["variable", "level", "region", "lead_hours", "source", "metric", "value", "units", "rank"]
@@ -313,7 +313,8 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
         ``<field>_zonal_power`` (spectrum_source, spectrum_lead_time, [level], frequency),
         spectrum_source = forecast, truth; the coordinate ``spectra_n_init_times`` (spectrum_lead_time)
         and the attribute ``spectra_init_times`` (:func:`_spectra_init_times`) count the init times
-        averaged; an empty Dataset when no lead has truth.
+        chosen; each field's ``init_times_averaged`` those averaged, less the ones where its forecast
+        or truth has a NaN or inf (a :class:`NonFiniteWarning`); an empty Dataset when no lead has truth.
     """
     from s2forecast.evaluation import spectra
 
@@ -340,23 +341,40 @@ def compute_spectra(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str
             # one init time at a time, its spectra summed: memory of one init time's fields whatever the number
             # (at 0.25 deg, 8 init times at once held ~1.2 GB of fields and Fourier coefficients)
             totals = [None] * leads.size  # per lead: the sum of its init times' spectra
+            averaged = np.zeros_like(counts)  # per lead: the init times in that sum
+            some = None
             for init in np.unique(np.concatenate(chosen)):
                 at = [k for k, c in enumerate(chosen) if np.isin(init, c)]  # the leads that average this init time
                 one = _init_spectra(forecast[v], truth[v], init, leads[at])
                 for j, k in enumerate(at):
                     with xr.set_options(keep_attrs=True):  # the sum keeps the spectra's units
                         lead = one.isel({LEAD_DIM: j})
+                        some = lead
+                        # a field with a NaN or inf (forecast or truth, any level or member) has no spectrum:
+                        # that init time is left out of the lead's mean, not the lead made NaN by it
+                        if not all(np.isfinite(lead[name].values).all() for name in ("sh_power", "zonal_power")):
+                            continue
                         totals[k] = lead if totals[k] is None else totals[k] + lead
-            some = next(total for total in totals if total is not None)
+                        averaged[k] += 1
+            left_out = counts - averaged
+            if left_out.any():
+                warnings.warn(
+                    f"{v}: {int(left_out.sum())} of {int(counts.sum())} (init time, map lead) fields have NaN or "
+                    f"infinite values: left out of its spectra, averaged over {_spectra_init_times(averaged, leads)} "
+                    "init times (a lead of none: NaN)",
+                    NonFiniteWarning,
+                    stacklevel=3,
+                )
             with xr.set_options(keep_attrs=True):  # a lead of no init time: NaN
                 means = [some.where(False).assign_coords({LEAD_DIM: lead}) if total is None else total / n
-                         for total, n, lead in zip(totals, counts, leads, strict=True)]  # fmt: skip
+                         for total, n, lead in zip(totals, averaged, leads, strict=True)]  # fmt: skip
                 pair = xr.concat(means, dim=LEAD_DIM, coords="minimal", compat="override")
             pair = pair.transpose("source", LEAD_DIM, ...)
             pair = pair.rename(source="spectrum_source", **{LEAD_DIM: "spectrum_lead_time"})
             pair["spectrum_lead_time"].attrs["long_name"] = "lead time of the spectra"
-            result[f"{v}_sh_power"] = pair["sh_power"]
-            result[f"{v}_zonal_power"] = pair["zonal_power"]
+            used = _spectra_init_times(averaged, leads)
+            for name in ("sh_power", "zonal_power"):
+                result[f"{v}_{name}"] = pair[name].assign_attrs(init_times_averaged=used)
     finally:  # the grid's Legendre table (0.75 GB at 0.25 deg) is not needed by the plots that come next
         spectra.release_tables()
     n_init = ("spectrum_lead_time", counts, {"long_name": "init times averaged in the spectra", "units": "1"})

@@ -445,6 +445,24 @@ def test_real_era5_slice_has_no_six_hour_step(tmp_path):
     assert len(FieldDataset(slice_path, SampleSpec(("2m_temperature",), step_hours=7))) == 1
 
 
+def test_a_gap_that_leaves_no_sample_is_named_not_the_step(tmp_path):
+    """A 6-hourly record missing two times: no window of 4 states 6 h apart fits between its gaps. The
+    step is the store's own; the message said to choose a step the axis has."""
+    path = tmp_path / "store.zarr"
+    times = np.delete(six_hourly(12), [5, 6])  # 2020-01-02T06 and T12
+    synthetic_store(path, Grid(5, 8), times)
+    compute_stats(path)
+    spec = SampleSpec(("2m_temperature",), step_hours=6, rollout=3)
+    with pytest.raises(ValueError) as error:
+        FieldDataset(path, spec, start="2020-01-01T12", end="2020-01-03T06")
+    assert str(error.value) == (
+        f"no sample of 1 input and 3 target states 6 h apart in {path} between 2020-01-01T12 and 2020-01-03T06: "
+        "the record has gaps there (spacings [6.0, 18.0] h; e.g. 2020-01-02T06 does not exist), and no 4 "
+        "consecutive states 6 h apart fit between them; choose another time range"
+    )
+    assert len(FieldDataset(path, spec)) == 4  # the whole record: 2 windows before the gap, 2 after
+
+
 @pytest.mark.parametrize(
     ("start", "end", "shown"),
     [

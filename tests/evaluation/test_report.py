@@ -11,6 +11,7 @@ import xarray as xr
 from s2forecast.evaluation import MissingTruthWarning, plots
 from s2forecast.evaluation.evaluate import evaluate, format_table
 from s2forecast.evaluation.report import compute_spectra
+from s2forecast.evaluation.scoring import NonFiniteWarning
 from s2forecast.evaluation.spectra import spectra
 from s2forecast.geometry import Grid
 
@@ -66,6 +67,32 @@ def test_spectra_average_each_lead_over_the_init_times_with_truth_there():
             assert got.attrs["units"] == expected[name].attrs["units"]
     assert np.isnan(result["2m_temperature_sh_power"].isel(spectrum_lead_time=2).values).all()
     assert np.isnan(result["2m_temperature_zonal_power"].isel(spectrum_lead_time=2).values).all()
+
+
+def test_a_field_with_a_nan_point_is_left_out_of_its_leads_spectra_alone():
+    """One NaN point in the truth at one valid time: the two (init time, lead) fields that see it are left
+    out of their leads' spectra (each the mean of the other init times', not NaN), counted, and warned about."""
+    truth = make_truth()
+    truth["2m_temperature"][2, 3, 5] = np.nan  # valid time 12 h: init 0 at lead 12 h, init 6 h at lead 6 h
+    forecast = make_forecast(truth, [6, 12])
+    leads = forecast["prediction_timedelta"].values
+    with pytest.warns(NonFiniteWarning) as record:
+        result = compute_spectra(forecast, truth, ["2m_temperature"], leads)
+    assert [str(w.message) for w in record] == [
+        "2m_temperature: 2 of 5 (init time, map lead) fields have NaN or infinite values: left out of its spectra, "
+        "averaged over 2 (lead 6 h), 1 (lead 12 h) init times (a lead of none: NaN)"
+    ]
+    np.testing.assert_array_equal(result["spectra_n_init_times"].values, [3, 2])  # chosen: those with truth
+    for k, inits in ((0, INITS[[0, 2]]), (1, INITS[[1]])):
+        f = forecast["2m_temperature"].sel(time=inits).isel(prediction_timedelta=[k])
+        o = truth["2m_temperature"].sel(time=inits + pd.Timedelta(leads[k])).assign_coords(time=inits)
+        o = o.expand_dims(prediction_timedelta=leads[[k]]).transpose(*f.dims)
+        expected = spectra(f, o)
+        for name in ("sh_power", "zonal_power"):
+            got = result[f"2m_temperature_{name}"]
+            assert got.attrs["init_times_averaged"] == "2 (lead 6 h), 1 (lead 12 h)"
+            np.testing.assert_allclose(got.isel(spectrum_lead_time=k).values,
+                                       expected[name].isel(prediction_timedelta=0).values, rtol=1e-12)  # fmt: skip
 
 
 def test_spectra_of_leads_all_without_truth_are_left_out_with_a_warning():

@@ -176,6 +176,25 @@ def test_a_single_harmonic_puts_its_power_at_its_degree(kind):
     np.testing.assert_allclose(power.sum(), (weights * field**2).sum() / weights.sum(), rtol=1e-6)
 
 
+@pytest.mark.parametrize(("kind", "nlat", "nlon"), [("legendre-gauss", 16, 16), ("equiangular", 37, 18)])
+def test_the_nyquist_order_of_a_grid_that_keeps_it_counts_once(kind, nlat, nlon):
+    """Where the latitudes resolve the longitudes' Nyquist order m = nlon / 2, its one real coefficient
+    stands for +m and -m alike: the degrees still sum to the grid's mean square (it counted twice: 2x)."""
+    grid = Grid(nlat, nlon, kind)
+    nyquist = nlon // 2
+    field = real_harmonic(nyquist, nyquist, grid)
+    field += 0.5 * real_harmonic(3, 2, grid) + 0.3 * real_harmonic(4, 0, grid)
+    da = xr.DataArray(field, dims=("latitude", "longitude"),
+                      coords={"latitude": grid.lats_deg.numpy(), "longitude": grid.lons_deg.numpy()})  # fmt: skip
+    power = spherical_harmonic_power(da).values
+    assert power.shape[-1] == nyquist + 1  # the order is kept
+    weights = grid.quadrature_weights.numpy()
+    np.testing.assert_allclose(power.sum(), (weights * field**2).sum() / weights.sum(), rtol=1e-9)
+    # the resolved orders below it keep their continuous powers
+    np.testing.assert_allclose(power[3], 0.25 / (8 * np.pi), rtol=1e-9)
+    np.testing.assert_allclose(power[4], 0.09 / (4 * np.pi), rtol=1e-9)
+
+
 def test_legendre_functions_are_computed_once_per_grid(monkeypatch):
     """Every field of an evaluation is on one grid: its Legendre table (~10 s at 0.25 deg) is made once."""
     from s2forecast.evaluation import spectra
