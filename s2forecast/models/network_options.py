@@ -95,7 +95,21 @@ def inert_options(architecture: str, values: dict, given: dict) -> list[tuple[st
         },
         "planar": {"window": (attention == "global", "attention is global")},
     }.get(architecture, {})
-    return [(name, why) for name, (unused, why) in rules.items() if name in given and unused]
+    inert = [(name, why) for name, (unused, why) in rules.items() if name in given and unused]
+    return inert + inert_sprepe_options(values.get("position_embedding"), given.get("position_embedding_options"))
+
+
+def inert_sprepe_options(embedding: str | None, options) -> list[tuple[str, str]]:
+    """SpRePE's mask options that its ``mask`` leaves unused: ``ratio`` is the fixed mask's,
+    ``ratio_min``/``ratio_max`` the adaptive one's."""
+    if embedding != "sprepe" or not isinstance(options, dict):
+        return []
+    from s2forecast.nn import SpRePE
+
+    mask = options.get("mask", inspect.signature(SpRePE).parameters["mask"].default)
+    owners = {"ratio": "fixed", "ratio_min": "adaptive", "ratio_max": "adaptive"}
+    return [(f"position_embedding_options.{name}", f"it is the {owner} mask's and mask is {mask!r}")
+            for name, owner in owners.items() if name in options and mask != owner]  # fmt: skip
 
 
 # arguments the network itself gives the layers: not settable through ``*_options``

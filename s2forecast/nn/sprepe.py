@@ -50,14 +50,15 @@ def householder_vectors(points: torch.Tensor, aux: torch.Tensor) -> torch.Tensor
 
     Returns:
         (..., N, 3) with v = (n - p) / |n - p|. Where p = n any mirror through p swaps them;
-        we take the deterministic v = normalize(p x e), e the coordinate axis least aligned
-        with p, so the result is finite (and so is its gradient).
+        we take the deterministic v = normalize(n x e), e the coordinate axis least aligned
+        with n, so the result is finite (and so is its gradient). It is made from n, not p: the
+        copies of a pole along its grid row (x, y ~ 1e-16, their signs varying) get one mirror.
     """
     diff = aux[..., None, :] - points  # (..., N, 3)
     norm = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
     degenerate = norm < DEGENERATE_DISTANCE
-    axis = torch.nn.functional.one_hot(points.abs().argmin(dim=-1), 3).to(points.dtype)
-    fallback = torch.linalg.cross(points, axis, dim=-1)
+    axis = torch.nn.functional.one_hot(aux.abs().argmin(dim=-1), 3).to(aux.dtype)
+    fallback = torch.linalg.cross(aux, axis, dim=-1)[..., None, :]  # (..., 1, 3)
     fallback = fallback / torch.linalg.vector_norm(fallback, dim=-1, keepdim=True)
     safe_norm = torch.where(degenerate, torch.ones_like(norm), norm)  # no 0/0 in the gradient either
     return torch.where(degenerate, fallback.expand_as(diff), diff / safe_norm)

@@ -106,6 +106,13 @@ def test_bad_network_option_is_one_user_error(architecture, options, message):
         ("spherical", {"noise_channels": 2, "noise_kind": "vector", "noise_alpha": 1.0},
          "noise_alpha has no effect: only field noise has a spectrum"),
         ("planar", {"attention": "global", "window": 1}, "window has no effect: attention is global"),
+        ("spherical", {"position_embedding": "sprepe",
+                       "position_embedding_options": {"mask": "adaptive", "ratio": 0.25}},
+         "position_embedding_options.ratio has no effect: it is the fixed mask's and mask is 'adaptive'"),
+        ("spherical", {"position_embedding": "sprepe", "position_embedding_options": {"ratio_max": 0.3}},
+         "position_embedding_options.ratio_max has no effect: it is the adaptive mask's and mask is 'fixed'"),
+        ("planar", {"position_embedding": "sprepe", "position_embedding_options": {"mask": "none", "ratio_min": 0.1}},
+         "position_embedding_options.ratio_min has no effect: it is the adaptive mask's and mask is 'none'"),
     ],
 )  # fmt: skip
 def test_an_option_its_settings_leave_unused_is_a_warning(architecture, options, message):
@@ -126,6 +133,8 @@ def test_options_in_use_give_no_warning():
         # the defaults, inert here: the FGN overlay on the CRPS config inherits them (a review found the
         # documented stack warned to drop two options its file never sets)
         {"noise_channels": 2, "noise_kind": "vector", "noise_alpha": 2.0, "noise_tau": 3.0},
+        {"position_embedding": "sprepe", "position_embedding_options": {"ratio": 0.5}},
+        {"position_embedding": "sprepe", "position_embedding_options": {"mask": "adaptive", "ratio_min": 0.1}},
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -180,6 +180,22 @@ def test_point_equal_to_its_auxiliary_point_is_finite_and_deterministic():
     assert torch.dot(v, target).abs() < 1e-6  # the mirror contains p, so R p = p = n
 
 
+@pytest.mark.parametrize("row", [0, -1])
+def test_an_auxiliary_point_on_a_pole_gives_every_copy_of_the_pole_one_mirror(row):
+    """The grid repeats a pole along its row; the south pole's copies differ by ~1e-16 in x and y (sin pi
+    is not 0), which picked two different mirrors across the row: one physical point, two embeddings."""
+    grid = Grid(9, 16)
+    pe = SpRePE(1, 3, grid, mask="none", aux_points="learnable").double()
+    pole = grid.unit_vectors.reshape(grid.nlat, grid.nlon, 3)[row, 0].double()
+    with torch.no_grad():
+        pe.aux[0, 0] = torch.tensor([0.0, 0.0, 1.0 if row == 0 else -1.0], dtype=torch.float64)
+    assert torch.linalg.vector_norm(pe.aux[0, 0] - pole) < 1e-6  # the degenerate case
+    q = torch.zeros(1, 1, grid.npoints, 3, dtype=torch.float64)
+    q[..., 0] = 1.0  # one query everywhere
+    out = pe(q, q)[0].view(grid.nlat, grid.nlon, 3)[row]
+    torch.testing.assert_close(out, out[:1].expand_as(out), rtol=0, atol=1e-12)
+
+
 def test_learnable_points_are_normalized_and_train():
     grid = Grid(6, 12)
     pe = SpRePE(2, 12, grid, aux_points="learnable")
