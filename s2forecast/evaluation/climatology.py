@@ -499,11 +499,48 @@ def _dayofyear_hour_means(data: Data, stamps: pd.DatetimeIndex) -> Data:
         extra = at_hour[(doy[at_hour] == 365) & ~leap[at_hour]]
         index = np.concatenate([at_hour, extra])
         keys = np.concatenate([doy[at_hour], np.full(extra.size, 366)])
-        sub = data.isel(time=index).assign_coords(dayofyear=("time", keys))
-        means = sub.groupby("dayofyear").mean(keep_attrs=True)
-        means = means.reindex(dayofyear=DAYS_OF_YEAR)
+        means = _day_of_year_means(data, index, keys).reindex(dayofyear=DAYS_OF_YEAR)
         per_hour.append(_fill_gaps_periodic(means, np.isin(DAYS_OF_YEAR, keys)))
     return xr.concat(per_hour, dim=xr.DataArray(hours, dims="hour", name="hour"), coords="minimal")
+
+
+def _day_of_year_means(data: Data, index: np.ndarray, keys: np.ndarray) -> Data:
+    """Mean over the times ``index`` of ``data`` per day of year ``keys`` (one per index), NaN left out:
+    ``(dayofyear, ...)`` for the days present. As ``groupby("dayofyear").mean()``, without its
+    reduction per group: 732 of them (a year at 12 h) took 3 s whatever the field size."""
+    order = np.argsort(keys, kind="stable")
+    days, starts = np.unique(keys[order], return_index=True)
+
+    def means(values: np.ndarray) -> np.ndarray:  # (..., time) -> (..., days), float64 sums
+        finite = np.isfinite(values)
+        sums = np.add.reduceat(np.where(finite, values, 0.0), starts, axis=-1, dtype=np.float64)
+        counts = np.add.reduceat(finite, starts, axis=-1, dtype=np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a day of no finite value: NaN
+            return (sums / counts).astype(_mean_dtype(values.dtype))
+
+    def of_array(array: xr.DataArray) -> xr.DataArray:
+        if array.chunks is not None:  # each block all the times of a part of the field (dask's chunk size)
+            array = array.chunk({d: -1 if d == "time" else "auto" for d in array.dims})
+        result = xr.apply_ufunc(
+            means,
+            array,
+            input_core_dims=[["time"]],
+            output_core_dims=[["dayofyear"]],
+            dask="parallelized",
+            output_dtypes=[_mean_dtype(array.dtype)],
+            dask_gufunc_kwargs={"output_sizes": {"dayofyear": days.size}},
+            keep_attrs=True,
+        )
+        return result.transpose(*[("dayofyear" if d == "time" else d) for d in array.dims])
+
+    sorted_times = data.isel(time=index[order])
+    result = sorted_times.map(of_array, keep_attrs=True) if isinstance(data, xr.Dataset) else of_array(sorted_times)
+    return result.assign_coords(dayofyear=days)
+
+
+def _mean_dtype(dtype: np.dtype) -> np.dtype:
+    """A mean's dtype: a float input's own, float64 for integers (as numpy's and xarray's mean)."""
+    return dtype if np.issubdtype(dtype, np.floating) else np.dtype(np.float64)
 
 
 # --- streaming: one pass over a store, bounded memory ------------------------------------------------

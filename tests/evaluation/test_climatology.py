@@ -218,6 +218,44 @@ def test_dask_input_stays_lazy_and_matches_numpy():
     np.testing.assert_allclose(lazy.compute()["2m_temperature"].values, eager["2m_temperature"].values, rtol=1e-12)
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_day_of_year_means_are_groupbys_means(lazy):
+    """The per-(day of year, hour) means without a reduction per group: two years (one leap), NaN points and
+    a day of no finite value, variables of float32, float64 and int, against xarray's groupby means."""
+    from s2forecast.evaluation.climatology import _dayofyear_hour_means
+
+    times = pd.date_range("2003-01-01", "2004-12-31T18", freq="6h").delete(slice(40, 44))  # Jan 11 missing
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(times.size, 2, 3))
+    values[rng.random(values.shape) < 0.05] = np.nan
+    values[times.day_of_year == 100, 0, 0] = np.nan  # a (day, point) of no finite value
+    dims = ("time", "latitude", "longitude")
+    data = xr.Dataset({
+        "a": (dims, values.astype(np.float32), {"units": "K"}),
+        "b": (dims, values * 1e3, {"units": "m"}),
+        "c": (dims, rng.integers(0, 9, values.shape)),
+    }, coords={"time": times, "latitude": [10.0, -10.0], "longitude": [0.0, 120.0, 240.0]})  # fmt: skip
+    got = _dayofyear_hour_means(data.chunk(time=97) if lazy else data, times)
+    assert all(isinstance(v.data, np.ndarray) != lazy for v in got.data_vars.values())
+    got = got.compute()
+    doy, hour, leap = times.day_of_year.values, times.hour.values, times.is_leap_year
+    for name in data.data_vars:
+        assert got[name].dims == ("hour", "dayofyear", "latitude", "longitude") and got[name].attrs == data[name].attrs
+        assert got[name].dtype == (np.float64 if name == "c" else data[name].dtype)
+        for h in (0, 18):
+            at = hour == h
+            extra = at & (doy == 365) & ~leap  # a non-leap year's Dec 31 counts in day 366 too
+            keys = np.concatenate([doy[at], np.full(extra.sum(), 366)])
+            sub = data[name].isel(time=np.concatenate([np.flatnonzero(at), np.flatnonzero(extra)]))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # day 100's point: a mean of no value
+                expected = sub.assign_coords(dayofyear=("time", keys)).groupby("dayofyear").mean()
+            # days of no time (Jan 11 here) are filled from their neighbours afterwards: compare the others
+            np.testing.assert_allclose(got[name].sel(hour=h, dayofyear=expected.dayofyear).values,
+                                       expected.values, rtol=1e-6 if name == "a" else 1e-12)  # fmt: skip
+        assert np.isnan(got[name].sel(dayofyear=100).values[:, 0, 0]).all() == (name != "c")
+
+
 # --- short-record fallbacks -----------------------------------------------------------------
 
 
