@@ -61,6 +61,7 @@ from tqdm.auto import tqdm
 from xarray.backends import BackendArray
 from xarray.core import indexing
 
+from s2forecast.data.coordinates import coordinate_tolerance, east_longitudes
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.data.engine import Engine
 from s2forecast.data.netcdf_classic import required_size
@@ -518,7 +519,7 @@ def _store_grid_order(ds: xr.Dataset) -> xr.Dataset:
         ds = ds.isel(latitude=slice(None, None, -1))
     elif lat.size > 1 and not np.all(np.diff(lat) < 0):
         ds = ds.isel(latitude=np.argsort(-lat, kind="stable"))
-    lon = np.mod(np.asarray(ds["longitude"].values, dtype=np.float64), 360.0)
+    lon = east_longitudes(ds["longitude"].values)  # as the readers: 360 - 3e-13 is 0 E
     order = np.argsort(lon, kind="stable")
     if np.any(order != np.arange(lon.size)):
         ds = ds.isel(longitude=order)
@@ -611,12 +612,13 @@ def _describe_axis(values: np.ndarray) -> str:
 
 
 def _check_grids(inputs: list[_Input]) -> "Grid":
-    """All inputs on the same latitudes/longitudes (to 1e-5 deg); returns the grid."""
+    """All inputs on the same latitudes/longitudes (to 1e-3 of their spacing, as the readers); returns
+    the grid."""
     first = inputs[0]
     for other in inputs[1:]:
         for axis in ("latitude", "longitude"):
             a, b = getattr(first, axis), getattr(other, axis)
-            if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=1e-5):
+            if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=coordinate_tolerance(a)):
                 raise UserError(
                     f"inconsistent grids: {first.path} has {axis} {_describe_axis(a)} but {other.path} has "
                     f"{_describe_axis(b)}; download all files on the same grid"

@@ -151,7 +151,12 @@ def compute_stats(
     if not info.variables:
         raise UserError(f"{path} has no field of dims (time, [level], latitude, longitude): no statistics to compute")
     if out is None:
-        if is_url(path) or not _in_s2forecast_layout(path):
+        if is_url(path):
+            raise UserError(
+                f"{path} is a URL: nothing is written into it; put its statistics in a local store of their own: "
+                f"s2forecast stats {path} --out STATS.zarr (and stats: STATS.zarr in the DataModule)"
+            )
+        if not _in_s2forecast_layout(path):
             raise UserError(
                 f"{path} was not written by s2forecast, so nothing is written into it; put its statistics in a "
                 f"store of their own: s2forecast stats {path} --out STATS.zarr (and stats: STATS.zarr in the "

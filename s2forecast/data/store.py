@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.coordinates import east_longitudes
 from s2forecast.output import GENERATION_ATTR, check_unchanged, zarr_attributes
 from s2forecast.times import cftime_problem, format_time
 from s2forecast.urls import is_url
@@ -218,9 +219,7 @@ def longitudes_from_zero(ds: xr.Dataset) -> xr.Dataset:
     if "longitude" not in ds.coords or ds["longitude"].ndim != 1 or ds.sizes["longitude"] < 2:
         return ds
     lon = ds["longitude"].values.astype(np.float64)
-    east = np.mod(lon, 360.0)
-    # -1e-11 (np.arange(-180, 180, 0.1)'s 0 E) is 0 E, not the last column: 360 - 1e-11 would shift every column
-    east[east > 360.0 - 1e-3 * 360.0 / lon.size] = 0.0  # within the grid-matching tolerance (coordinate_tolerance)
+    east = east_longitudes(lon)
     order = np.argsort(east, kind="stable")
     if np.array_equal(order, np.arange(lon.size)) and np.array_equal(east, lon):
         return ds

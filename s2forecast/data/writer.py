@@ -171,6 +171,8 @@ class StoreWriter:
         self._n_times = template.sizes["time"]
         check_target(self.path, self.inputs)  # before any sibling of it is looked at or made
         clean_leftovers(self.path)  # first: a killed run of this PID (a restarted container's) left siblings
+        if not self.overwrite and self._complete_as_asked():  # nothing to write: no lock either (a read-only share)
+            return np.ones(self._n_times, dtype=bool)
         claim_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
         self._holding = True
         if os.path.lexists(self.path):
@@ -229,6 +231,19 @@ class StoreWriter:
                 f"store {ours} wrote, never another command's: choose another --out, or remove {self.path} yourself "
                 "if it should go"
             )
+
+    def _complete_as_asked(self) -> bool:
+        """Whether ``path`` is a complete store of ours from this signature (complete: no run writes it,
+        an ``--overwrite`` builds its replacement beside it) with nothing to tidy (``_resume``)."""
+        attrs = zarr_attributes(self.path) if os.path.isdir(self.path) else None
+        return (
+            attrs is not None
+            and not any(ZARR_PARTIAL.match(partial.name) for partial in self.path.glob("*.partial"))
+            and attrs.get(COMPLETE_ATTR) == "true"
+            and attrs.get("s2forecast_signature") == self.signature
+            and written_by_s2forecast(self.path)
+            and artifact_kind(self.path) == STORE_KIND
+        )
 
     def _resume(self) -> np.ndarray:
         """The ``written`` flags of the store at ``path``, if s2forecast wrote it from the same signature."""

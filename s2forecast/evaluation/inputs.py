@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.coordinates import coordinate_tolerance
 from s2forecast.data.plausibility import check_plausible, has_canonical_units
 from s2forecast.data.store import (
     COMPLETE_ATTR,
@@ -39,7 +40,6 @@ from s2forecast.evaluation.metrics import (
     check_forecast_layout,
     check_members,
     check_truth_times,
-    coordinate_tolerance,
     member_dim,
     truth_available,
 )

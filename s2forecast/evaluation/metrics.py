@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.coordinates import coordinate_tolerance
 from s2forecast.times import cftime_problem, format_time
 from s2forecast.user_errors import UserError
 
@@ -179,15 +180,6 @@ def _align_weights(weights: xr.DataArray, x: Data) -> xr.DataArray:
 
 
 # --- alignment helpers -----------------------------------------------------------------
-
-
-def coordinate_tolerance(values: np.ndarray) -> float:
-    """How far two grids' coordinate values may differ and still be the same point: 1e-3 of the
-    smallest spacing of ``values`` (as ``Grid.from_coords``), so a latitude stored as float32 (2e-6
-    off at 0.25 deg) or rounded to 89.99999 matches; 1e-6 for a single value."""
-    distinct = np.unique(np.asarray(values, dtype=np.float64))
-    gaps = np.diff(distinct)
-    return 1e-3 * float(gaps.min()) if gaps.size else 1e-6
 
 
 def matching_positions(source: np.ndarray, target: np.ndarray, dim, source_name: str, target_name: str) -> np.ndarray:

@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 
 from s2forecast.commands.convert_era5 import arguments as add_arguments
 from s2forecast.commands.convert_era5 import run
 from s2forecast.data import convert_era5 as convert_module
+from s2forecast.data import writer as writer_module
 from s2forecast.data.convert_era5 import convert_era5
 from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.data.store import VARIABLES, describe, open_store
@@ -569,6 +571,24 @@ def test_latitudes_in_no_order_are_sorted_as_the_readers_do(tmp_path):
     xr.testing.assert_equal(ds["2m_temperature"].reset_coords(drop=True), source([path], "t2m").reset_coords(drop=True))
 
 
+def test_files_on_one_grid_written_from_minus_180_and_from_0_merge_as_the_readers_see_them(tmp_path):
+    """np.arange(-180, 180, 45) is exact, but a 3.6 deg grid's 0 E from np.arange is -2.8e-13: taken as
+    359.9999999999997 it was stored last (the store began at 3.6 E) and a file on 0..356.4 was refused as
+    another grid. Within 1e-3 of a spacing, coordinates are the same point (as the readers)."""
+    lon_west = np.arange(-180.0, 180.0, 3.6)
+    assert -1e-9 < lon_west[50] < 0
+    lon_east = np.arange(100) * 3.6
+    a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01", 2), ("t2m",), lon=lon_west)
+    b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01", 2), ("msl",), lon=lon_east, lat=LAT + 1e-4)
+    ds = open_store(convert([a, b], tmp_path / "out.zarr"))
+    assert ds["longitude"].values[0] == 0.0 and ds["longitude"].values[-1] == pytest.approx(356.4)
+    stored = zarr.open_group(tmp_path / "out.zarr", mode="r")["longitude"][...]
+    assert stored[0] == 0.0  # stored from 0 E, not only read back so
+    with xr.open_dataset(a) as file_a:
+        np.testing.assert_array_equal(ds["2m_temperature"].isel(longitude=0).values,
+                                      file_a["t2m"].isel(longitude=50).values)  # fmt: skip
+
+
 def test_inconsistent_grids(tmp_path):
     a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01", 2), ("t2m",))
     b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01", 2), ("msl",), lat=np.linspace(90, -90, 7))
@@ -682,7 +702,7 @@ def test_overwrite(monthly, tmp_path, monkeypatch):
 # --- command line -------------------------------------------------------------------------------
 
 
-def test_command_line(monthly, tmp_path, capsys):
+def test_command_line(monthly, tmp_path, capsys, monkeypatch):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     out = tmp_path / "cli.zarr"
@@ -695,6 +715,11 @@ def test_command_line(monthly, tmp_path, capsys):
     assert describe(open_store(out)).levels == (500,)
     assert capsys.readouterr().out == f"wrote {out}\n"  # on stdout, as every command's summary
     run(args)  # a rerun on the complete store writes nothing, and says so
+    assert capsys.readouterr().out == f"{out} was already complete: nothing to write\n"
+    # ... without taking the store's lock sibling: on a read-only share it is the same (was: "not writable")
+    with monkeypatch.context() as patch:
+        patch.setattr(writer_module, "claim_lock", lambda *a, **k: pytest.fail("a complete store was locked"))
+        run(args)
     assert capsys.readouterr().out == f"{out} was already complete: nothing to write\n"
     with pytest.raises(ValueError, match="does not exist"):
         run(parser.parse_args([str(tmp_path / "missing.nc"), "--out", str(out)]))

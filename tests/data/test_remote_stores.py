@@ -217,8 +217,10 @@ def test_remote_and_foreign_store_errors(served, tmp_path, capsys):
     before = digest(root)
     assert "cannot read the zarr store at " in refused(["stats", url.replace("era5", "nothing"), "--out",
                                                         tmp_path / "s.zarr"], capsys)  # fmt: skip
-    message = refused(["stats", url], capsys)
-    assert "was not written by s2forecast, so nothing is written into it" in message and "--out STATS.zarr" in message
+    message = refused(["stats", url], capsys)  # a URL is never written into, whoever wrote the store
+    assert message == (f"s2forecast stats: error: {url} is a URL: nothing is written into it; put its statistics in a "
+                       f"local store of their own: s2forecast stats {url} --out STATS.zarr (and stats: STATS.zarr in "
+                       "the DataModule)")  # fmt: skip
     try:
         import gcsfs  # noqa: F401
     except ImportError:

@@ -1,0 +1,24 @@
+"""Coordinate values two grids share: how far they may differ, and longitudes east of 0 E.
+
+numpy only: the converters, the readers and the metric engine's alignment all use it.
+"""
+
+import numpy as np
+
+
+def coordinate_tolerance(values: np.ndarray) -> float:
+    """How far two grids' coordinate values may differ and still be the same point: 1e-3 of the
+    smallest spacing of ``values`` (as ``Grid.from_coords``), so a latitude stored as float32 (2e-6
+    off at 0.25 deg) or rounded to 89.99999 matches; 1e-6 for a single value."""
+    distinct = np.unique(np.asarray(values, dtype=np.float64))
+    gaps = np.diff(distinct)
+    return 1e-3 * float(gaps.min()) if gaps.size else 1e-6
+
+
+def east_longitudes(lon: np.ndarray) -> np.ndarray:
+    """(nlon,) longitudes (deg) in [0, 360): a value within ``coordinate_tolerance`` below 360 (e.g.
+    -1e-11, ``np.arange(-180, 180, 0.1)``'s 0 E) is 0 E, not the last column, which would shift
+    every column."""
+    east = np.mod(np.asarray(lon, dtype=np.float64), 360.0)
+    east[east > 360.0 - 1e-3 * 360.0 / max(east.size, 1)] = 0.0
+    return east
