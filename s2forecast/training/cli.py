@@ -47,7 +47,7 @@ from s2forecast.training.checkpoints import (
     read_checkpoint,
 )
 from s2forecast.training.config_code import refuse_code, safe_parsing
-from s2forecast.training.config_errors import ConfigError, config_error, config_files, yaml_problem
+from s2forecast.training.config_errors import ConfigError, config_error, config_files, overlays_alone, yaml_problem
 from s2forecast.training.datamodule import FieldDataModule
 from s2forecast.training.forecast_module import ForecastModule, current_hparams, data_info
 from s2forecast.training.run_config import RunConfig, new_directories
@@ -189,7 +189,7 @@ class ForecastCLI(LightningCLI):
                 with _ActionPrintConfig.skip_print_config():
                     self.config = parser.parse_args(layered)
             except ArgumentError as strict:
-                if not _ActionPrintConfig.is_print_config_requested(parser):
+                if not _ActionPrintConfig.is_print_config_requested(parser) or overlays_alone(args):
                     raise
                 # not a whole run's config (`fit --print_config` alone prints a template): print
                 # it as jsonargparse does, before its checks; a config it refuses too is reported

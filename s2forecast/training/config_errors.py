@@ -50,6 +50,13 @@ def config_error(error: BaseException, keys: list[str], args: list[str]) -> Conf
     return ConfigError(reducer.from_causes(error) or reducer.reduce(str(error)))
 
 
+def overlays_alone(args: list[str]) -> bool:
+    """Whether the ``--config`` files of ``args`` are overlays of a base config left out: none of them
+    (nor the command line) gives ``data.class_path``. ``--print_config`` refuses them as ``fit`` does:
+    what it would print is not the run the overlay is meant for (its data null, its loss the default)."""
+    return _Reducer([], args).overlay("data.init_args.store", required=True) is not None
+
+
 def config_files(args: list[str]) -> list[Path]:
     """The files given with ``-c/--config`` in ``args``, in order."""
     files = []

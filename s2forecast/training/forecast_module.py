@@ -224,7 +224,18 @@ def _check_same_network(forecaster: Forecaster, hparams: dict, checkpoint: str) 
             f"{ours.get(name)!r} ({len(differ)} option(s) differ: {differ}); fine-tuning needs the same architecture, "
             "network options and channels"
         )
-    trained_on = DataSpec.from_dict(hparams["data"]).grid if hparams.get("data") else forecaster.grid
+    spec = DataSpec.from_dict(hparams["data"]) if hparams.get("data") else forecaster.data
+    for field in ("channels", "static_channels", "forcing_channels", "history"):
+        # the encoder's and decoder's weights are per channel and in order: another order (or other channels
+        # of the same number) has the same shapes and would load onto the wrong fields in silence
+        trained, here = getattr(spec, field), getattr(forecaster.data, field)
+        if trained != here:
+            raise UserError(
+                f"--model.init_from {checkpoint} was trained with {field.replace('_', ' ')} {_listed(trained)}, this "
+                f"run has {_listed(here)}: its weights are per channel, in order; fine-tuning needs the same channels "
+                "in the same order (e.g. data.init_args.variables, levels)"
+            )
+    trained_on = spec.grid
     bound = grid_bound_embedding(ours.get("position_embedding"), ours.get("position_embedding_options"))
     if bound and trained_on != forecaster.grid:
         raise UserError(
@@ -232,6 +243,10 @@ def _check_same_network(forecaster: Forecaster, hparams: dict, checkpoint: str) 
             f"{forecaster.grid}: fine-tune it on its own grid, or train a model with a grid-free embedding (sprepe "
             "without a learnable mask, or none) for another"
         )
+
+
+def _listed(value) -> str:
+    return f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
 
 
 class ForecastModule(pl.LightningModule):

@@ -128,17 +128,24 @@ def test_fit_refuses_in_one_line(case, swe_store, tmp_path, capsys):
     assert not list(tmp_path.rglob("*.ckpt"))  # refused before training
 
 
-@pytest.mark.parametrize(("overlay", "store"), [("s2_neighborhood_crps", True), ("s2_neighborhood_crps_fgn", True),
-                                                ("s2_neighborhood_crps_fgn", False)])  # fmt: skip
-def test_an_overlay_config_alone_is_named_as_one(overlay, store, swe_store, tmp_path, capsys, monkeypatch):
+OVERLAYS_ALONE = [("s2_neighborhood_crps", "store"), ("s2_neighborhood_crps_fgn", "store"),
+                  ("s2_neighborhood_crps_fgn", None), ("s2_neighborhood_crps_fgn", "--print_config")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overlay", "extra"), OVERLAYS_ALONE)
+def test_an_overlay_config_alone_is_named_as_one(overlay, extra, swe_store, tmp_path, capsys, monkeypatch):
     """Alone, its data keys were checked against the base FieldDataModule: "did you mean
     'data.init_args.spec.rollout'?" or "data.init_args.spec.variables ... is required"; an overlay
-    without a data section, given alone, was told to give a config ("data is required")."""
+    without a data section, given alone, was told to give a config ("data is required"). With
+    --print_config it printed a config of data null and the default loss, exit status 0."""
     config = Path(__file__).parents[2] / "configs" / "swe" / f"{overlay}.yaml"
     monkeypatch.chdir(tmp_path)
+    args = {"store": ["--data.init_args.store", str(swe_store)], None: [], "--print_config": ["--print_config"]}[extra]
     with pytest.raises(SystemExit):
-        main(["fit", "--config", str(config), *(["--data.init_args.store", str(swe_store)] if store else [])])
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        main(["fit", "--config", str(config), *args])
+    out, err = capsys.readouterr()
+    assert "trainer:" not in out  # no config printed (--print_config)
+    assert err.strip().splitlines()[-1] == (
         f"s2forecast fit: error: no config gives data.class_path, so {config} is an overlay of another config (its "
         f"first lines name it): give the base config first, --config BASE.yaml --config {config}"
     )

@@ -116,6 +116,24 @@ def test_init_from_another_model_is_one_line(trained, finer_store, tmp_path, cap
     assert "no checkpoint file at" in capsys.readouterr().err
 
 
+def test_init_from_a_checkpoint_of_other_channels_of_the_same_number_is_one_line(trained, tmp_path, capsys):
+    """The same variables in another order (or others of the same number) give weights of the same shapes:
+    they loaded onto the wrong fields in silence (geopotential height's encoder weights read divergence)."""
+    store = read_checkpoint(trained)["hyper_parameters"]["data"]["store"]
+    reordered = "[divergence, vorticity, geopotential_height]"
+    args = tiny_args(Path(store), tmp_path, "--data.init_args.variables", reordered, "--model.init_from", str(trained))
+    with pytest.raises(SystemExit):
+        cli(["fit", *args])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
+    assert err == [
+        f"s2forecast fit: error: --model.init_from {trained} was trained with channels [geopotential_height, "
+        "vorticity, divergence], this run has [divergence, vorticity, geopotential_height]: its weights are per "
+        "channel, in order; fine-tuning needs the same channels in the same order (e.g. data.init_args.variables, "
+        "levels)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_grid_bound_position_embedding_is_not_fine_tuned_on_another_grid():
     """RoPE has no grid-shaped weight, so the shape check let its checkpoint onto another grid, where
     its offsets stand for other distances (rollout --other-grid refuses it)."""
