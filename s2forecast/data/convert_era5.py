@@ -511,6 +511,14 @@ def _merge_expver(ds: xr.Dataset) -> xr.Dataset:
     return merged
 
 
+class MissingVariables(UserError):
+    """Variables asked for that none of the input files holds."""
+
+    def __init__(self, missing: list[str], held: list[str]):
+        super().__init__(f"selected variables {missing} are not in the inputs, which hold {held or 'none'}")
+        self.missing, self.held = missing, held
+
+
 def _store_grid_order(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with latitude north -> south (sorted, when in no order: as the readers) and longitude
     ascending in [0, 360)."""
@@ -554,6 +562,17 @@ def _normalize(ds: xr.Dataset, path: Path, member: int | None) -> tuple[xr.Datas
     return ds.drop_vars([name for name in ds.coords if name not in keep]), has_members
 
 
+def _store_name(short: str, var: xr.DataArray) -> str:
+    """The store's name of a file's known variable (an ECMWF short name; a WeatherBench2 name is its own)."""
+    return SURFACE_GEOPOTENTIAL if short == "z" and "level" not in var.dims else ERA5_NAMES.get(short, short)
+
+
+def _held_names(ds: xr.Dataset) -> set[str]:
+    """The store's names of the known fields a normalized dataset holds, unchecked."""
+    return {_store_name(short, var) for short, var in ds.data_vars.items()
+            if {"latitude", "longitude"} <= set(var.dims) and (short in ERA5_NAMES or short in WB2_NAMES)}  # fmt: skip
+
+
 def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Field]:
     """The selected variables of a normalized dataset, unit-checked, with the store's dims."""
     fields = []
@@ -568,9 +587,7 @@ def _fields(ds: xr.Dataset, path: Path, selection: set[str] | None) -> list[_Fie
                 )
             warnings.warn(f"{path}: skipping unknown variable {short!r} (not among --variables)", stacklevel=3)
             continue
-        name = ERA5_NAMES.get(short, short)  # a WeatherBench2 name is its own
-        if short == "z" and "level" not in var.dims:
-            name = SURFACE_GEOPOTENTIAL
+        name = _store_name(short, var)
         if selection is not None and name not in selection:
             continue
         found = var.attrs.get("units")
@@ -918,10 +935,8 @@ def convert_era5(
                 by_name.setdefault(f.name, []).append(f)
         if requested:
             missing = [name for name, wanted in requested.items() if not wanted & set(by_name)]
-            if missing:
-                raise UserError(
-                    f"selected variables {missing} are not in the inputs, which hold {sorted(by_name) or 'none'}"
-                )
+            if missing:  # named with what the files hold, selected or not
+                raise MissingVariables(missing, sorted(set().union(*(_held_names(item.dataset) for item in opened))))
         dynamic = sorted(name for name in by_name if name not in STATIC_VARIABLES)
         static = sorted(name for name in by_name if name in STATIC_VARIABLES)
         if not dynamic:

@@ -99,7 +99,9 @@ def zarr_template(layout: ChannelLayout, init_times, leads, lat, lon, units, att
         coords["level"] = np.array(layout.levels, dtype=np.int32)  # as the NetCDF file's: the same read back
     if members:
         coords[MEMBER_DIM] = np.arange(members, dtype=np.int32)
-    coords = {name: xr.Variable(*(value if isinstance(value, tuple) else (name, value)), COORDINATE_ATTRS[name])
+    # no _FillValue on the float coordinates (CF 2.5.1: no missing values; xarray gives them NaN in zarr)
+    coords = {name: xr.Variable(*(value if isinstance(value, tuple) else (name, value)), COORDINATE_ATTRS[name],
+                                encoding={"_FillValue": None} if name in ("latitude", "longitude") else None)
               for name, value in coords.items()}  # fmt: skip
     return xr.Dataset(data, coords=coords, attrs=attrs)
 

@@ -20,7 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from s2forecast.data.convert_era5 import convert_era5, ensemble_members, file_grid, resolve_variables, valid_times
+from s2forecast.data.convert_era5 import (
+    MissingVariables,
+    convert_era5,
+    ensemble_members,
+    file_grid,
+    resolve_variables,
+    valid_times,
+)
 from s2forecast.data.fields import FieldDataset, SampleSpec
 from s2forecast.data.forcings import forcing_names
 from s2forecast.data.stats import ChannelStats
@@ -384,6 +391,13 @@ class InitialConditions:
                                          progress=False)  # fmt: skip
                     datasets.append(open_inputs(model, store, other_grid, store_stats, storage_options=storage_options))
                 yield cls(source, datasets, tuple(members) or None)
+            except MissingVariables as error:  # the CDS delivers surface and pressure-level fields apart
+                raise UserError(
+                    f"--store {source} holds {', '.join(error.held) or 'no ERA5 variable'}, but the checkpoint also "
+                    f"needs {', '.join(error.missing)}: one ERA5 file holds either single-level or pressure-level "
+                    f"fields; convert the files into one store (s2forecast convert-era5 {Path(source).name} OTHER.nc "
+                    "--out ic.zarr) and pass it as --store"
+                ) from None
             except UserError as error:  # name the user's file, not the temporary store made of it
                 text = str(error)
                 for store in stores:

@@ -31,6 +31,11 @@ def local_checkpoint(path: str | Path) -> Path:
             "first (e.g. curl -fLo model.ckpt URL) and pass the file"
         )
     local = Path(path).expanduser()  # a quoted or YAML "~/run/last.ckpt" is the home directory, as --out's
+    if local.is_dir():  # a run's directory: name a checkpoint in it (bounded: a large tree is not walked)
+        found = next(iter(sorted(local.glob("*/checkpoints/last.ckpt")) + sorted(local.glob("checkpoints/last.ckpt"))
+                          + sorted(local.glob("last.ckpt"))), None)  # fmt: skip
+        hint = f", e.g. {found}" if found else " (s2forecast fit writes RUN/version_N/checkpoints/last.ckpt)"
+        raise FileNotFoundError(f"no checkpoint file at {path}: it is a directory; pass a checkpoint file{hint}")
     if not local.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
     return local
@@ -60,7 +65,10 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     except (RuntimeError, EOFError, OSError, KeyError, IndexError) as error:  # Key/IndexError: a text file
         reason = str(error).splitlines()[0] if str(error) else "empty or truncated file"
         reason = reason if not isinstance(error, KeyError | IndexError) else f"{type(error).__name__}: {reason}"
-        raise UserError(f"{path} is not a readable PyTorch checkpoint ({reason})") from None
+        raise UserError(
+            f"{path} is not a readable PyTorch checkpoint ({reason}); pass a checkpoint written by s2forecast fit (a "
+            "truncated copy: copy it again)"
+        ) from None
     if not isinstance(checkpoint, dict):
         raise UserError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
     return checkpoint

@@ -100,6 +100,10 @@ def test_netcdf_and_zarr_coordinates_carry_the_same_cf_attributes(tmp_path):
     # (times decode at the resolution xarray picks for each format)
     dtypes = {fmt: {name: str(ds[name].dtype) for name in ("level", MEMBER_DIM)} for fmt, ds in opened.items()}
     assert dtypes["netcdf"] == dtypes["zarr"] == {"level": "int32", MEMBER_DIM: "int32"}
+    # coordinates have no missing values (CF 2.5.1): no _FillValue in either (zarr's latitude and longitude had NaN)
+    for fmt, ds in opened.items():
+        for name in ds.coords:
+            assert "_FillValue" not in ds[name].encoding and "_FillValue" not in ds[name].attrs, (fmt, name)
 
 
 @pytest.mark.parametrize(

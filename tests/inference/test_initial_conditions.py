@@ -82,7 +82,13 @@ def test_initial_conditions_missing_a_variable_is_one_line(era5_model, tmp_path,
     with pytest.raises(SystemExit):
         run_rollout(ckpt, tmp_path / "msl.nc", "2031-07-01T00", tmp_path / "f.nc")
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("s2forecast")]
-    assert len(err) == 1 and "2m_temperature" in err[0] and "not in the inputs" in err[0], err
+    # a model of surface and pressure-level variables needs two CDS files: the message said "selected
+    # variables [...] are not in the inputs", of an option rollout does not have, and named no fix
+    assert err == [
+        f"s2forecast rollout: error: --store {tmp_path / 'msl.nc'} holds mean_sea_level_pressure, but the checkpoint "
+        "also needs 2m_temperature: one ERA5 file holds either single-level or pressure-level fields; convert the "
+        "files into one store (s2forecast convert-era5 msl.nc OTHER.nc --out ic.zarr) and pass it as --store"
+    ]
     assert not (tmp_path / "f.nc").exists()
 
 

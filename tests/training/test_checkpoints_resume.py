@@ -164,8 +164,20 @@ def test_files_that_are_not_checkpoints_are_one_line(tmp_path):
     with pytest.raises(ValueError, match="truncated.ckpt is not a readable PyTorch checkpoint") as error:
         read_checkpoint(truncated)
     one_line(error)
+    assert str(error.value).endswith("; pass a checkpoint written by s2forecast fit (a truncated copy: copy it again)")
     with pytest.raises(FileNotFoundError, match="no checkpoint file at"):
         read_checkpoint(tmp_path / "missing.ckpt")
+    # a run's directory: the checkpoint in it is named (the message said only "no checkpoint file at")
+    run = tmp_path / "run"
+    (run / "version_0" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as error:
+        read_checkpoint(run)
+    assert str(error.value) == (f"no checkpoint file at {run}: it is a directory; pass a checkpoint file (s2forecast "
+                                "fit writes RUN/version_N/checkpoints/last.ckpt)")  # fmt: skip
+    torch.save({"state_dict": {}}, run / "version_0" / "checkpoints" / "last.ckpt")
+    with pytest.raises(FileNotFoundError, match=r": it is a directory; pass a checkpoint file, e\.g\. .*run/version_0/"
+                                                r"checkpoints/last\.ckpt$"):  # fmt: skip
+        read_checkpoint(run)
     assert junk.read_bytes() == b"not a checkpoint" and len(truncated.read_bytes()) == 300
 
 
