@@ -97,6 +97,21 @@ def test_position_embedding_hook_sees_heads_layout():
     assert torch.allclose(out, plain(query, x, x), atol=1e-6)  # (-q).(-k) = q.k
 
 
+def test_ball_attention_takes_a_position_embedding():
+    """The embedding sees (batch, heads, N, head_dim) of every point once, and q.k unchanged by it leaves
+    the output unchanged (no test covered a position embedding on a ball layer)."""
+    grid = Grid(8, 16)
+    embedding = RecordingEmbedding()
+    module = S2BallSparseAttention(16, 2, grid, ball_size=32, block_size=8, top_k=1, group_size=8,
+                                   position_embedding=embedding, backend="reference")  # fmt: skip
+    plain = S2BallSparseAttention(16, 2, grid, ball_size=32, block_size=8, top_k=1, group_size=8, backend="reference")
+    plain.load_state_dict(module.state_dict())
+    x = torch.randn(1, 16, *grid.shape)
+    out = module(x)
+    assert embedding.calls == [((1, 2, 128, 8), (1, 2, 128, 8))]
+    assert torch.allclose(out, plain(x), atol=1e-6)
+
+
 def test_dropout_only_in_training():
     grid = Grid(8, 16)
     module = S2NeighborhoodAttention(16, 2, grid, dropout=0.5)
