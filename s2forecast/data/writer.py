@@ -322,7 +322,10 @@ class StoreWriter:
         group["written"][start:stop] = True
 
     def finish(self) -> None:
-        """Mark the store complete and consolidate its metadata (a replacement then goes into place)."""
+        """Mark the store complete and consolidate its metadata (a replacement then goes into place);
+        nothing for a store ``create`` found complete (it took no lock: the store is not written)."""
+        if self._n_times and not self._holding and self._replacement is None and self._complete_as_asked():
+            return
         group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         missing = int((~group["written"][:]).sum())
         if missing:

@@ -269,8 +269,9 @@ def spectra(
     for source in (forecast, truth):
         averaged = [d for d in ("time", member_dim) if d in source.dims]
         # two wavelength coordinates in one dataset: named by the axis they belong to
-        sh = spherical_harmonic_power(source).mean(averaged).rename(wavelength="degree_wavelength")
-        zonal = zonal_spectrum_band(zonal_energy_spectrum(source), band_deg).mean(averaged)
+        # skipna=False: a member or time of NaN power makes the mean NaN, not the mean of the others in silence
+        sh = spherical_harmonic_power(source).mean(averaged, skipna=False).rename(wavelength="degree_wavelength")
+        zonal = zonal_spectrum_band(zonal_energy_spectrum(source), band_deg).mean(averaged, skipna=False)
         zonal = zonal.rename(wavelength="zonal_wavelength")
         sources.append(xr.Dataset({"sh_power": sh, "zonal_power": zonal}))
     result = xr.concat(sources, dim="source", coords="minimal", compat="override")

@@ -57,7 +57,8 @@ def householder_vectors(points: torch.Tensor, aux: torch.Tensor) -> torch.Tensor
     diff = aux[..., None, :] - points  # (..., N, 3)
     norm = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
     degenerate = norm < DEGENERATE_DISTANCE
-    axis = torch.nn.functional.one_hot(aux.abs().argmin(dim=-1), 3).to(aux.dtype)
+    # rounded: a pole's x = y = 0 tie is not broken by 1e-16 (its mirror would jump between axes)
+    axis = torch.nn.functional.one_hot(torch.round(aux.detach().abs() * 1e6).argmin(dim=-1), 3).to(aux.dtype)
     fallback = torch.linalg.cross(aux, axis, dim=-1)[..., None, :]  # (..., 1, 3)
     fallback = fallback / torch.linalg.vector_norm(fallback, dim=-1, keepdim=True)
     safe_norm = torch.where(degenerate, torch.ones_like(norm), norm)  # no 0/0 in the gradient either

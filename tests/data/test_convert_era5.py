@@ -589,6 +589,14 @@ def test_files_on_one_grid_written_from_minus_180_and_from_0_merge_as_the_reader
                                       file_a["t2m"].isel(longitude=50).values)  # fmt: skip
 
 
+def test_files_of_one_longitude_match_as_the_readers_match_them(tmp_path):
+    """A single longitude has no spacing: 1e-6 deg refused two files the readers take for one grid."""
+    a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01", 2), ("t2m",), lon=np.array([0.0]))
+    b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01", 2), ("msl",), lon=np.array([2e-6]))
+    ds = open_store(convert([a, b], tmp_path / "out.zarr"))
+    assert ds.sizes["longitude"] == 1 and {"2m_temperature", "mean_sea_level_pressure"} <= set(ds.data_vars)
+
+
 def test_inconsistent_grids(tmp_path):
     a = cds_file(tmp_path / "a.nc", six_hourly("2020-01-01", 2), ("t2m",))
     b = cds_file(tmp_path / "b.nc", six_hourly("2020-01-01", 2), ("msl",), lat=np.linspace(90, -90, 7))

@@ -99,6 +99,14 @@ def test_interrupted_batch_resumes_with_the_trajectories_not_written(tmp_path, m
     assert calls == [[1_000_005]]  # only the trajectory not written
     straight = generate_swe(tmp_path / "straight.zarr", 8, 16, **kwargs)
     np.testing.assert_array_equal(fields(path), fields(straight))
+    # a rerun on the complete store writes nothing: it took no lock, so it must not open the store to write
+    # (it marked it complete again and re-consolidated its metadata, unlocked)
+    real_open = zarr.open_group
+    monkeypatch.setattr(zarr, "open_group", lambda *a, **k: pytest.fail("written") if k.get("mode") == "r+"
+                        else real_open(*a, **k))  # fmt: skip
+    calls.clear()
+    generate_swe(path, 8, 16, **kwargs)
+    assert calls == []
 
 
 def test_unstable_member_of_a_batch(tmp_path, monkeypatch):

@@ -194,6 +194,10 @@ def test_an_auxiliary_point_on_a_pole_gives_every_copy_of_the_pole_one_mirror(ro
     q[..., 0] = 1.0  # one query everywhere
     out = pe(q, q)[0].view(grid.nlat, grid.nlon, 3)[row]
     torch.testing.assert_close(out, out[:1].expand_as(out), rtol=0, atol=1e-12)
+    # and the mirror does not jump under a tiny move of the point (x = y = 0 tied, broken by 1e-16)
+    points = torch.stack([pole, pole + 1e-12, torch.nn.functional.normalize(torch.tensor([1.0, 2.0, 3.0]), dim=0)])
+    aux = pe.aux[0, 0].detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a: householder_vectors(points.double(), a), (aux,), eps=1e-9, atol=1e-5)
 
 
 def test_learnable_points_are_normalized_and_train():
