@@ -43,10 +43,6 @@ def _seed():
 
 
 def pytest_collection_modifyitems(config, items):
-    # the long cases first (two-node DDP, bench_scale's subprocesses, killed ranks: 20-40 s each): last in
-    # file order (tests/scripts, tests/training), one of them ran alone at the end while the other workers
-    # had nothing left to take
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
