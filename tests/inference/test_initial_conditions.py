@@ -225,6 +225,11 @@ def test_missing_history_of_wider_spaced_initial_conditions_is_named(swe_store, 
         "initialization time 2000-01-01T02 needs inputs that are not in the store: time(s) 2000-01-01T01 are not in "
         f"the store {two_hourly}"
     ), error.value
+    assert not str(error.value).endswith("initialization times are times of the store")  # 02 h is one
+    with InitialConditions.open(two_hourly, model) as initial:
+        with pytest.raises(UserError) as error:
+            initial.check(np.array(["2000-01-01T03"], dtype="datetime64[ns]"))  # between the store's times
+    assert str(error.value).endswith("; initialization times are times of the store"), error.value
     with pytest.raises(UserError, match=r"step_hours=1.0 is not a multiple of the time step of .* \(2 h\)"):
         FieldDataset(two_hourly, SampleSpec(channels, None, (), (), 1, 1.0, 1), stats=checkpoint_stats(model)[0])
 
