@@ -240,7 +240,8 @@ def spectra(
     member_dim: str | None = None,
 ) -> xr.Dataset:
     """Spectra of a forecast and of its truth, averaged over initialization times (and an
-    ensemble's members: the mean power of the members, not the power of their mean).
+    ensemble's members: the mean power of the members, not the power of their mean). A field with
+    a NaN or inf (any time or member) makes the average NaN: the caller leaves such fields out.
 
     Both fields may hold their dims in any order (WeatherBench2 stores (..., longitude, latitude)):
     they are put in the spectra's order ``(..., latitude, longitude)`` first.
