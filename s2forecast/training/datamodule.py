@@ -278,6 +278,13 @@ class FieldDataModule(pl.LightningDataModule):
                 "data.init_args.levels is empty, which would leave out every pressure-level variable: give the "
                 "pressure levels (hPa) to use, or null (or leave it out) for all of the store's"
             )
+        for name, split in splits.items():  # refused here, not when the stage that reads it starts (test's)
+            first, stop = (tuple(split.get("trajectories") or ()) + (None, None))[:2]
+            if isinstance(first, int) and isinstance(stop, int) and first >= stop:
+                problems.append(
+                    f"data.init_args.{name}_trajectories [{first}, {stop}] is an empty range: give [first, stop), "
+                    "first < stop (stop excluded), or null for no such split"
+                )
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:
             problems.append(f"splits are 'train', 'val' and 'test', got {sorted(unknown)}")

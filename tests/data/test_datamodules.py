@@ -332,6 +332,20 @@ def test_empty_variables_and_levels_are_refused(era5_like):
         SWEDataModule(str(path), variables=[])
 
 
+def test_an_empty_trajectory_range_is_refused_when_the_module_is_built(tmp_path):
+    """test_trajectories [3, 3] was refused only by `s2forecast test`, after fit had run, and without the
+    name of its option."""
+    with pytest.raises(UserError) as error:
+        SWEDataModule(str(tmp_path / "never_read.zarr"), train_trajectories=(0, 2), val_trajectories=(2, 2),
+                      test_trajectories=(3, 3))  # fmt: skip
+    assert str(error.value) == "; ".join(
+        f"data.init_args.{name}_trajectories [{n}, {n}] is an empty range: give [first, stop), first < stop (stop "
+        "excluded), or null for no such split"
+        for name, n in (("val", 2), ("test", 3))
+    )
+    assert not (tmp_path / "never_read.zarr").exists()
+
+
 def test_fit_refuses_empty_variables_in_one_line(swe_store, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         cli(["fit", *tiny_args(swe_store, tmp_path, "--data.init_args.variables", "[]")])
