@@ -635,8 +635,7 @@ def _check_grids(inputs: list[_Input]) -> "Grid":
     for other in inputs[1:]:
         for axis in ("latitude", "longitude"):
             a, b = getattr(first, axis), getattr(other, axis)
-            # one longitude: 1e-3 of 360 deg (Grid.from_coords' spacing of a single column), not of no spacing
-            tolerance = 0.36 if axis == "longitude" and a.size == 1 else coordinate_tolerance(a)
+            tolerance = coordinate_tolerance(a, period=360.0 if axis == "longitude" else None)
             if a.shape != b.shape or not np.allclose(a, b, rtol=0.0, atol=tolerance):
                 raise UserError(
                     f"inconsistent grids: {first.path} has {axis} {_describe_axis(a)} but {other.path} has "

@@ -6,13 +6,16 @@ numpy only: the converters, the readers and the metric engine's alignment all us
 import numpy as np
 
 
-def coordinate_tolerance(values: np.ndarray) -> float:
+def coordinate_tolerance(values: np.ndarray, period: float | None = None) -> float:
     """How far two grids' coordinate values may differ and still be the same point: 1e-3 of the
     smallest spacing of ``values`` (as ``Grid.from_coords``), so a latitude stored as float32 (2e-6
-    off at 0.25 deg) or rounded to 89.99999 matches; 1e-6 for a single value."""
+    off at 0.25 deg) or rounded to 89.99999 matches. A single value: 1e-3 of ``period`` (360 for
+    longitudes: one column spans the circle, as in ``Grid.from_coords``), else 1e-6."""
     distinct = np.unique(np.asarray(values, dtype=np.float64))
     gaps = np.diff(distinct)
-    return 1e-3 * float(gaps.min()) if gaps.size else 1e-6
+    if gaps.size:
+        return 1e-3 * float(gaps.min())
+    return 1e-3 * period if period is not None else 1e-6
 
 
 def east_longitudes(lon: np.ndarray) -> np.ndarray:

@@ -160,6 +160,7 @@ class StoreWriter:
         self._n_times = 0  # the store's time steps, known at ``create``
         self._created = False  # whether this run created the store at ``path`` (it holds only this run's data)
         self._holding = False  # whether this writer holds the store's lock sibling (``create`` to ``finish``)
+        self._complete_before = False  # ``create`` found the store complete: nothing is written, not even in finish
 
     def create(self, template: xr.Dataset) -> np.ndarray:
         """Write the skeleton of ``template`` (a dataset whose time-dependent variables are
@@ -172,6 +173,7 @@ class StoreWriter:
         check_target(self.path, self.inputs)  # before any sibling of it is looked at or made
         clean_leftovers(self.path)  # first: a killed run of this PID (a restarted container's) left siblings
         if not self.overwrite and self._complete_as_asked():  # nothing to write: no lock either (a read-only share)
+            self._complete_before = True
             return np.ones(self._n_times, dtype=bool)
         claim_lock(self.path)  # until finish or failure: a run started meanwhile refuses the store (busy)
         self._holding = True
@@ -324,7 +326,7 @@ class StoreWriter:
     def finish(self) -> None:
         """Mark the store complete and consolidate its metadata (a replacement then goes into place);
         nothing for a store ``create`` found complete (it took no lock: the store is not written)."""
-        if self._n_times and not self._holding and self._replacement is None and self._complete_as_asked():
+        if self._complete_before:
             return
         group = zarr.open_group(self.target, mode="r+", zarr_format=3)
         missing = int((~group["written"][:]).sum())

@@ -228,14 +228,10 @@ def input_indices(dataset: FieldDataset, t0: np.datetime64, source: str | Path |
     try:
         positions = dataset.time_indices(t0 + offsets, None if source is None else str(source))
     except ValueError as error:
-        # an init time between the store's times (03 h in a 6-hourly store) is the cause: say it must be one
-        between = (
-            t0 not in dataset.times and dataset.times[0] <= t0 <= dataset.times[-1]
-            and "; initialization times are times of the store"
-        )  # fmt: skip
-        raise UserError(
-            f"initialization time {format_time(t0)} needs inputs that are not in {where}: {error}{between or ''}"
-        ) from None
+        message = f"initialization time {format_time(t0)} needs inputs that are not in {where}: {error}"
+        if t0 not in dataset.times and dataset.times[0] <= t0 <= dataset.times[-1]:  # 03 h in a 6-hourly store
+            message += "; initialization times are times of the store"
+        raise UserError(message) from None
     if dataset.trajectory is not None and np.unique(dataset.trajectory[positions]).size > 1:
         # back-to-back trajectories of an SWE store: the history would be another run's state
         first = dataset.trajectory[positions[-1]]

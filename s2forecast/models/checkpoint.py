@@ -32,8 +32,8 @@ def local_checkpoint(path: str | Path) -> Path:
         )
     local = Path(path).expanduser()  # a quoted or YAML "~/run/last.ckpt" is the home directory, as --out's
     if local.is_dir():  # a run's directory: name a checkpoint in it (bounded: a large tree is not walked)
-        found = next(iter(sorted(local.glob("*/checkpoints/last.ckpt")) + sorted(local.glob("checkpoints/last.ckpt"))
-                          + sorted(local.glob("last.ckpt"))), None)  # fmt: skip
+        patterns = ("*/checkpoints/last.ckpt", "checkpoints/last.ckpt", "last.ckpt")
+        found = next((ckpt for pattern in patterns for ckpt in sorted(local.glob(pattern))), None)
         hint = f", e.g. {found}" if found else " (s2forecast fit writes RUN/version_N/checkpoints/last.ckpt)"
         raise FileNotFoundError(f"no checkpoint file at {path}: it is a directory; pass a checkpoint file{hint}")
     if not local.is_file():

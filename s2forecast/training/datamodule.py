@@ -279,10 +279,10 @@ class FieldDataModule(pl.LightningDataModule):
                 "pressure levels (hPa) to use, or null (or leave it out) for all of the store's"
             )
         for name, split in splits.items():  # refused here, not when the stage that reads it starts (test's)
-            first, stop = (tuple(split.get("trajectories") or ()) + (None, None))[:2]
-            if isinstance(first, int) and isinstance(stop, int) and first >= stop:
+            bounds = split.get("trajectories") or ()
+            if len(bounds) == 2 and all(isinstance(b, int) for b in bounds) and bounds[0] >= bounds[1]:
                 problems.append(
-                    f"data.init_args.{name}_trajectories [{first}, {stop}] is an empty range: give [first, stop), "
+                    f"data.init_args.{name}_trajectories {list(bounds)} is an empty range: give [first, stop), "
                     "first < stop (stop excluded), or null for no such split"
                 )
         unknown = set(splits) - {"train", "val", "test"}
