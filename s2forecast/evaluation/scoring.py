@@ -310,6 +310,12 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
             if job.nan == "error" and found.any():
                 _refuse_nonfinite(what, v, data, scored, init, leads)
             nonfinite[v][into] += found
+        # a point the forecast lacks (in any member) is left out of the baselines' scores too, after the
+        # counting (it is the forecast's, not the truth's): they would otherwise cover more points than it
+        forecast_gaps = ~np.isfinite(values)
+        if forecast_gaps.any():
+            forecast_gaps = forecast_gaps.any(axis=2) if member else forecast_gaps
+            arrays["truth"] = np.where(forecast_gaps, np.nan, arrays["truth"])
         values = _drop_nonfinite(values, 2 if member else None)
         arrays = {name: _drop_nonfinite(array, None) for name, array in arrays.items()}
         available = xr.DataArray(available, dims=(INIT_DIM, LEAD_DIM))

@@ -112,6 +112,30 @@ def test_a_nan_truth_pixel_is_left_out_of_every_source(tmp_path, truth):
     assert np.all(np.isfinite(global_scores(results, source="persistence")))
 
 
+@pytest.mark.parametrize("members", [0, 2], ids=["deterministic", "ensemble"])
+def test_a_point_the_forecast_lacks_is_left_out_of_the_baselines_too(tmp_path, truth, members):
+    """Persistence and the climatology are scored over the points the forecast has (the baselines of a
+    forecast NaN south of the equator covered the whole globe, the forecast half of it)."""
+    path, data = truth
+    climatology = compute_climatology(data[["2m_temperature"]])
+    forecast = forecast_of(data, members)
+    forecast["2m_temperature"][(0, 1, *([members - 1] if members else []), *PIXEL)] = np.nan  # one member, lead 15 h
+    with pytest.warns(NonFiniteWarning, match=r"1 NaN or infinite forecast value"):
+        gap = score(forecast, path, tmp_path / "f.nc", climatology=climatology)
+    bad = tmp_path / "truth.zarr"
+    shutil.copytree(path, bad)
+    zarr.open_group(str(bad), mode="r+")["2m_temperature"][2, *PIXEL] = np.nan  # the valid time of lead 15 h
+    with pytest.warns(NonFiniteWarning):
+        truth_gap = score(forecast_of(data, members), bad, tmp_path / "t.nc", climatology=climatology)
+    for source in ("persistence", "climatology"):
+        for metric in ("rmse", "bias", "acc"):
+            expected = global_scores(truth_gap, metric, source)
+            assert np.allclose(global_scores(gap, metric, source), expected, rtol=1e-12, equal_nan=True), metric
+        assert not np.allclose(global_scores(gap, "rmse", source)[1], global_scores(truth_gap, "rmse", source)[0])
+    assert gap["2m_temperature_nonfinite_forecast"].values.tolist() == [0, 1]
+    assert gap["2m_temperature_nonfinite_truth"].values.tolist() == [0, 0]  # the forecast's gap, counted once
+
+
 def test_a_point_the_climatology_lacks_is_left_out_of_every_source(tmp_path, truth):
     """A climatology without a value at a point (a land-masked SST) scores as a truth without one there
     at the valid times: the climatology baseline and ACC had covered fewer points than the forecast's
