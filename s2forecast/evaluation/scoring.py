@@ -295,6 +295,7 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
         clim_values = arrays["climatology"]
         _refuse_empty_climatology(clim_values, available, v, init, leads)
+        _refuse_empty_truth(arrays["truth"], available, v, init, leads, levels)
         if job.nan == "error":  # where the truth has a value: a point both lack (land in an SST truth) is the truth's
             clim_only = np.where(np.isfinite(arrays["truth"]), clim_values, 0.0)
             if _nonfinite_per_lead(clim_only, available).any():
@@ -345,6 +346,24 @@ def _refuse_empty_climatology(values: np.ndarray, available: np.ndarray, name: s
             f"the climatology of variable {name} has no finite value at the valid time {format_time(valid)} (init time "
             f"{format_time(init[i])} lead {leads[k] / np.timedelta64(1, 'h'):g} h); check the climatology file"
         )
+
+
+def _refuse_empty_truth(values: np.ndarray, available: np.ndarray, name: str, init, leads, levels) -> None:
+    """Refuse a truth field (of any level) with no finite value at a scored valid time (a time the store
+    lists but holds no data for): every point left out, each source's scores of its leads would be NaN,
+    averaged over init times that ``n_init_times`` still counts."""
+    finite = np.isfinite(values).any(axis=(-2, -1)).reshape(*values.shape[:2], -1)  # (time, lead, levels)
+    empty = ~finite.all(axis=-1) & available
+    if not empty.any():
+        return
+    i, k = np.argwhere(empty)[0]
+    level = "" if levels is None else f" at level {levels[int(np.argmin(finite[i, k]))]}"
+    raise UserError(
+        f"the truth of variable {name}{level} has no finite value at the valid time {format_time(init[i] + leads[k])} "
+        f"(init time {format_time(init[i])} lead {leads[k] / np.timedelta64(1, 'h'):g} h): a time the store lists "
+        "but holds no data for? Score a forecast of init times whose leads end before it "
+        "(forecast.drop_sel(time=...)), or fill that time in the truth store"
+    )
 
 
 def _refuse_empty_fields(

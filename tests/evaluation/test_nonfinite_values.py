@@ -236,3 +236,41 @@ def test_bad_nan_policies_are_refused(tmp_path, truth, capsys):
         main(["evaluate", "--forecast", "f.nc", "--truth", str(path), "--out", str(tmp_path / "m.nc"), "--nan", "zero"])
     assert exit.value.code == 2 and "argument --nan: invalid choice: 'zero'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_truth_field_nan_everywhere_at_a_valid_time_is_refused(tmp_path, truth, capsys):
+    """A time the store lists but holds no data for: skipped point by point, it made its leads' scores NaN
+    (every source's, persistence's at every lead) while n_init_times still counted the init time."""
+    path, data = truth
+    bad = tmp_path / "truth.zarr"
+    shutil.copytree(path, bad)
+    zarr.open_group(str(bad), mode="r+")["2m_temperature"][2] = np.nan  # the valid time of lead 15 h
+    message = (
+        r"the truth of variable 2m_temperature has no finite value at the valid time \S+ \(init time \S+ "
+        r"lead 15 h\): a time the store lists but holds no data for\? Score a forecast of init times whose "
+        r"leads end before it \(forecast.drop_sel\(time=...\)\), or fill that time in the truth store"
+    )
+    with pytest.raises(UserError, match=f"^{message}$"):
+        score(forecast_of(data), bad, tmp_path / "m.nc")
+    forecast = tmp_path / "forecast.nc"
+    forecast_of(data).to_netcdf(forecast)
+    with pytest.raises(SystemExit) as exit_status:
+        main(["evaluate", "--forecast", str(forecast), "--truth", str(bad), "--out", str(tmp_path / "m.nc"),
+              "--no-plots", "--no-progress"])  # fmt: skip
+    assert exit_status.value.code == 2
+    assert re.fullmatch(f"s2forecast evaluate: error: {message}\n", capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forecast.nc", "truth.zarr"]
+
+
+def test_an_empty_truth_level_is_named():
+    from s2forecast.evaluation.scoring import _refuse_empty_truth
+
+    values = np.ones((1, 2, 3, 4, 5))  # (time, lead, level, lat, lon)
+    values[0, 1, 2] = np.nan
+    init, leads = np.array(["2020-01-01"], "datetime64[ns]"), pd.to_timedelta([6, 12], unit="h").values
+    available = np.array([[True, True]])
+    with pytest.raises(UserError, match=r"^the truth of variable t at level 850 has no finite value at the valid "
+                       r"time 2020-01-01T12 \(init time 2020-01-01T00 lead 12 h\)"):  # fmt: skip
+        _refuse_empty_truth(values, available, "t", init, leads, np.array([250, 500, 850]))
+    # no truth at that valid time: nothing to refuse
+    _refuse_empty_truth(values, np.array([[True, False]]), "t", init, leads, np.array([250, 500, 850]))
