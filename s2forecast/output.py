@@ -727,12 +727,12 @@ class Output:
             found = artifact_kind(self.path)
             if found != self.kind:  # with or without --overwrite: passing it would not help
                 raise other_kind_error(self.path, found, self.kind, self.option)
+        if not ours:  # first: --overwrite would not help
+            raise foreign_error(self.path, self.option, self._why_not_ours())
         if not self.overwrite:
             raise FileExistsError(
                 f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another --out"
             )
-        if not ours:
-            raise foreign_error(self.path, self.option, self._why_not_ours())
 
     def _why_not_ours(self) -> str | None:
         """What says an existing ``path`` is not ours, where no marker judges it (e.g. evaluate's CSV)."""
