@@ -294,8 +294,8 @@ def _score_block(block: _Block, job: _Job) -> tuple[dict[tuple[str, str], Statis
         _refuse_empty_fields(values, available, v, init, leads, member, f)
         with_init = available & np.isin(init, truth_times)[:, None]  # persistence has a forecast
         clim_values = arrays["climatology"]
+        _refuse_empty_truth(arrays["truth"], available, v, init, leads, levels)  # first: a computed climatology's cause
         _refuse_empty_climatology(clim_values, available, v, init, leads)
-        _refuse_empty_truth(arrays["truth"], available, v, init, leads, levels)
         if job.nan == "error":  # where the truth has a value: a point both lack (land in an SST truth) is the truth's
             clim_only = np.where(np.isfinite(arrays["truth"]), clim_values, 0.0)
             if _nonfinite_per_lead(clim_only, available).any():
@@ -344,7 +344,8 @@ def _refuse_empty_climatology(values: np.ndarray, available: np.ndarray, name: s
         valid = init[i] + leads[k]
         raise UserError(
             f"the climatology of variable {name} has no finite value at the valid time {format_time(valid)} (init time "
-            f"{format_time(init[i])} lead {leads[k] / np.timedelta64(1, 'h'):g} h); check the climatology file"
+            f"{format_time(init[i])} lead {leads[k] / np.timedelta64(1, 'h'):g} h); check the climatology (the "
+            "--climatology file, or without one the truth it is computed from)"
         )
 
 

@@ -166,7 +166,8 @@ def test_a_point_the_climatology_lacks_is_left_out_of_every_source(tmp_path, tru
     # a climatology without any value at a scored time would leave every source's scores NaN there
     empty = climatology.where(climatology.hour != climatology.hour.values[0])
     with pytest.raises(UserError, match="the climatology of variable 2m_temperature has no finite value at the valid "
-                       "time .* check the climatology file"):  # fmt: skip
+                       r"time .* check the climatology \(the --climatology file, or without one the truth it is "
+                       r"computed from\)$"):  # fmt: skip
         score(forecast_of(data), path, tmp_path / "e.nc", climatology=empty)
 
 
@@ -274,3 +275,17 @@ def test_an_empty_truth_level_is_named():
         _refuse_empty_truth(values, available, "t", init, leads, np.array([250, 500, 850]))
     # no truth at that valid time: nothing to refuse
     _refuse_empty_truth(values, np.array([[True, False]]), "t", init, leads, np.array([250, 500, 850]))
+
+
+def test_a_truth_time_without_data_is_named_before_the_climatology_computed_from_it(tmp_path, truth):
+    """Without --climatology the climatology comes from the truth: a valid time the truth holds no data for
+    left that climatology empty there too, and the refusal blamed 'the climatology file'."""
+    path, data = truth
+    bad = tmp_path / "truth.zarr"
+    shutil.copytree(path, bad)
+    zarr.open_group(str(bad), mode="r+")["2m_temperature"][2] = np.nan
+    valid = pd.Timestamp(data.time.values[2])
+    climatology = compute_climatology(data[["2m_temperature"]])  # as one of a record holding only that time there
+    climatology = climatology.where((climatology.dayofyear != valid.dayofyear) | (climatology.hour != valid.hour))
+    with pytest.raises(UserError, match="^the truth of variable 2m_temperature has no finite value"):
+        score(forecast_of(data), bad, tmp_path / "m.nc", climatology=climatology)
