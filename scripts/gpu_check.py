@@ -40,11 +40,13 @@ kept whole in the report, and ``targets`` compares them with the goals below.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -260,8 +262,12 @@ def prepare_out(out: Path) -> None:
 
 
 def run_check(args: argparse.Namespace) -> None:
+    # the budget is the whole run's, the wheels' installation included (a lease's time is spent either way)
+    deadline = time.monotonic() + (args.budget if args.budget is not None else float("inf"))
     if args.budget is not None and args.budget < 0:
         raise ValueError(f"--budget must be at least 0 seconds, got {args.budget}")
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout must be more than 0 seconds, got {args.timeout}")
     benchmarks = [b[0] for part in args.parts for b in BENCHMARKS.get(part, [])]
     if args.only and not selected([(name,) for name in benchmarks], args.only):  # it wrote an empty report, exit 0
         raise ValueError(f"--only {' '.join(args.only)} names no benchmark of {' '.join(args.parts)}: {benchmarks}")
@@ -272,7 +278,6 @@ def run_check(args: argparse.Namespace) -> None:
     paths = [str(args.site)] if args.wheels else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env["PYTHONUNBUFFERED"] = "1"
-    deadline = time.monotonic() + (args.budget if args.budget is not None else float("inf"))
 
     def timeout():
         """--timeout, cut to what is left of --budget; None once under a minimum worth starting."""
@@ -359,6 +364,7 @@ def run_tests(out: Path, env: dict, timeout: float) -> dict:
                 summary["returncode"] = summary["returncode"] or "timeout"
                 continue
             junit = out / f"pytest_cuda_{i}.xml"
+            junit.unlink(missing_ok=True)  # an earlier run's in a reused --out: not this module's results
             command = [sys.executable, "-m", "pytest", *options, f"--junitxml={junit}", module]
             log.write(f"$ pytest {module}\n")
             log.flush()
@@ -388,12 +394,17 @@ def run_benchmark(name, script, arguments, repeats, out, env, timeout) -> list[d
     """One benchmark script's JSON lines, each tagged with the benchmark's name and command."""
     command = [sys.executable, str(SCRIPTS / script), *arguments, "--repeats", str(repeats)]
     shown = " ".join(["python", f"scripts/{script}", *arguments, "--repeats", str(repeats)])
+    # a session of its own: on timeout the processes it started (bench_attention's --case runs) go with it,
+    # rather than hold the device while the next benchmarks are timed
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
     try:
-        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        stdout, stderr = result.stdout, result.stderr
-    except subprocess.TimeoutExpired as expired:
-        stdout = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout or ""
-        stderr = f"timed out after {timeout} s"
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        stdout, _ = process.communicate()
+        stderr = f"timed out after {timeout:.0f} s"
     (out / f"{name}.log").write_text(stdout + stderr)
     rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if not rows:
@@ -419,9 +430,26 @@ def merge_reports(args: argparse.Namespace) -> None:
         merged["parts"] += part["parts"]
         merged["benchmarks"] += part["benchmarks"]
         if "tests" in part:
-            merged["tests"] = part["tests"]
+            merged["tests"] = merge_tests(merged["tests"], part["tests"]) if "tests" in merged else part["tests"]
     prepare_out(args.out)
     write_report(merged, args.out, "gpu_check")
+
+
+def merge_tests(first: dict, second: dict) -> dict:
+    """The test summaries of two leases as one: counts added, lists joined, the first failing return code.
+    A lease whose tests did not run (``returncode`` "not run": its budget was spent) adds nothing."""
+    if second.get("returncode") == "not run":
+        return first
+    if first.get("returncode") == "not run":
+        return second
+    merged = dict(first)
+    for key in ("tests", "passed", "failures", "errors", "skipped", "seconds"):
+        merged[key] = first.get(key, 0) + second.get(key, 0)
+    for key in ("failed_tests", "not_run"):
+        merged[key] = first.get(key, []) + second.get(key, [])
+    merged["returncode"] = first["returncode"] or second["returncode"]
+    merged["command"] = " ; ".join(dict.fromkeys((first["command"], second["command"])))
+    return merged
 
 
 def write_report(report: dict, out: Path, name: str) -> None:
@@ -450,8 +478,10 @@ def targets(rows: list[dict]) -> list[dict]:
                         "threshold": threshold, "met": met})  # fmt: skip
 
     def one(**conditions):
-        found = _find(rows, **conditions)
-        return found[0] if found else None
+        """The latest measured row (merged leases in order): an error row, or an earlier lease's, does not
+        hide another's measurement."""
+        found = [row for row in _find(rows, **conditions) if "error" not in row]
+        return found[-1] if found else None
 
     for config, goal in NEIGHBORHOOD_PEER_GOALS.items():
         for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):  # users train in bf16-mixed

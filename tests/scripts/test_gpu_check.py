@@ -4,6 +4,7 @@ merging parts, and its one-line errors."""
 import importlib.util
 import json
 import os
+import time
 import tomllib
 from pathlib import Path
 
@@ -255,6 +256,7 @@ def test_report_merges_parts_from_one_device(gpu_check, tmp_path):
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the build would start"),
         ),
         (["run", "--out", "{tmp}/o", "--parts", "global", "--budget", "-1"], "--budget must be"),
+        (["run", "--out", "{tmp}/o", "--parts", "global", "--timeout", "-5"], "--timeout must be more than 0 seconds"),
         (["run", "--out", "{tmp}/o", "--parts", "global", "--only", "zzz"], "--only zzz names no benchmark of global"),
     ],
 )
@@ -270,3 +272,101 @@ def test_bad_inputs_give_one_line(gpu_check, tmp_path, capsys, argv, message):
     assert message in error and len(error.splitlines()) == 1 and "Traceback" not in error
     assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "user").iterdir()) == ["notes.txt"]
+
+
+def test_a_module_cut_short_does_not_report_an_earlier_runs_results(gpu_check, tmp_path, monkeypatch):
+    """In a reused --out, the JUnit file of an earlier run's module was counted as this run's when the
+    module was cut at the time limit (pytest writes none then)."""
+    root = tmp_path / "project"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_a.py").write_text(CUDA_MODULE.format(sleep=0))
+    monkeypatch.setattr(gpu_check, "ROOT", root)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "pytest_cuda_0.xml").write_text(  # the earlier run's: one failure
+        '<testsuites><testsuite tests="1" failures="1" errors="0" skipped="0">'
+        '<testcase classname="tests.test_a" name="test_fails"><failure/></testcase></testsuite></testsuites>'
+    )
+
+    def cut(command, timeout, **options):
+        raise gpu_check.subprocess.TimeoutExpired(command, timeout)
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", cut)
+    summary = gpu_check.run_tests(out, dict(os.environ), timeout=30)
+    assert summary["not_run"] == ["tests/test_a.py (cut at the time limit)"]
+    assert (summary["failures"], summary["failed_tests"], summary["tests"]) == (0, [], 0)
+
+
+CHILD_BENCHMARK = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_benchmark_cut_at_its_timeout_takes_its_processes_with_it(gpu_check, tmp_path):
+    """bench_attention runs each case in a process of its own: on timeout that process kept running
+    (and would hold the GPU while the next benchmarks were timed)."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "bench_child.py").write_text(CHILD_BENCHMARK)
+    out = tmp_path / "out"
+    out.mkdir()
+    original = gpu_check.SCRIPTS
+    gpu_check.SCRIPTS = scripts
+    try:
+        (row,) = gpu_check.run_benchmark("child", "bench_child.py", [], 1, out, dict(os.environ), timeout=3)
+    finally:
+        gpu_check.SCRIPTS = original
+    assert row["error"] == ["timed out after 3 s"]
+    child = int((out / "child.log").read_text().split()[0])
+    for _ in range(50):  # reaped by init once killed
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError(f"the benchmark's child {child} outlived its timeout")
+
+
+def test_report_adds_up_the_tests_of_each_lease(gpu_check, tmp_path):
+    tests = {"command": "pytest -m cuda", "seconds": 3, "tests": 5, "passed": 4, "failures": 1, "errors": 0,
+             "skipped": 0, "failed_tests": ["tests.test_k::test_kernel"], "not_run": [], "returncode": 1}  # fmt: skip
+    spent = {"command": "pytest -m cuda", "returncode": "not run", "seconds": 0,
+             "not_run": ["every module: --budget spent"]}  # fmt: skip
+    second = dict(tests, failures=0, passed=5, failed_tests=[], returncode=0)
+    paths = []
+    for i, part in enumerate((tests, spent, second)):
+        paths.append(tmp_path / f"part{i}.json")
+        paths[-1].write_text(
+            json.dumps({"environment": ENVIRONMENT, "parts": ["tests"], "benchmarks": [], "tests": part})
+        )
+    gpu_check.main(["report", *map(str, paths[:2]), "--out", str(tmp_path / "one")])
+    merged = json.loads((tmp_path / "one" / "gpu_check.json").read_text())["tests"]
+    assert merged == tests  # the lease whose budget was spent adds nothing (it replaced the first's)
+    gpu_check.main(["report", *map(str, paths), "--out", str(tmp_path / "all")])
+    merged = json.loads((tmp_path / "all" / "gpu_check.json").read_text())["tests"]
+    assert (merged["tests"], merged["passed"], merged["failures"], merged["returncode"]) == (10, 9, 1, 1)
+    assert merged["failed_tests"] == ["tests.test_k::test_kernel"]
+
+
+def test_a_goal_reads_the_measured_row_of_a_case_another_lease_failed(gpu_check):
+    rows = [
+        neighborhood_row("a", "s2forecast-fused", 2.0, dtype="bfloat16"),
+        neighborhood_row("a", "flex-attention", None, dtype="bfloat16", error=["out of memory"]),  # lease 1
+        neighborhood_row("a", "flex-attention", 21.0, dtype="bfloat16"),  # lease 2
+    ]
+    found = {target["goal"]: target for target in gpu_check.targets(rows)}
+    assert found["(a) fwd+bwd bf16: flex-attention / s2forecast-fused"]["measured"] == 10.5
+
+
+def test_the_budget_counts_the_wheels_installation(gpu_check, tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "environment", lambda env: ENVIRONMENT)
+    monkeypatch.setattr(gpu_check, "install_wheels", lambda directories, site: time.sleep(1.5))
+    monkeypatch.setitem(gpu_check.BENCHMARKS, "global", [("tiny-global", "bench_stub.py", ["--op", "global"])])
+    out = tmp_path / "out"
+    gpu_check.main(["run", "--parts", "global", "--out", str(out), "--budget", "31", "--wheels", str(tmp_path),
+                    "--site", str(tmp_path / "site")])  # fmt: skip
+    (row,) = json.loads((out / "gpu_check-global.json").read_text())["benchmarks"]
+    assert row == {"benchmark": "tiny-global", "error": ["not run: --budget spent"]}  # 29.5 s left: under 30
