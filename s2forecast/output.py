@@ -71,6 +71,12 @@ def output_format(out, fmt: str | None) -> str:
 
 
 MARKER_ATTR = "s2forecast_artifact"
+# the zarr nodes (arrays, groups; paths from the root) a zarr artifact held when written: a node added
+# later (xarray's to_zarr(mode="a"), zarr's create_array, another command's store) is not s2forecast's
+NODES_ATTR = "s2forecast_nodes"
+# the one artifact kept inside another: a store's statistics group, at the root under this name, judged by
+# its own marker
+NESTED_KIND = "stats"
 GENERATION_ATTR = "s2forecast_generation"
 MARKER_FILE = ".s2forecast-artifact.json"
 # written by s2forecast before the marker existed: stores (StoreWriter) and their stats groups
@@ -205,10 +211,51 @@ def _node_type(directory: Path) -> str | None:
     return node if node in ("group", "array") else None
 
 
-def _foreign_entry(directory: Path, node: str) -> Path | None:
+def zarr_nodes(root: Path) -> list[str]:
+    """The paths (from ``root``, "/"-separated) of the zarr arrays and groups under the group at ``root``,
+    but for a nested artifact's (``NESTED_KIND``: its own marker lists its own)."""
+    found = []
+
+    def visit(directory: Path, prefix: str) -> None:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False) or _is_sibling(entry.name):
+                    continue
+                child = _node_type(Path(entry.path))
+                if child is None or (
+                    not prefix and entry.name == NESTED_KIND and _nested_artifact(Path(entry.path), child)
+                ):
+                    continue
+                found.append(prefix + entry.name)
+                if child == "group":
+                    visit(Path(entry.path), prefix + entry.name + "/")
+
+    visit(root, "")
+    return sorted(found)
+
+
+def record_zarr_nodes(root: Path) -> None:
+    """Write ``zarr_nodes(root)`` into the root group's attributes (``NODES_ATTR``), once the artifact is
+    complete: what ``written_by_s2forecast`` then accepts under it."""
+    meta = root / "zarr.json"
+    document = json.loads(meta.read_text())
+    document.setdefault("attributes", {})[NODES_ATTR] = zarr_nodes(root)
+    tmp = root / ".zarr.json.s2forecast-nodes"
+    tmp.write_text(json.dumps(document, indent=2))
+    os.replace(tmp, meta)
+
+
+def _nested_artifact(directory: Path, node: str) -> bool:
+    attrs = zarr_attributes(directory) if node == "group" else None
+    return attrs is not None and attrs.get(MARKER_ATTR) == NESTED_KIND
+
+
+def _foreign_entry(directory: Path, node: str, listed: set | None = None, prefix: str = "") -> Path | None:
     """The first entry under the zarr ``node`` ("group" or "array") at ``directory`` that is none of zarr
     metadata, child nodes, chunks (an array's ``c``/digit chunk directories, whose contents are not
-    listed: a record has millions) and s2forecast's own siblings; None when there is none."""
+    listed: a record has millions) and s2forecast's own siblings; None when there is none. With
+    ``listed`` (the root's ``NODES_ATTR``), a child node not listed is foreign too, as is any child group
+    that is another s2forecast artifact; a nested statistics group is judged by its own marker."""
     with os.scandir(directory) as entries:  # DirEntry types: no system call per chunk file (v2 flat keys)
         for entry in entries:
             name = entry.name
@@ -223,7 +270,21 @@ def _foreign_entry(directory: Path, node: str) -> Path | None:
             elif entry.is_dir(follow_symlinks=False):
                 child = _node_type(Path(entry.path))
                 if child is not None:
-                    found = _foreign_entry(Path(entry.path), child)
+                    attrs = zarr_attributes(Path(entry.path)) if child == "group" else None
+                    if (
+                        attrs is not None
+                        and attrs.get(MARKER_ATTR) == NESTED_KIND
+                        and not prefix
+                        and name == NESTED_KIND
+                    ):
+                        if _why_foreign(Path(entry.path)) is not None:
+                            return Path(entry.path)
+                        continue
+                    if attrs is not None and MARKER_ATTR in attrs:  # another command's artifact, put inside
+                        return Path(entry.path)
+                    if listed is not None and prefix + name not in listed:
+                        return Path(entry.path)
+                    found = _foreign_entry(Path(entry.path), child, listed, prefix + name + "/")
                     if found is not None:
                         return found
                 elif not (node == "array" and (name == "c" or name.isdigit())):
@@ -243,6 +304,12 @@ def written_by_s2forecast(path: str | os.PathLike) -> bool:
     return _why_foreign(Path(path)) is None
 
 
+def why_foreign(path: str | os.PathLike) -> str | None:
+    """What makes ``path`` foreign, for a message (e.g. "it has no s2forecast marker"); None for an
+    artifact of ours (``written_by_s2forecast``)."""
+    return _why_foreign(Path(path))
+
+
 def _why_foreign(path: Path) -> str | None:
     """What makes ``path`` foreign, for a message (``written_by_s2forecast``); None for an artifact of ours."""
     if path.is_symlink():
@@ -257,7 +324,8 @@ def _why_foreign(path: Path) -> str | None:
     if attrs is not None:
         if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not _is_legacy_stats(attrs):
             return no_marker
-        entry = _foreign_entry(path, "group")
+        listed = attrs.get(NODES_ATTR)
+        entry = _foreign_entry(path, "group", set(listed) if isinstance(listed, list) else None)
         return None if entry is None else f"it holds {entry.relative_to(path)}, which s2forecast did not write"
     marker = _marker_file(path)
     if marker is None or MARKER_ATTR not in marker:
@@ -761,6 +829,8 @@ class Output:
         try:
             if self.directory and zarr_attributes(self.tmp) is None:
                 self.write_marker_file()
+            elif self.directory and self.owned is written_by_s2forecast:
+                record_zarr_nodes(self.tmp)
             if self.owned is written_by_s2forecast and not written_by_s2forecast(self.tmp):
                 raise RuntimeError(f"internal error: the {self.kind} written to {self.tmp} lacks the s2forecast marker")
             if self._state() != self._seen:  # the path changed during the run: judge it again

@@ -57,6 +57,7 @@ from s2forecast.output import (
     Output,
     claim_lock,
     release_lock,
+    why_foreign,
     written_by_s2forecast,
     zarr_attributes,
 )
@@ -439,8 +440,9 @@ def _check_replaceable(path: Path) -> None:
             "DataModule)"
         )
     group = path / STATS_GROUP
-    if os.path.lexists(group) and (group.is_symlink() or not written_by_s2forecast(group)):
-        why = "is a symbolic link" if group.is_symlink() else "was not written by s2forecast stats (it has no marker)"
+    reason = why_foreign(group) if os.path.lexists(group) else None
+    if reason is not None:
+        why = "is a symbolic link" if group.is_symlink() else f"was not written by s2forecast stats ({reason})"
         raise UserError(
             f"{group} exists and {why}; it is never replaced: move it away yourself to store statistics in this store"
         )

@@ -47,6 +47,7 @@ from s2forecast.output import (
     field_compressors,
     foreign_error,
     other_kind_error,
+    record_zarr_nodes,
     release_lock,
     remove_own,
     written_by_s2forecast,
@@ -336,6 +337,7 @@ class StoreWriter:
         with warnings.catch_warnings():  # consolidated metadata is outside the v3 spec; we use it on purpose
             warnings.simplefilter("ignore", UserWarning)
             zarr.consolidate_metadata(self.target, zarr_format=3)
+        record_zarr_nodes(Path(self.target))  # a store written in place is never committed
         if self._replacement is not None:
             self._replacement.commit()
             self._replacement, self.target = None, self.path

@@ -18,6 +18,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 import xarray as xr
+import zarr
 
 from s2forecast import output as output_module
 from s2forecast.cli import main as cli
@@ -709,6 +711,59 @@ def test_a_users_file_anywhere_inside_a_zarr_output_makes_it_foreign(inputs, tmp
     named = {"file in an array": "vorticity/my_notes.txt", "directory in an array": "vorticity/my_analysis",
              "file in a chunk-free group": ".backup.s2forecast-notes"}[where]  # fmt: skip
     assert f"exists and was not written by s2forecast (it holds {named}, which s2forecast did not write)" in message
+    assert snapshot(tmp_path) == before
+
+
+ZARR_COMMANDS = [command for command in COMMANDS if command.out.endswith(".zarr")]
+
+
+@pytest.mark.parametrize("command", ZARR_COMMANDS, ids=[c.name for c in ZARR_COMMANDS])
+@pytest.mark.parametrize("how", ["xarray group", "zarr array", "xarray variable"])
+def test_zarr_nodes_a_user_added_inside_a_zarr_output_make_it_foreign(inputs, tmp_path, capsys, command, how):
+    """Arrays and groups added after s2forecast wrote the output are the user's: --overwrite deleted them
+    with the output (they are zarr nodes, which were all taken for s2forecast's own)."""
+    out = tmp_path / command.out
+    cli(command.argv(inputs, out))
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # consolidated metadata outside the v3 spec
+        if how == "xarray group":  # xarray consolidates the root's metadata again, listing it there
+            xr.Dataset({"mine": ("x", np.arange(3.0))}).to_zarr(out, group="my_analysis", mode="a")
+        elif how == "zarr array":
+            zarr.open_group(out, mode="a").create_array("my_analysis", shape=(2,), dtype="f8")[:] = [1.0, 2.0]
+        else:
+            xr.Dataset({"my_analysis": ("x", np.arange(3.0))}).to_zarr(out, mode="a")
+    assert not written_by_s2forecast(out)
+    before = snapshot(tmp_path)
+    message = refused(command.argv(inputs, out, "--overwrite"), capsys)
+    # xarray's to_zarr(mode="a") of a Dataset also writes its (empty) attributes over the root's: the marker goes
+    why = "it has no s2forecast marker" if how == "xarray variable" else "it holds my_analysis, which s2forecast did"
+    assert f"--out {out} exists and was not written by s2forecast ({why}" in message
+    assert snapshot(tmp_path) == before
+
+
+def test_another_commands_store_inside_an_output_makes_it_foreign(inputs, tmp_path, capsys):
+    swe = tmp_path / "s.zarr"
+    cli(BY_NAME["generate-swe"].argv(inputs, swe))
+    cli(BY_NAME["convert-era5"].argv(inputs, swe / "era5.zarr"))
+    capsys.readouterr()
+    before = snapshot(tmp_path)
+    message = refused(BY_NAME["generate-swe"].argv(inputs, swe, "--overwrite"), capsys)
+    assert "(it holds era5.zarr, which s2forecast did not write)" in message
+    assert snapshot(tmp_path) == before
+
+
+def test_an_array_a_user_added_to_a_stores_statistics_is_kept(inputs, tmp_path, capsys):
+    store = own_store(inputs, tmp_path)
+    cli(["stats", str(store)])  # its statistics group, written by this version
+    zarr.open_group(store / "stats", mode="a").create_array("my_sigma", shape=(2,), dtype="f8")[:] = [1.0, 2.0]
+    before = snapshot(tmp_path)
+    message = refused(["stats", str(store)], capsys)
+    assert message == (
+        f"s2forecast stats: error: {store / 'stats'} exists and was not written by s2forecast stats (it holds "
+        "my_sigma, which s2forecast did not write); it is never replaced: move it away yourself to store "
+        "statistics in this store"
+    )
     assert snapshot(tmp_path) == before
 
 
