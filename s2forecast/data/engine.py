@@ -29,12 +29,14 @@ so such a run leaves nothing behind.
 """
 
 import contextlib
+import importlib.util
 import json
 import logging
 import numbers
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -48,6 +50,9 @@ WORKERS_PER_CORE = 4  # --workers' bound: beyond one per core only reads that wa
 THREADS = 2  # tasks at once in this process: one reads while the other reduces
 BACKGROUND_THREADS = 3 * THREADS  # per task: one read ahead and two writes behind (climatology pass 2)
 CONNECT_TIMEOUT_S = 20  # how long to wait for a --scheduler to answer
+# how long to wait for a --scheduler's first worker (workers started beside the command, as in README's
+# SLURM recipe, take seconds to import and register; one that never comes must not hang the command)
+WORKERS_TIMEOUT_S = 120
 DRAIN_TIMEOUT_S = 60  # how long a failed run waits for its tasks still running on workers
 INSTALL = "pip install distributed, the version of your dask (in a clone of s2forecast: pip install '.[distributed]')"
 START_ONE = "start one with `dask scheduler` (and `dask worker ADDRESS`), or use --workers N for a local cluster"
@@ -191,16 +196,42 @@ class Engine:
             return self._client
         try:
             address = _scheduler_file(self.scheduler) if self.scheduler.endswith(".json") else self.scheduler
+            if address.startswith("ucx://") and importlib.util.find_spec("distributed_ucxx") is None:
+                raise UserError(
+                    f"--scheduler {self.scheduler}: the ucx protocol needs the distributed-ucxx package (e.g. pip "
+                    "install distributed-ucxx-cu12); or give the scheduler's tcp:// address"
+                )
             # first a bounded exchange of its own: Client's handshake has no deadline (an address that accepts
             # but never answers as a scheduler, e.g. the dashboard's port, hung it), and a Client that fails to
             # start spends 2 x its timeout closing itself, after the error line, with a traceback
             _probe_scheduler(address, CONNECT_TIMEOUT_S)
-            return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except UserError:
             raise
         except Exception as error:  # OSError (timed out, refused), ValueError (no port), garbage answers
             reason = one_line(str(error)) or type(error).__name__
             raise UserError(f"cannot reach the dask scheduler at {self.scheduler}: {reason}; {START_ONE}") from None
+        self._client = client
+        self._wait_for_workers(client)
+        return client
+
+    def _wait_for_workers(self, client) -> None:
+        """Wait (up to ``WORKERS_TIMEOUT_S``) for the scheduler's first worker: without one the tasks
+        would wait forever, in silence (a `dask worker` that failed to start)."""
+        quiet = min(5, WORKERS_TIMEOUT_S / 2)  # workers registering as the command starts: no news
+        try:
+            with contextlib.suppress(TimeoutError):
+                client.wait_for_workers(1, timeout=quiet)
+                return
+            print(f"s2forecast: waiting for a worker of the dask scheduler at {self.scheduler}", file=sys.stderr)
+            client.wait_for_workers(1, timeout=WORKERS_TIMEOUT_S - quiet)
+        except TimeoutError:
+            self.close()
+            raise UserError(
+                f"the dask scheduler at {self.scheduler} has no workers (none registered within "
+                f"{WORKERS_TIMEOUT_S:g} s): start them with `dask worker ADDRESS` (or `--scheduler-file FILE`), "
+                "or use --workers N for a local cluster"
+            ) from None
 
     def close(self) -> None:
         """Disconnect; stop a local cluster this engine started."""
@@ -253,20 +284,31 @@ class Engine:
         if client is None:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="s2forecast-task")
-            submit, window = self._pool.submit, window or THREADS
+            submit, fixed = self._pool.submit, window or THREADS
+
+            def limit():
+                return fixed
         else:
-            with self._lost_scheduler():
-                threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
-            window = window or max(2, 2 * threads)
+
+            def limit():
+                """Counted again whenever the window fills: workers that register after the command
+                started (started beside it, as in README's SLURM recipe) get tasks too."""
+                if window:
+                    return window
+                with self._lost_scheduler():
+                    return max(2, 2 * sum(client.nthreads().values()))
 
             def submit(function, item, *args):
                 return client.submit(_on_worker, function, item, *args, pure=False)
 
         pending: deque = deque()
+        current = limit()
         try:
             for item in items:
                 pending.append(submit(_call, function, item, *args))
-                if len(pending) >= window:
+                if len(pending) >= current:
+                    current = limit()
+                if len(pending) >= current:
                     yield self._result(pending.popleft())
             while pending:
                 yield self._result(pending.popleft())
@@ -418,6 +460,8 @@ def _on_worker(call: Callable, function: Callable, item, *args):
 
 def _scheduler_file(path: str) -> str:
     """The address the scheduler file at ``path`` holds."""
+    if Path(path).is_dir():
+        raise UserError(f"--scheduler {path} is a directory, not a dask scheduler file (JSON with an 'address')")
     if not Path(path).is_file():
         raise UserError(
             f"--scheduler {path}: no such scheduler file (it is written by `dask scheduler --scheduler-file "

@@ -414,6 +414,22 @@ def test_a_scheduler_file_that_is_not_there_is_one_line(inputs, tmp_path, capsys
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_directory_given_as_the_scheduler_file_is_one_line(inputs, tmp_path, capsys):
+    (tmp_path / "scheduler.json").mkdir()
+    message = refused(argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", tmp_path / "scheduler.json"), capsys)
+    assert message.endswith(f"--scheduler {tmp_path / 'scheduler.json'} is a directory, not a dask scheduler file "
+                            "(JSON with an 'address')")  # fmt: skip
+    assert [p.name for p in tmp_path.iterdir()] == ["scheduler.json"]
+
+
+def test_a_ucx_address_without_its_package_names_it(inputs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed_ucxx", None)  # not installed (find_spec: None)
+    message = refused(argv("stats", inputs, tmp_path / "s.zarr", "--scheduler", "ucx://127.0.0.1:8786"), capsys)
+    needs = "the ucx protocol needs the distributed-ucxx package (e.g. pip install distributed-ucxx-cu12)"
+    assert message.endswith(f"--scheduler ucx://127.0.0.1:8786: {needs}; or give the scheduler's tcp:// address")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_without_dask_distributed_the_options_name_the_extra(inputs, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed raises ImportError
     for options in (["--workers", "2"], ["--scheduler", "tcp://127.0.0.1:8786"]):

@@ -206,3 +206,55 @@ def test_ctrl_c_while_a_local_cluster_starts_is_raised_once_it_has():
     assert signal.SIGINT in mask
     assert signal.getsignal(signal.SIGINT) is handler
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+# --- on a running scheduler (in this process: threads as workers) ---------------------------------------
+RUNNING = {"now": 0, "most": 0}
+RUNNING_LOCK = threading.Lock()
+
+
+def _count_while_sleeping(item):
+    with RUNNING_LOCK:
+        RUNNING["now"] += 1
+        RUNNING["most"] = max(RUNNING["most"], RUNNING["now"])
+    time.sleep(0.3)
+    with RUNNING_LOCK:
+        RUNNING["now"] -= 1
+    return item
+
+
+def test_workers_that_register_after_the_command_started_get_tasks():
+    """The tasks in flight were counted once, from the workers registered at the start: workers started
+    beside the command (README's SLURM recipe) sat idle."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        RUNNING.update(now=0, most=0)
+        with Engine(scheduler=cluster.scheduler_address) as engine:
+            results = engine.map(_count_while_sleeping, range(16))
+            assert next(results) == 0
+            cluster.scale(3)
+            engine.connect().wait_for_workers(3, timeout=60)
+            assert list(results) == list(range(1, 16))
+        assert RUNNING["most"] == 3
+
+
+def test_a_scheduler_without_workers_is_one_line_in_time(monkeypatch, capsys):
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setattr(engine_module, "WORKERS_TIMEOUT_S", 2)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        engine = Engine(scheduler=cluster.scheduler_address)
+        start = time.monotonic()
+        with pytest.raises(UserError) as error:
+            engine.connect()
+        assert time.monotonic() - start < 20
+    assert str(error.value) == (
+        f"the dask scheduler at {cluster.scheduler_address} has no workers (none registered within 2 s): start them "
+        "with `dask worker ADDRESS` (or `--scheduler-file FILE`), or use --workers N for a local cluster"
+    )
+    assert (
+        capsys.readouterr().err
+        == f"s2forecast: waiting for a worker of the dask scheduler at {cluster.scheduler_address}\n"
+    )
+    assert engine._client is None  # disconnected
