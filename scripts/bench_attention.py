@@ -439,7 +439,7 @@ def cases_for(args):
     if args.config:
         setups = [CONFIGS[name] for name in args.config]
     else:
-        sizes = [(args.nlat, args.nlon)] if args.nlat else [(64, 128), (128, 256)]
+        sizes = [(args.nlat, args.nlon)] if args.nlat is not None else [(64, 128), (128, 256)]
         setups = [
             {"nlat": nlat, "nlon": nlon, "channels": args.channels, "heads": args.heads, "batch": args.batch,
              "theta": args.theta}
@@ -463,7 +463,7 @@ def cases_for(args):
                 if args.config and not args.op and (op == "global") != (impl == "sdpa-dense"):
                     continue  # the set-ups compare neighborhood ops with dense global SDPA
                 global_max = CPU_GLOBAL_MAX_POINTS if on_cpu else GPU_GLOBAL_MAX_POINTS
-                if op == "global" and n > global_max and not args.nlat:
+                if op == "global" and n > global_max and args.nlat is None:
                     continue
                 if impl == "sdpa-dense" and op == "neighborhood" and n > DENSE_MAX_POINTS:
                     continue
@@ -523,8 +523,20 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if (args.nlat is None) != (args.nlon is None):
         parser.error("--nlat and --nlon go together")
-    if args.config and args.nlat:
+    if args.config and args.nlat is not None:
         parser.error("--config sets the grid; leave out --nlat/--nlon")
+    if args.nlat is not None and (args.nlat < 2 or args.nlon < 1):
+        parser.error(f"--nlat {args.nlat} --nlon {args.nlon}: a grid needs at least 2 latitudes and 1 longitude")
+    for name in ("channels", "heads", "batch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.channels % args.heads:
+        parser.error(f"--channels {args.channels} is not a multiple of --heads {args.heads}: each head takes "
+                     "channels / heads of them")  # fmt: skip
+    try:
+        torch.device(args.device)
+    except RuntimeError as error:
+        parser.error(f"--device {args.device!r}: {error}")
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.repeats < 1:

@@ -52,7 +52,10 @@ def main(argv=None) -> None:
     if not Path(args.store).is_dir():
         parser.error(f"{args.store} is not a zarr store (no such directory)")
     numcodecs.blosc.use_threads = False  # one thread: what a task compressing a chunk gets
-    ds = xr.open_zarr(args.store, consolidated=False)
+    try:
+        ds = xr.open_zarr(args.store, consolidated=False)
+    except (OSError, ValueError, KeyError) as error:  # zarr's GroupNotFoundError is a KeyError
+        parser.error(f"{args.store} is not a zarr store ({type(error).__name__}: {str(error).splitlines()[0]})")
     for name, variable in ds.data_vars.items():
         if variable.ndim < 3 or not np.issubdtype(variable.dtype, np.floating):
             continue

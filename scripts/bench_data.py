@@ -168,9 +168,12 @@ def main(argv=None):
     store = Path(args.store or default)
     if not store.exists():
         make_store(store, args.times, nlat, nlon, args.levels)
-    with xr.open_zarr(store) as existing:  # one made before is reused: only if it is the one asked for
-        found = (existing.sizes["time"], existing.sizes["latitude"], existing.sizes["longitude"],
-                 existing.sizes.get("level", 0))  # fmt: skip
+    try:
+        with xr.open_zarr(store) as existing:  # one made before is reused: only if it is the one asked for
+            found = (existing.sizes["time"], existing.sizes["latitude"], existing.sizes["longitude"],
+                     existing.sizes.get("level", 0))  # fmt: skip
+    except (OSError, ValueError, KeyError) as error:  # zarr's GroupNotFoundError is a KeyError
+        parser.error(f"--store {store} is not a store of this benchmark ({type(error).__name__}); give another --store")
     if found != (args.times, nlat, nlon, args.levels):
         parser.error(
             f"{store} holds {found[0]} times of {found[1]}x{found[2]} at {found[3]} levels, not --times {args.times} "

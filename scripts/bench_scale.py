@@ -395,6 +395,8 @@ def parse_grid(text: str) -> tuple[int, int]:
         a, b = (int(x) for x in text.lower().split("x"))
     except ValueError:
         raise SystemExit(f"--grid {text!r}: give two numbers, e.g. 721x1440") from None
+    if min(a, b) < 2:
+        raise SystemExit(f"--grid {text!r}: a grid needs at least 2 latitudes and 2 longitudes, e.g. 721x1440")
     return min(a, b), max(a, b)
 
 

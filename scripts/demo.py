@@ -112,6 +112,14 @@ def training_end() -> str:
     return str(times[trajectory < 15].max().astype("datetime64[h]"))
 
 
+def is_complete_store(store: Path) -> bool:
+    """Whether generate-swe finished ``store`` (its completeness flag; an interrupted one lacks it)."""
+    from s2forecast.data.store import COMPLETE_ATTR
+    from s2forecast.output import zarr_attributes
+
+    return (zarr_attributes(store) or {}).get(COMPLETE_ATTR) == "true"
+
+
 def main(argv=None) -> int:
     args = parse_arguments(argv)
     stages = Stages(5)
@@ -123,16 +131,19 @@ def main(argv=None) -> int:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     store = work / "swe.zarr"
-    if not store.exists():
+    # both run unless done: a run stopped between them (or amid generate-swe, which resumes) goes on
+    if is_complete_store(store):
+        stages.begin("generate", f"reusing {store}")
+    else:
         stages.begin("generate", f"shallow-water store {store}: {TRAJECTORIES} trajectories of 36 h")
         s2forecast(["generate-swe", "--out", str(store), "--nlat", "32", "--nlon", "64", "--trajectories",
                     str(TRAJECTORIES), "--steps", "36", "--dt-hours", "1", "--seed", "0", "--batch",
                     str(TRAJECTORIES)])  # fmt: skip
+    if (store / "stats").is_dir():
+        stages.begin("stats", "reusing its statistics")
+    else:
         stages.begin("stats", "its normalization statistics, of the training trajectories")
         s2forecast(["stats", str(store), "--end", training_end()])
-    else:
-        stages.begin("generate", f"reusing {store}")
-        stages.begin("stats", "reusing its statistics")
 
     stages.begin("fit", f"training for {args.train_steps} steps (loss every 25 steps)")
     runs = work / "runs"

@@ -918,7 +918,9 @@ def run_case(case: Case, paths: dict[str, Path], root: Path, index: int) -> Resu
             else:
                 os.environ[key] = value
     lines, warned = _without_warnings(stderr.getvalue())
-    if escaped is not None or any("Traceback" in line for line in lines) or (code and len(lines) != 1):
+    # a refusal is exit 2 and one line naming the command (s2forecast's format: cli.main)
+    refusal = code == 2 and len(lines) == 1 and lines[0].startswith("s2forecast")
+    if escaped is not None or any("Traceback" in line for line in lines) or (code and not refusal):
         outcome = "traceback"
         message = repr(escaped) if escaped is not None else " | ".join(lines[-3:])
     elif code:
@@ -975,6 +977,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(case.name for case in cases))
         return 0
+    if not cases:  # a typo probed nothing, and said so as a clean probe
+        parser.error(f"--only {' '.join(args.only)} names no case: --list lists them")
+    if args.workdir is not None and not args.workdir.is_dir():
+        parser.error(f"--workdir {args.workdir} is not a directory; give an existing one")
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         (root / "ws").mkdir()

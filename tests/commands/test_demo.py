@@ -80,3 +80,34 @@ def test_stage_times_add_up(demo, monkeypatch):
     stages.begin("generate", "making a store")
     stages.begin("fit", "training")
     assert stages.summary() == "demo finished in 12 s (0.2 min): start-up 1 s, generate 4 s, fit 7 s"
+
+
+class _AtFit(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("made", "commands"), [
+    ([], ["generate-swe", "stats"]),
+    (["unfinished store"], ["generate-swe", "stats"]),  # generate-swe resumes it
+    (["store"], ["stats"]),  # a run stopped before its statistics: it was stuck, fit refused the store
+    (["store", "stats"], []),
+])  # fmt: skip
+def test_a_rerun_does_what_an_earlier_run_left_undone(demo, tmp_path, monkeypatch, made, commands):
+    import s2forecast.cli
+
+    store = tmp_path / "swe.zarr"
+    if made:
+        xr.Dataset(attrs={"s2forecast_complete": "false" if made == ["unfinished store"] else "true"}).to_zarr(store)
+    if "stats" in made:
+        (store / "stats").mkdir()
+    ran = []
+
+    def command(argv):
+        if argv[0] == "fit":
+            raise _AtFit
+        ran.append(argv[0])
+
+    monkeypatch.setattr(s2forecast.cli, "main", command)
+    with pytest.raises(_AtFit):
+        demo.main(["--workdir", str(tmp_path)])
+    assert ran == commands

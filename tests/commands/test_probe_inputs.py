@@ -72,3 +72,42 @@ def test_probe_counts_warnings_apart_from_the_error_line():
     lines, warned = probe._without_warnings(stderr)
     assert lines == ["s2forecast rollout: error: could not write /data/f.nc: No space left on device"]
     assert warned == 2
+
+
+def load_probe():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe_inputs", REPO / "scripts" / "probe_inputs.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe
+
+
+@pytest.mark.parametrize(("code", "line", "outcome"), [
+    (2, "s2forecast rollout: error: --steps 0 must be >= 1", "error"),
+    (1, "Killed", "traceback"),  # any one line and exit code passed as a refusal
+    (2, "RuntimeError: boom", "traceback"),
+])  # fmt: skip
+def test_probe_takes_only_exit_2_with_the_commands_line_for_a_refusal(tmp_path, monkeypatch, code, line, outcome):
+    import s2forecast.cli
+
+    def command(argv):
+        print(line, file=sys.stderr)
+        raise SystemExit(code)
+
+    probe = load_probe()
+    (tmp_path / "ws").mkdir()
+    monkeypatch.setattr(s2forecast.cli, "main", command)
+    assert probe.run_case(probe.Case("a case", ["rollout"]), {}, tmp_path, 0).outcome == outcome
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--only", "zzz"], "--only zzz names no case: --list lists them"),
+    (["--workdir", "{tmp}/missing"], "--workdir {tmp}/missing is not a directory; give an existing one"),
+])  # fmt: skip
+def test_probe_refuses_what_would_probe_nothing_before_building(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_status:
+        load_probe().main([arg.format(tmp=tmp_path) for arg in argv])
+    assert exit_status.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f": error: {message.format(tmp=tmp_path)}")
+    assert list(tmp_path.iterdir()) == []

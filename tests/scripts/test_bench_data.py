@@ -19,6 +19,7 @@ def test_a_store_of_other_sizes_is_refused_and_bad_values_are_one_line(tmp_path,
     bench = load_script()
     store = tmp_path / "s.zarr"
     bench.make_store(store, 6, 8, 16, 1)
+    (tmp_path / "mine").mkdir()  # a directory of the user's, not a store
     for argv, message in (
         (["--times", "80", "--grid", "8x16", "--levels", "1"], "holds 6 times of 8x16 at 1 levels, not --times 80"),
         (["--grid", "16"], "--grid '16' \\(NLATxNLON\\) and --read-threads '1' \\(1,16\\) take numbers"),
@@ -26,6 +27,7 @@ def test_a_store_of_other_sizes_is_refused_and_bad_values_are_one_line(tmp_path,
         (["--workers", "-1"], "--workers -1: must be >= 0"),
         (["--levels", "14"], "--levels <= 13, got 80 and 14"),  # it made a store of 13, then refused it
         (["--times", "1"], "--times must be >= 2"),  # compute_stats' traceback
+        (["--store", str(tmp_path / "mine")], "--store .*mine is not a store of this benchmark"),  # a traceback
     ):
         with pytest.raises(SystemExit):
             bench.main(["--store", str(store), *argv])

@@ -152,13 +152,28 @@ def test_bench_attention_rounds_interleave(capsys, monkeypatch):
         assert_case_row(row)
 
 
-@pytest.mark.parametrize("option", [["--rounds", "0"], ["--threads", "0"]])
+@pytest.mark.parametrize("option", [["--rounds", "0"], ["--threads", "0"], ["--batch", "0"], ["--heads", "0"]])
 def test_bench_attention_refuses_bad_counts(option, capsys):
     with pytest.raises(SystemExit) as exit_status:
         load_script().main(option)
     captured = capsys.readouterr()
     assert exit_status.value.code == 2 and f"{option[0]} must be at least 1, got 0" in captured.err
     assert captured.out == ""
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--nlat", "0", "--nlon", "0"], "--nlat 0 --nlon 0: a grid needs at least 2 latitudes and 1 longitude"),
+    (["--channels", "7", "--heads", "2"], "--channels 7 is not a multiple of --heads 2"),
+    (["--device", "nosuch"], "--device 'nosuch': "),
+])  # fmt: skip
+def test_bench_attention_refuses_bad_sizes_before_any_case(options, message, capsys):
+    """--nlat 0 ran the default grids; the others ran every case into a traceback, exit 0."""
+    with pytest.raises(SystemExit) as exit_status:
+        load_script().main(options)
+    captured = capsys.readouterr()
+    assert exit_status.value.code == 2 and captured.out == ""
+    (line,) = [line for line in captured.err.splitlines() if "error:" in line]
+    assert message in line and "Traceback" not in captured.err
 
 
 def test_bench_skeleton_cases_and_bad_counts(tmp_path, capsys):

@@ -67,3 +67,18 @@ def test_models_match():
     assert peer_attn[0].psi_col_idx.numel() * ours.latent.nlon == int(disks.sum())
     out = peer(torch.randn(1, 3, 16, 32))
     assert out.shape == (1, 3, 16, 32)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--embed-dim", "8", "--heads", "3"], "--embed-dim 8 is not a multiple of --heads 3"),
+    (["--batch", "0"], "--batch must be at least 1, got 0"),
+    (["--device", "nosuch"], "--device 'nosuch': "),
+])  # fmt: skip
+def test_bench_train_refuses_bad_options_in_one_line(options, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *options])
+    with pytest.raises(SystemExit) as exit_status:
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    captured = capsys.readouterr()
+    assert exit_status.value.code == 2 and captured.out == "" and "Traceback" not in captured.err
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith(f"bench_train.py: error: {message}"), last
