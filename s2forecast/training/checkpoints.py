@@ -35,6 +35,9 @@ from s2forecast.models.checkpoint import read_checkpoint
 from s2forecast.user_errors import UserError
 
 LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # Lightning versions the name when two callbacks save "last"
+# in every checkpoint a fit saves: what a fit may replace or rotate away (with the run-name record of
+# checkpoints saved before it existed); a user's own checkpoint in the same directory is left alone
+FIT_CHECKPOINT_KEY = "s2forecast_fit_checkpoint"
 
 
 class WeightsOnlyCheckpointIO(CheckpointIO):
@@ -48,7 +51,9 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
     any file or directory removed, recursively (a review found it). So a path is removed, as one
     file, only if this process saved it or it is a checkpoint file in a directory this process
     saves into (``remove_checkpoint``); a file that is there already is replaced only when it is a
-    checkpoint (an earlier run's, at a callback's fixed dirpath) or a link (the link itself).
+    checkpoint a fit saved (an earlier run's, at a callback's fixed dirpath) or a link (the link itself).
+    A fit's checkpoints are those with ``FIT_CHECKPOINT_KEY`` (or, saved before it, a ``RunName``
+    record): a checkpoint of the user's own (``torch.save``) at such a path is never replaced or removed.
     """
 
     def __init__(self, inner: CheckpointIO):
@@ -60,11 +65,12 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
         if target is None:
             raise UserError(f"checkpoint path {path}: checkpoints are saved to local paths; give a directory")
         replaced = os.path.lexists(target) and target not in self.saved and not os.path.islink(target)
-        if replaced and not _is_checkpoint(target):  # (a link is replaced itself, never written through)
+        if replaced and not _is_fit_checkpoint(target):  # (a link is replaced itself, never written through)
             raise UserError(
-                f"{target} is there and is not a checkpoint; saving one would replace it: give the checkpoint "
-                "callback another dirpath or filename"
+                f"{target} is there and is not a checkpoint an s2forecast fit saved; saving one would replace it: "
+                "give the checkpoint callback another dirpath or filename"
             )
+        checkpoint = {**checkpoint, FIT_CHECKPOINT_KEY: 1}  # a copy: Lightning's dict stays as it made it
         self.inner.save_checkpoint(checkpoint, target, storage_options=storage_options)
         self.saved.add(target)
 
@@ -80,7 +86,7 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
             return
         ours = target in self.saved
         rotated = os.path.dirname(target) in {os.path.dirname(saved) for saved in self.saved}
-        if ours or (rotated and target.endswith(".ckpt") and _is_checkpoint(target)):
+        if ours or (rotated and target.endswith(".ckpt") and _is_fit_checkpoint(target)):
             os.unlink(target)
             self.saved.discard(target)
 
@@ -99,11 +105,12 @@ def _local_path(path) -> str | None:
     return os.path.join(os.path.realpath(os.path.dirname(expanded) or "."), os.path.basename(expanded))
 
 
-def _is_checkpoint(path: str) -> bool:
+def _is_fit_checkpoint(path: str) -> bool:
     try:
-        return bool(read_checkpoint(path, mmap=True))
+        checkpoint = read_checkpoint(path, mmap=True)
     except (UserError, OSError, ValueError):
         return False
+    return FIT_CHECKPOINT_KEY in checkpoint or "RunName" in (checkpoint.get("callbacks") or {})
 
 
 class RunName(Callback):

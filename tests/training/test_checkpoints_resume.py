@@ -118,9 +118,10 @@ def test_a_resumed_run_removes_only_checkpoints_it_saved(swe_store, mse_run_1_ep
 
 
 def test_the_checkpoint_io_replaces_and_removes_only_checkpoints(tmp_path):
-    """Removed: what this process saved, and checkpoint files in a directory it saves into (an earlier
-    run's top-k at a fixed dirpath, rotated as Lightning does); nothing else. Replaced: checkpoints and
-    links (the link itself: a later review found the target written through)."""
+    """Removed: what this process saved, and a fit's checkpoint files in a directory it saves into (an earlier
+    run's top-k at a fixed dirpath, rotated as Lightning does); nothing else, not a checkpoint of the user's own
+    (a review: one was replaced and another removed). Replaced: a fit's checkpoints and links (the link itself:
+    a later review found the target written through)."""
     from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
     from s2forecast.training.checkpoints import WeightsOnlyCheckpointIO
@@ -129,26 +130,35 @@ def test_the_checkpoint_io_replaces_and_removes_only_checkpoints(tmp_path):
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     run.mkdir(), elsewhere.mkdir()
     mine, earlier, notes = run / "mine.ckpt", run / "earlier.ckpt", run / "notes.ckpt"
-    for path in (earlier, elsewhere / "foundation.ckpt"):
+    older, users = run / "older.ckpt", run / "users.ckpt"  # a fit's of before the key; the user's own
+    torch.save({"state_dict": {}, "global_step": 1000, "s2forecast_fit_checkpoint": 1}, earlier)
+    torch.save({"state_dict": {}, "callbacks": {"RunName": {"name": "run"}}}, older)
+    for path in (users, elsewhere / "foundation.ckpt"):
         torch.save({"state_dict": {}, "global_step": 1000}, path)
     notes.write_text("my notes")
     (run / "last.ckpt").symlink_to(elsewhere / "foundation.ckpt")
-    for path in (mine, mine, earlier, run / "last.ckpt"):
+    for path in (mine, mine, earlier, older, run / "last.ckpt"):
         io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "global_step": 7}, path)
     assert not (run / "last.ckpt").is_symlink()  # the link was replaced, its target left
     assert torch.load(elsewhere / "foundation.ckpt", weights_only=True)["global_step"] == 1000
-    with pytest.raises(UserError, match=r"notes.ckpt is there and is not a checkpoint; saving one would replace it"):
-        io.save_checkpoint({"state_dict": {}}, notes)
+    assert torch.load(earlier, weights_only=True)["s2forecast_fit_checkpoint"] == 1  # and saved with the key
+    for path in (notes, users):
+        with pytest.raises(UserError, match=rf"{path.name} is there and is not a checkpoint an s2forecast fit saved; "
+                           "saving one would replace it"):  # fmt: skip
+            io.save_checkpoint({"state_dict": {}}, path)
+    assert torch.load(users, weights_only=True)["global_step"] == 1000
     with pytest.raises(UserError, match=r"checkpoints are saved to local paths"):
         io.save_checkpoint({"state_dict": {}}, f"local://{run}/x.ckpt")
     other = run / "other.ckpt"  # an earlier run's, in the directory this one saves into
-    torch.save({"state_dict": {}}, other)
+    torch.save({"state_dict": {}, "s2forecast_fit_checkpoint": 1}, other)
     (run / "link.ckpt").symlink_to(other)
-    for path in (elsewhere / "foundation.ckpt", f"file://{mine}", run, notes, run / "link.ckpt", f"{run}/../run"):
-        io.remove_checkpoint(path)  # another directory's, a URL, a directory, not a checkpoint, a link: left
+    for path in (elsewhere / "foundation.ckpt", f"file://{mine}", run, notes, run / "link.ckpt", f"{run}/../run",
+                 users):  # fmt: skip
+        io.remove_checkpoint(path)  # another directory's, a URL, a directory, not a checkpoint, a link, the user's
     for path in (mine, other):
         io.remove_checkpoint(path)
-    assert sorted(p.name for p in run.iterdir()) == ["earlier.ckpt", "last.ckpt", "link.ckpt", "notes.ckpt"]
+    assert sorted(p.name for p in run.iterdir()) == ["earlier.ckpt", "last.ckpt", "link.ckpt", "notes.ckpt",
+                                                     "older.ckpt", "users.ckpt"]  # fmt: skip
     assert notes.read_text() == "my notes" and (elsewhere / "foundation.ckpt").exists()
 
 
