@@ -409,9 +409,10 @@ def _parse_leads(leads, available: np.ndarray) -> np.ndarray:
 
 
 def lead_hours(lead) -> int | float:
-    """A lead (timedelta64) in hours, an int when whole (for messages and labels)."""
+    """A lead (timedelta64) in hours, an int when whole, else to 4 decimals (10 min: 0.1667), for messages
+    and labels (the results' ``lead_hours`` coordinate keeps every digit)."""
     hours = float(np.timedelta64(lead, "ns").astype(np.int64)) / 3.6e12
-    return int(hours) if hours == int(hours) else hours
+    return int(hours) if hours == int(hours) else round(hours, 4)
 
 
 def _is_path(source) -> bool:

@@ -411,10 +411,12 @@ def plot_spectra(
     colors = [f"C{i}" for i in range(len(leads))]
     degree = sh_power["degree"].values
     wavelength_km = zonal_power["zonal_wavelength"].values / 1000.0
+    drawn = False
     for k, lead in enumerate(leads):
         hours = float(lead / np.timedelta64(1, "h"))
         if np.isnan(sh_power.isel(spectrum_lead_time=k).values).all():
             continue  # a lead without truth (evaluate's MissingTruthWarning): nothing to draw
+        drawn = True
         for source, name, style in (("forecast", forecast_label, "-"), ("truth", "truth", "--")):
             sh = sh_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
             if np.isnan(sh).all():  # NaN values in the fields: said in the legend, not an entry without a line
@@ -422,6 +424,11 @@ def plot_spectra(
             axes[0].loglog(degree[1:], sh[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
             zonal = zonal_power.sel(spectrum_source=source).isel(spectrum_lead_time=k).values
             axes[1].loglog(wavelength_km[1:], zonal[1:], style, color=colors[k], label=f"{name}, {hours:g} h")
+    if not drawn:  # two empty axes said nothing: every init time left out (NaN values) or no truth at any lead
+        for ax in axes:
+            ax.text(0.5, 0.5, "no spectrum: no lead has an init time with truth\nand finite forecast and truth "
+                    "values (see the metrics file's\nspectra_n_init_times and init_times_averaged)", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9)  # fmt: skip
     squared = f"({units})²" if units else "units²"
     axes[0].set_xlabel("total wavenumber l")
     axes[0].set_ylabel(f"power per degree [{squared}]")

@@ -340,6 +340,25 @@ def test_a_spectrum_of_nan_values_says_so_and_an_empty_rank_panel_says_why(tmp_p
     assert not first.texts and [t.get_text() for t in second.texts] == ["no truth at this lead"]
 
 
+def test_spectra_with_no_lead_to_draw_say_so_in_both_panels(tmp_path, figures):
+    """Every init time left out (NaN values; evaluate leaves both sources out together) drew two empty axes."""
+    sh = xr.DataArray(np.full((2, 1, 5), np.nan), dims=("spectrum_source", "spectrum_lead_time", "degree"),
+                      coords={"spectrum_source": ["forecast", "truth"], "degree": np.arange(5),
+                              "spectrum_lead_time": [np.timedelta64(6, "h")]})  # fmt: skip
+    zonal = xr.DataArray(np.full((2, 1, 4), np.nan), dims=("spectrum_source", "spectrum_lead_time", "frequency"),
+                         coords={"spectrum_source": ["forecast", "truth"], "zonal_wavelength": ("frequency",
+                                 [4e7, 2e7, 1e7, 5e6]), "spectrum_lead_time": [np.timedelta64(6, "h")]})  # fmt: skip
+    plots.plot_spectra(sh, zonal, tmp_path / "spectra.png", title="T2M", units="K")
+    for ax in figures[0].axes:
+        assert not ax.lines and [t.get_text().split(":")[0] for t in ax.texts] == ["no spectrum"]
+
+
+def test_leads_of_minutes_are_labelled_in_a_few_digits():
+    from s2forecast.evaluation.inputs import lead_hours
+
+    assert [lead_hours(np.timedelta64(m, "m")) for m in (10, 90, 360)] == [0.1667, 1.5, 6]
+
+
 def test_a_one_row_scorecard_keeps_its_colour_bar_label_and_extends_only_where_values_go():
     figure = plots._scorecard_figure(np.array([[324.0, -20.0]]), ["T2M global"], np.array([24.0, 48.0]), "t")
     renderer = figure.canvas.get_renderer()
