@@ -262,13 +262,15 @@ def check_ball_sparse_sizes(
 def _check_gates(gates, q: torch.Tensor):
     if gates is None:
         return (None, None, None)
-    if isinstance(gates, torch.Tensor) or len(gates) != len(BRANCHES):
+    if not isinstance(gates, tuple | list) or len(gates) != len(BRANCHES):
         raise UserError("gates must be None or a tuple (g_ball, g_cmp, g_sel) of tensors (or None)")
     expected = (*q.shape[:3], 1)
     for name, gate in zip(BRANCHES, gates, strict=True):
         if gate is not None and (not isinstance(gate, torch.Tensor) or tuple(gate.shape) != expected):
             got = tuple(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
             raise UserError(f"the {name} gate must have shape (batch, heads, nlat*nlon, 1) = {expected}, got {got}")
+        if gate is not None and not gate.is_cuda and not torch.isfinite(gate).all():  # as q, k, v (not on CUDA)
+            raise UserError(f"the {name} gate contains NaN or infinite values")
     return tuple(gates)
 
 

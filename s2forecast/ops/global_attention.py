@@ -64,8 +64,13 @@ def global_attention(
         log_w = log_w.to(q.device, bias_dtype(q.dtype))
     mask = log_w.view(1, 1, 1, -1)
     if bias is not None:
-        if bias.shape[-2:] != (q.shape[2], k.shape[2]):
-            raise UserError(f"bias must end in (N_q, N_kv) = {(q.shape[2], k.shape[2])}, got {tuple(bias.shape)}")
+        full = (*q.shape[:3], k.shape[2])
+        try:
+            broadcast = torch.broadcast_shapes(tuple(bias.shape), full) == full
+        except RuntimeError:
+            broadcast = False
+        if not broadcast:
+            raise UserError(f"bias must broadcast to (batch, heads, N_q, N_kv) = {full}, got {tuple(bias.shape)}")
         mask = mask + bias
     elif q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return attention_with_folded_key_bias(q, k, v, log_w, scale)

@@ -67,6 +67,11 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
         )
     if q.shape[-1] != k.shape[-1]:
         raise UserError(f"q and k must share head_dim, got {q.shape[-1]} and {k.shape[-1]}")
+    if q.shape[0] == 0 or q.shape[1] == 0 or q.shape[-1] == 0 or v.shape[-1] == 0:
+        raise UserError(
+            f"q, k, v must have at least one batch, head and channel per head, got q {tuple(q.shape)} and "
+            f"v {tuple(v.shape)} (batch, heads, N, head_dim)"
+        )
     if k.shape[2] != v.shape[2]:
         raise UserError(f"k and v must have the same number of points, got {k.shape[2]} and {v.shape[2]}")
     if q.shape[2] != grid_q.npoints:

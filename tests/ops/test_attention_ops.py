@@ -255,6 +255,14 @@ def test_bad_shapes_and_grids():
         global_attention(q.double(), k, v, grid)
     with pytest.raises(ValueError, match="Grid"):
         neighborhood_attention(q, k, v, (8, 16), 0.3)
+    # empty dims: a ZeroDivisionError (head_dim 0) or a reshape error (batch 0) in some ops, not in others
+    for a, b, c in [(q[..., :0], k[..., :0], v), (q[:0], k[:0], v[:0]), (q, k, v[..., :0])]:
+        for op in (global_attention, lambda *x: neighborhood_attention(*x, 0.3)):
+            with pytest.raises(ValueError, match=r"q, k, v must have at least one batch, head and channel per head"):
+                op(a, b, c, grid)
+    with pytest.raises(ValueError, match=r"bias must broadcast to \(batch, heads, N_q, N_kv\) = \(2, 3, 128, 128\), "
+                       r"got \(3, 1, 128, 128\)"):  # fmt: skip
+        global_attention(q, k, v, grid, bias=torch.zeros(3, 1, 128, 128))  # SDPA's own error before
 
 
 def test_bad_scale_and_integer_inputs():

@@ -1,6 +1,8 @@
 """Ball sparse attention: the ball-tree ordering, each branch against a dense reference written
 from the definition, gates, longitude rolls and the layer."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -410,6 +412,8 @@ def test_op_bad_arguments():
         (dict(ball_size=32, gates=(None, None)), "gates must be"),
         (dict(ball_size=32, backend="triton"), "backend must be one of"),
         (dict(ball_size=32, gates=(torch.ones(2, 3, 128), None, None)), r"ball gate must have shape"),
+        (dict(ball_size=32, gates=5), "gates must be None or a tuple"),  # a TypeError before
+        (dict(ball_size=32, gates=(torch.full((2, 3, 128, 1), math.nan), None, None)), "ball gate contains NaN"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
