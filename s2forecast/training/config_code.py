@@ -22,6 +22,10 @@ STANDARD_LIBRARY = (
     "is from Python's standard library, and a configuration may only name classes of s2forecast, Lightning, torch "
     "or your own modules"
 )
+MAIN_MODULE = (
+    "goes through a __main__ module, whose import runs a program; a configuration may only name classes of "
+    "s2forecast, Lightning, torch or your own modules"
+)
 
 
 def safe_parsing() -> None:
@@ -32,6 +36,30 @@ def safe_parsing() -> None:
     ``table_kwargs``) stays a plain value instead of being built (it built a torch class that runs a
     command: a review found both)."""
     set_parsing_settings(instantiate_subclass_spec_in_any=False, import_path_denylist=sorted(STDLIB))
+    _deny_main_modules()
+
+
+def _deny_main_modules() -> None:
+    """Refuse, before its import, an import path through a ``__main__`` module (``PIL.__main__.X``,
+    ``cpuinfo.__main__.X``): importing one runs its program (a review: a package's own command took over
+    `fit`, another printed 190 lines). jsonargparse's list names prefixes only, so its check is wrapped."""
+    from jsonargparse import _common, _typehints, _util
+
+    original = _common.check_import_path
+    if getattr(original, "denies_main_modules", False):
+        return
+
+    def check_import_path(path: str) -> None:
+        if "__main__" in path.split("."):
+            raise _common.ImportDenied(
+                f"Importing '{path}' is not allowed, denied by the '__main__' entry of the import path denylist."
+            )
+        original(path)
+
+    check_import_path.denies_main_modules = True
+    for module in (_common, _typehints, _util):
+        if getattr(module, "check_import_path", None) is original:
+            module.check_import_path = check_import_path
 
 
 def refuse_code(config: Namespace) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from s2forecast.training.config_code import STANDARD_LIBRARY
+from s2forecast.training.config_code import MAIN_MODULE, STANDARD_LIBRARY
 from s2forecast.user_errors import UserError, one_line
 
 MAX_LISTED = 8
@@ -106,7 +106,7 @@ class _Reducer:
             # config_code.safe_parsing: a standard-library import path, refused before its import
             keys = list(dict.fromkeys(m[1] for text in texts if (m := re.match(r'Parser key "([^"]+)":', text))))
             where = keys[0] + (f".init_args.{keys[-1]}" if len(keys) > 1 else "") if keys else "a value"
-            return f"{where}: {denied[1]!r} {STANDARD_LIBRARY}"
+            return f"{where}: {denied[1]!r} {MAIN_MODULE if '__main__' in denied[1].split('.') else STANDARD_LIBRARY}"
         class_path = next(
             (m[1] for text in texts if (m := re.match(r"Problem with given class_path '([^']*)'", text))), None
         )

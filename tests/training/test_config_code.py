@@ -100,6 +100,27 @@ def test_a_standard_library_class_path_is_refused_before_its_import(swe_store, t
     assert "this.Anything" in captured.err.splitlines()[-1]
 
 
+def test_a_class_path_through_a_main_module_is_refused_before_its_import(swe_store, tmp_path, capsys, monkeypatch):
+    """A review found: `cpuinfo.__main__.Foo` ran cpuinfo's own command (it took over `fit`'s arguments),
+    `PIL.__main__.Foo` printed Pillow's 190-line report, before the class was found missing."""
+    package = tmp_path / "mainpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    ran = tmp_path / "ran"
+    (package / "__main__.py").write_text(f"open({str(ran)!r}, 'w').write('its program ran')\nclass Foo: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "main.yaml"
+    config.write_text("trainer:\n  callbacks:\n    - class_path: mainpkg.__main__.Foo\n")
+    with pytest.raises(SystemExit) as exit:
+        cli(["fit", *tiny_args(swe_store, tmp_path / "run"), "--config", str(config)])
+    captured = capsys.readouterr()
+    assert exit.value.code == 2 and not ran.exists() and "Traceback" not in captured.err
+    assert captured.err.splitlines()[-1].endswith(
+        "'mainpkg.__main__.Foo' goes through a __main__ module, whose import runs a program; a configuration may "
+        "only name classes of s2forecast, Lightning, torch or your own modules"
+    )
+
+
 def test_on_exception_checkpoint_is_refused_and_touches_nothing(swe_store, tmp_path, capsys):
     """A review found: OnExceptionCheckpoint resumed in silence from <dirpath>/<filename>.ckpt, replaced
     it, and removed it at the end of the run: another run's checkpoint was lost."""
