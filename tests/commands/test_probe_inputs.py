@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,13 +18,12 @@ TRAINING_CASES = ["fit --help <- symlink", "fit --help <- crafted cache with the
 
 
 @pytest.mark.slow  # the probe script, end to end (one run: each builds its workspace by training a model)
-def test_probe_runs_and_judges_cases(tmp_path):
+def test_probe_runs_and_judges_cases(tmp_path, capsys, monkeypatch):
     only = ["control", "rollout --steps 0", "rollout ckpt <- ckpt_malicious", *TRAINING_CASES]
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "probe_inputs.py"), "--workdir", str(tmp_path),
-         *(arg for name in only for arg in ("--only", name))],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
+    # in this process, as the probe runs its cases in its own (a process of its own cost 8 s of imports)
+    monkeypatch.chdir(tmp_path)
+    returncode = load_probe().main(["--workdir", str(tmp_path), *(arg for name in only for arg in ("--only", name))])
+    result = SimpleNamespace(returncode=returncode, stdout=capsys.readouterr().out, stderr="")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     cases, summary = lines[:-1], lines[-1]["summary"]
     by_name = {case["name"]: case for case in cases}

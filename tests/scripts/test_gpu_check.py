@@ -316,10 +316,10 @@ def test_a_benchmark_cut_at_its_timeout_takes_its_processes_with_it(gpu_check, t
     original = gpu_check.SCRIPTS
     gpu_check.SCRIPTS = scripts
     try:
-        (row,) = gpu_check.run_benchmark("child", "bench_child.py", [], 1, out, dict(os.environ), timeout=3)
+        (row,) = gpu_check.run_benchmark("child", "bench_child.py", [], 1, out, dict(os.environ), timeout=2)
     finally:
         gpu_check.SCRIPTS = original
-    assert row["error"] == ["timed out after 3 s"]
+    assert row["error"] == ["timed out after 2 s"]
     child = int((out / "child.log").read_text().split()[0])
     for _ in range(50):  # reaped by init once killed
         if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
