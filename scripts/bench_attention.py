@@ -527,16 +527,7 @@ def main(argv=None):
         parser.error("--config sets the grid; leave out --nlat/--nlon")
     if args.nlat is not None and (args.nlat < 2 or args.nlon < 1):
         parser.error(f"--nlat {args.nlat} --nlon {args.nlon}: a grid needs at least 2 latitudes and 1 longitude")
-    for name in ("channels", "heads", "batch"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.channels % args.heads:
-        parser.error(f"--channels {args.channels} is not a multiple of --heads {args.heads}: each head takes "
-                     "channels / heads of them")  # fmt: skip
-    try:
-        torch.device(args.device)
-    except RuntimeError as error:
-        parser.error(f"--device {args.device!r}: {error}")
+    check_sizes(parser, args, ("channels", "heads", "batch"), "channels")
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.repeats < 1:
@@ -565,6 +556,22 @@ def main(argv=None):
                 continue
             command = [sys.executable, __file__, "--case", json.dumps(case), "--repeats", str(args.repeats)]
             print_case(case, command)
+
+
+def check_sizes(parser: argparse.ArgumentParser, args, counts: tuple[str, ...], width: str) -> None:
+    """Refuse, before any case, counts below 1, a ``width`` (channels) that ``--heads`` does not divide and
+    an unknown ``--device``: each case ran into a traceback (exit 0)."""
+    for name in counts:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    option = f"--{width.replace('_', '-')}"
+    if getattr(args, width) % args.heads:
+        parser.error(f"{option} {getattr(args, width)} is not a multiple of --heads {args.heads}: each head takes "
+                     f"{width} / heads of them")  # fmt: skip
+    try:
+        torch.device(args.device)
+    except RuntimeError as error:
+        parser.error(f"--device {args.device!r}: {error}")
 
 
 def print_case(case: dict, command: list[str]) -> None:

@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, however the script is started
-from bench_attention import print_case  # noqa: E402
+from bench_attention import check_sizes, print_case  # noqa: E402
 
 IMPLS = ("s2forecast", "torch-harmonics")
 # torch-harmonics' neighborhood attention includes points up to theta_cutoff * (1 + 1e-3)
@@ -216,16 +216,8 @@ def main():
         parser.error("--steps must be >= 1 and --warmup >= 0")
     if args.threads is not None and args.threads < 1:  # 0 ran with torch's default
         parser.error(f"--threads must be at least 1, got {args.threads}")
-    for name in ("nlat", "nlon", "channels", "batch", "embed_dim", "num_layers", "heads", "scale_factor"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.embed_dim % args.heads:
-        parser.error(f"--embed-dim {args.embed_dim} is not a multiple of --heads {args.heads}: each head takes "
-                     "embed_dim / heads channels")  # fmt: skip
-    try:
-        torch.device(args.device)
-    except RuntimeError as error:
-        parser.error(f"--device {args.device!r}: {error}")
+    counts = ("nlat", "nlon", "channels", "batch", "embed_dim", "num_layers", "heads", "scale_factor")
+    check_sizes(parser, args, counts, "embed_dim")
 
     if args.case:
         print(json.dumps(run_case(json.loads(args.case), args.warmup, args.steps)), flush=True)
