@@ -164,6 +164,12 @@ class ForecastCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data", "model.data", compute_fn=data_info, apply_on="instantiate")
+        # Lightning types these Union[float, int, None], float first: `1` (one batch, in its docs) was parsed as
+        # 1.0, which Lightning reads as every batch. Int first: 1 is one batch, 1.0 and 0.5 fractions
+        limits = {f"trainer.limit_{stage}_batches" for stage in ("train", "val", "test", "predict")}
+        for action in parser._actions:
+            if getattr(action, "dest", None) in limits and hasattr(action, "_typehint"):
+                action._typehint = int | float | None
         parser.add_argument(
             "--model_from_ckpt", type=bool, default=False,
             help="take the model's hyper-parameters from the --ckpt_path file instead of the config's model section "

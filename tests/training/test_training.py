@@ -387,3 +387,15 @@ def test_validate_with_the_ema_callback_of_a_run_config_says_nothing_of_it(swe_s
         cli(["validate", *tiny_args(swe_store, tmp_path), "--ckpt_path", str(last_checkpoint(mse_run_1_epoch.root)),
              "--trainer.callbacks+=s2forecast.training.callbacks.EMAWeightAveraging"])  # fmt: skip
     assert not [w for w in caught if "WeightAveraging" in str(w.message)]
+
+
+@pytest.mark.parametrize(("limit", "one_batch"), [("1", True), ("1.0", False)])
+def test_a_limit_of_1_batch_is_one_batch(swe_store, tmp_path, limit, one_batch):
+    """Lightning types limit_train_batches float first: `1` (one batch, as its docs say) was parsed as 1.0,
+    every batch (a review's one-batch fit trained 24 steps)."""
+    built = lightning(["fit", *tiny_args(swe_store, tmp_path, "--trainer.limit_train_batches", limit,
+                                         "--trainer.limit_val_batches", "1")])  # fmt: skip
+    assert type(built.trainer.limit_train_batches) is (int if one_batch else float)
+    per_epoch = built.trainer.num_training_batches
+    assert per_epoch == 1 if one_batch else per_epoch > 1
+    assert built.trainer.global_step == 2 * per_epoch  # two epochs
