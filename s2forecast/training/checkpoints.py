@@ -53,7 +53,8 @@ class WeightsOnlyCheckpointIO(CheckpointIO):
     saves into (``remove_checkpoint``); a file that is there already is replaced only when it is a
     checkpoint a fit saved (an earlier run's, at a callback's fixed dirpath) or a link (the link itself).
     A fit's checkpoints are those with ``FIT_CHECKPOINT_KEY`` (or, saved before it, a ``RunName``
-    record): a checkpoint of the user's own (``torch.save``) at such a path is never replaced or removed.
+    record or ForecastModule's ``rollout`` and ``static_fields``): a checkpoint of the user's own
+    (``torch.save``) at such a path is never replaced or removed.
     """
 
     def __init__(self, inner: CheckpointIO):
@@ -110,7 +111,10 @@ def _is_fit_checkpoint(path: str) -> bool:
         checkpoint = read_checkpoint(path, mmap=True)
     except (UserError, OSError, ValueError):
         return False
-    return FIT_CHECKPOINT_KEY in checkpoint or "RunName" in (checkpoint.get("callbacks") or {})
+    if FIT_CHECKPOINT_KEY in checkpoint:
+        return True
+    # saved before the key: a run-name record, or (a run without a logger has none) ForecastModule's own keys
+    return "RunName" in (checkpoint.get("callbacks") or {}) or {"rollout", "static_fields"} <= checkpoint.keys()
 
 
 class RunName(Callback):

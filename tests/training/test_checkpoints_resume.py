@@ -131,13 +131,15 @@ def test_the_checkpoint_io_replaces_and_removes_only_checkpoints(tmp_path):
     run.mkdir(), elsewhere.mkdir()
     mine, earlier, notes = run / "mine.ckpt", run / "earlier.ckpt", run / "notes.ckpt"
     older, users = run / "older.ckpt", run / "users.ckpt"  # a fit's of before the key; the user's own
+    loggerless = run / "loggerless.ckpt"  # before the key, of a run without a logger (no run name)
     torch.save({"state_dict": {}, "global_step": 1000, "s2forecast_fit_checkpoint": 1}, earlier)
     torch.save({"state_dict": {}, "callbacks": {"RunName": {"name": "run"}}}, older)
+    torch.save({"state_dict": {}, "callbacks": {}, "rollout": 1, "static_fields": {}}, loggerless)
     for path in (users, elsewhere / "foundation.ckpt"):
         torch.save({"state_dict": {}, "global_step": 1000}, path)
     notes.write_text("my notes")
     (run / "last.ckpt").symlink_to(elsewhere / "foundation.ckpt")
-    for path in (mine, mine, earlier, older, run / "last.ckpt"):
+    for path in (mine, mine, earlier, older, loggerless, run / "last.ckpt"):
         io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "global_step": 7}, path)
     assert not (run / "last.ckpt").is_symlink()  # the link was replaced, its target left
     assert torch.load(elsewhere / "foundation.ckpt", weights_only=True)["global_step"] == 1000
@@ -157,8 +159,8 @@ def test_the_checkpoint_io_replaces_and_removes_only_checkpoints(tmp_path):
         io.remove_checkpoint(path)  # another directory's, a URL, a directory, not a checkpoint, a link, the user's
     for path in (mine, other):
         io.remove_checkpoint(path)
-    assert sorted(p.name for p in run.iterdir()) == ["earlier.ckpt", "last.ckpt", "link.ckpt", "notes.ckpt",
-                                                     "older.ckpt", "users.ckpt"]  # fmt: skip
+    assert sorted(p.name for p in run.iterdir()) == ["earlier.ckpt", "last.ckpt", "link.ckpt", "loggerless.ckpt",
+                                                     "notes.ckpt", "older.ckpt", "users.ckpt"]  # fmt: skip
     assert notes.read_text() == "my notes" and (elsewhere / "foundation.ckpt").exists()
 
 
