@@ -277,8 +277,11 @@ def _foreign_entry(directory: Path, node: str, listed: set | None = None, prefix
                         and not prefix
                         and name == NESTED_KIND
                     ):
-                        if _why_foreign(Path(entry.path)) is not None:
-                            return Path(entry.path)
+                        nested = attrs.get(NODES_ATTR)
+                        found = _foreign_entry(Path(entry.path), "group", set(nested) if isinstance(nested, list)
+                                               else None)  # fmt: skip
+                        if found is not None:  # named itself (stats/my_notes), not the group s2forecast wrote
+                            return found
                         continue
                     if attrs is not None and MARKER_ATTR in attrs:  # another command's artifact, put inside
                         return Path(entry.path)

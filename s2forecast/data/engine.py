@@ -220,11 +220,12 @@ class Engine:
         would wait forever, in silence (a `dask worker` that failed to start)."""
         quiet = min(5, WORKERS_TIMEOUT_S / 2)  # workers registering as the command starts: no news
         try:
-            with contextlib.suppress(TimeoutError):
+            with self._lost_scheduler(), contextlib.suppress(TimeoutError):
                 client.wait_for_workers(1, timeout=quiet)
                 return
             print(f"s2forecast: waiting for a worker of the dask scheduler at {self.scheduler}", file=sys.stderr)
-            client.wait_for_workers(1, timeout=WORKERS_TIMEOUT_S - quiet)
+            with self._lost_scheduler():  # the scheduler stopped during the wait: one line saying so
+                client.wait_for_workers(1, timeout=WORKERS_TIMEOUT_S - quiet)
         except TimeoutError:
             self.close()
             raise UserError(

@@ -764,6 +764,9 @@ def test_an_array_a_user_added_to_a_stores_statistics_is_kept(inputs, tmp_path, 
         "my_sigma, which s2forecast did not write); it is never replaced: move it away yourself to store "
         "statistics in this store"
     )
+    # the store's own refusal names the array, not the stats group s2forecast wrote
+    message = refused(BY_NAME["generate-swe"].argv(inputs, store, "--overwrite"), capsys)
+    assert "(it holds stats/my_sigma, which s2forecast did not write)" in message
     assert snapshot(tmp_path) == before
 
 

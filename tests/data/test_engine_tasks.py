@@ -258,3 +258,26 @@ def test_a_scheduler_without_workers_is_one_line_in_time(monkeypatch, capsys):
         == f"s2forecast: waiting for a worker of the dask scheduler at {cluster.scheduler_address}\n"
     )
     assert engine._client is None  # disconnected
+
+
+def test_a_scheduler_lost_while_waiting_for_workers_is_said_so(monkeypatch, capsys):
+    """It ended with distributed's own "Timed out trying to connect ..." and no word of what to do."""
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(engine_module, "WORKERS_TIMEOUT_S", 2)
+
+    class LostClient:
+        status, waits = "running", 0
+
+        def wait_for_workers(self, n, timeout):
+            self.waits += 1
+            if self.waits == 1:  # the quiet first wait
+                raise TimeoutError
+            self.status = "closed"  # as a client whose scheduler stopped
+            raise OSError("Timed out trying to connect to tcp://127.0.0.1:18786 after 20 s")
+
+    engine = Engine(scheduler="tcp://127.0.0.1:18786")
+    engine._client = client = LostClient()
+    lost = r"^lost the dask scheduler at tcp://127.0.0.1:18786 during the computation \(OSError: Timed out trying"
+    with pytest.raises(UserError, match=lost + r" to connect .*\); nothing was written: start one with"):
+        engine._wait_for_workers(client)
+    assert "waiting for a worker" in capsys.readouterr().err
