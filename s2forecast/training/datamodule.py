@@ -279,8 +279,14 @@ class FieldDataModule(pl.LightningDataModule):
                 "pressure levels (hPa) to use, or null (or leave it out) for all of the store's"
             )
         for name, split in splits.items():  # refused here, not when the stage that reads it starts (test's)
-            bounds = split.get("trajectories") or ()
-            if len(bounds) == 2 and all(isinstance(b, int) for b in bounds) and bounds[0] >= bounds[1]:
+            bounds = split.get("trajectories", ())
+            whole = isinstance(bounds, tuple) and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+            if "trajectories" in split and not (whole and len(bounds) == 2):  # the CLI's types check it; Python's not
+                problems.append(
+                    f"data.init_args.{name}_trajectories {bounds!r} is not a range: give [first, stop), two whole "
+                    "numbers (stop excluded), or null for no such split"
+                )
+            elif whole and len(bounds) == 2 and bounds[0] >= bounds[1]:
                 problems.append(
                     f"data.init_args.{name}_trajectories {list(bounds)} is an empty range: give [first, stop), "
                     "first < stop (stop excluded), or null for no such split"
@@ -503,7 +509,8 @@ class SWEDataModule(FieldDataModule):
     ):
         spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
         ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
-        splits = {name: {"trajectories": tuple(r)} for name, r in ranges.items() if r is not None}
+        splits = {name: {"trajectories": tuple(r) if isinstance(r, list | tuple) else r}
+                  for name, r in ranges.items() if r is not None}  # fmt: skip
         super().__init__(
             store, spec, splits, batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options,
             read_threads=read_threads, allow_overlap=allow_overlap,

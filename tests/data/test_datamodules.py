@@ -346,6 +346,15 @@ def test_an_empty_trajectory_range_is_refused_when_the_module_is_built(tmp_path)
     assert not (tmp_path / "never_read.zarr").exists()
 
 
+@pytest.mark.parametrize("bounds", [(1,), 5, (0, 2.5), (True, 2), "0,2"])
+def test_a_trajectory_range_that_is_no_range_is_one_line_from_python(tmp_path, bounds):
+    """The CLI's types refuse them; from Python they gave a TypeError or an IndexError later."""
+    with pytest.raises(UserError, match=rf"^data.init_args.val_trajectories {re.escape(repr(bounds))}"
+                       r" is not a range: give \[first, stop\), two whole numbers"):  # fmt: skip
+        SWEDataModule(str(tmp_path / "never_read.zarr"), val_trajectories=bounds)
+    assert not (tmp_path / "never_read.zarr").exists()
+
+
 def test_fit_refuses_empty_variables_in_one_line(swe_store, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         cli(["fit", *tiny_args(swe_store, tmp_path, "--data.init_args.variables", "[]")])
