@@ -222,9 +222,8 @@ def zarr_nodes(root: Path) -> list[str]:
                 if not entry.is_dir(follow_symlinks=False) or _is_sibling(entry.name):
                     continue
                 child = _node_type(Path(entry.path))
-                if child is None or (
-                    not prefix and entry.name == NESTED_KIND and _nested_artifact(Path(entry.path), child)
-                ):
+                attrs = zarr_attributes(Path(entry.path)) if child == "group" else None
+                if child is None or _nested_stats(entry.name, prefix, attrs):
                     continue
                 found.append(prefix + entry.name)
                 if child == "group":
@@ -245,9 +244,16 @@ def record_zarr_nodes(root: Path) -> None:
     os.replace(tmp, meta)
 
 
-def _nested_artifact(directory: Path, node: str) -> bool:
-    attrs = zarr_attributes(directory) if node == "group" else None
-    return attrs is not None and attrs.get(MARKER_ATTR) == NESTED_KIND
+def _nested_stats(name: str, prefix: str, attrs: dict | None) -> bool:
+    """Whether a child group (``attrs``: its attributes) is a store's statistics group: at the root,
+    named and marked ``NESTED_KIND``, an artifact of its own."""
+    return not prefix and name == NESTED_KIND and attrs is not None and attrs.get(MARKER_ATTR) == NESTED_KIND
+
+
+def _listed_nodes(attrs: dict) -> set | None:
+    """The nodes a zarr artifact's attributes list (``NODES_ATTR``); None for one written before the list."""
+    nodes = attrs.get(NODES_ATTR)
+    return set(nodes) if isinstance(nodes, list) else None
 
 
 def _foreign_entry(directory: Path, node: str, listed: set | None = None, prefix: str = "") -> Path | None:
@@ -271,15 +277,8 @@ def _foreign_entry(directory: Path, node: str, listed: set | None = None, prefix
                 child = _node_type(Path(entry.path))
                 if child is not None:
                     attrs = zarr_attributes(Path(entry.path)) if child == "group" else None
-                    if (
-                        attrs is not None
-                        and attrs.get(MARKER_ATTR) == NESTED_KIND
-                        and not prefix
-                        and name == NESTED_KIND
-                    ):
-                        nested = attrs.get(NODES_ATTR)
-                        found = _foreign_entry(Path(entry.path), "group", set(nested) if isinstance(nested, list)
-                                               else None)  # fmt: skip
+                    if _nested_stats(name, prefix, attrs):
+                        found = _foreign_entry(Path(entry.path), "group", _listed_nodes(attrs))
                         if found is not None:  # named itself (stats/my_notes), not the group s2forecast wrote
                             return found
                         continue
@@ -327,8 +326,7 @@ def _why_foreign(path: Path) -> str | None:
     if attrs is not None:
         if MARKER_ATTR not in attrs and _LEGACY_STORE_ATTR not in attrs and not _is_legacy_stats(attrs):
             return no_marker
-        listed = attrs.get(NODES_ATTR)
-        entry = _foreign_entry(path, "group", set(listed) if isinstance(listed, list) else None)
+        entry = _foreign_entry(path, "group", _listed_nodes(attrs))
         return None if entry is None else f"it holds {entry.relative_to(path)}, which s2forecast did not write"
     marker = _marker_file(path)
     if marker is None or MARKER_ATTR not in marker:
