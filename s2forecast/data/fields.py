@@ -127,6 +127,11 @@ class SampleSpec:
                 object.__setattr__(self, name, (getattr(self, name),))
 
 
+class SplitRangeError(UserError):
+    """A split's range (its period or trajectories) holds no sample of the store: the caller that
+    knows which option gave the range names it."""
+
+
 class FieldDataset(torch.utils.data.Dataset):
     """Samples of ``spec`` from the store at ``path`` whose times all lie in [start, end]
     (and, for stores with a ``trajectory`` coordinate, in one trajectory in ``trajectories``).
@@ -225,7 +230,10 @@ class FieldDataset(torch.utils.data.Dataset):
         self.trajectory = trajectory = ds["trajectory"].values if "trajectory" in ds.coords else None
         if trajectories is not None and trajectory is None:
             raise UserError(f"{path} has no 'trajectory' coordinate to split by; split it by start/end dates")
-        self.samples = self._sample_indices(start, end, trajectory, trajectories)
+        try:
+            self.samples = self._sample_indices(start, end, trajectory, trajectories)
+        except UserError as error:
+            raise SplitRangeError(str(error)) from None
         # values in the units they claim, judged on the first sample's first state alone: cheap, and
         # mislabeled units (°C as K) are wrong at every time
         own_static = [name for name in self.static_names if name not in self.given_static]

@@ -13,7 +13,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, check_read_threads
+from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, SplitRangeError, check_read_threads
 from s2forecast.data.swe import SWE_VARIABLES
 from s2forecast.training.splits import check_overlap
 from s2forecast.user_errors import UserError
@@ -317,8 +317,15 @@ class FieldDataModule(pl.LightningDataModule):
         if split not in self.splits:
             raise UserError(f"no {split!r} split configured; configured: {sorted(self.splits)}")
         if split not in self.datasets:
-            self.datasets[split] = self._field_dataset(**self.splits[split])
+            try:
+                self.datasets[split] = self._field_dataset(**self.splits[split])
+            except SplitRangeError as error:  # which of the splits' options it was
+                raise UserError(f"{self.split_option(split)}: {error}") from None
         return self.datasets[split]
+
+    def split_option(self, split: str) -> str:
+        """The option that gives ``split``'s range, as a message names it."""
+        return f"splits[{split!r}]"
 
     def _field_dataset(self, **split) -> FieldDataset:
         return FieldDataset(
@@ -473,6 +480,9 @@ class ERA5DataModule(FieldDataModule):
         )  # fmt: skip
         self.save_hyperparameters()
 
+    def split_option(self, split: str) -> str:
+        return f"data.init_args.{split}_period"
+
 
 class SWEDataModule(FieldDataModule):
     """Shallow-water trajectories (``s2forecast generate-swe``), split by trajectory index.
@@ -516,3 +526,6 @@ class SWEDataModule(FieldDataModule):
             read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()
+
+    def split_option(self, split: str) -> str:
+        return f"data.init_args.{split}_trajectories"

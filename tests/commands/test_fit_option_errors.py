@@ -107,6 +107,11 @@ CASES = {
         "no sample of 1 input and 30 target states 1 h apart fits in trajectories",
         "the longest holds",
     ),
+    "val_trajectories past the store": (  # named the range alone, not which split's
+        ["--data.init_args.val_trajectories", "[2, 5]"],
+        "data.init_args.val_trajectories: trajectories [2, 5) run past",
+        "it holds trajectories 0..2",
+    ),
     "rollout_max above rollout_steps": (
         ["--model.rollout_max", "3"],
         "model.rollout_max is 3 steps but the data's rollout_steps is 2",
