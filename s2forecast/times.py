@@ -9,6 +9,7 @@ nanoseconds since 1970 or trailing ``:00.000000000``.
 
 import numpy as np
 import pandas as pd
+from pandas.tseries.offsets import Day, Hour, Minute, MonthEnd, QuarterEnd, YearEnd
 
 from s2forecast.user_errors import UserError
 
@@ -44,9 +45,10 @@ def parse_time(value, what: str = "time") -> np.datetime64:
 
 def parse_end(value, what: str = "end") -> np.datetime64:
     """The last instant of what ``value`` names, as the end of an inclusive period: a string naming a
-    year, month, day, hour or minute (``2017``, ``2017-12``, ``2017-12-31``, ``2017-12-31T18``) means
-    all of it, as ``.sel(time=slice(start, "2017-12-31"))`` selects every time of Dec 31 (and as
-    WeatherBench2's periods are written); seconds, a time zone or a datetime are exact.
+    year, quarter, month, day, hour or minute (``2017``, ``2017Q4``, ``2017-12``, ``2017-12-31``,
+    ``2017-12-31T18``) means all of it, as ``.sel(time=slice(start, "2017-12-31"))`` selects every
+    time of Dec 31 (and as WeatherBench2's periods are written); seconds, a time zone or a datetime
+    are exact.
 
     Raises:
         ValueError: ``value`` is not a time (:func:`parse_time`).
@@ -58,8 +60,10 @@ def parse_end(value, what: str = "end") -> np.datetime64:
         period = pd.Period(value)
     except (ValueError, TypeError, OverflowError):
         return time
-    if period.freqstr not in ("Y-DEC", "M", "D", "h", "min"):  # seconds and below: the instant itself
-        return time
+    # by type: the names changed in pandas 2.2 ("A-DEC", "H", "T" before), and a name not matched made
+    # `end: 2017` its first instant alone
+    if not isinstance(period.freq, YearEnd | QuarterEnd | MonthEnd | Day | Hour | Minute):
+        return time  # seconds and below: the instant itself
     try:  # the nanosecond before the next period (Period.end_time stops at microseconds)
         return np.datetime64((period + 1).start_time.as_unit("ns").asm8, "ns") - np.timedelta64(1, "ns")
     except (ValueError, OverflowError):  # the next period is past what datetime64[ns] holds
@@ -110,10 +114,12 @@ def cftime_problem(values, calendar=None) -> str | None:
             f"uses the calendar {calendar!r} (times such as {examples}): s2forecast reads the real-world calendar "
             f"only ({', '.join(STANDARD_CALENDARS)}: ERA5's); convert the times to it"
         )
-    if not pd.Timestamp.min.year < first.year < pd.Timestamp.max.year:
+    # every value: times that start inside the range and run past 2262 are cftime dates too
+    outside = [value for value in flat if not pd.Timestamp.min.year < value.year < pd.Timestamp.max.year]
+    if outside:
         return (
-            f"holds dates such as {examples}, outside the dates a datetime64[ns] time axis holds "
-            f"({pd.Timestamp.min.date()} .. {pd.Timestamp.max.date()})"
+            f"holds dates such as {', '.join(str(value) for value in outside[:2])}, outside the dates a datetime64[ns] "
+            f"time axis holds ({pd.Timestamp.min.date()} .. {pd.Timestamp.max.date()})"
         )
     return (
         f"holds cftime dates of the real-world calendar (times such as {examples}): s2forecast reads datetime64 "

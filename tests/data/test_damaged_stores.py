@@ -177,5 +177,9 @@ def test_cftime_dates_of_the_real_world_calendar_are_named_as_such():
                                                        "2020-01-01 00:00:00, 2020-01-02 00:00:00)")  # fmt: skip
     old = [cftime.DatetimeProlepticGregorian(1600, 1, 1)]
     assert "outside the dates a datetime64[ns] time axis holds" in cftime_problem(np.array(old))
+    # starting inside the range and running past it: was told to open them without use_cftime, which fails
+    late = [cftime.DatetimeProlepticGregorian(year, 1, 1) for year in (2250, 2261, 2263, 2269)]
+    assert cftime_problem(np.array(late)).startswith("holds dates such as 2263-01-01 00:00:00, 2269-01-01 00:00:00, "
+                                                     "outside the dates a datetime64[ns] time axis holds")  # fmt: skip
     # undecoded numbers beside a calendar attribute: not cftime dates (they had no .year: an AttributeError)
     assert cftime_problem(np.array([0, 6]), "standard") is None
