@@ -341,7 +341,27 @@ def open_store(
             raise UserError(f"store {path} has no {name!r} coordinate; dims are {dict(ds.sizes)}{rename_hint(ds)}")
     if "time" in ds.dims and not ds.sizes["time"]:
         raise UserError(f"store {path} holds no time steps (its time dimension is empty); write it again")
+    _check_levels_in_hpa(ds, path)
     return to_model_order(static_at_first_time(ds))
+
+
+MAX_LEVEL_HPA = 1100.0  # above any pressure on Earth: a level beyond it is in Pa (CMIP's plev)
+
+
+def _check_levels_in_hpa(ds: xr.Dataset, path) -> None:
+    """Refuse a ``level`` coordinate in Pa: read as hPa, 50000 "hPa" made channels ``temperature/50000``
+    and a plausibility refusal that blamed the values of geopotential."""
+    if "level" not in ds.coords or not np.issubdtype(ds["level"].dtype, np.number) or not ds["level"].size:
+        return
+    levels = ds["level"].values
+    units = str(ds["level"].attrs.get("units", "")).strip()
+    if np.nanmax(levels) > MAX_LEVEL_HPA or units == "Pa":
+        shown = ", ".join(f"{x:g}" for x in levels[:4]) + (", ..." if levels.size > 4 else "")
+        raise UserError(
+            f"the level coordinate of store {path} ({shown}{', units Pa' if units == 'Pa' else ''}) is in Pa; "
+            "s2forecast reads pressure levels in hPa: divide it by 100 (xarray: ds['level'] = ds['level'] / 100, "
+            "units 'hPa')"
+        )
 
 
 def static_at_first_time(ds: xr.Dataset) -> xr.Dataset:
@@ -370,7 +390,10 @@ def rename_hint(ds: xr.Dataset | xr.DataArray) -> str:
     if not renames:
         return ""
     listed = ", ".join(f"{alias}={name!r}" for alias, name in renames.items())
-    return f"; rename them as s2forecast reads them: ds.rename({listed}) (or convert CDS files with convert-era5)"
+    pascals = " and give the levels in hPa (CMIP's plev is in Pa)" if "plev" in renames else ""
+    return (
+        f"; rename them as s2forecast reads them: ds.rename({listed}){pascals} (or convert CDS files with convert-era5)"
+    )
 
 
 def open_url(url: str, what: str, storage_options: dict | None = None, chunks=None) -> xr.Dataset:

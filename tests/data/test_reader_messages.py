@@ -134,3 +134,35 @@ def test_other_layouts_dim_names_are_named_with_their_renames(tmp_path):
     with pytest.raises(ValueError) as error:
         open_store(tmp_path / "cds.zarr")
     assert str(error.value).endswith(hint)
+
+
+@pytest.mark.parametrize(("levels", "units", "shown"), [([50000.0, 85000.0], None, "50000, 85000"),
+                                                        ([500.0, 850.0], "Pa", "500, 850, units Pa")])  # fmt: skip
+def test_pressure_levels_in_pa_are_refused_naming_the_fix(tmp_path, capsys, levels, units, shown):
+    """CMIP's plev is in Pa: renamed to level as the hint said, 50000 'hPa' made channels
+    temperature/50000 in silence, and stats refused geopotential's correct values as implausible."""
+    import xarray as xr
+    import zarr
+    from test_datamodules import six_hourly, synthetic_store
+
+    from s2forecast.data.store import rename_hint
+    from s2forecast.geometry import Grid
+
+    assert rename_hint(xr.Dataset(coords={"plev": levels})) == (
+        "; rename them as s2forecast reads them: ds.rename(plev='level') and give the levels in hPa (CMIP's plev is "
+        "in Pa) (or convert CDS files with convert-era5)"
+    )
+    path = tmp_path / "pa.zarr"
+    synthetic_store(path, Grid(5, 8), six_hourly(2), levels=levels)
+    if units:
+        group = zarr.open_group(path, mode="r+")
+        group["level"].attrs["units"] = units
+        zarr.consolidate_metadata(path)
+    before = sorted(p.name for p in path.iterdir())
+    with pytest.raises(SystemExit):
+        main(["stats", str(path)])
+    assert capsys.readouterr().err.strip() == (
+        f"s2forecast stats: error: the level coordinate of store {path} ({shown}) is in Pa; s2forecast reads pressure "
+        "levels in hPa: divide it by 100 (xarray: ds['level'] = ds['level'] / 100, units 'hPa')"
+    )
+    assert sorted(p.name for p in path.iterdir()) == before
