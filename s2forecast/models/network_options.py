@@ -120,10 +120,12 @@ SET_BY_THE_NETWORK = {"in_channels", "out_channels", "num_heads", "head_dim", "g
 def nested_targets(values: dict) -> dict[str, type]:
     """The layer whose keyword arguments each ``*_options`` mapping of ``values`` holds."""
     from s2forecast.nn import S2BallSparseAttention, SpRePE
-    from s2forecast.nn.position_embedding import AxialRotaryEmbedding
+    from s2forecast.nn.position_embedding import AxialRotaryEmbedding, GeodesicALiBi
 
     targets = {"ball_options": S2BallSparseAttention}
-    embedding = {"sprepe": SpRePE, "rope": AxialRotaryEmbedding}.get(values.get("position_embedding"))
+    embedding = {"sprepe": SpRePE, "rope": AxialRotaryEmbedding, "alibi": GeodesicALiBi}.get(
+        values.get("position_embedding")
+    )
     if embedding is not None:
         targets["position_embedding_options"] = embedding
     return targets

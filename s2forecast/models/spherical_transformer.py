@@ -36,6 +36,7 @@ from s2forecast.nn import (
     VectorNoise,
     build_position_embedding,
 )
+from s2forecast.nn.position_embedding import GeodesicALiBi
 from s2forecast.ops import default_radius
 from s2forecast.user_errors import UserError
 
@@ -398,6 +399,10 @@ class SphericalTransformer(nn.Module):
         if grid != self.grid and (reason := self.bound_to_grid()) is not None:
             raise UserError(f"the model cannot run on {grid}: {reason}; regrid the data to {self.grid}")
         radii = {"theta": self.theta, "encoder_cutoff": self.encoder_cutoff, "decoder_cutoff": self.decoder_cutoff}
+        if self.config["position_embedding"] == "alibi":  # its bias per radian (a default per grid spacing)
+            units = {m.distance_unit_rad for m in self.modules() if isinstance(m, GeodesicALiBi)}
+            options = self.config.get("position_embedding_options") or {}
+            radii["position_embedding_options"] = {**options, "distance_unit_rad": units.pop()} if units else options
         other = SphericalTransformer(grid, self.in_channels, self.out_channels, **{**self.config, **radii})
         state = {k: v for k, v in self.state_dict().items()}
         other.load_state_dict(state, strict=False)

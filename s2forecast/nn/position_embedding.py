@@ -159,24 +159,35 @@ class RelativePositionBias(nn.Module):
 
 
 class GeodesicALiBi(GeometricBuffers):
-    """ALiBi with geodesic distance: head h adds -slope_h * d(p_i, p_j) / (latitude spacing)
-    to the logits, with ALiBi's geometric slopes 2^(-8 (h+1) / heads). Fixed, no parameters;
-    global attention only (the neighborhood kernel takes no score bias)."""
+    """ALiBi with geodesic distance: head h adds -slope_h * d(p_i, p_j) / distance_unit_rad to
+    the logits, with ALiBi's geometric slopes 2^(-8 (h+1) / heads). Fixed, no parameters;
+    global attention only (the neighborhood kernel takes no score bias).
+
+    Args:
+        distance_unit_rad: the distance (radians) of one unit of the bias; default: the key
+            grid's latitude spacing. A model moved to another grid keeps its training value
+            (``SphericalTransformer.on_grid``): the bias per radian is then the same.
+    """
 
     acts_on = "scores"
 
-    def __init__(self, num_heads: int, grid: Grid, grid_kv: Grid | None = None):
+    def __init__(self, num_heads: int, grid: Grid, grid_kv: Grid | None = None, distance_unit_rad: float | None = None):
         super().__init__()
         self.grid = check_grid(grid, "grid")
         self.grid_kv = self.grid if grid_kv is None else check_grid(grid_kv, "grid_kv")
         self.num_heads = num_heads
+        if distance_unit_rad is None:
+            distance_unit_rad = self.grid_kv.lat_spacing
+        if not (isinstance(distance_unit_rad, int | float) and 0 < distance_unit_rad <= math.pi):
+            raise UserError(f"ALiBi's distance_unit_rad must be in (0, pi] radians, got {distance_unit_rad!r}")
+        self.distance_unit_rad = float(distance_unit_rad)
         self._register_geometry()
 
     def _geometry(self) -> dict[str, torch.Tensor]:
         heads = self.num_heads
         slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float64) / heads)
         return {
-            "slopes": slopes / self.grid_kv.lat_spacing,
+            "slopes": slopes / self.distance_unit_rad,
             "points_q": self.grid.unit_vectors.reshape(-1, 3),
             "points_k": self.grid_kv.unit_vectors.reshape(-1, 3),
         }
@@ -209,11 +220,12 @@ def build_position_embedding(
         grid_kv: grid of the keys when it differs (SpRePE, ALiBi).
         seed: per-layer seed (SpRePE's random auxiliary points).
         options: extra arguments of the embedding (SpRePE: mask, ratio, ratio_min,
-            ratio_max, aux_points; RoPE: base).
+            ratio_max, aux_points; RoPE: base; ALiBi: distance_unit_rad).
     """
     if name not in POSITION_EMBEDDINGS:
         raise UserError(f"position embedding must be one of {POSITION_EMBEDDINGS}, got {name!r}")
-    allowed = {"sprepe": {"mask", "ratio", "ratio_min", "ratio_max", "aux_points"}, "rope": {"base"}}.get(name, set())
+    allowed = {"sprepe": {"mask", "ratio", "ratio_min", "ratio_max", "aux_points"}, "rope": {"base"},
+               "alibi": {"distance_unit_rad"}}.get(name, set())  # fmt: skip
     if set(options) - allowed:
         raise UserError(f"position embedding {name!r} takes options {sorted(allowed)}, got {sorted(options)}")
     if name != "sprepe" and name != "alibi" and grid_kv is not None and grid_kv != grid:
@@ -229,5 +241,5 @@ def build_position_embedding(
     if name == "rpe":
         return RelativePositionBias(num_heads, grid)
     if name == "alibi":
-        return GeodesicALiBi(num_heads, grid, grid_kv)
+        return GeodesicALiBi(num_heads, grid, grid_kv, **options)
     return SpRePE(num_heads, head_dim, grid, grid_kv, seed=seed, **options)

@@ -78,6 +78,22 @@ def test_another_resolution_keeps_the_physical_radii():
     assert (a - b).norm() / a.norm() < 0.08
 
 
+def test_another_resolution_keeps_alibis_bias_per_radian():
+    """ALiBi's distance unit is the latent grid's spacing: on a grid of twice the rows the same weights
+    biased each radian twice as much (another operator, with the model accepted as grid-free)."""
+    from s2forecast.nn.position_embedding import GeodesicALiBi
+
+    model = SphericalTransformer(Grid(16, 32), 3, 3, embed_dim=8, num_layers=1, num_heads=2, attention="global",
+                                 position_embedding="alibi")  # fmt: skip
+    finer = model.on_grid(Grid(32, 64))
+    (coarse_bias,), (fine_bias,) = ([m for m in n.modules() if isinstance(m, GeodesicALiBi)] for n in (model, finer))
+    assert fine_bias.grid_kv.shape == (16, 32) and coarse_bias.grid_kv.shape == (8, 16)
+    assert torch.equal(fine_bias.slopes, coarse_bias.slopes)
+    assert fine_bias.distance_unit_rad == Grid(8, 16).lat_spacing
+    with pytest.raises(ValueError, match=r"ALiBi's distance_unit_rad must be in \(0, pi\] radians, got 0"):
+        GeodesicALiBi(2, Grid(8, 16), distance_unit_rad=0)
+
+
 def test_planar_transformer():
     grid = Grid(15, 30)
     for attention in ["window", "global"]:
