@@ -71,6 +71,11 @@ class SphericalNoise(nn.Module):
         # variance at every point. With nlat >= nlon / 2 + 1, lmax = nlat kept that order, which
         # irfft takes once (not as a +-m pair): white noise had 0.94-0.99 per point at 9x16-33x64
         lmax = min(grid.nlat, (grid.nlon + 1) // 2)
+        if lmax < 2:  # degree 0 alone, zeroed below: a variance of 0, and NaN noise
+            raise UserError(
+                f"field noise on a {grid.nlat}x{grid.nlon} grid has no degree above 0 to draw (it needs at least 2 "
+                "rows and 3 columns): give it a finer latent grid (a smaller scale_factor) or noise_kind 'vector'"
+            )
         self.isht = InverseRealSHT(grid.nlat, grid.nlon, lmax=lmax, mmax=lmax, grid=grid.kind, norm="ortho")
         lmax, mmax = self.isht.lmax, self.isht.mmax
         degree = torch.arange(lmax, dtype=torch.float64)[:, None].expand(lmax, mmax)

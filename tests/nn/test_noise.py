@@ -123,6 +123,9 @@ def test_vector_noise_shapes_and_reproducibility():
             "noise_alpha must be finite and noise_tau >= 0, got 2.0 and -1.0",
         ),
         (lambda: SphericalNoise(Grid(8, 16), 2, alpha=math.inf), "noise_alpha must be finite"),
+        # degree 0 alone (zeroed): NaN noise, refused later as "q contains NaN" naming no option
+        (lambda: SphericalNoise(Grid(8, 2), 2), "field noise on a 8x2 grid has no degree above 0 to draw"),
+        (lambda: SphericalNoise(Grid(2, 2), 2), "field noise on a 2x2 grid has no degree above 0 .* noise_kind"),
     ],
 )
 def test_noise_bad_options(build, message):
