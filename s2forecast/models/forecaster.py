@@ -152,6 +152,7 @@ class Forecaster(nn.Module):
                 the target time.
             noise: the noise input of a stochastic network (``sample_noise``); None draws it.
         """
+        self._check_inputs(states, static, forcings, 1, forcing_times=self.history + 1)
         # in the module's dtype, as normalize (float64 forcings of the API: the network refuses a mix)
         x = torch.cat([states.flatten(1, 2), static, forcings.flatten(1, 2)], dim=1).to(self.mean.dtype)
         out = self.net(x) if noise is None else self.net(x, noise)
@@ -235,9 +236,10 @@ class Forecaster(nn.Module):
             yield prediction
             states = torch.cat([states[:, 1:], prediction[:, None].to(states.dtype)], dim=1)
 
-    def _check_inputs(self, states, static, forcings, steps) -> None:
+    def _check_inputs(self, states, static, forcings, steps, forcing_times: int | None = None) -> None:
         """One line naming the shape this model takes: another one failed deep in the network (a
-        convolution's RuntimeError), or was taken for too few forcings."""
+        convolution's RuntimeError), or was taken for too few forcings; ``forcing_times``: the
+        number of forcing times required (a step's: history + 1), None for any."""
         if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1:
             raise UserError(f"steps must be an integer >= 1, got {steps!r}")
         grid, data = self.grid.shape, self.data
@@ -245,7 +247,7 @@ class Forecaster(nn.Module):
         expected = {
             "states": (batch, self.history, len(self.channels), *grid),
             "static": (batch, len(data.static_channels), *grid),
-            "forcings": (batch, None, len(data.forcing_channels), *grid),
+            "forcings": (batch, forcing_times, len(data.forcing_channels), *grid),
         }
         for name, tensor in (("states", states), ("static", static), ("forcings", forcings)):
             shape, got = expected[name], tuple(tensor.shape)

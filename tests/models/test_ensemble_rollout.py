@@ -119,3 +119,17 @@ def test_bad_members_generators_and_forcings_are_one_line():
             next(model.ensemble_rollout(states, static, forcings, 3, members))
     with pytest.raises(ValueError, match=r"^forcings of shape \(1, 5, 1, 8, 16\): this model takes \(2, times, 1,"):
         next(model.rollout(states, static, forcings[:1], 3))
+
+
+def test_a_step_of_inputs_of_another_shape_is_one_line():
+    """The public step did not check its inputs: forcings at the input times alone (not the target's)
+    failed deep in the DISCO convolution (RuntimeError: shape '[1, 1, 8, 9, 4, 8]' is invalid)."""
+    model = forecaster(2)
+    states, static, forcings = inputs()
+    history = states.shape[1]
+    assert model.step(states, static, forcings[:, : history + 1]).shape == (2, 2, 8, 16)
+    with pytest.raises(ValueError, match=rf"^forcings of shape \(2, {history}, 1, 8, 16\): this model takes \(2, "
+                                         rf"{history + 1}, 1, 8, 16\)"):  # fmt: skip
+        model.step(states, static, forcings[:, :history])
+    with pytest.raises(ValueError, match=r"^static of shape \(2, 8, 16\): this model takes"):
+        model.step(states, static[:, 0], forcings[:, : history + 1])
