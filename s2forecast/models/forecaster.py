@@ -65,14 +65,14 @@ class Forecaster(nn.Module):
         # fields, saved with the checkpoint (empty for checkpoints from before they were saved)
         self.static_fields: dict[str, torch.Tensor] = {}
 
-    def _register_statistics(self, data: DataSpec, device=None) -> None:
+    def _register_statistics(self, data: DataSpec, device=None, dtype=torch.float32) -> None:
         """The normalization buffers (channels, 1, 1) of ``data``'s statistics: rebuilt from ``data``,
-        not part of the weights (state_dict)."""
-        mean, std = torch.tensor(data.mean), torch.tensor(data.std)
-        tendency_std = torch.tensor(data.tendency_std)
+        not part of the weights (state_dict), in ``dtype`` (the model's)."""
+        mean, std = torch.tensor(data.mean, dtype=torch.float64), torch.tensor(data.std, dtype=torch.float64)
+        tendency_std = torch.tensor(data.tendency_std, dtype=torch.float64)
         scale = torch.where(torch.isfinite(tendency_std) & (tendency_std > 0), tendency_std / std, torch.ones_like(std))
         for name, values in (("mean", mean), ("std", std), ("tendency_scale", scale)):
-            self.register_buffer(name, values[:, None, None].float().to(device), persistent=False)
+            self.register_buffer(name, values[:, None, None].to(device, dtype), persistent=False)
 
     def with_statistics(self, mean, std, tendency_std) -> "Forecaster":
         """The same network normalizing with other statistics ((channels,) in physical units, e.g. a
@@ -86,7 +86,7 @@ class Forecaster(nn.Module):
         other = copy.copy(self)  # the same submodules (weights); its own buffers and data
         other._buffers = dict(self._buffers)
         other.data = replace(self.data, **values)
-        other._register_statistics(other.data, self.mean.device)
+        other._register_statistics(other.data, self.mean.device, self.mean.dtype)
         return other
 
     @classmethod
@@ -137,7 +137,7 @@ class Forecaster(nn.Module):
         other = Forecaster(self.architecture, self.network_options, self.data.on_grid(grid), self.residual)
         other.net = self.net.on_grid(grid)
         other.static_fields = {}  # the checkpoint's are on its own grid: another takes the store's
-        return other.to(self.mean.device).train(self.training)
+        return other.to(self.mean.device, self.mean.dtype).train(self.training)
 
     # --- the model step ------------------------------------------------------------------
     def step(

@@ -406,7 +406,8 @@ class SphericalTransformer(nn.Module):
         other = SphericalTransformer(grid, self.in_channels, self.out_channels, **{**self.config, **radii})
         state = {k: v for k, v in self.state_dict().items()}
         other.load_state_dict(state, strict=False)
-        return other.to(next(self.parameters()).device)
+        weight = next(self.parameters())
+        return other.to(weight.device, weight.dtype)  # a float64 model stays float64
 
 
 def _th_grid(grid: Grid) -> str:

@@ -137,3 +137,14 @@ def test_checkpoint_messages_keep_the_quotes_of_their_detail():
 
     assert _first_detail(TypeError("__init__() got an unexpected keyword argument 'foo'")).endswith("'foo'")
     assert _first_detail(KeyError("missing key 'channels'")) == "missing key 'channels'"
+
+
+def test_a_float64_forecaster_stays_float64_on_another_grid_and_with_other_statistics():
+    """on_grid and with_statistics made a .double() model's weights and statistics float32 again:
+    weights rounded, outputs normalized in float32 and labelled float64."""
+    model = Forecaster("spherical", {"embed_dim": 8, "num_layers": 1}, DataSpec.from_dict(OLD_DICT)).double()
+    for other in (model.on_grid(Grid(16, 32)), model.with_statistics([1.0, 2.0], [1.0, 2.0], [1.0] * 2)):
+        assert {p.dtype for p in other.parameters()} == {torch.float64}
+        assert {other.mean.dtype, other.std.dtype, other.tendency_scale.dtype} == {torch.float64}
+    mean = 1.0 + 1e-9  # not a float32: kept whole in a float64 model
+    assert model.with_statistics([mean] * 2, [1.0] * 2, [1.0] * 2).mean[0].item() == mean
