@@ -6,7 +6,9 @@ of every earlier version hold the same keys; those from before static statistics
 lack ``static_mean`` and ``static_std``.
 """
 
+import math
 from dataclasses import MISSING, asdict, dataclass, fields, replace
+from numbers import Real
 
 from s2forecast.geometry import Grid
 from s2forecast.user_errors import UserError
@@ -60,6 +62,13 @@ class DataSpec:
             value = getattr(self, name)
             if value is not None and len(value) != len(channels):
                 raise UserError(f"data {name} has {len(value)} values for {len(channels)} channels {list(channels)}")
+        # what normalization divides by: a std of 0 or NaN made every input inf or NaN (NaN tendency_std: scale 1)
+        for name, valid in (("mean", math.isfinite), ("std", lambda v: math.isfinite(v) and v > 0),
+                            ("tendency_std", lambda v: math.isnan(v) or v >= 0)):  # fmt: skip
+            bad = [v for v in getattr(self, name) if not (isinstance(v, Real) and not isinstance(v, bool) and valid(v))]
+            if bad:
+                rule = {"mean": "finite numbers", "std": "finite numbers > 0", "tendency_std": "numbers >= 0 or NaN"}
+                raise UserError(f"data {name} must be {rule[name]} (one per channel), got {bad[:3]}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "DataSpec":

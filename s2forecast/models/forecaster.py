@@ -306,6 +306,8 @@ def checkpoint_static_fields(state: dict, model: Forecaster) -> dict[str, torch.
     """The static fields a checkpoint carries (name -> (nlat, nlon) float32), those of the
     model's static channels on its grid; {} when the checkpoint has none."""
     stored = state.get("static_fields") or {}
+    if not isinstance(stored, dict) or not all(isinstance(v, torch.Tensor) for v in stored.values()):
+        raise TypeError(f"its static_fields are {type(stored).__name__} {str(stored)[:60]}, not fields by name")
     wanted = set(model.data.static_channels)
     return {
         name: values.float() for name, values in stored.items()

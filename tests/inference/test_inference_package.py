@@ -76,7 +76,13 @@ def test_a_checkpoint_that_does_not_fit_says_what_does_not(mse_run_1_epoch, tmp_
         "missing.ckpt": (lambda s: s["state_dict"].pop(weight), rf"missing \['{weight.removeprefix('forecaster.')}'\]"),
         "extra.ckpt": (lambda s: s["state_dict"].update({"forecaster.net.extra": torch.zeros(1)}), r"\['net.extra'\]"),
         "mean.ckpt": (lambda s: s["hyper_parameters"]["data"].update(mean=[0.0]), r"data mean has 1 values for 3"),
-    }
+        # normalized by: inf or NaN inputs, "Could not infer dtype of NoneType"; static fields: AttributeError
+        "std.ckpt": (lambda s: s["hyper_parameters"]["data"].update(std=[0.0, 1.0, 1.0]),
+                     r"data std must be finite numbers > 0 \(one per channel\), got \[0.0\]"),
+        "none.ckpt": (lambda s: s["hyper_parameters"]["data"].update(mean=[None, 0.0, 0.0]),
+                      r"data mean must be finite numbers \(one per channel\), got \[None\]"),
+        "static.ckpt": (lambda s: s.update(static_fields=[1]), r"its static_fields are list \[1\], not fields by name"),
+    }  # fmt: skip
     for name, (damage, message) in cases.items():
         damaged = torch.load(mse_run_1_epoch.checkpoint, weights_only=True)
         damage(damaged)
