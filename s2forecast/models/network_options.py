@@ -35,6 +35,9 @@ def check_network_options(architecture: str, cls: type, options: dict) -> None:
     for name in POSITIVE:
         if values.get(name) is not None and not 0 < values[name] < math.inf:  # inf: an OverflowError in int()
             raise UserError(f"network option {name} must be a finite number > 0, got {values[name]}")
+    for name in ("encoder_cutoff", "decoder_cutoff"):  # radii in radians, as theta: a filter past pi is global
+        if values.get(name) is not None and values[name] > math.pi:
+            raise UserError(f"network option {name} is a radius in radians in (0, pi], got {values[name]}")
     for name in NON_NEGATIVE:
         if name in values and values[name] < 0:
             raise UserError(f"network option {name} must be >= 0, got {values[name]}")

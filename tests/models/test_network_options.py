@@ -25,6 +25,9 @@ CASES = [
     ),  # fmt: skip
     ("spherical", {"attention": 4}, "attention of the 'spherical' network must be a string or a list of strings"),
     ("spherical", {"theta": 0.0}, "theta must be a finite number > 0, got 0.0"),
+    # radii in radians as theta (refused past pi): 5.0 was built and run
+    ("spherical", {"encoder_cutoff": 5.0}, "encoder_cutoff is a radius in radians in (0, pi], got 5.0"),
+    ("spherical", {"decoder_cutoff": 3.2}, "decoder_cutoff is a radius in radians in (0, pi], got 3.2"),
     ("spherical", {"mlp_ratio": -1}, "mlp_ratio must be a finite number > 0, got -1"),
     ("spherical", {"mlp_ratio": float("inf")}, "mlp_ratio must be a finite number > 0, got inf"),  # OverflowError
     # one patch: every forward failed in torch's instance norm (a review found it)
