@@ -201,8 +201,9 @@ class SphericalTransformer(nn.Module):
         embed_dim: latent width.
         num_layers: attention blocks.
         num_heads: attention heads.
-        scale_factor: latent grid has nlat // scale_factor rows and nlon // scale_factor
-            columns (1: no downsampling).
+        scale_factor: latent grid has nlat // scale_factor rows (at least 2) and
+            nlon // scale_factor columns (at least 1); 1: no downsampling. An
+            equiangular-midpoint grid counts its nlat + 1 edge rows.
         latent_kind: grid kind of the latent grid.
         attention: "neighborhood", "global", "ball" or a per-layer list of them.
         global_every: with a single kind, make every k-th layer global.

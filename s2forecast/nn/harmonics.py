@@ -5,7 +5,7 @@ c_lm = int f Y_lm^* dOmega = 2 pi sum_j w_j P_lm(cos colat_j) F_m(colat_j), F_m 
 coefficients of row j (``rfft``, norm "forward"), P_lm torch-harmonics' orthonormal associated
 Legendre functions, w_j the grid's latitude quadrature (``geometry.latitude_quadrature``:
 torch-harmonics' rules for equiangular and Gauss-Legendre grids, to round-off, so the
-coefficients are those of torch-harmonics' ``RealSHT``; Fejer's first rule for WeatherBench2's
+coefficients are those of torch-harmonics' ``RealSHT(csphase=False)``; Fejer's first rule for WeatherBench2's
 cell-centred grids, which torch-harmonics has no rule for). Degrees are truncated as
 torch-harmonics does (``truncate_sht``), to those whose squares the rule integrates exactly:
 what ``evaluation.spectra.spherical_harmonic_power`` computes in NumPy for the scores.
