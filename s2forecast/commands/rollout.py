@@ -64,8 +64,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--store-stats", action="store_true",
-        help="normalize with the store's own statistics (default: the checkpoint's, so any store of the model's "
-        "variables works as initial conditions)",
+        help="normalize with the statistics inside the store (`s2forecast stats`: a store, not an ERA5 file; "
+        "default: the checkpoint's, so any store of the model's variables works as initial conditions)",
     )  # fmt: skip
     parser.add_argument(
         "--members", type=ensemble_members, default=0, metavar="K",

@@ -375,6 +375,13 @@ class InitialConditions:
                 )
             yield cls(source, [open_inputs(model, source, other_grid, store_stats, storage_options=storage_options)])
             return
+        if store_stats:  # before any member is converted: a converted file never holds statistics
+            raise UserError(
+                f"--store-stats normalizes with the statistics inside a store, and {source} is an ERA5 file, which "
+                f"holds none: leave out --store-stats to normalize with the checkpoint's, or convert it "
+                f"(`s2forecast convert-era5 {source} --out ic.zarr`, then `s2forecast stats ic.zarr`) and pass "
+                "--store ic.zarr"
+            )
         members = _file_members(Path(source), ic_members)
         layout = ChannelLayout.from_channels(model.data.channels)
         # on another grid the checkpoint's static fields do not apply: the file's are needed (open_inputs)

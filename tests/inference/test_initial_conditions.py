@@ -154,6 +154,9 @@ def test_ensemble_file_members_are_the_members_initial_states(era5_model, tmp_pa
         ("ens", ["--ic-members", "all", "--members", "4"], "--members 4 cannot share the 3 selected IC-file members"),
         ("ens", ["--ic-members", "all", "--members", "6"], "deterministic (no network.noise_channels)"),
         ("plain", ["--ic-members", "0"], "has no ensemble members (no number, realization or member dimension)"),
+        # told to run `s2forecast stats ens.nc (converted)`, after converting every member
+        ("ens", ["--ic-members", "all", "--store-stats"], "is an ERA5 file, which holds none: leave out --store-stats"),
+        ("plain", ["--store-stats"], "is an ERA5 file, which holds none: leave out --store-stats"),
     ],
 )  # fmt: skip
 def test_bad_ensemble_files(era5_model, tmp_path, capsys, file, extra, message):
