@@ -135,11 +135,16 @@ def _unpickling_message(error: BaseException) -> str:
     )
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is running out of (CPU or GPU) memory."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return "OutOfMemoryError" in names or isinstance(error, MemoryError) or "can't allocate memory" in str(error)
+
+
 def _out_of_memory_message(error: BaseException) -> str | None:
     """One line for running out of (CPU or GPU) memory, which a smaller problem fixes."""
     text = str(error)
-    names = {cls.__name__ for cls in type(error).__mro__}
-    if not ("OutOfMemoryError" in names or isinstance(error, MemoryError) or "can't allocate memory" in text):
+    if not is_out_of_memory(error):
         return None
     match = re.search(r"(?:tried to allocate|Tried to allocate) ([\d.]+) ?(bytes|[KMGT]i?B)", text)
     size = ""

@@ -17,6 +17,7 @@ from s2forecast.commands.arguments import (
     timestamps,
 )
 from s2forecast.output import output_format
+from s2forecast.user_errors import UserError, is_out_of_memory
 
 HELP = "forecasts from a checkpoint, written as NetCDF/zarr"
 PERTURBATIONS = ("gaussian", "spherical-noise")  # = inference.perturbations.PERTURBATIONS (no torch for --help)
@@ -114,7 +115,15 @@ def run(args: argparse.Namespace) -> None:
     available = source_times(args.store, args.storage_options)  # after the options: bad ones fail before any read
     times = init_times_from(args.init_times, args.start, args.end, args.every, available)
     ranks = Ranks.from_environment()  # torchrun / srun: every process runs this command, rank 0 reports
-    out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, not args.no_progress, ranks)
+    try:
+        out = rollout(args.ckpt, args.store, args.steps, times, args.out, options, not args.no_progress, ranks)
+    except Exception as error:
+        if args.members and is_out_of_memory(error):  # members are a batch dimension, and one of the file's
+            raise UserError(
+                f"out of memory with --members {args.members} (forecast --batch-size {args.batch_size} init times at "
+                "a time, each with every member): lower --members, or --batch-size"
+            ) from None
+        raise
     if ranks.rank == 0:
         print(f"wrote {out}: {written_sizes(out, fmt)}")
 

@@ -29,6 +29,9 @@ from s2forecast.user_errors import UserError
 
 PERTURBATIONS = ("gaussian", "spherical-noise")
 DEFAULT_SCALE = 0.05  # earth2studio's default noise amplitude, here in units of each channel's std
+# below it the noise is under float32's resolution of normalized values (about 1e-7 at 1): members
+# of a deterministic model came out identical, or the noise was exactly 0 (1e-50)
+MIN_SCALE = 1e-6
 ALPHA, TAU = 2.0, 3.0  # spectral decay and inverse length scale of torch-harmonics' GaussianRandomFieldS2
 
 
@@ -98,10 +101,11 @@ class Perturbation:
     def __post_init__(self):
         if self.kind not in PERTURBATIONS:
             raise UserError(f"unknown perturbation {self.kind!r}; use one of {', '.join(PERTURBATIONS)}")
-        if not (isinstance(self.scale, Real) and math.isfinite(self.scale) and self.scale > 0):
+        if not (isinstance(self.scale, Real) and not isinstance(self.scale, bool) and math.isfinite(self.scale)
+                and self.scale >= MIN_SCALE):  # fmt: skip
             raise UserError(
-                f"--perturbation-scale must be a finite number > 0 (in units of each channel's std, e.g. "
-                f"{DEFAULT_SCALE}), got {self.scale!r}"
+                f"--perturbation-scale must be a finite number >= {MIN_SCALE:g} (in units of each channel's std, e.g. "
+                f"{DEFAULT_SCALE}; smaller noise is lost in float32 rounding), got {self.scale!r}"
             )
 
     def draw(self, shape: tuple[int, ...], grid: Grid, generator: torch.Generator | None = None,

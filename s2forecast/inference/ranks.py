@@ -92,7 +92,8 @@ class Ranks:
     def slab(self, n_times: int, batch_size: int) -> range:
         """This rank's contiguous initialization times (indices) out of ``n_times``: whole batches of
         ``batch_size``, so that no chunk or shard (which divide the batch) straddles two ranks and
-        each batch starts where it starts in a one-process rollout (its noise seed)."""
+        each batch starts where it starts in a one-process rollout (the noise is seeded per init
+        time, so the split does not change it either)."""
         batches = -(-n_times // batch_size)
         first, last = batches * self.rank // self.world, batches * (self.rank + 1) // self.world
         return range(min(first * batch_size, n_times), min(last * batch_size, n_times))

@@ -132,6 +132,18 @@ def test_an_ensemble_of_one_member_is_refused_even_for_a_noise_model(crps_run, s
             "must be a number > 0, got '0'",
         ),
         (["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "nan"], "must be a number > 0"),
+        # identical members (the noise was exactly 0), its attribute saying scale 1e-50
+        (
+            ["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "1e-50"],
+            "--perturbation-scale must be a finite number >= 1e-06 (in units of each channel's std, e.g. 0.05; "
+            "smaller noise is lost in float32 rounding), got 1e-50",
+        ),
+        # the generic "use a smaller grid, batch size or model": memory is batch x members
+        (
+            ["--members", "100000000000", "--perturbation", "gaussian"],
+            "out of memory with --members 100000000000 (forecast --batch-size 4 init times at a time, each with every "
+            "member): lower --members, or --batch-size",
+        ),
         (["--members", "3", "--perturbation", "gauss"], "invalid choice: 'gauss'"),
         (["--perturbation", "gaussian"], "add --members K with K >= 2"),
         (["--members", "1", "--perturbation", "spherical-noise"], "must be an integer >= 2"),
@@ -159,10 +171,12 @@ def test_bad_ensemble_options(mse_run_1_epoch, swe_store, tmp_path, capsys, extr
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind, scale", [("noise", 0.1), ("gaussian", 0), ("gaussian", float("nan")), ("gaussian", -1)])
+@pytest.mark.parametrize(
+    "kind, scale", [("noise", 0.1), ("gaussian", 0), ("gaussian", float("nan")), ("gaussian", -1), ("gaussian", True)]
+)
 def test_bad_perturbations_in_python(kind, scale):
-    with pytest.raises(ValueError, match=r"unknown perturbation 'noise'|must be a finite number > 0"):
-        Perturbation(kind, scale)
+    with pytest.raises(ValueError, match=r"unknown perturbation 'noise'|must be a finite number >= 1e-06"):
+        Perturbation(kind, scale)  # True: was scale 1
 
 
 def test_member_j_starts_from_initial_condition_j_mod_m():
