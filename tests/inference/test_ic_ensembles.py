@@ -84,6 +84,17 @@ def test_spherical_noise_is_band_limited_unit_variance_and_seeded():
     limit = max_degree(grid)
     assert limit == 16 and (power[:, 1 : limit + 1] > 0).all()
     assert (power[:, limit + 1 :].max() < 1e-10 * power.sum(dim=1).min()) and (power[:, 0] < 1e-10).all()
+    # the spectrum's shape (a review: a wrong alpha or tau passed): the power of degree l of a real field,
+    # |c_l0|² + 2 sum_(m>0) |c_lm|², is proportional to (2l + 1) (l (l + 1) + tau²)^-alpha, alpha 2, tau 3;
+    # its mean over 400 fields is within 4 standard errors, sqrt(2 / ((2l + 1) 400)), of that
+    many = RealSHT(33, 64, lmax=33, mmax=33, grid="legendre-gauss", norm="ortho").double()(
+        spherical_noise(grid, (400,), torch.Generator().manual_seed(3)).double()
+    )
+    degree = torch.arange(1, limit + 1, dtype=torch.float64)
+    power = (many[:, 1 : limit + 1, 0].abs() ** 2 + 2 * (many[:, 1 : limit + 1, 1:].abs() ** 2).sum(-1)).mean(0)
+    ratio = power / ((2 * degree + 1) * (degree * (degree + 1) + 9.0) ** -2.0)
+    error = 4 * torch.sqrt(2 / ((2 * degree + 1) * 400))
+    assert ((ratio / ratio[-8:].mean() - 1).abs() < error + 0.02).all(), ratio / ratio.mean()
     again = spherical_noise(grid, (4,), torch.Generator().manual_seed(1))
     assert torch.equal(again, spherical_noise(grid, (4,), torch.Generator().manual_seed(1)))
     assert not torch.equal(again, spherical_noise(grid, (4,), torch.Generator().manual_seed(2)))
