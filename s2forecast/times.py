@@ -26,8 +26,8 @@ def parse_time(value, what: str = "time") -> np.datetime64:
     Raises:
         ValueError: ``value`` is not a time (names it and shows the expected form).
     """
-    try:
-        stamp = pd.Timestamp(value)
+    try:  # a number is no time (pandas reads 5 as 5 ns after 1970; YAML reads an unquoted 2017 as one)
+        stamp = pd.NaT if isinstance(value, int | float | np.number) else pd.Timestamp(value)
     except (ValueError, TypeError, OverflowError):
         stamp = pd.NaT
     if pd.isna(stamp):

@@ -1,11 +1,12 @@
 """``s2forecast.times``: the end of an inclusive period, as users write it."""
 
 import datetime
+import re
 
 import numpy as np
 import pytest
 
-from s2forecast.times import parse_end
+from s2forecast.times import parse_end, parse_time
 
 
 @pytest.mark.parametrize(
@@ -32,3 +33,10 @@ def test_an_end_names_the_last_instant_of_the_period_it_writes(value, expected):
 def test_an_end_that_is_not_a_time_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"--end 'someday' is not a time; write it as YYYY-MM-DD"):
         parse_end("someday", "--end")
+
+
+@pytest.mark.parametrize("value", [5, 2017, 2017.0, True, np.int64(2017)])
+def test_a_number_is_not_a_time(value):
+    """pandas reads 5 as 5 ns after 1970 (and an unquoted YAML 2017 is a number): taken for 1970-01-01."""
+    with pytest.raises(ValueError, match=rf"^initialization time {re.escape(repr(value))} is not a time; write it as"):
+        parse_time(value, "initialization time")
