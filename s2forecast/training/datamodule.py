@@ -432,8 +432,8 @@ class ERA5DataModule(FieldDataModule):
         variables: store variables to predict; pressure-level ones give one channel per level.
         levels: pressure levels (hPa); None: all in the store.
         static: static input fields, "auto" for land_sea_mask and geopotential_at_surface when
-            present.
-        forcings: analytic forcings (``s2forecast.data.forcings.FORCINGS``).
+            present; [] or null: none.
+        forcings: analytic forcings (``s2forecast.data.forcings.FORCINGS``); [] or null: none.
         history, step_hours, rollout_steps: input states, hours between states, targets.
         train_period, val_period, test_period: inclusive (start, end) dates; None: unused.
         batch_size, num_workers, pin_memory, nan_policy, seed, stats, storage_options, read_threads,
@@ -445,8 +445,8 @@ class ERA5DataModule(FieldDataModule):
         store: str,
         variables: list[str] = ERA5_SURFACE + ERA5_PRESSURE,
         levels: list[int] | None = None,
-        static: list[str] | str = "auto",
-        forcings: list[str] = ("toa_radiation", "time_of_day", "day_of_year"),
+        static: list[str] | str | None = "auto",
+        forcings: list[str] | None = ("toa_radiation", "time_of_day", "day_of_year"),
         history: int = 1,
         step_hours: float = 6.0,
         rollout_steps: int = 1,
@@ -463,11 +463,11 @@ class ERA5DataModule(FieldDataModule):
         read_threads: int = READ_THREADS,
         allow_overlap: bool = False,
     ):
-        spec = SampleSpec(
-            tuple(variables),
+        spec = SampleSpec(  # null (an empty YAML key) is none: it was a TypeError taken for a bug
+            tuple(variables or ()),
             None if levels is None else tuple(levels),
-            static if isinstance(static, str) else tuple(static),
-            tuple(forcings),
+            static if isinstance(static, str) else tuple(static or ()),
+            tuple(forcings or ()),
             history,
             step_hours,
             rollout_steps,
@@ -517,7 +517,7 @@ class SWEDataModule(FieldDataModule):
         read_threads: int = READ_THREADS,
         allow_overlap: bool = False,
     ):
-        spec = SampleSpec(tuple(variables), None, (), (), history, step_hours, rollout_steps)
+        spec = SampleSpec(tuple(variables or ()), None, (), (), history, step_hours, rollout_steps)
         ranges = {"train": train_trajectories, "val": val_trajectories, "test": test_trajectories}
         splits = {name: {"trajectories": tuple(r) if isinstance(r, list | tuple) else r}
                   for name, r in ranges.items() if r is not None}  # fmt: skip

@@ -330,6 +330,14 @@ def test_empty_variables_and_levels_are_refused(era5_like):
     assert str(error.value) == f"{EMPTY_VARIABLES}; {EMPTY_LEVELS}"
     with pytest.raises(UserError, match=f"^{re.escape(EMPTY_VARIABLES)}$"):
         SWEDataModule(str(path), variables=[])
+    # null, as an empty YAML key gives: a TypeError ('NoneType' object is not iterable) taken for a bug
+    with pytest.raises(UserError, match=f"^{re.escape(EMPTY_VARIABLES)}$"):
+        ERA5DataModule(str(path), variables=None, train_period=None, val_period=None, test_period=None)
+    with pytest.raises(UserError, match=f"^{re.escape(EMPTY_VARIABLES)}$"):
+        SWEDataModule(str(path), variables=None)
+    none = ERA5DataModule(str(path), variables=["2m_temperature"], static=None, forcings=None,
+                          train_period=("2020-01-01", "2020-01-02"), val_period=None, test_period=None)  # fmt: skip
+    assert none.spec.static == () and none.spec.forcings == ()
 
 
 def test_an_empty_trajectory_range_is_refused_when_the_module_is_built(tmp_path):
