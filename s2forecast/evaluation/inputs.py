@@ -315,7 +315,17 @@ def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str],
             labels = {INIT_DIM: "init time", LEAD_DIM: "lead"}
             member = member_dim(forecast[v].dims)
             judged = forecast[v] if member is None else forecast[v].isel({member: 0}, drop=True)  # the first member
-            check_plausible(judged, v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
+            # units are judged at the first lead; implausible later (a diverged model) is scored as it is
+            check_plausible(judged.isel({LEAD_DIM: [0]}), v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
+            try:
+                check_plausible(judged, v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
+            except UserError as error:
+                problem = str(error).split("; check the units")[0].split("; the values look like")[0]
+                warnings.warn(
+                    f"{problem}, though plausible at the first lead: the forecast diverged (its units are right); "
+                    "it is scored as it is",
+                    stacklevel=2,
+                )
         if has_canonical_units(v, truth_units):
             observed = truth[v].sel(level=forecast[v]["level"].values) if "level" in forecast[v].dims else truth[v]
             check_plausible(observed, v, f"truth store {truth_name}: variable {v}")

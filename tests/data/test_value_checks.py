@@ -264,6 +264,26 @@ def test_evaluate_scores_consistent_non_canonical_units(tmp_path):
     assert np.isfinite(metrics["2m_temperature"].sel(metric="rmse", source="forecast", region="global").values).all()
 
 
+def test_evaluate_scores_a_forecast_that_diverged_with_a_warning(tmp_path):
+    """Plausible at the first lead and not at the last (a model that diverged): it was refused, telling
+    the user to check the units; the first lead proves them right, so it is scored."""
+    values = field(278.0, 5.0, FORECAST, seed=1)
+    values[:, 1] = 1.0e4  # 10000 K at 12 h
+    truth = truth_store(tmp_path / "truth.zarr", field(278.0, 5.0, SURFACE))
+    forecast = forecast_file(tmp_path / "forecast.nc", values, "K")
+    with pytest.warns(UserWarning) as caught:
+        metrics = evaluate(forecast, truth, tmp_path / "metrics.nc", plots=False, progress=False)
+    (message,) = [str(w.message) for w in caught if "diverged" in str(w.message)]
+    assert re.fullmatch(
+        r"forecast variable 2m_temperature at init time 2020-01-01T00 at lead 12 h: median 10000 is outside the "
+        r"plausible range 150\.\.350 K for 2m_temperature, though plausible at the first lead: the forecast diverged "
+        r"\(its units are right\); it is scored as it is",
+        message,
+    ), message
+    rmse = metrics["2m_temperature"].sel(metric="rmse", source="forecast", region="global").values
+    assert rmse[0] < 20 and rmse[1] > 9000
+
+
 # --- stats ---------------------------------------------------------------------------------------
 
 GRID_LAT = np.linspace(90.0, -90.0, 5)  # Grid(5, 8): equiangular with poles
