@@ -187,8 +187,8 @@ def resolve_inputs(inputs: Sequence[str | Path]) -> list[Path]:
         if is_url(entry) or any((Path(entry).expanduser() / name).is_file() for name in ("zarr.json", ".zgroup")):
             raise UserError(
                 f"input {entry} is a zarr store or URL; convert-era5 converts the Climate Data Store's NetCDF or GRIB "
-                "files, and stats, fit, rollout and evaluate read such a store as it is (README: Data researchers "
-                "already have)"
+                "files, and stats, fit, rollout and evaluate read a zarr store in the WeatherBench2 layout (a time "
+                "dimension, WeatherBench2's variable names) as it is (README: Data researchers already have)"
             )
         path = Path(entry).expanduser()
         if path.is_dir():

@@ -32,6 +32,7 @@ statistics go to their own path: ``s2forecast stats STORE --out STATS``).
 
 import logging
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -426,10 +427,12 @@ def open_zarr(path, chunks=None, **options) -> xr.Dataset:
     ZeroDivisionError. ``options``: more arguments of ``open_zarr`` (``storage_options``)."""
 
     def opened(chunks):
-        try:
-            return xr.open_zarr(path, consolidated=True, chunks=chunks, **options)
-        except (KeyError, ValueError, FileNotFoundError):
-            return xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
+        with warnings.catch_warnings():  # a file of another program inside the store (a README, a JSON) is no harm
+            warnings.filterwarnings("ignore", message=".*is not recognized as a component of a Zarr hierarchy")
+            try:
+                return xr.open_zarr(path, consolidated=True, chunks=chunks, **options)
+            except (KeyError, ValueError, FileNotFoundError):
+                return xr.open_zarr(path, consolidated=False, chunks=chunks, **options)
 
     try:
         ds = opened(chunks)
@@ -535,7 +538,14 @@ def describe_not_fields(ds: xr.Dataset, names: list[str]) -> str:
 def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:
     """Grid, times, variables and levels of an opened store."""
     if "time" not in ds.dims:
-        raise UserError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}")
+        timelike = [d for d in ds.dims if "time" in str(d).lower()]
+        hint = (
+            f": if {timelike[0]!r} holds the times, rename it to 'time' with datetime64 (or CF-encoded) values "
+            f"(xarray: ds.rename({timelike[0]}='time')) and write the store again"
+            if timelike
+            else rename_hint(ds)
+        )
+        raise UserError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}{hint}")
     variables, static = [], []
     for name, var in ds.data_vars.items():
         if name == "written" or not is_field(var):

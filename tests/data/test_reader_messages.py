@@ -166,3 +166,31 @@ def test_pressure_levels_in_pa_are_refused_naming_the_fix(tmp_path, capsys, leve
         "levels in hPa: divide it by 100 (xarray: ds['level'] = ds['level'] / 100, units 'hPa')"
     )
     assert sorted(p.name for p in path.iterdir()) == before
+
+
+def test_a_store_with_its_times_under_another_name_is_told_how_to_rename_it(tmp_path, capsys):
+    """The shared ERA5 sample's layout: times as hours in 'time_index', and a JSON file of another
+    program in the store. stats said "no 'time' dimension" without a fix, after zarr's two-line
+    warning that the JSON file is no zarr node."""
+    import warnings
+
+    import numpy as np
+    import xarray as xr
+
+    path = tmp_path / "sample.zarr"
+    lat, lon = np.linspace(90, -90, 5), np.arange(8) * 45.0
+    xr.Dataset(
+        {"2m_temperature": (("time_index", "latitude", "longitude"), np.full((3, 5, 8), 280.0, np.float32))},
+        coords={"time_index": [755880, 755887, 755894], "latitude": lat, "longitude": lon},
+    ).to_zarr(path, zarr_format=3, consolidated=False)  # as the sample: zarr lists the store's files
+    (path / "sample_info.json").write_text('{"title": "a sample"}')
+    with pytest.raises(SystemExit), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["stats", str(path), "--out", str(tmp_path / "stats.zarr")])
+    assert not [w for w in caught if "Zarr hierarchy" in str(w.message)]
+    assert capsys.readouterr().err.strip() == (
+        f"s2forecast stats: error: store {path} has no 'time' dimension; dims are {{'time_index': 3, 'latitude': 5, "
+        "'longitude': 8}: if 'time_index' holds the times, rename it to 'time' with datetime64 (or CF-encoded) values "
+        "(xarray: ds.rename(time_index='time')) and write the store again"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.zarr"]
