@@ -16,6 +16,7 @@ import torch
 from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, SplitRangeError, check_read_threads
 from s2forecast.data.swe import SWE_VARIABLES
 from s2forecast.training.splits import check_overlap
+from s2forecast.urls import is_url
 from s2forecast.user_errors import UserError
 
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
@@ -328,8 +329,16 @@ class FieldDataModule(pl.LightningDataModule):
         return f"splits[{split!r}]"
 
     def _field_dataset(self, **split) -> FieldDataset:
+        store = self.store
+        if not is_url(store) and not Path(store).expanduser().exists():  # the first thing a new user meets
+            relative = not Path(store).expanduser().is_absolute()
+            where = f" (relative to the working directory {Path.cwd()})" if relative else ""
+            raise UserError(
+                f"data.init_args.store: no zarr store at {store}{where}; write one with `s2forecast generate-swe` or "
+                "`s2forecast convert-era5`, or give the path of yours"
+            )
         return FieldDataset(
-            self.store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
+            store, self.spec, nan_policy=self.nan_policy, stats_path=self.stats_path,
             storage_options=self.storage_options, read_threads=self.read_threads, **split,
         )  # fmt: skip
 

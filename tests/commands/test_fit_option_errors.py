@@ -107,6 +107,11 @@ CASES = {
         "no sample of 1 input and 30 target states 1 h apart fits in trajectories",
         "the longest holds",
     ),
+    "store that does not exist": (  # "no zarr store at data/nope.zarr": not which option, nor from where
+        ["--data.init_args.store", "data/nope.zarr"],
+        "data.init_args.store: no zarr store at data/nope.zarr (relative to the working directory ",
+        "write one with `s2forecast generate-swe` or `s2forecast convert-era5`, or give the path of yours",
+    ),
     "val_trajectories past the store": (  # named the range alone, not which split's
         ["--data.init_args.val_trajectories", "[2, 5]"],
         "data.init_args.val_trajectories: trajectories [2, 5) run past",
