@@ -56,10 +56,15 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="with --format zarr: write zarr v3 shards of N initialization times (one file per N times and lead, "
         "instead of one per time, lead and member); N must divide --batch-size",
     )  # fmt: skip
-    parser.add_argument("--batch-size", type=positive_int, default=4, help="initialization times per batch")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=4, help="initialization times per batch (default: 4)"
+    )
     parser.add_argument("--device", type=device, default="auto", help="auto (cuda if there is one), cpu, cuda:1, ...")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    parser.add_argument("--nan", choices=["fail", "write"], default="fail", help="on a non-finite forecast value")
+    parser.add_argument(
+        "--nan", choices=["fail", "write"], default="fail",
+        help="on a non-finite forecast value: stop, or write it (default: fail)",
+    )  # fmt: skip
     parser.add_argument(
         "--other-grid", action="store_true", help="run on a store at another resolution than training (S2 models)"
     )
@@ -97,7 +102,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace a forecast s2forecast wrote at --out")
     storage_options(parser)
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> None:

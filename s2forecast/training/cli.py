@@ -417,8 +417,8 @@ class ForecastCLI(LightningCLI):
         elif callback.monitor:
             warnings.warn(
                 f"no best checkpoint: training ended before any validation computed {callback.monitor} (no "
-                "val_period, trainer.limit_val_batches 0, or trainer.max_steps reached within the first epoch); the "
-                "last checkpoint holds the final weights",
+                "val_period or val_trajectories, trainer.limit_val_batches 0, or trainer.max_steps reached within the "
+                "first epoch); the last checkpoint holds the final weights",
                 stacklevel=1,
             )
         if callback.last_model_path:
