@@ -1270,6 +1270,8 @@ def validate_climatology(climatology: Data) -> Data:
         hints = {"lat": "latitude", "lon": "longitude", "doy": "dayofyear", "day_of_year": "dayofyear"}
         renames = {k: v for k, v in hints.items() if k in climatology.dims and v in missing}
         hint = f"; rename with .rename({renames})" if renames else ""
+        if missing == ["hour"]:  # WB2's ACC takes a daily climatology; a single hour is used at every hour here
+            hint += "; a daily climatology (one field per day of year): clim.expand_dims(hour=[0]), used at every hour"
         raise UserError(
             f"the climatology lacks dim(s) {missing} (it has {tuple(climatology.dims)}); expected WB2 layout "
             f"(dayofyear 1..366, hour, [level], latitude, longitude){hint}"

@@ -346,6 +346,11 @@ def test_open_climatology_names_what_is_missing(tmp_path):
         open_climatology(tmp_path / "b.zarr")
     with pytest.raises(FileNotFoundError):
         open_climatology(tmp_path / "missing.zarr")
+    daily = good.rename(lat="latitude", lon="longitude").isel(hour=0, drop=True)  # WB2's ACC takes one
+    daily.to_zarr(tmp_path / "daily.zarr")
+    with pytest.raises(ValueError, match=r"lacks dim\(s\) \['hour'\] .*; a daily climatology \(one field per day of "
+                                         r"year\): clim.expand_dims\(hour=\[0\]\), used at every hour"):  # fmt: skip
+        open_climatology(tmp_path / "daily.zarr")
 
 
 def test_perfect_forecast_against_computed_climatology():
