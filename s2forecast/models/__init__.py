@@ -1,5 +1,6 @@
 """Forecasters: the spherical Transformer and its planar baseline."""
 
+import difflib
 import inspect
 
 from torch import nn
@@ -21,7 +22,12 @@ def build_network(architecture: str, grid: Grid, in_channels: int, out_channels:
     known = [p for p in inspect.signature(cls).parameters if p not in ("grid", "in_channels", "out_channels")]
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise UserError(f"network options {unknown} are not options of the {architecture!r} network; it takes {known}")
+        close = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        meant = [f"{near[0]!r} (for {name!r})" for name, near in close.items() if near]
+        hint = f"; did you mean {', '.join(meant)}?" if meant else ""
+        raise UserError(
+            f"network options {unknown} are not options of the {architecture!r} network{hint}; it takes {known}"
+        )
     check_network_options(architecture, cls, options)
     return cls(grid, in_channels, out_channels, **options)
 

@@ -12,6 +12,14 @@ from s2forecast.models.network_options import warn_inert_options
 from s2forecast.user_errors import UserError
 
 CASES = [
+    # a misspelled option: 26 options listed, no "did you mean" as the config's own keys have
+    (
+        "spherical",
+        {"embed_dimm": 8},
+        "['embed_dimm'] are not options of the 'spherical' network; did you mean "
+        "'embed_dim' (for 'embed_dimm')?; it takes ['embed_dim', ",
+    ),
+    ("planar", {"zzz": 1}, "['zzz'] are not options of the 'planar' network; it takes ['embed_dim', "),
     ("spherical", {"embed_dim": "sixteen"}, "embed_dim of the 'spherical' network must be an integer, got 'sixteen'"),
     ("spherical", {"embed_dim": 16.0}, "embed_dim of the 'spherical' network must be an integer, got 16.0"),
     ("spherical", {"embed_dim": -16}, "embed_dim must be >= 1, got -16"),
