@@ -171,6 +171,20 @@ def test_available_on_cpu_is_honest(monkeypatch, interpret, op, name):
     assert backend.available("cpu") is ran
 
 
+@pytest.mark.parametrize("op", ["neighborhood", "ball"])
+def test_the_interpreter_refuses_bfloat16_in_one_line(op):
+    """Triton's CPU interpreter multiplies bfloat16's raw bits in tl.dot (Triton issue 11584): the fused
+    kernels returned outputs of 1e8 there, with no error, against the reference's O(1)."""
+    if not interpreting():
+        pytest.skip("the kernels were compiled for a GPU (TRITON_INTERPRET was not set at import)")
+    grid = Grid(8, 16)
+    q, k, v = qkv(grid, dtype=torch.bfloat16, heads=1)
+    backend = choose(op, "fused", "cpu")
+    with pytest.raises(ValueError, match=r"^Triton's CPU interpreter cannot run the fused kernel in bfloat16 .*"
+                                         r"use float32 or float16 there, or backend='reference'$"):  # fmt: skip
+        call(backend, q, k, v, prepare(backend, grid), grid)
+
+
 @pytest.mark.parametrize("op, name", ALL)
 def test_available_on_cuda_needs_a_gpu(op, name):
     if name == "fused":

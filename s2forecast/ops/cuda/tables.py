@@ -28,6 +28,11 @@ def fused_supported(q: torch.Tensor) -> str | None:
         return f"the fused kernel needs CUDA tensors, got {q.device} (set TRITON_INTERPRET=1 to run it on CPU)"
     if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return f"the fused kernel takes float32, float16 or bfloat16, got {q.dtype}"
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":  # interpreting: Triton issue 11584
+        return (
+            "Triton's CPU interpreter cannot run the fused kernel in bfloat16 (its tl.dot multiplies the raw bits: "
+            "outputs of 1e8); use float32 or float16 there, or backend='reference'"
+        )
     return None
 
 
