@@ -86,7 +86,8 @@ def ball_sparse_attention(
         group_size: consecutive (ball-ordered) queries sharing one selection; must divide
             ``ball_size``. 1 selects per query.
         gates: ``(g_ball, g_cmp, g_sel)``, each (batch, heads, nlat*nlon, 1) in grid order or
-            None (weight 1); None: every branch weighted 1. Gates of inactive branches are ignored.
+            None (weight 1); None: every branch weighted 1. Gates of inactive branches are
+            checked, not used.
         branches: the active branches, a non-empty subset of ``("ball", "compression", "selection")``.
             Sizes of inactive branches are ignored (not checked): ``block_size`` and
             ``compression_window`` serve compression and selection; ``select_block``,

@@ -28,6 +28,7 @@ log-weight -inf and are never attended to.
 """
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 
 import torch
@@ -80,8 +81,9 @@ def check_compression_window(window, ball_size: int, block_size: int) -> int | N
     """``window`` as an int (None: one level, the paper's compression); ValueError if misaligned."""
     if window is None:
         return None
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:  # numpy's too
         raise UserError(f"compression_window must be a positive integer or None, got {window!r}")
+    window = int(window)
     per_ball = ball_size // block_size
     step = math.lcm(per_ball, block_size)
     if window % step != 0:

@@ -4,6 +4,7 @@ one level is the paper's compression, the descent finds a dominant block, gradie
 
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,9 @@ def test_compression_window_checks():
         ball_sparse_attention(q, k, v, grid, ball_size=64, select_block=16, compression_window=8)
     with pytest.raises(ValueError, match="compression_window=12"):
         S2BallSparseAttention(16, 2, grid, ball_size=64, compression_window=12)
+    # numpy's integers, as the other sizes take them: "must be a positive integer or None, got np.int64(8)"
+    numpy_sizes = ball_sparse_attention(q, k, v, grid, ball_size=np.int64(64), compression_window=np.int64(8))
+    assert torch.equal(numpy_sizes, ball_sparse_attention(q, k, v, grid, ball_size=64, compression_window=8))
 
 
 def slot_pooled_reference(q, k, v, grid, ball_size, block_size, window):
@@ -178,7 +182,7 @@ def test_descent_picks_distinct_blocks_outside_the_own_ball(kind, shape, ball_si
     assert real_blocks[blocks].all()
 
 
-@pytest.mark.slow  # gradcheck through the kernels: about 90 s on CPU
+@pytest.mark.slow  # gradcheck of the reference path (backend auto on CPU): about 25 s
 def test_hierarchical_layer_gradcheck():
     grid = Grid(8, 16)
     # head_dim 2: the numerical Jacobian costs two forwards per input element, and every
