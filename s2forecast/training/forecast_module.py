@@ -320,6 +320,17 @@ class ForecastModule(pl.LightningModule):
             warn_inert_options(architecture, ARCHITECTURES[architecture], network or {})
         except UserError as error:  # the network's own checks: name the options they are about
             raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
+        if loss == "mse":  # the CRPS loss's weights: a config that sets them believes it changed something
+            crps_options = {"crps_mse_weight": (crps_mse_weight, 0.0), "crps_alpha": (crps_alpha, 1.0),
+                            "crps_spectral_weight": (crps_spectral_weight, 0.0)}  # fmt: skip
+            for name, (value, default) in crps_options.items():
+                if value != default:
+                    warnings.warn(
+                        f"model.{name} {value} has no effect: model.loss is 'mse' (it weights the CRPS loss); drop it "
+                        "or set model.loss: crps",
+                        UserWarning,
+                        stacklevel=2,
+                    )
         if init_from is not None:
             load_network_weights(self.forecaster, init_from)
         self.grid, self.channels = self.forecaster.grid, self.forecaster.channels
@@ -328,7 +339,8 @@ class ForecastModule(pl.LightningModule):
         area = self.grid.area_weights.float()[:, None].expand(self.grid.shape)
         self.register_buffer("area", area / area.mean(), persistent=False)
         self.register_buffer("channel_weights", self._channel_weights(), persistent=False)
-        self.analysis = SphericalHarmonicAnalysis(self.grid) if crps_spectral_weight else None
+        # its Legendre table (376 MB at 0.25°) only where the spectral CRPS is computed
+        self.analysis = SphericalHarmonicAnalysis(self.grid) if loss == "crps" and crps_spectral_weight else None
         self.rollout = rollout_start
         self._mse_sums: dict[str, list] = {}
 
