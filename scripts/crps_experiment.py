@@ -316,8 +316,11 @@ def main() -> None:
     if args.table:
         if not args.table.is_file():
             parser.error(f"--table {args.table}: no such file (the JSON lines of a run of this script)")
-        rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
-        print(table(rows) + "\n\n" + targets(rows))
+        try:
+            rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
+            print(table(rows) + "\n\n" + targets(rows))
+        except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+            parser.error(f"--table {args.table}: not the JSON lines of a run of this script ({error!r})")
         if args.plot:
             plot(rows, args.plot)
         return
@@ -325,12 +328,15 @@ def main() -> None:
         parser.error("--store and --work are needed to run the experiment (or --table to summarize one)")
     # the commands run in the repository (cwd=REPO): relative paths were read there, not here
     args.store, args.work = args.store.resolve(), args.work.resolve()
+    if not args.store.exists():  # before --work records the options: a typo fixed is then a rerun like any other
+        parser.error(f"--store {args.store}: no such store (make one with s2forecast generate-swe and stats)")
     args.work.mkdir(parents=True, exist_ok=True)
     # what a rerun reuses (checkpoints, forecasts, metrics) was made with these: other ones were labelled
     # with the new options (a review: --steps 50 rows of 2-step models)
     options = {name: str(value) if isinstance(value := getattr(args, name), Path) else value for name in SETTINGS}
     recorded = args.work / "options.json"
-    if recorded.exists() and (before := json.loads(recorded.read_text())) != options:
+    made = [entry for entry in args.work.iterdir() if entry.name != recorded.name]  # nothing made: nothing to keep
+    if made and recorded.exists() and (before := json.loads(recorded.read_text())) != options:
         changed = {name: (before.get(name), value) for name, value in options.items() if before.get(name) != value}
         parser.error(f"--work {args.work} holds runs of other options {changed} (before, now): rerun with those, or "
                      "give another --work")  # fmt: skip

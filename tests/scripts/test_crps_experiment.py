@@ -81,3 +81,44 @@ def test_a_failing_command_stops_the_experiment_in_one_line(tmp_path, capfd):
         script.run(["stats", str(tmp_path / "missing.zarr"), "--no-progress"])
     err = capfd.readouterr().err
     assert "no zarr store at" in err and "Traceback" not in err
+
+
+def test_a_mistyped_store_does_not_block_its_work_directory(tmp_path, monkeypatch, capsys):
+    """A review: --store swe_typo.zarr recorded its options in --work before any command ran, and the rerun
+    with the store fixed was refused as "runs of other options" although --work held nothing else."""
+    script = load_script()
+    work, store = tmp_path / "work", tmp_path / "swe.zarr"
+    monkeypatch.setattr("sys.argv", ["crps_experiment.py", "--store", str(tmp_path / "typo.zarr"), "--work", str(work)])
+    with pytest.raises(SystemExit) as exit:
+        script.main()
+    assert exit.value.code == 2 and f"--store {tmp_path / 'typo.zarr'}: no such store" in capsys.readouterr().err
+    assert not work.exists()
+    # options of an earlier run recorded, nothing made with them: the new ones replace them
+    store.mkdir()
+    work.mkdir()
+    (work / "options.json").write_text(json.dumps({"store": "elsewhere.zarr"}) + "\n")
+
+    class Started(Exception):
+        pass
+
+    monkeypatch.setattr(script, "train", lambda *args: (_ for _ in ()).throw(Started()))
+    monkeypatch.setattr("sys.argv", ["crps_experiment.py", "--store", str(store), "--work", str(work)])
+    with pytest.raises(Started):
+        script.main()
+    assert json.loads((work / "options.json").read_text())["store"] == str(store)
+    (work / "runs").mkdir()  # something made with them: kept, and other options refused
+    monkeypatch.setattr("sys.argv", ["crps_experiment.py", "--store", str(store), "--work", str(work), "--steps", "9"])
+    with pytest.raises(SystemExit):
+        script.main()
+    assert "holds runs of other options {'steps': (360, 9)}" in capsys.readouterr().err
+
+
+def test_a_table_of_other_lines_is_one_line(tmp_path, monkeypatch, capsys):
+    script = load_script()
+    (tmp_path / "bad.jsonl").write_text('{"model": "mse"}\nnot json\n')
+    monkeypatch.setattr("sys.argv", ["crps_experiment.py", "--table", str(tmp_path / "bad.jsonl")])
+    with pytest.raises(SystemExit) as exit:
+        script.main()
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and f"--table {tmp_path / 'bad.jsonl'}: not the JSON lines of a run" in err, err
+    assert "Traceback" not in err
