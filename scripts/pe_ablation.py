@@ -99,6 +99,12 @@ def train_and_score(name: str, seed: int, args) -> dict:
     if architecture == "spherical":
         network["scale_factor"] = 2  # 2x2 latent, as the ViT's 2x2 patches
     model = ForecastModule(architecture, network, data_info(data), lr=args.lr, warmup_steps=50)
+    step_hours = float(data_info(data)["step_hours"])
+    steps = int(max(LEADS_H) / step_hours)
+    long = SWEDataModule(str(args.store), val_trajectories=val, batch_size=args.batch_size, rollout_steps=steps,
+                         **split)  # fmt: skip
+    long.setup("validate")  # before training: a store too short for the 24 h scores failed after it
+    data.setup("fit")
     losses = EpochLoss()
     trainer = pl.Trainer(
         max_epochs=args.epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -113,11 +119,6 @@ def train_and_score(name: str, seed: int, args) -> dict:
            "optimizer_steps": trainer.global_step, "train_loss": sum(losses.losses) / len(losses.losses),
            **score(model, data.val_dataloader())}  # fmt: skip
 
-    step_hours = float(data_info(data)["step_hours"])
-    steps = int(max(LEADS_H) / step_hours)
-    long = SWEDataModule(str(args.store), val_trajectories=val, batch_size=args.batch_size, rollout_steps=steps,
-                         **split)  # fmt: skip
-    long.setup("validate")
     row |= rollout_rmse(model, long.val_dataloader(), LEADS_H, step_hours)
 
     batch = next(iter(data.val_dataloader()))
@@ -213,11 +214,18 @@ def main():
     if args.table:
         if not args.table.is_file():
             parser.error(f"--table {args.table}: no such file (the JSON lines of a run of this script)")
-        rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.startswith("{")]
-        print(summarize(rows))
+        if args.plot and args.plot.exists():
+            parser.error(f"--plot {args.plot} exists; give another path or move it away")
+        try:
+            rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.startswith("{")]
+            print(summarize(rows))
+        except (ValueError, KeyError, TypeError, IndexError) as error:  # JSONDecodeError is a ValueError
+            parser.error(f"--table {args.table}: not the JSON lines of a run of this script ({error!r})")
         if args.plot:
             plot(rows, args.plot)
         return
+    if args.angles < 2:  # the table's rotation column is the last angle's error over the first's (0 degrees)
+        parser.error(f"--angles must be at least 2 (0 and 90 degrees), got {args.angles}")
     if not args.store.exists():
         parser.error(f"--store {args.store}: no such store (make one with s2forecast generate-swe)")
     if args.out_dir:  # checked before any training: the save came after the first model's minutes
@@ -227,9 +235,14 @@ def main():
         if taken:
             parser.error(f"--out-dir {args.out_dir} holds {', '.join(taken)}, which this run would replace; give "
                          "another directory or move them away")  # fmt: skip
+    from s2forecast.user_errors import UserError
+
     for seed in args.seeds:
         for name in args.models:
-            train_and_score(name, seed, args)
+            try:
+                train_and_score(name, seed, args)
+            except UserError as error:  # the store or the options (checked before each model trains)
+                parser.error(str(error))
 
 
 if __name__ == "__main__":

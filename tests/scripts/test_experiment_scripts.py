@@ -28,11 +28,23 @@ def test_experiment_scripts_refuse_bad_options_in_one_line(tmp_path, swe_store, 
     weights = tmp_path / "weights"
     weights.mkdir()
     (weights / "s2-neighborhood-nope-seed0.pt").write_bytes(b"mine")
+    bad_lines = tmp_path / "bad.jsonl"
+    bad_lines.write_text('{"model": "x"}\n')
     cases = [
         ("pe_ablation.py", ["--table", tmp_path / "missing.jsonl"], "--table"),
         ("pe_ablation.py", ["--store", tmp_path / "missing.zarr"], "no such store"),
         ("pe_ablation.py", ["--store", swe_store, "--models", "s2-neighborhood-nope", "--seeds", "0", "--out-dir",
                             weights], "which this run would replace"),
+        # the 24 h scores need trajectories of 25 states (the tiny store's hold 8): this failed after training
+        ("pe_ablation.py", ["--store", swe_store, "--models", "s2-neighborhood-nope", "--seeds", "0",
+                            "--train-trajectories", "2"], "data.init_args.val_trajectories: no sample of 1 input "
+                                                           "and 24 target states"),
+        ("pe_ablation.py", ["--store", swe_store, "--models", "s2-neighborhood-nope", "--seeds", "0"],
+         "data.init_args.val_trajectories [10, 3] is an empty range"),  # a traceback
+        # one angle: the table's "rot. 90° / 0°" was 1 ± 0, never measured
+        ("pe_ablation.py", ["--store", swe_store, "--angles", "1"], "--angles must be at least 2 (0 and 90 degrees)"),
+        ("pe_ablation.py", ["--table", bad_lines], "not the JSON lines of a run of this script"),
+        ("pe_ablation.py", ["--table", bad_lines, "--plot", weights / "s2-neighborhood-nope-seed0.pt"], "exists"),
         ("crps_experiment.py", ["--table", tmp_path / "missing.jsonl"], "--table"),
         ("equivariance_resolution.py", ["--grids", "32"], "give NLATxNLON sizes"),
         ("equivariance_resolution.py", ["--lines", tmp_path / "x.jsonl"], "give it with --plot PNG"),
@@ -63,6 +75,9 @@ def test_crps_experiment_refuses_a_work_of_other_options(tmp_path, monkeypatch, 
         "init_hours": 13,
     }
     (work / "options.json").write_text(json.dumps(before))
+    (work / "runs").mkdir()  # what the first run made with them
+    (tmp_path / "store.zarr").mkdir()
+    (tmp_path / "other.zarr").mkdir()
     monkeypatch.chdir(tmp_path)
     message = refused("crps_experiment.py", "--store", "store.zarr", "--work", "work", "--steps", "50",
                       monkeypatch=monkeypatch, capsys=capsys)  # fmt: skip
