@@ -21,6 +21,7 @@ import torch
 
 from s2forecast.geometry import Grid
 from s2forecast.ops import ball_sparse_attention
+from s2forecast.user_errors import UserError
 
 
 def main() -> None:
@@ -30,6 +31,13 @@ def main() -> None:
     parser.add_argument("--compression-window", type=int, default=256)
     parser.add_argument("--own-selection", action="store_true", help="the float64 run selects its own blocks")
     args = parser.parse_args()
+    try:
+        measure(args)
+    except UserError as error:  # the sizes: one line, as the commands say it
+        parser.error(str(error))
+
+
+def measure(args) -> None:
     module = importlib.import_module("s2forecast.ops.ball_sparse_attention")
     select, recorded, replayed = module.descend_select_blocks, [], []
 

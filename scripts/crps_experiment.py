@@ -316,6 +316,8 @@ def main() -> None:
     if args.table:
         if not args.table.is_file():
             parser.error(f"--table {args.table}: no such file (the JSON lines of a run of this script)")
+        if args.plot and args.plot.exists():
+            parser.error(f"--plot {args.plot} exists; give another path or move it away")
         try:
             rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
             print(table(rows) + "\n\n" + targets(rows))

@@ -103,10 +103,21 @@ def main():
     parser.add_argument("--plot", type=Path, help="PNG of error vs nlat")
     parser.add_argument("--lines", type=Path, nargs="+", help="plot (--plot) JSON lines of earlier runs; no measuring")
     args = parser.parse_args()
+    if args.plot is not None and args.plot.suffix.lower() != ".png":  # matplotlib's error came after the measuring
+        parser.error(f"--plot {args.plot}: give a .png path")
+    if args.plot is not None and args.plot.exists():
+        parser.error(f"--plot {args.plot} exists; give another path or move it away")
     if args.lines:
         if args.plot is None:  # README: --lines FILE ... --plot PNG redraws the figure
             parser.error("--lines redraws the figure of earlier runs: give it with --plot PNG")
-        plot(results_from_lines(args.lines), args.plot)
+        missing = [str(path) for path in args.lines if not path.is_file()]
+        if missing:
+            parser.error(f"--lines {' '.join(missing)}: no such file (the JSON lines of a run of this script)")
+        try:
+            results = results_from_lines(args.lines)
+        except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+            parser.error(f"--lines: not the JSON lines of a run of this script ({error!r})")
+        plot(results, args.plot)
         return
     try:
         shapes = [tuple(int(n) for n in g.split("x")) for g in args.grids]

@@ -13,6 +13,7 @@ head_dim per head), ``scored_pairs`` those the tiles compute, ``fraction`` their
 
 import argparse
 import json
+import math
 
 import torch
 
@@ -49,14 +50,19 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if (args.nlat is None) != (args.nlon is None):
         parser.error("--nlat and --nlon go together")
+    # 0 was taken for "not given": the default set-ups ran, 0.25° among them, or the default radius
+    if args.nlat is not None and (args.nlat < 2 or args.nlon < 1):
+        parser.error(f"--nlat and --nlon must be at least 2 and 1, got {args.nlat} and {args.nlon}")
+    if args.theta is not None and not 0 < args.theta <= math.pi:
+        parser.error(f"--theta is a radius in radians in (0, pi], got {args.theta}")
     tiles = []
     for text in args.tiles:
         m, _, n = text.partition("x")
         if not (m.isdigit() and n.isdigit() and int(m) > 0 and int(n) > 0):
             parser.error(f"--tiles takes BLOCK_MxBLOCK_N with positive integers, e.g. 64x32; got {text!r}")
         tiles.append((int(m), int(n)))
-    if args.nlat:
-        setups = {f"{args.nlat}x{args.nlon}": (args.nlat, args.nlon, args.theta or "default")}
+    if args.nlat is not None:
+        setups = {f"{args.nlat}x{args.nlon}": (args.nlat, args.nlon, "default" if args.theta is None else args.theta)}
     else:
         setups = SETUPS
     for name, (nlat, nlon, radius) in setups.items():

@@ -21,6 +21,7 @@ import numpy as np
 from s2forecast.data.fields import FieldDataset
 from s2forecast.evaluation.robustness import resolution_errors, rotation_errors
 from s2forecast.inference.rollout import load_forecaster, open_inputs
+from s2forecast.user_errors import UserError
 
 
 def batch_of(dataset: FieldDataset, samples: int):
@@ -40,10 +41,16 @@ def main():
     if args.samples < 1 or args.angles < 2:  # 0 samples: an IndexError; 0 angles printed nothing, exit 0
         parser.error(f"--samples must be >= 1 and --angles >= 2 (0 and pi/2 at least), got {args.samples} and "
                      f"{args.angles}")  # fmt: skip
-    for option, path in (("--ckpt", args.ckpt), ("--store", args.store)):
-        if "://" not in path and not Path(path).exists():
+    for option, path in (("--ckpt", args.ckpt), ("--store", args.store), ("--other-store", args.other_store)):
+        if path is not None and "://" not in path and not Path(path).exists():
             parser.error(f"{option} {path}: no such file or store")
+    try:
+        measure(args)
+    except UserError as error:  # the checkpoint or a store does not fit: one line, as the commands say it
+        parser.error(str(error))
 
+
+def measure(args) -> None:
     model = load_forecaster(args.ckpt)
     dataset = open_inputs(model, args.store, targets=1)  # the checkpoint's channels, history, step, one target
     batch = batch_of(dataset, args.samples)

@@ -24,6 +24,7 @@ import torch
 from s2forecast.data import compute_stats, generate_swe, open_store
 from s2forecast.training import ForecastModule, data_info
 from s2forecast.training.datamodule import SWEDataModule
+from s2forecast.user_errors import UserError
 
 MULTILEVEL = {"compression_window": 32}
 MODELS = {
@@ -76,10 +77,10 @@ class EpochLoss(pl.Callback):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", default="data/swe_64x128.zarr")
-    parser.add_argument("--nlat", type=int, default=64)
-    parser.add_argument("--nlon", type=int, default=128)
+    parser.add_argument("--nlat", type=int, default=64, help="for a store that is generated (not an existing one)")
+    parser.add_argument("--nlon", type=int, default=128, help="for a store that is generated")
     parser.add_argument("--trajectories", type=int, default=12, help="for a store that is generated")
-    parser.add_argument("--steps-per-trajectory", type=int, default=24)
+    parser.add_argument("--steps-per-trajectory", type=int, default=24, help="for a store that is generated")
     parser.add_argument("--train-trajectories", type=int, default=10, help="the rest validate")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=4)
@@ -96,11 +97,27 @@ def main():
     parser.add_argument("--precision", default="32-true")
     args = parser.parse_args()
 
+    if args.epochs < 1:  # no epoch: no training loss to report (an AttributeError)
+        parser.error(f"--epochs must be at least 1, got {args.epochs}")
+    try:
+        rows = train_all(args)
+    except UserError as error:  # the store or the splits: one line, before any training
+        parser.error(str(error))
+    print("\n| model | params | train loss | val loss | val L1 | val L2 | train s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['params']:,} | {r['train_loss']:.4f} | {r['val_loss']:.4f} | {r['val_l1']:.4f} "
+              f"| {r['val_l2']:.4f} | {r['train_seconds']:.0f} |")  # fmt: skip
+
+
+def train_all(args) -> list[dict]:
     store = Path(args.store)
     if not store.exists():
         generate_swe(store, args.nlat, args.nlon, trajectories=args.trajectories, steps=args.steps_per_trajectory)
         compute_stats(store)
-    trajectories = int(open_store(store)["trajectory"].values.max()) + 1
+    opened = open_store(store)
+    trajectories = int(opened["trajectory"].values.max()) + 1
+    grid = f"{opened.sizes['latitude']}x{opened.sizes['longitude']}"  # the store's: --nlat/--nlon make a new one only
     rows = []
     for name in args.models:
         architecture, options = MODELS[name]
@@ -123,7 +140,7 @@ def main():
         seconds = time.perf_counter() - start
         row = {
             "model": name,
-            "grid": f"{args.nlat}x{args.nlon}",
+            "grid": grid,
             "params": sum(p.numel() for p in model.parameters()),
             "optimizer_steps": trainer.global_step,
             "train_loss": sum(losses.losses) / len(losses.losses),
@@ -132,12 +149,7 @@ def main():
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
-
-    print("\n| model | params | train loss | val loss | val L1 | val L2 | train s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['model']} | {r['params']:,} | {r['train_loss']:.4f} | {r['val_loss']:.4f} | {r['val_l1']:.4f} "
-              f"| {r['val_l2']:.4f} | {r['train_seconds']:.0f} |")  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":

@@ -51,6 +51,21 @@ def test_experiment_scripts_refuse_bad_options_in_one_line(tmp_path, swe_store, 
         ("robustness.py", ["--ckpt", tmp_path / "missing.ckpt", "--store", swe_store], "no such file"),
         ("robustness.py", ["--ckpt", "x", "--store", swe_store, "--samples", "0"], "--samples must be >= 1"),
         ("make_coastlines.py", [tmp_path / "missing.json", tmp_path / "out.npz"], "no such file"),
+        # tracebacks before (a review): a store that is not there, sizes the attention refuses, an empty split
+        ("robustness.py", ["--ckpt", bad_lines, "--store", swe_store, "--other-store", tmp_path / "missing.zarr"],
+         "--other-store"),
+        ("robustness.py", ["--ckpt", bad_lines, "--store", swe_store], "use a checkpoint saved by s2forecast fit"),
+        ("ball_sparse_precision.py", ["--nlat", "8", "--nlon", "16", "--compression-window", "16"],
+         "must be a multiple of ball_size/block_size"),
+        ("neighborhood_tiles.py", ["--nlat", "8", "--nlon", "16", "--theta", "-1"], "--theta is a radius in radians"),
+        ("neighborhood_tiles.py", ["--nlat", "0", "--nlon", "0"], "--nlat and --nlon must be at least 2 and 1"),
+        ("swe_ablation.py", ["--store", swe_store, "--train-trajectories", "5", "--models", "s2-global"],
+         "data.init_args.val_trajectories [5, 3] is an empty range"),
+        ("swe_ablation.py", ["--store", swe_store, "--epochs", "0"], "--epochs must be at least 1"),
+        ("equivariance_resolution.py", ["--lines", tmp_path / "missing.jsonl", "--plot", tmp_path / "x.png"],
+         "no such file"),
+        ("equivariance_resolution.py", ["--grids", "8x16", "--plot", tmp_path / "notes.txt"], "give a .png path"),
+        ("crps_experiment.py", ["--table", bad_lines, "--plot", bad_lines], "exists"),
     ]  # fmt: skip
     for script, argv, message in cases:
         assert message in refused(script, *argv, monkeypatch=monkeypatch, capsys=capsys), (script, argv)
