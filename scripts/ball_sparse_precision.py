@@ -8,7 +8,7 @@ The GPU test of the fused kernel at 0.25 deg compares two float32 paths with a 1
 this measures, on CPU, what float32 arithmetic alone and a selection flip each account for.
 Prints one JSON line per output (out, dq, dk, dv).
 
-    python scripts/ball_sparse_precision.py --nlat 361 --nlon 720           # ~1.5 min, 6 GB
+    python scripts/ball_sparse_precision.py --nlat 361 --nlon 720           # 15.6 s + 35.0 s (README)
     python scripts/ball_sparse_precision.py --nlat 361 --nlon 720 --own-selection
 """
 

@@ -1,5 +1,6 @@
 """scripts/ball_sparse_precision.py at a tiny size: with the float32 run's selection replayed the
-float64 run differs by float32 rounding only; each selection its own may differ more, never less."""
+float64 run differs by float32 rounding only; with each run's own selection (--own-selection) it may
+differ more (not checked here: at a tiny size the selections may coincide)."""
 
 import importlib.util
 import json
