@@ -50,15 +50,24 @@ def main(argv=None) -> int:
     store = args.demo / "swe.zarr"
     checkpoints = sorted((args.demo / "runs").rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
     if not store.is_dir() or not checkpoints:
-        print(f"{parser.prog}: error: no demo store and checkpoint in {args.demo}; run scripts/demo.py first", file=sys.stderr)
+        print(
+            f"{parser.prog}: error: no demo store and checkpoint in {args.demo}; run scripts/demo.py first",
+            file=sys.stderr,
+        )
         return 2
     if args.work.exists():
-        print(f"{parser.prog}: error: --work {args.work} exists; give a new directory", file=sys.stderr)
+        print(
+            f"{parser.prog}: error: --work {args.work} exists; give a new directory",
+            file=sys.stderr,
+        )
         return 2
     if args.images is not None:
         taken = [args.images / name for name in EXAMPLES.values() if (args.images / name).exists()]
         if taken:
-            print(f"{parser.prog}: error: {', '.join(map(str, taken))} exist; remove them first to remake them", file=sys.stderr)
+            print(
+                f"{parser.prog}: error: {', '.join(map(str, taken))} exist; remove them first to remake them",
+                file=sys.stderr,
+            )
             return 2
 
     from s2forecast.cli import main as s2forecast

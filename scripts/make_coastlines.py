@@ -50,10 +50,16 @@ def main(argv=None) -> int:
     parser.add_argument("out", type=Path, help="the .npz to write (must not exist)")
     args = parser.parse_args(argv)
     if args.out.exists():
-        print(f"{parser.prog}: error: {args.out} exists; remove it first to remake it", file=sys.stderr)
+        print(
+            f"{parser.prog}: error: {args.out} exists; remove it first to remake it",
+            file=sys.stderr,
+        )
         return 2
     if not args.topojson.is_file():
-        print(f"{parser.prog}: error: {args.topojson}: no such file; download world-atlas' land-110m.json", file=sys.stderr)
+        print(
+            f"{parser.prog}: error: {args.topojson}: no such file; download world-atlas' land-110m.json",
+            file=sys.stderr,
+        )
         return 2
     topology = json.loads(args.topojson.read_text())
     pieces = [piece for arc in decode_arcs(topology) for piece in coastline_pieces(arc)]

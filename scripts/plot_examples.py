@@ -79,12 +79,18 @@ def main(argv=None) -> int:
     parser.add_argument("--images", type=Path, help="directory to copy one plot of each kind into")
     args = parser.parse_args(argv)
     if args.work.exists():
-        print(f"{parser.prog}: error: --work {args.work} exists; give a new directory", file=sys.stderr)
+        print(
+            f"{parser.prog}: error: --work {args.work} exists; give a new directory",
+            file=sys.stderr,
+        )
         return 2
     if args.images is not None:
         taken = [args.images / name for name in EXAMPLES.values() if (args.images / name).exists()]
         if taken:
-            print(f"{parser.prog}: error: {', '.join(map(str, taken))} exist; remove them first to remake them", file=sys.stderr)
+            print(
+                f"{parser.prog}: error: {', '.join(map(str, taken))} exist; remove them first to remake them",
+                file=sys.stderr,
+            )
             return 2
 
     from s2forecast.data.convert_era5 import convert_era5
