@@ -535,17 +535,25 @@ def describe_not_fields(ds: xr.Dataset, names: list[str]) -> str:
     return ", ".join(f"{n} ({', '.join(map(str, ds[n].dims))}) {ds[n].dtype}" for n in names)
 
 
+def require_time_dim(ds: xr.Dataset | xr.DataArray, what: str) -> None:
+    """Refuse data without a ``time`` dimension, naming ``what`` (e.g. "store X") and the rename
+    that fixes it: a dim of another name that holds the times (the ERA5 sample's ``time_index``,
+    CDS's ``valid_time``)."""
+    if "time" in ds.dims:
+        return
+    timelike = [d for d in ds.dims if "time" in str(d).lower() and d not in DIM_ALIASES["time"]]
+    hint = (
+        f": if {timelike[0]!r} holds the times, rename it to 'time' with datetime64 (or CF-encoded) values "
+        f"(xarray: ds.rename({timelike[0]}='time')) and write the store again"
+        if timelike
+        else rename_hint(ds)
+    )
+    raise UserError(f"{what} has no 'time' dimension; dims are {dict(ds.sizes)}{hint}")
+
+
 def describe(ds: xr.Dataset, path: str = "") -> StoreInfo:
     """Grid, times, variables and levels of an opened store."""
-    if "time" not in ds.dims:
-        timelike = [d for d in ds.dims if "time" in str(d).lower()]
-        hint = (
-            f": if {timelike[0]!r} holds the times, rename it to 'time' with datetime64 (or CF-encoded) values "
-            f"(xarray: ds.rename({timelike[0]}='time')) and write the store again"
-            if timelike
-            else rename_hint(ds)
-        )
-        raise UserError(f"store {path} has no 'time' dimension; dims are {dict(ds.sizes)}{hint}")
+    require_time_dim(ds, f"store {path}")
     variables, static = [], []
     for name, var in ds.data_vars.items():
         if name == "written" or not is_field(var):

@@ -48,7 +48,14 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.engine import Engine, background
-from s2forecast.data.store import describe_not_fields, is_field, not_fields, open_zarr, to_model_order
+from s2forecast.data.store import (
+    describe_not_fields,
+    is_field,
+    not_fields,
+    open_zarr,
+    require_time_dim,
+    to_model_order,
+)
 from s2forecast.output import byte_size, field_compressors, warn_if_short_of_disk, zarr_attributes
 from s2forecast.times import format_time, parse_end, parse_time
 from s2forecast.user_errors import UserError
@@ -296,8 +303,7 @@ def compute_climatology(
     if method not in CLIMATOLOGY_METHODS:
         raise UserError(f"unknown climatology method {method!r}; use one of {CLIMATOLOGY_METHODS}")
     window_weights(window_days)  # validates early
-    if "time" not in truth.dims:
-        raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)})")
+    require_time_dim(truth, "the data")
     if isinstance(truth, xr.Dataset):
         static = [name for name, var in truth.data_vars.items() if "time" not in var.dims]
         odd = not_fields(truth)
@@ -1365,6 +1371,7 @@ def write_climatology(
     output = Output(out, "climatology", directory=True, inputs=(store,), overwrite=overwrite)
     with output:
         truth = open_store(store, chunks={}, storage_options=storage_options)  # complete stores only; dask: streamed
+        require_time_dim(truth, f"store {store}")
         grid_of(truth)  # before the reading: a grid no other command takes makes a climatology nothing can use
         stored = open_as_stored(store, storage_options)
         source = truth.drop_vars([n for n in ("written", "trajectory") if n in truth.variables])

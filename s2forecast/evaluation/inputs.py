@@ -27,6 +27,7 @@ from s2forecast.data.store import (
     open_url,
     open_zarr,
     rename_hint,
+    require_time_dim,
     to_model_order,
 )
 from s2forecast.evaluation.climatology import compute_climatology, open_climatology
@@ -196,11 +197,7 @@ def open_truth(source: str | os.PathLike | xr.Dataset, storage_options: dict | N
             truth = open_store(source, storage_options=storage_options)
         else:
             truth = open_store(_require_path(source, "truth store"))
-    if INIT_DIM not in truth.dims:
-        raise UserError(
-            f"the truth has no 'time' dim (dims {dict(truth.sizes)}); its time must be the valid time"
-            + rename_hint(truth)
-        )
+    require_time_dim(truth, "the truth" if isinstance(source, xr.Dataset) else f"the truth store {source}")
     check_truth_times(truth)
     truth = truth.drop_vars("written", errors="ignore")
     if all(dim in truth.coords for dim in SPATIAL_DIMS):  # else _check_grid names the missing one

@@ -49,6 +49,7 @@ import pandas as pd
 import xarray as xr
 
 from s2forecast.data.coordinates import coordinate_tolerance
+from s2forecast.data.store import require_time_dim
 from s2forecast.times import cftime_problem, format_time
 from s2forecast.user_errors import UserError
 
@@ -273,8 +274,7 @@ def _check_forecast(forecast: Data) -> None:
 
 
 def _check_truth(truth: Data) -> None:
-    if INIT_DIM not in truth.dims:
-        raise UserError(f"the truth has no 'time' dim (dims {tuple(truth.dims)}); its time must be the valid time")
+    require_time_dim(truth, "the truth")  # its time is the valid time
     check_truth_times(truth)
 
 

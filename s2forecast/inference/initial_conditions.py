@@ -31,7 +31,7 @@ from s2forecast.data.convert_era5 import (
 from s2forecast.data.fields import FieldDataset, SampleSpec
 from s2forecast.data.forcings import forcing_names
 from s2forecast.data.stats import ChannelStats
-from s2forecast.data.store import grid_of, is_url, open_store
+from s2forecast.data.store import grid_of, is_url, open_store, require_time_dim
 from s2forecast.geometry import Grid
 from s2forecast.inference.forecast_file import ChannelLayout
 from s2forecast.models.forecaster import Forecaster
@@ -263,7 +263,9 @@ def source_times(source: str | Path, storage_options: dict | None = None) -> np.
     """(time,) datetime64[ns] times of a store, or valid times of an ERA5 NetCDF/GRIB file."""
     if is_era5_file(source):
         return valid_times(source)
-    return open_store(source, storage_options=storage_options)["time"].values.astype("datetime64[ns]")
+    store = open_store(source, storage_options=storage_options)
+    require_time_dim(store, f"store {source}")  # a KeyError was taken for a damaged file
+    return store["time"].values.astype("datetime64[ns]")
 
 
 def _store_grid(store, storage_options: dict | None):

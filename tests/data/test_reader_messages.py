@@ -193,4 +193,17 @@ def test_a_store_with_its_times_under_another_name_is_told_how_to_rename_it(tmp_
         "'longitude': 8}: if 'time_index' holds the times, rename it to 'time' with datetime64 (or CF-encoded) values "
         "(xarray: ds.rename(time_index='time')) and write the store again"
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.zarr"]
+    # the same line from the other readers: rollout said the file may be damaged (a KeyError), climatology
+    # called the store "the truth" and gave no fix
+    ckpt = tmp_path / "model.ckpt"
+    ckpt.write_bytes(b"never read")
+    rollout = ["rollout", "--ckpt", str(ckpt), "--store", str(path), "--steps", "1", "--out", str(tmp_path / "f.nc")]
+    for argv in (rollout, ["climatology", str(path), "--out", str(tmp_path / "clim.zarr")]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert capsys.readouterr().err.strip() == (
+            f"s2forecast {argv[0]}: error: store {path} has no 'time' dimension; dims are {{'time_index': 3, "
+            "'latitude': 5, 'longitude': 8}: if 'time_index' holds the times, rename it to 'time' with datetime64 (or "
+            "CF-encoded) values (xarray: ds.rename(time_index='time')) and write the store again"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.ckpt", "sample.zarr"]
