@@ -139,11 +139,21 @@ def plausible_bounds(name: str, level: float | None = None) -> tuple[Bounds, ...
     return PLAUSIBLE.get(name, ())
 
 
-def _number(x: float) -> str:
-    """4 significant digits, positional where readable: 90000, 0.04, 8.387, 1e-06."""
+def _number(x: float, digits: int = 4) -> str:
+    """``digits`` significant digits, positional where readable: 90000, 0.04, 8.387, 1e-06."""
     if x != 0 and not 1e-4 <= abs(x) < 1e7:
-        return f"{x:.4g}"
-    return np.format_float_positional(float(f"{x:.4g}"), trim="-")
+        return f"{x:.{digits}g}"
+    return np.format_float_positional(float(f"{x:.{digits}g}"), trim="-")
+
+
+def _value_beside(value: float, bounds: tuple[float, ...]) -> str:
+    """``value`` with the digits that tell it from the bounds it is outside: 19999.6 is not shown
+    as 20000 beside a bound of 20000."""
+    for digits in range(4, 17):
+        shown = _number(value, digits)
+        if all(float(shown) != bound for bound in bounds if math.isfinite(bound)):
+            return shown
+    return repr(value)
 
 
 def _statistic(values: np.ndarray, statistic: str) -> float:
@@ -177,7 +187,7 @@ def field_problem(name: str, field: np.ndarray, level: float | None = None) -> s
             expected = f"outside the plausible range {_number(bounds.low)}..{_number(bounds.high)}"
         else:
             expected = f"below the plausible least {_number(bounds.low)}"
-        problem = f"{what} {_number(value)} is {expected} {units} for {name}"
+        problem = f"{what} {_value_beside(value, (bounds.low, bounds.high))} is {expected} {units} for {name}"
         looks_like = [
             label for label, convert in MISLABELINGS.get(units, ()) if bounds.low <= convert(value) <= bounds.high
         ]

@@ -78,3 +78,13 @@ def test_a_plausible_store_passes_every_reader(swe_store):
     # the checks read one sample: the shared store (plausible) is accepted as before
     dataset = FieldDataset(swe_store, SampleSpec(("geopotential_height", "vorticity"), static=(), step_hours=1.0))
     assert len(dataset) > 0
+
+
+def test_a_value_just_outside_its_range_is_not_shown_as_the_bound():
+    """A review: "maximum 20000 is outside the plausible range 20000..90000" for a maximum of 19999.6."""
+    from s2forecast.data.plausibility import field_problem, plausible_bounds
+
+    (bounds,) = [b for b in plausible_bounds("geopotential_at_surface") if b.statistic == "max"]
+    field = np.full((5, 8), bounds.low - 0.4)
+    assert field_problem("geopotential_at_surface", field).startswith(f"maximum {bounds.low - 0.4:g} is outside")
+    assert field_problem("2m_temperature", np.full((5, 8), 5.0)).startswith("median 5 is outside")  # as before
