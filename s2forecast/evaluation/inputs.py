@@ -312,15 +312,20 @@ def _check_values(forecast: xr.Dataset, truth: xr.Dataset, variables: list[str],
             labels = {INIT_DIM: "init time", LEAD_DIM: "lead"}
             member = member_dim(forecast[v].dims)
             judged = forecast[v] if member is None else forecast[v].isel({member: 0}, drop=True)  # the first member
-            # units are judged at the first lead; implausible later (a diverged model) is scored as it is
-            check_plausible(judged.isel({LEAD_DIM: [0]}), v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
+            # units are judged at the first lead after 0 h (a 0 h lead is the analysis, WB2's forecasts hold one);
+            # implausible later, and like no mislabeled unit, is a model that diverged: scored as it is
+            leads = judged[LEAD_DIM].values
+            first = int(np.argmax(leads > np.timedelta64(0))) if (leads > np.timedelta64(0)).any() else 0
+            check_plausible(judged.isel({LEAD_DIM: [first]}), v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
             try:
                 check_plausible(judged, v, f"forecast variable {v}", (INIT_DIM, LEAD_DIM), labels)
             except UserError as error:
-                problem = str(error).split("; check the units")[0].split("; the values look like")[0]
+                if "; the values look like" in str(error):  # degC labelled K at later leads: refused as ever
+                    raise
+                problem = str(error).split("; check the units")[0]
                 warnings.warn(
-                    f"{problem}, though plausible at the first lead: the forecast diverged (its units are right); "
-                    "it is scored as it is",
+                    f"{problem}, though plausible at the first lead: the forecast diverged, it seems (the values look "
+                    "like no mislabeled unit); it is scored as it is",
                     stacklevel=2,
                 )
         if has_canonical_units(v, truth_units):

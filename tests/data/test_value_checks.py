@@ -276,12 +276,30 @@ def test_evaluate_scores_a_forecast_that_diverged_with_a_warning(tmp_path):
     (message,) = [str(w.message) for w in caught if "diverged" in str(w.message)]
     assert re.fullmatch(
         r"forecast variable 2m_temperature at init time 2020-01-01T00 at lead 12 h: median 10000 is outside the "
-        r"plausible range 150\.\.350 K for 2m_temperature, though plausible at the first lead: the forecast diverged "
-        r"\(its units are right\); it is scored as it is",
+        r"plausible range 150\.\.350 K for 2m_temperature, though plausible at the first lead: the forecast diverged, "
+        r"it seems \(the values look like no mislabeled unit\); it is scored as it is",
         message,
     ), message
     rmse = metrics["2m_temperature"].sel(metric="rmse", source="forecast", region="global").values
     assert rmse[0] < 20 and rmse[1] > 9000
+
+
+def test_evaluate_refuses_degc_at_the_leads_after_a_0_h_analysis(tmp_path, capsys):
+    """WB2-style forecasts hold a 0 h lead (the analysis, in K): degC labelled K at every later lead was taken
+    for a model that diverged, scored, and said to be in the right units (a review of the warning above)."""
+    values = field(278.0, 5.0, FORECAST, seed=1)
+    values[:, 1] -= 273.15  # the model's lead in degC
+    dims = ("time", "prediction_timedelta", "latitude", "longitude")
+    coords = {"time": TIMES[:2], "prediction_timedelta": pd.to_timedelta([0, 6], unit="h").values}
+    forecast = tmp_path / "forecast.nc"
+    xr.Dataset({"2m_temperature": (dims, values, {"units": "K"})}, coords=coords | {"latitude": LAT, "longitude": LON}
+               ).to_netcdf(forecast)  # fmt: skip
+    truth = truth_store(tmp_path / "truth.zarr", field(278.0, 5.0, SURFACE))
+    args = ["evaluate", "--forecast", str(forecast), "--truth", str(truth), "--out", str(tmp_path / "m.nc"),
+            "--no-progress"]  # fmt: skip
+    assert re.search(r"at lead 6 h: median \d+(\.\d+)? is outside the plausible range 150\.\.350 K for 2m_temperature; "
+                     r"the values look like degC", refused(args, capsys))  # fmt: skip
+    assert not (tmp_path / "m.nc").exists()
 
 
 # --- stats ---------------------------------------------------------------------------------------
