@@ -380,9 +380,9 @@ class InitialConditions:
         if store_stats:  # before any member is converted: a converted file never holds statistics
             raise UserError(
                 f"--store-stats normalizes with the statistics inside a store, and {source} is an ERA5 file, which "
-                f"holds none: leave out --store-stats to normalize with the checkpoint's, or convert it "
-                f"(`s2forecast convert-era5 {source} --out ic.zarr`, then `s2forecast stats ic.zarr`) and pass "
-                "--store ic.zarr"
+                "holds none: leave out --store-stats (the checkpoint's statistics apply to any data of the model's "
+                "variables), or pass as --store a store whose statistics `s2forecast stats` computed over a long "
+                "period"
             )
         members = _file_members(Path(source), ic_members)
         layout = ChannelLayout.from_channels(model.data.channels)
