@@ -356,12 +356,17 @@ def _check_levels_in_hpa(ds: xr.Dataset, path) -> None:
         return
     levels = ds["level"].values
     units = str(ds["level"].attrs.get("units", "")).strip()
-    if np.nanmax(levels) > MAX_LEVEL_HPA or units == "Pa":
-        shown = ", ".join(f"{x:g}" for x in levels[:4]) + (", ..." if levels.size > 4 else "")
+    shown = ", ".join(f"{x:g}" for x in levels[:4]) + (", ..." if levels.size > 4 else "")
+    divide = "divide it by 100 (xarray: ds['level'] = ds['level'] / 100, units 'hPa')"
+    if np.nanmax(levels) > MAX_LEVEL_HPA:
         raise UserError(
             f"the level coordinate of store {path} ({shown}{', units Pa' if units == 'Pa' else ''}) is in Pa; "
-            "s2forecast reads pressure levels in hPa: divide it by 100 (xarray: ds['level'] = ds['level'] / 100, "
-            "units 'hPa')"
+            f"s2forecast reads pressure levels in hPa: {divide}"
+        )
+    if units == "Pa":  # values of hPa under a Pa label: which one is wrong, the values cannot tell for sure
+        raise UserError(
+            f"the level coordinate of store {path} ({shown}) is labelled Pa, and its values look like hPa: set its "
+            f"units attribute to 'hPa', or if they really are Pa, {divide}"
         )
 
 

@@ -136,8 +136,16 @@ def test_other_layouts_dim_names_are_named_with_their_renames(tmp_path):
     assert str(error.value).endswith(hint)
 
 
-@pytest.mark.parametrize(("levels", "units", "shown"), [([50000.0, 85000.0], None, "50000, 85000"),
-                                                        ([500.0, 850.0], "Pa", "500, 850, units Pa")])  # fmt: skip
+PA_FIX = (
+    "is in Pa; s2forecast reads pressure levels in hPa: divide it by 100 (xarray: ds['level'] = ds['level'] / "
+    "100, units 'hPa')"
+)
+LABEL_FIX = ("is labelled Pa, and its values look like hPa: set its units attribute to 'hPa', or if they really are "
+             "Pa, divide it by 100 (xarray: ds['level'] = ds['level'] / 100, units 'hPa')")  # fmt: skip
+
+
+@pytest.mark.parametrize(("levels", "units", "shown"), [([50000.0, 85000.0], None, f"(50000, 85000) {PA_FIX}"),
+                                                        ([500.0, 850.0], "Pa", f"(500, 850) {LABEL_FIX}")])  # fmt: skip
 def test_pressure_levels_in_pa_are_refused_naming_the_fix(tmp_path, capsys, levels, units, shown):
     """CMIP's plev is in Pa: renamed to level as the hint said, 50000 'hPa' made channels
     temperature/50000 in silence, and stats refused geopotential's correct values as implausible."""
@@ -161,10 +169,7 @@ def test_pressure_levels_in_pa_are_refused_naming_the_fix(tmp_path, capsys, leve
     before = sorted(p.name for p in path.iterdir())
     with pytest.raises(SystemExit):
         main(["stats", str(path)])
-    assert capsys.readouterr().err.strip() == (
-        f"s2forecast stats: error: the level coordinate of store {path} ({shown}) is in Pa; s2forecast reads pressure "
-        "levels in hPa: divide it by 100 (xarray: ds['level'] = ds['level'] / 100, units 'hPa')"
-    )
+    assert capsys.readouterr().err.strip() == f"s2forecast stats: error: the level coordinate of store {path} {shown}"
     assert sorted(p.name for p in path.iterdir()) == before
 
 
