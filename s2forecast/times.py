@@ -9,7 +9,7 @@ nanoseconds since 1970 or trailing ``:00.000000000``.
 
 import numpy as np
 import pandas as pd
-from pandas.tseries.offsets import Day, Hour, Minute, MonthEnd, QuarterEnd, YearEnd
+from pandas.tseries.offsets import Day, Hour, Minute, MonthEnd, YearEnd
 
 from s2forecast.user_errors import UserError
 
@@ -45,10 +45,10 @@ def parse_time(value, what: str = "time") -> np.datetime64:
 
 def parse_end(value, what: str = "end") -> np.datetime64:
     """The last instant of what ``value`` names, as the end of an inclusive period: a string naming a
-    year, quarter, month, day, hour or minute (``2017``, ``2017Q4``, ``2017-12``, ``2017-12-31``,
-    ``2017-12-31T18``) means all of it, as ``.sel(time=slice(start, "2017-12-31"))`` selects every
-    time of Dec 31 (and as WeatherBench2's periods are written); seconds, a time zone or a datetime
-    are exact.
+    year, month, day, hour or minute (``2017``, ``2017-12``, ``2017-12-31``, ``2017-12-31T18``)
+    means all of it, as ``.sel(time=slice(start, "2017-12-31"))`` selects every time of Dec 31 (and
+    as WeatherBench2's periods are written); seconds, a time zone or a datetime are exact.
+    (Quarters, ``2017Q4``, are not offered: pandas 3 reads them with a deprecation warning.)
 
     Raises:
         ValueError: ``value`` is not a time (:func:`parse_time`).
@@ -62,7 +62,7 @@ def parse_end(value, what: str = "end") -> np.datetime64:
         return time
     # by type: the names changed in pandas 2.2 ("A-DEC", "H", "T" before), and a name not matched made
     # `end: 2017` its first instant alone
-    if not isinstance(period.freq, YearEnd | QuarterEnd | MonthEnd | Day | Hour | Minute):
+    if not isinstance(period.freq, YearEnd | MonthEnd | Day | Hour | Minute):
         return time  # seconds and below: the instant itself
     try:  # the nanosecond before the next period (Period.end_time stops at microseconds)
         return np.datetime64((period + 1).start_time.as_unit("ns").asm8, "ns") - np.timedelta64(1, "ns")
