@@ -87,8 +87,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--perturbation-scale", type=positive_float, metavar="S",
-        help=f"std of the perturbation in units of each channel's std (the normalization statistics) (default: "
-        f"{DEFAULT_SCALE})",
+        help=f"std of the perturbation in units of each channel's std (the normalization statistics), at least "
+        f"1e-6 (default: {DEFAULT_SCALE})",
     )  # fmt: skip
     parser.add_argument(
         "--ic-members", metavar="all|0,3,5|2",

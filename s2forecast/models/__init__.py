@@ -23,8 +23,8 @@ def build_network(architecture: str, grid: Grid, in_channels: int, out_channels:
     unknown = sorted(set(options) - set(known))
     if unknown:
         close = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
-        meant = [f"{near[0]!r} (for {name!r})" for name, near in close.items() if near]
-        hint = f"; did you mean {', '.join(meant)}?" if meant else ""
+        meant = [f"{near[0]!r} for {name!r}" for name, near in close.items() if near]
+        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
         raise UserError(
             f"network options {unknown} are not options of the {architecture!r} network{hint}; it takes {known}"
         )

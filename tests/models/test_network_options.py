@@ -16,8 +16,8 @@ CASES = [
     (
         "spherical",
         {"embed_dimm": 8},
-        "['embed_dimm'] are not options of the 'spherical' network; did you mean "
-        "'embed_dim' (for 'embed_dimm')?; it takes ['embed_dim', ",
+        "['embed_dimm'] are not options of the 'spherical' network (did you mean "
+        "'embed_dim' for 'embed_dimm'?); it takes ['embed_dim', ",
     ),
     ("planar", {"zzz": 1}, "['zzz'] are not options of the 'planar' network; it takes ['embed_dim', "),
     ("spherical", {"embed_dim": "sixteen"}, "embed_dim of the 'spherical' network must be an integer, got 'sixteen'"),
