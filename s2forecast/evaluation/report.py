@@ -440,7 +440,9 @@ def open_results(path) -> xr.Dataset:
     for name in TIMEDELTA_COORDS:
         lead = results.get(name)
         if lead is not None and lead.attrs.get("units") == "hours":
-            results = results.assign_coords({name: (name, pd.to_timedelta(lead.values, unit="h").values, {
+            # rounded to the nanosecond: hours of 20 minutes are not exact in float64 (pandas gave 1 ns off)
+            nanoseconds = np.rint(np.asarray(lead.values, dtype=np.float64) * 3.6e12).astype(np.int64)
+            results = results.assign_coords({name: (name, nanoseconds.astype("timedelta64[ns]"), {
                 k: v for k, v in lead.attrs.items() if k not in ("units", "dtype")})})  # fmt: skip
     for dim in LABELLED_DIMS:
         if f"{dim}_name" in results.variables:  # files written before issue 28: labels beside the dim

@@ -144,3 +144,19 @@ def test_an_unknown_standard_name_is_an_error(tmp_path, truth):
     )
     results = checker_class(version="1.8", silent=True, **tables).checker(str(out))
     assert any("forecast_period" in message for message in results["variables"]["lead_time"]["ERROR"])
+
+
+def test_leads_of_minutes_come_back_exactly(tmp_path):
+    """Leads are written as float64 hours: open_results read 20 minutes 2 ns short (pandas), so selecting
+    the lead by value failed; xr.open_dataset alone reads them exactly."""
+    from s2forecast.evaluation.report import write_results
+
+    leads = np.array([10, 20, 30, 70], "timedelta64[m]").astype("timedelta64[ns]")
+    results = xr.Dataset(
+        {"z": (("metric", "lead_time"), np.ones((1, 4)))},
+        coords={"metric": ["rmse"], "lead_time": leads, "lead_hours": ("lead_time", leads / np.timedelta64(1, "h"))},
+    )
+    write_results(results, tmp_path / "leads.nc")
+    opened = open_results(tmp_path / "leads.nc")
+    np.testing.assert_array_equal(opened["lead_time"].values, leads)
+    assert float(opened["z"].sel(metric="rmse", lead_time=np.timedelta64(20, "m"))) == 1.0
