@@ -20,6 +20,7 @@ import numpy as np
 
 from s2forecast.data.store import COMPLETE_ATTR
 from s2forecast.output import field_compressors
+from s2forecast.user_errors import UserError
 
 EPOCH = np.datetime64("1970-01-01T00:00", "ns")
 # the units of a NetCDF forecast's times, coarsest first, and their length in ns
@@ -43,6 +44,8 @@ class ChannelLayout:
 
     @classmethod
     def from_channels(cls, channels) -> "ChannelLayout":
+        """The layout of ``channels`` as ``FieldDataset`` orders them (each variable's levels together,
+        in one level order); another order is refused: ``ForecastFile.write`` slices by it."""
         variables, levels, pressure = [], [], []
         for channel in channels:
             name, _, level = channel.partition("/")
@@ -51,7 +54,14 @@ class ChannelLayout:
                 pressure.append(bool(level))
             if level and int(level) not in levels:
                 levels.append(int(level))
-        return cls(tuple(variables), tuple(levels) if levels else None, tuple(pressure))
+        layout = cls(tuple(variables), tuple(levels) if levels else None, tuple(pressure))
+        expected = [f"{v}/{level}" if p else v for v, p in zip(variables, pressure, strict=True)
+                    for level in (levels if p else [None])]  # fmt: skip
+        if list(channels) != expected:  # written under another variable or level in silence
+            raise UserError(
+                f"channels {list(channels)} are not grouped by variable in one level order: give {expected}"
+            )
+        return layout
 
 
 # CF attributes of the coordinates, the same in NetCDF and zarr (each format encodes the times' units)

@@ -142,3 +142,14 @@ def test_a_forecast_file_is_marked_complete_only_when_closed(tmp_path, fmt, name
         open_forecast(tmp_path / name)
     forecast.close()
     assert open_forecast(tmp_path / name).attrs["s2forecast_complete"] == "true"
+
+
+def test_channels_in_another_order_are_refused():
+    """write slices the channels by variable: temperature/500, 2m_temperature, temperature/850 wrote 2 m
+    temperature's values under temperature/850 and the reverse, without a word (a review)."""
+    with pytest.raises(ValueError, match=r"are not grouped by variable in one level order: give \['temperature/500', "
+                                         r"'temperature/850', '2m_temperature'\]"):  # fmt: skip
+        ChannelLayout.from_channels(["temperature/500", "2m_temperature", "temperature/850"])
+    with pytest.raises(ValueError, match="not grouped by variable"):  # levels in another order for another variable
+        ChannelLayout.from_channels(["t/500", "t/850", "z/850", "z/500"])
+    assert LAYOUT.variables == ("2m_temperature", "temperature") and LAYOUT.levels == (500, 850)
