@@ -56,6 +56,7 @@ from s2forecast.output import (
     GENERATION_ATTR,
     Output,
     claim_lock,
+    clean_leftovers,
     release_lock,
     why_foreign,
     written_by_s2forecast,
@@ -164,27 +165,29 @@ def compute_stats(
                 "DataModule)"
             )
         _check_replaceable(Path(path))
-    else:
-        claim = dict(kind="stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
-        Output(out, **claim).discard()  # a bad --out is refused before the reading; claimed again to be written
-    # the blocks are read in the store's own dim order (a reduction needs no transposed copy): open_store's
-    # model order makes WeatherBench2's (time, level, longitude, latitude) a dask array that transposes
-    stored = open_as_stored(path, storage_options)
-    stats = _statistics(ds, stored[list(ds.data_vars)], info, path, start, end, step_hours, progress, engine)
-    check_store_unchanged(path, ds)
-    if out is None:
-        # under the store's own lock, which its writer (generate-swe, convert-era5 --overwrite) holds from start
-        # to finish: a store replaced meanwhile would get these statistics of the old data, with no error
-        claim_lock(Path(path), "the store")
-        try:
-            check_store_unchanged(path, ds)
-            write_stats(path, stats)
-        finally:
-            release_lock(Path(path))
-        return stats
-    with Output(out, **claim) as out_output:
-        stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
-        out_output.commit()
+    # --out claimed before the reading and held to the end: a bad one is refused first, and a second run on it
+    # is refused at once ("being written by another run"), not after computing everything
+    claim = dict(kind="stats", directory=True, inputs=() if is_url(path) else (path,), overwrite=overwrite)
+    with contextlib.nullcontext() if out is None else Output(out, **claim) as out_output:
+        # the blocks are read in the store's own dim order (a reduction needs no transposed copy): open_store's
+        # model order makes WeatherBench2's (time, level, longitude, latitude) a dask array that transposes
+        stored = open_as_stored(path, storage_options)
+        stats = _statistics(ds, stored[list(ds.data_vars)], info, path, start, end, step_hours, progress, engine)
+        check_store_unchanged(path, ds)
+        if out_output is not None:
+            stats.assign_attrs(out_output.attrs).to_zarr(out_output.tmp, mode="w", zarr_format=3, consolidated=True)
+            out_output.commit()
+            return stats
+    # under the store's own lock, which its writer (generate-swe, convert-era5 --overwrite) holds from start
+    # to finish: a store replaced meanwhile would get these statistics of the old data, with no error; what a
+    # killed run left beside the store (its lock) goes first
+    clean_leftovers(Path(path))
+    claim_lock(Path(path), "the store")
+    try:
+        check_store_unchanged(path, ds)
+        write_stats(path, stats)
+    finally:
+        release_lock(Path(path))
     return stats
 
 

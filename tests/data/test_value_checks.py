@@ -550,3 +550,36 @@ def test_generate_swe_refuses_bad_numbers_before_writing(tmp_path, capsys, args,
     err = refused([*SWE, "--out", str(out), *args], capsys)
     assert re.search(message, err), err
     assert not out.exists()
+
+
+def test_stats_hold_out_for_the_whole_run_and_clean_a_killed_runs_lock(tmp_path, monkeypatch):
+    """A review: two `stats --out` on one output both computed everything (the claim was given back at
+    once), and an in-place stats killed while writing left its lock beside the store for good."""
+    import os
+    import subprocess
+    import sys
+
+    import s2forecast.data.stats as stats_module
+    from s2forecast.output import sibling
+
+    path = store(tmp_path / "store.zarr")
+    out = tmp_path / "stats.zarr"
+    computing = stats_module._statistics
+    refusals = []
+
+    def while_computing(*args, **kwargs):  # another run (a process of its own) starts on the same --out meanwhile
+        claim = f"from s2forecast.output import Output; Output({str(out)!r}, kind='stats', directory=True)"
+        second = subprocess.run([sys.executable, "-c", claim], capture_output=True, text=True)
+        refusals.append(second.stderr.strip().splitlines()[-1] if second.returncode else "claimed")
+        return computing(*args, **kwargs)
+
+    monkeypatch.setattr(stats_module, "_statistics", while_computing)
+    compute_stats(path, out=out)
+    assert len(refusals) == 1 and f"--out {out} is being written by another run" in refusals[0], refusals
+    monkeypatch.undo()
+    dead = next(pid for pid in range(4_000_000, 4_100_000) if not os.path.exists(f"/proc/{pid}"))
+    lock = sibling(path, "lock")
+    lock = lock.with_name(lock.name.replace(f"-lock-{os.getpid()}-", f"-lock-{dead}-"))
+    lock.write_text("")  # a killed in-place run's
+    compute_stats(path)
+    assert not lock.exists() and (path / "stats").is_dir()
