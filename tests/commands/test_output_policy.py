@@ -1017,3 +1017,27 @@ def test_results_without_plots_remove_the_earlier_plots_only_if_still_ours(tmp_p
     assert remove_if_still_ours(plots) is False and (plots / "my_notes.txt").read_text() == "mine\n"
     (plots / "my_notes.txt").unlink()
     assert remove_if_still_ours(plots) is True and list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_run_not_yet_reaped_is_dead(tmp_path):
+    """A review: a run killed with SIGKILL and not yet reaped (a zombie: `timeout -s KILL`, a container
+    whose PID 1 does not reap) still answers os.kill, so its temporary output survived the next run."""
+    import socket
+    import subprocess
+    import sys
+
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc: a zombie cannot be told from a live process here")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        child.send_signal(signal.SIGKILL)
+        for _ in range(200):  # until the kernel has made it a zombie (not reaped: no wait)
+            if Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        tmp = tmp_path / f".f.nc.s2forecast-tmp-{child.pid}-{socket.gethostname()}"
+        tmp.write_bytes(b"what the killed run wrote")
+        clean_leftovers(tmp_path / "f.nc")
+        assert not tmp.exists()
+    finally:
+        child.wait()
