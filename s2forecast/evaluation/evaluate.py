@@ -242,7 +242,9 @@ def evaluate(
             stack.enter_context(output)
         metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
                                             engine=engine, nan=nan)  # fmt: skip
-        for output in written:
+        # the metrics file first: it records the CSV's hash, which makes the CSV ours; a run killed between the
+        # renames leaves files that the same command with --overwrite replaces (a CSV first was foreign for good)
+        for output in reversed(written):  # claimed as metrics file, CSV, plots; listed the other way round
             output.commit()
     if earlier_plots is not None and "plots_dir" not in metrics.attrs:  # results without plots: none of another run
         remove_if_still_ours(earlier_plots)  # judged again: a file saved inside it during the run keeps it

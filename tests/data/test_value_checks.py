@@ -583,3 +583,42 @@ def test_stats_hold_out_for_the_whole_run_and_clean_a_killed_runs_lock(tmp_path,
     lock.write_text("")  # a killed in-place run's
     compute_stats(path)
     assert not lock.exists() and (path / "stats").is_dir()
+
+
+KILL_AT_COMMIT = """
+import os, signal, sys
+from s2forecast import output
+commit, count = output.Output.commit, [0]
+def killing(self):
+    count[0] += 1
+    if count[0] == int(os.environ["KILL_AT_COMMIT"]):  # SIGKILL: no cleanup runs, as a real kill
+        os.kill(os.getpid(), signal.SIGKILL)
+    return commit(self)
+output.Output.commit = killing
+from s2forecast.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow  # evaluations in subprocesses
+@pytest.mark.parametrize("kill_at", [2, 3])
+def test_evaluate_killed_between_its_renames_is_replaced_by_the_same_command(tmp_path, kill_at):
+    """A review: the plots, then the CSV, then the metrics file were renamed into place; killed before the
+    last, the CSV (ours only when the metrics file records its hash) was foreign for good, even with
+    --overwrite. The metrics file goes first now: what a kill leaves, --overwrite replaces."""
+    import os
+    import subprocess
+    import sys
+
+    truth = truth_store(tmp_path / "truth.zarr", field(278.0, 5.0, SURFACE))
+    forecast = forecast_file(tmp_path / "forecast.nc", field(278.0, 5.0, FORECAST, seed=1), "K")
+    args = ["evaluate", "--forecast", str(forecast), "--truth", str(truth), "--out", str(tmp_path / "m.nc"),
+            "--no-progress"]  # fmt: skip
+    killed = subprocess.run([sys.executable, "-c", KILL_AT_COMMIT, *args], env={**os.environ,
+                            "KILL_AT_COMMIT": str(kill_at)}, capture_output=True, text=True)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    assert (tmp_path / "m.nc").exists()  # the metrics file went first
+    cli([*args, "--overwrite"])
+    written = xr.open_dataset(tmp_path / "m.nc")
+    assert written.attrs["csv_sha256"] == hashlib.sha256((tmp_path / "m.csv").read_bytes()).hexdigest()
+    assert (tmp_path / "m_plots").is_dir()
