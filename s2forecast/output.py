@@ -475,6 +475,10 @@ def check_local(path, option: str = "--out") -> None:
         )
 
 
+# why a file judged by its contents (evaluate's CSV: by the hash its metrics file records) is not ours
+NOT_AS_WRITTEN = "its contents are not what s2forecast wrote there: it was edited or replaced"
+
+
 def foreign_error(path: Path, option: str = "--out", why: str | None = None) -> UserError:
     """The error for an existing ``path`` that s2forecast did not write (``why``: what says so, when its
     owner is judged otherwise than by a marker)."""
@@ -817,11 +821,7 @@ class Output:
         """What says an existing ``path`` is not ours, where no marker judges it (e.g. evaluate's CSV)."""
         if self.owned is written_by_s2forecast or self.path.is_symlink():
             return None
-        # (evaluate commits its CSV before the metrics file that records the CSV's hash: a kill between them)
-        return (
-            "its contents are not what s2forecast wrote there: it was edited or replaced, or a run writing it was "
-            "killed before the file that vouches for it; if so, remove it yourself"
-        )
+        return NOT_AS_WRITTEN
 
     def write_marker_file(self) -> None:
         """A plain directory artifact's marker: every file of ``tmp`` listed (``commit`` writes it)."""

@@ -71,12 +71,14 @@ from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS, nearest_h
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import (
     MARKER_ATTR,
+    NOT_AS_WRITTEN,
     Output,
     artifact_kind,
     check_local,
     check_target,
     check_unchanged,
     file_sha256,
+    foreign_error,
     netcdf_attributes,
     remove_if_still_ours,
     written_by_s2forecast,
@@ -131,8 +133,8 @@ def _substituted_hours(
 
 def _claim_outputs(out: Path, inputs: list, overwrite: bool, plots: bool) -> list[Output]:
     """The metrics NetCDF, its CSV and (with ``plots``) its plots directory, claimed under the
-    output policy before any computation (``s2forecast.output``); returned in the order they are
-    committed: plots, CSV, then the NetCDF that vouches for them."""
+    output policy before any computation (``s2forecast.output``); returned in the order plots, CSV,
+    NetCDF (``evaluate`` commits them the other way round: the NetCDF vouches for the CSV)."""
     check_target(out, inputs)  # first: `--out .` or an input is refused as such, whatever its name
     if out.suffix != ".nc":
         raise UserError(f"--out must name a NetCDF file ending in .nc (e.g. metrics.nc), got {out}")
@@ -242,8 +244,14 @@ def evaluate(
             stack.enter_context(output)
         metrics, written = _score_and_write(inputs.with_climatology(), config, outputs, progress=progress,
                                             engine=engine, nan=nan)  # fmt: skip
-        # the metrics file first: it records the CSV's hash, which makes the CSV ours; a run killed between the
-        # renames leaves files that the same command with --overwrite replaces (a CSV first was foreign for good)
+        # An earlier CSV is ours while the earlier metrics file records its hash: judged and removed before the
+        # new metrics file replaces that one, which goes first. A kill between the renames then leaves no CSV
+        # that no metrics file vouches for (it was foreign for good, even with --overwrite).
+        csv_path = out.with_suffix(".csv")
+        if os.path.lexists(csv_path):
+            if not _csv_of_metrics(out, csv_path):
+                raise foreign_error(csv_path, "metrics CSV", NOT_AS_WRITTEN)
+            os.remove(csv_path)
         for output in reversed(written):  # claimed as metrics file, CSV, plots; listed the other way round
             output.commit()
     if earlier_plots is not None and "plots_dir" not in metrics.attrs:  # results without plots: none of another run

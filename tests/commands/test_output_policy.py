@@ -217,8 +217,7 @@ def test_evaluate_replaces_its_csv_and_plots_only(inputs, tmp_path, capsys):
     for change, path, why in (
         # the user's table where ours was: judged by the hash our metrics file records, not by a marker
         (lambda: csv.write_text("variable,value\nmine,1\n"), csv, "its contents are not what s2forecast wrote "
-         "there: it was edited or replaced, or a run writing it was killed before the file that vouches for it; if "
-         "so, remove it yourself"),
+         "there: it was edited or replaced"),
         (lambda: (plots / "notes.txt").write_text("mine\n"), plots, "it holds notes.txt, which s2forecast did not "
          "write"),  # the user's file in our plots
         (lambda: (shutil.rmtree(plots), foreign(plots, "dir")), plots, "it has no s2forecast marker"),  # theirs

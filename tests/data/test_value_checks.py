@@ -602,10 +602,13 @@ main(sys.argv[1:])
 
 @pytest.mark.slow  # evaluations in subprocesses
 @pytest.mark.parametrize("kill_at", [2, 3])
-def test_evaluate_killed_between_its_renames_is_replaced_by_the_same_command(tmp_path, kill_at):
+@pytest.mark.parametrize("earlier", [False, True])
+def test_evaluate_killed_between_its_renames_is_replaced_by_the_same_command(tmp_path, kill_at, earlier):
     """A review: the plots, then the CSV, then the metrics file were renamed into place; killed before the
     last, the CSV (ours only when the metrics file records its hash) was foreign for good, even with
-    --overwrite. The metrics file goes first now: what a kill leaves, --overwrite replaces."""
+    --overwrite. Now the earlier CSV (of another result: other regions) is removed while the earlier
+    metrics file vouches for it, and the new metrics file goes first: what a kill leaves, --overwrite
+    replaces."""
     import os
     import subprocess
     import sys
@@ -614,11 +617,38 @@ def test_evaluate_killed_between_its_renames_is_replaced_by_the_same_command(tmp
     forecast = forecast_file(tmp_path / "forecast.nc", field(278.0, 5.0, FORECAST, seed=1), "K")
     args = ["evaluate", "--forecast", str(forecast), "--truth", str(truth), "--out", str(tmp_path / "m.nc"),
             "--no-progress"]  # fmt: skip
+    if earlier:  # an earlier result, then the killed --overwrite
+        cli([*args, "--regions", "global"])
+        args.append("--overwrite")
     killed = subprocess.run([sys.executable, "-c", KILL_AT_COMMIT, *args], env={**os.environ,
                             "KILL_AT_COMMIT": str(kill_at)}, capture_output=True, text=True)  # fmt: skip
     assert killed.returncode == -9, killed.stderr
     assert (tmp_path / "m.nc").exists()  # the metrics file went first
-    cli([*args, "--overwrite"])
+    cli([*args, "--overwrite"] if not earlier else args)
     written = xr.open_dataset(tmp_path / "m.nc")
     assert written.attrs["csv_sha256"] == hashlib.sha256((tmp_path / "m.csv").read_bytes()).hexdigest()
     assert (tmp_path / "m_plots").is_dir()
+
+
+def test_evaluate_overwrite_with_a_csv_touched_meanwhile(tmp_path, monkeypatch):
+    """A review: with the metrics file renamed first, a CSV whose mtime changed during the run was judged
+    again against the new metrics file, refused as foreign after the metrics file was replaced."""
+    import os
+
+    import s2forecast.evaluation.evaluate as evaluate_module
+
+    truth = truth_store(tmp_path / "truth.zarr", field(278.0, 5.0, SURFACE))
+    forecast = forecast_file(tmp_path / "forecast.nc", field(278.0, 5.0, FORECAST, seed=1), "K")
+    out, csv = tmp_path / "m.nc", tmp_path / "m.csv"
+    evaluate(forecast, truth, out, plots=False, progress=False, regions=["global"])
+    scoring = evaluate_module._score_and_write
+
+    def touching(*args, **kwargs):
+        os.utime(csv, (1, 1))  # a backup tool, a `touch`
+        return scoring(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "_score_and_write", touching)
+    metrics = evaluate(forecast, truth, out, plots=False, progress=False, overwrite=True)
+    assert "europe" in metrics["region"].values
+    assert xr.open_dataset(out).attrs["csv_sha256"] == hashlib.sha256(csv.read_bytes()).hexdigest()
+    assert "europe" in csv.read_text()
