@@ -125,6 +125,12 @@ class SampleSpec:
         for name in ("variables", "forcings") + (() if self.static == "auto" else ("static",)):
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, (getattr(self, name),))
+        # a name twice made a channel twice: trained on, then refused by the forecast file's layout
+        for name in ("variables", "levels", "forcings") + (() if self.static == "auto" else ("static",)):
+            values = list(getattr(self, name) or ())
+            twice = sorted({str(v) for v in values if values.count(v) > 1})
+            if twice:
+                raise UserError(f"{name} {twice} are listed twice; list each once")
 
 
 class SplitRangeError(UserError):

@@ -309,6 +309,18 @@ EMPTY_LEVELS = ("data.init_args.levels is empty, which would leave out every pre
 EMPTY_VARIABLES = "data.init_args.variables is empty: list the store variables to predict, or leave it out"
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    ({"variables": ("vorticity", "vorticity", "divergence")}, "variables ['vorticity'] are listed twice"),
+    ({"variables": ("temperature",), "levels": (500, 850, 500)}, "levels ['500'] are listed twice"),
+    ({"variables": ("t2m",), "forcings": ("toa_radiation", "toa_radiation")}, "forcings ['toa_radiation'] are"),
+])  # fmt: skip
+def test_a_name_listed_twice_is_refused(options, message):
+    """A review: a variable twice made its channel twice, trained on, then refused at rollout by the
+    forecast file's layout with advice a config user could not follow."""
+    with pytest.raises(UserError, match=re.escape(message)):
+        SampleSpec(**options)
+
+
 def test_empty_variables_and_levels_are_refused(era5_like):
     """variables: [] crashed with an internal error; levels: [] dropped every pressure-level
     variable without a word (None, not [], is all of the store's levels)."""
