@@ -83,7 +83,8 @@ def _main(argv: list[str]) -> None:
     except KeyboardInterrupt:  # Ctrl-C: the user's own stop, not a bug; outputs are written to survive it
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"s2forecast {command or ''}: interrupted\n".replace(" :", ":"))
+        after = BY_NAME[command].after_interrupt if command in BY_NAME else ""
+        sys.stderr.write(f"s2forecast {command or ''}: interrupted{'; ' + after if after else ''}\n".replace(" :", ":"))
         sys.exit(130)  # 128 + SIGINT, as a shell reports it
     except Exception as error:
         message = user_error_message(error)

@@ -3,7 +3,8 @@ statistics, training, forecasts, scores.
 
 A command module holds ``HELP`` (one line for ``s2forecast --help``), ``arguments(parser)``
 (argparse; absent for the Lightning commands, which LightningCLI parses) and ``run``, which
-takes the parsed arguments (the argv for Lightning). Command modules import nothing heavy at
+takes the parsed arguments (the argv for Lightning); ``INTERRUPTED``, where Ctrl-C leaves work to
+resume, says how. Command modules import nothing heavy at
 the top, so that ``s2forecast --help`` and ``s2forecast CMD --help`` start at once; ``run``
 imports the library it calls.
 """
@@ -37,6 +38,11 @@ class Command:
     @property
     def run(self):
         return self.module.run
+
+    @property
+    def after_interrupt(self) -> str:
+        """What Ctrl-C leaves and how to go on ("" when the outputs are as before): ``INTERRUPTED``."""
+        return getattr(self.module, "INTERRUPTED", "")
 
 
 NAMES = (

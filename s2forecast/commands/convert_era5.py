@@ -7,6 +7,8 @@ from s2forecast.data.defaults import CONVERT_TIME_CHUNK
 from s2forecast.user_errors import UserError
 
 HELP = "convert ERA5 files from the Copernicus CDS into a store"
+# a new store is written in place: it keeps the time steps written before Ctrl-C
+INTERRUPTED = "rerun the same command to finish it (a new store keeps what was written; --overwrite starts again)"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:

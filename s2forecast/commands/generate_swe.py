@@ -6,6 +6,8 @@ from s2forecast.commands.arguments import local_output, nonnegative_int, positiv
 from s2forecast.data.defaults import SWE_BATCH
 
 HELP = "integrate shallow-water trajectories into a store"
+# a new store is written in place: it keeps the time steps written before Ctrl-C
+INTERRUPTED = "rerun the same command to finish it (a new store keeps what was written; --overwrite starts again)"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:

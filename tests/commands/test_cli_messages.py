@@ -317,6 +317,22 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
         assert err.startswith("Traceback") == traceback and (err.count("\n") == 1) != traceback
 
 
+def test_ctrl_c_of_a_store_writer_says_how_to_go_on(monkeypatch, capsys, tmp_path):
+    """A review: "s2forecast generate-swe: interrupted" alone; the store it was writing is resumed by the
+    same command."""
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("s2forecast.commands.generate_swe.run", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate-swe", "--out", str(tmp_path / "swe.zarr")])
+    assert exit_.value.code == 130 and capsys.readouterr().err == (
+        "s2forecast generate-swe: interrupted; rerun the same command to finish it (a new store keeps what was "
+        "written; --overwrite starts again)\n"
+    )
+
+
 def test_diverging_solver_is_one_line(tmp_path, capsys):
     """generate-swe on a 3x4 grid would blow up: refused before integrating, in one line."""
     argv = ["generate-swe", "--out", str(tmp_path / "s.zarr"), "--nlat", "3", "--nlon", "4", "--trajectories", "1"]
