@@ -475,10 +475,6 @@ def check_local(path, option: str = "--out") -> None:
         )
 
 
-# why a file judged by its contents (evaluate's CSV: by the hash its metrics file records) is not ours
-NOT_AS_WRITTEN = "its contents are not what s2forecast wrote there: it was edited or replaced"
-
-
 def foreign_error(path: Path, option: str = "--out", why: str | None = None) -> UserError:
     """The error for an existing ``path`` that s2forecast did not write (``why``: what says so, when its
     owner is judged otherwise than by a marker)."""
@@ -817,11 +813,21 @@ class Output:
                 f"{self.option} {self.path} already exists; pass --overwrite to replace it, or choose another --out"
             )
 
+    def remove_existing(self) -> None:
+        """Remove what is at ``path`` now, judged by this output's own rule (``owned``), before ``commit``:
+        for an artifact vouched for by another one that is about to be replaced (evaluate's CSV, by the
+        hash its metrics file records)."""
+        if not os.path.lexists(self.path):
+            return
+        if not self.owned(self.path):
+            raise foreign_error(self.path, self.option, self._why_not_ours())
+        remove_own(self.path)
+
     def _why_not_ours(self) -> str | None:
         """What says an existing ``path`` is not ours, where no marker judges it (e.g. evaluate's CSV)."""
         if self.owned is written_by_s2forecast or self.path.is_symlink():
             return None
-        return NOT_AS_WRITTEN
+        return "its contents are not what s2forecast wrote there: it was edited or replaced"
 
     def write_marker_file(self) -> None:
         """A plain directory artifact's marker: every file of ``tmp`` listed (``commit`` writes it)."""

@@ -71,14 +71,12 @@ from s2forecast.evaluation.metrics import INIT_DIM, LEAD_DIM, METRICS, nearest_h
 from s2forecast.evaluation.report import format_table, metrics_table
 from s2forecast.output import (
     MARKER_ATTR,
-    NOT_AS_WRITTEN,
     Output,
     artifact_kind,
     check_local,
     check_target,
     check_unchanged,
     file_sha256,
-    foreign_error,
     netcdf_attributes,
     remove_if_still_ours,
     written_by_s2forecast,
@@ -247,11 +245,7 @@ def evaluate(
         # An earlier CSV is ours while the earlier metrics file records its hash: judged and removed before the
         # new metrics file replaces that one, which goes first. A kill between the renames then leaves no CSV
         # that no metrics file vouches for (it was foreign for good, even with --overwrite).
-        csv_path = out.with_suffix(".csv")
-        if os.path.lexists(csv_path):
-            if not _csv_of_metrics(out, csv_path):
-                raise foreign_error(csv_path, "metrics CSV", NOT_AS_WRITTEN)
-            os.remove(csv_path)
+        outputs[-2].remove_existing()  # the CSV
         for output in reversed(written):  # claimed as metrics file, CSV, plots; listed the other way round
             output.commit()
     if earlier_plots is not None and "plots_dir" not in metrics.attrs:  # results without plots: none of another run

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from s2forecast.data.stats import channel_names
 from s2forecast.data.store import COMPLETE_ATTR
 from s2forecast.output import field_compressors
 from s2forecast.user_errors import UserError
@@ -55,8 +56,9 @@ class ChannelLayout:
             if level and int(level) not in levels:
                 levels.append(int(level))
         layout = cls(tuple(variables), tuple(levels) if levels else None, tuple(pressure))
-        expected = [f"{v}/{level}" if p else v for v, p in zip(variables, pressure, strict=True)
-                    for level in (levels if p else [None])]  # fmt: skip
+        expected = [
+            c for v, p in zip(variables, pressure, strict=True) for c in channel_names(v, levels if p else None)
+        ]
         if list(channels) != expected:  # written under another variable or level in silence
             raise UserError(
                 f"channels {list(channels)} are not grouped by variable in one level order: give {expected}"

@@ -321,10 +321,11 @@ class ForecastModule(pl.LightningModule):
         except UserError as error:  # the network's own checks: name the options they are about
             raise UserError(f"model.architecture {architecture!r} with model.network {network}: {error}") from None
         if loss == "mse":  # the CRPS loss's weights: a config that sets them believes it changed something
-            crps_options = {"crps_mse_weight": (crps_mse_weight, 0.0), "crps_alpha": (crps_alpha, 1.0),
-                            "crps_spectral_weight": (crps_spectral_weight, 0.0)}  # fmt: skip
-            for name, (value, default) in crps_options.items():
-                if value != default:
+            given = {"crps_mse_weight": crps_mse_weight, "crps_alpha": crps_alpha,
+                     "crps_spectral_weight": crps_spectral_weight}  # fmt: skip
+            defaults = inspect.signature(ForecastModule.__init__).parameters
+            for name, value in given.items():
+                if value != defaults[name].default:
                     warnings.warn(
                         f"model.{name} {value} has no effect: model.loss is 'mse' (it weights the CRPS loss); drop it "
                         "or set model.loss: crps",
