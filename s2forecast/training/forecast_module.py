@@ -379,12 +379,15 @@ class ForecastModule(pl.LightningModule):
         the optimizer step, not from the global random state: a run resumed from a checkpoint draws
         what the uninterrupted run drew (the global state restarts at the seed), in training and in
         validation. Training: a step's noise, ``index`` its batch (the micro-batch within the step),
-        with the rank; validation and test: a sample's, ``index`` its position in the split."""
+        with the rank; validation and test: a sample's, ``index`` its position in the split, the
+        same at every step, so that epochs are scored alike and ``validate`` of a checkpoint (which
+        does not restore the step) scores as the fit did."""
         accumulate = self.trainer.accumulate_grad_batches if self._trainer is not None else 1
         index = index % accumulate if stage == "train" else index
         stages = ("train", "val", "test")
         rank = self.global_rank if stage == "train" else 0
-        key = [torch.initial_seed(), stages.index(stage), self.global_step, index, rank]
+        step = self.global_step if stage == "train" else 0
+        key = [torch.initial_seed(), stages.index(stage), step, index, rank]
         seed = int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0]) & (2**63 - 1)
         return torch.Generator(self.device).manual_seed(seed)
 

@@ -80,3 +80,14 @@ def test_a_share_shorter_than_a_batch_is_one_batch(swe_store):
     assert len(loader(share + 1, 2)) == 1  # one partial batch, the share's only one
     assert len(loader(share - 1, 2)) == 1  # one whole batch; the partial one is dropped
     assert len(loader(samples - 1, 1)) == 1
+
+
+def test_validate_scores_an_ensemble_as_the_fit_did(swe_store, crps_run, tmp_path):
+    """A CRPS model's validation noise came with the optimizer step in its seed: `validate` of the
+    checkpoint (step not restored) drew other noise than the fit's own validation had."""
+    run = tmp_path / "validate"
+    cli(["validate", *tiny_args(swe_store, run, *ENSEMBLE), "--ckpt_path", str(crps_run.checkpoint)])
+    fitted, validated = last_val_scores(crps_run.root), last_val_scores(run)
+    assert "val/loss" in fitted and fitted.keys() == validated.keys()
+    for key in fitted:
+        assert validated[key] == pytest.approx(fitted[key], rel=1e-6), key
