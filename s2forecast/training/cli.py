@@ -20,6 +20,7 @@ A run without a logger (``trainer.logger: false``) logs nothing, the learning ra
 """
 
 import logging
+import os
 import re
 import signal
 import sys
@@ -386,7 +387,22 @@ class ForecastCLI(LightningCLI):
                 "another version or edited; use a checkpoint of this model"
             )
 
+    def _check_processes(self) -> None:
+        """Processes that torchrun or srun started must be the trainer's: with the default
+        ``trainer.devices`` (1 on a CPU) each would train alone, all writing one log folder."""
+        started = os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_STEP_NUM_TASKS") or "1"
+        launcher = "torchrun" if "WORLD_SIZE" in os.environ else "srun"
+        trainer = self.trainer
+        if started.isdigit() and int(started) > 1 and trainer.world_size != int(started):
+            raise UserError(
+                f"{launcher} started {started} processes but the trainer runs {trainer.world_size} "
+                f"(trainer.devices {trainer.num_devices} x trainer.num_nodes {trainer.num_nodes}): each would train "
+                f"on its own; pass --trainer.devices {int(started) // trainer.num_nodes} (processes per node) and "
+                "--trainer.num_nodes (nodes), or start one process"
+            )
+
     def _before_run(self) -> None:
+        self._check_processes()
         self._prepare_checkpoint_loading()
         if not sys.stdout.isatty() and self.trainer.progress_bar_callback is not None:
             # tqdm's nested bars move the cursor with ANSI escapes: garbage in a log file

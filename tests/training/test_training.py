@@ -415,3 +415,17 @@ def test_a_limit_of_1_batch_is_one_batch(swe_store, tmp_path, limit, one_batch):
     per_epoch = built.trainer.num_training_batches
     assert per_epoch == 1 if one_batch else per_epoch > 1
     assert built.trainer.global_step == 2 * per_epoch  # two epochs
+
+
+TORCHRUN = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+
+
+@pytest.mark.parametrize("launcher", [TORCHRUN, {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"}])
+def test_processes_that_the_trainer_does_not_use_are_refused(swe_store, tmp_path, monkeypatch, launcher):
+    """torchrun --nproc-per-node 2 with trainer.devices left at 1: each process trained the whole
+    split alone, both writing into runs/ (a review found it)."""
+    for name, value in launcher.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UserError, match=r"started 2 processes but the trainer runs 1 .*pass --trainer.devices 2"):
+        lightning(["fit", *tiny_args(swe_store, tmp_path)])
+    assert not (tmp_path / "runs").exists()
