@@ -975,11 +975,11 @@ def _template(
     first = next(iter(data.values())).first
     coords = {
         "time": ("time", times.astype("datetime64[ns]")),
-        "latitude": ("latitude", first["latitude"].values, {"units": "degrees_north", "long_name": "latitude"}),
-        "longitude": ("longitude", first["longitude"].values, {"units": "degrees_east", "long_name": "longitude"}),
-    }
+        "latitude": ("latitude", first["latitude"].values, {"long_name": "latitude"}),
+        "longitude": ("longitude", first["longitude"].values, {"long_name": "longitude"}),
+    }  # units and the other CF attributes: the writer's (with_cf_coordinates)
     if levels:
-        coords["level"] = ("level", np.asarray(levels, dtype=np.int64), {"units": "hPa", "long_name": "pressure level"})
+        coords["level"] = ("level", np.asarray(levels, dtype=np.int64), {"long_name": "pressure level"})
     variables = {name: lazy_empty(d.shape, d.dims) for name, d in data.items()}
     variables.update({name: (("latitude", "longitude"), values) for name, values in static.items()})
     names = ", ".join(path.name for path in paths)

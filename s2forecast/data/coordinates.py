@@ -1,4 +1,5 @@
-"""Coordinate values two grids share: how far they may differ, and longitudes east of 0 E.
+"""Coordinate values two grids share: how far they may differ, and longitudes east of 0 E; the CF
+attributes of the coordinates in the files s2forecast writes.
 
 numpy only: the converters, the readers and the metric engine's alignment all use it.
 """
@@ -25,3 +26,24 @@ def east_longitudes(lon: np.ndarray) -> np.ndarray:
     east = np.mod(np.asarray(lon, dtype=np.float64), 360.0)
     east[east > 360.0 - 1e-3 * 360.0 / max(east.size, 1)] = 0.0
     return east
+
+
+# CF attributes of the spatial and level coordinates in every store, climatology and forecast written
+CF_COORDINATE_ATTRS = {
+    "latitude": {"units": "degrees_north", "standard_name": "latitude", "axis": "Y"},
+    "longitude": {"units": "degrees_east", "standard_name": "longitude", "axis": "X"},
+    "level": {"units": "hPa", "standard_name": "air_pressure", "positive": "down", "axis": "Z"},
+}
+
+
+def with_cf_coordinates(dataset):
+    """``dataset`` (an xarray Dataset) with ``CF_COORDINATE_ATTRS`` on its coordinates (over the
+    same keys of theirs: levels are hPa once read) and no ``_FillValue`` on a float coordinate
+    (CF 2.5.1: coordinates have no missing values; xarray gives them NaN in zarr)."""
+    dataset = dataset.copy()
+    for name, coordinate in dataset.coords.items():
+        attrs = {**coordinate.attrs, **CF_COORDINATE_ATTRS.get(name, {})}
+        encoding = {**coordinate.encoding, "_FillValue": None} if coordinate.dtype.kind == "f" else coordinate.encoding
+        dataset[name] = coordinate.copy().assign_attrs(attrs)
+        dataset[name].encoding = encoding
+    return dataset

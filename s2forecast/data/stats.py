@@ -455,10 +455,17 @@ def write_stats(path: str | Path, stats: xr.Dataset) -> None:
     """Replace the ``stats`` group of the store at ``path`` by ``stats``, atomically; a ``stats``
     group that s2forecast did not write is never replaced."""
     _check_replaceable(Path(path))
-    output = Output(Path(path) / STATS_GROUP, "stats", directory=True, overwrite=True, option="stats group")
-    with output:
-        stats.assign_attrs(output.attrs).to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=False)
-        output.commit()
+    option = "stats group"
+    try:
+        output = Output(Path(path) / STATS_GROUP, "stats", directory=True, overwrite=True, option=option)
+        with output:
+            stats.assign_attrs(output.attrs).to_zarr(output.tmp, mode="w", zarr_format=3, consolidated=False)
+            output.commit()
+    except PermissionError as error:  # a store that cannot be written: there is no other stats group to choose
+        raise UserError(
+            f"{str(error).removesuffix(f'; choose another {option}')}; write the statistics elsewhere with --out "
+            "STATS.zarr"
+        ) from None
     with warnings.catch_warnings():  # consolidated metadata is outside the v3 spec; we use it on purpose
         warnings.simplefilter("ignore", UserWarning)
         zarr.consolidate_metadata(path, zarr_format=3)

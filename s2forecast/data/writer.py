@@ -36,6 +36,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
+from s2forecast.data.coordinates import with_cf_coordinates
 from s2forecast.data.store import COMPLETE_ATTR, LAYOUT_VERSION, VARIABLES, cf_attributes
 from s2forecast.output import (
     ZARR_PARTIAL,
@@ -273,7 +274,7 @@ class StoreWriter:
         return written
 
     def _write_skeleton(self, template: xr.Dataset, output: Output) -> None:
-        ds = template.copy()
+        ds = with_cf_coordinates(template)
         shards = min(self.shards, ds.sizes["time"])  # a shard longer than the store would only be padding
         for name in list(ds.data_vars):
             if "time" not in ds[name].dims:  # static fields are written now: compute=False would defer them

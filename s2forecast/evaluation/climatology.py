@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from s2forecast.data.coordinates import with_cf_coordinates
 from s2forecast.data.engine import Engine, background
 from s2forecast.data.store import (
     describe_not_fields,
@@ -720,7 +721,7 @@ def _output_template(data: xr.Dataset, hours: np.ndarray, attrs: dict) -> xr.Dat
         encoding[name] = {"chunks": chunks, "compressors": field_compressors()}
     coords = {name: coord for name, coord in data.coords.items() if "time" not in coord.dims}
     coords.update(dayofyear=DAYS_OF_YEAR, hour=hours.astype(np.int64))
-    template = xr.Dataset(variables, coords=coords, attrs=attrs)
+    template = with_cf_coordinates(xr.Dataset(variables, coords=coords, attrs=attrs))
     for name, chunk_encoding in encoding.items():
         template[name].encoding = chunk_encoding
     return template

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from s2forecast.data.coordinates import CF_COORDINATE_ATTRS
 from s2forecast.data.stats import channel_names
 from s2forecast.data.store import COMPLETE_ATTR
 from s2forecast.output import field_compressors
@@ -71,9 +72,7 @@ COORDINATE_ATTRS = {
     "time": {"standard_name": "forecast_reference_time", "long_name": "initialization time"},
     "prediction_timedelta": {"standard_name": "forecast_period", "long_name": "lead time"},
     "valid_time": {"standard_name": "time", "long_name": "valid time"},
-    "level": {"units": "hPa", "standard_name": "air_pressure", "positive": "down"},
-    "latitude": {"units": "degrees_north", "standard_name": "latitude"},
-    "longitude": {"units": "degrees_east", "standard_name": "longitude"},
+    **CF_COORDINATE_ATTRS,
     MEMBER_DIM: {"long_name": "ensemble member", "standard_name": "realization"},
 }
 

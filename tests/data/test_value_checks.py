@@ -647,3 +647,21 @@ def test_evaluate_overwrite_with_a_csv_touched_meanwhile(tmp_path, monkeypatch):
     assert "europe" in metrics["region"].values
     assert xr.open_dataset(out).attrs["csv_sha256"] == hashlib.sha256(csv.read_bytes()).hexdigest()
     assert "europe" in csv.read_text()
+
+
+def test_stats_into_a_store_that_cannot_be_written_names_out(tmp_path, capsys, store_with_stats, monkeypatch):
+    """The line ended "choose another stats group", an option that does not exist (a review found it).
+    (A store that cannot be written is simulated: root writes into any directory.)"""
+    import errno
+
+    from s2forecast.data import stats as stats_module
+    from s2forecast.output import unwritable
+
+    def read_only(path, *args, option, **kwargs):
+        raise unwritable(path, OSError(errno.EROFS, "Read-only file system"), option)
+
+    path = tmp_path / "store.zarr"
+    shutil.copytree(store_with_stats, path)
+    monkeypatch.setattr(stats_module, "Output", read_only)
+    err = refused(["stats", str(path)], capsys)
+    assert err.endswith("(Read-only file system); write the statistics elsewhere with --out STATS.zarr"), err

@@ -160,3 +160,20 @@ def test_leads_of_minutes_come_back_exactly(tmp_path):
     opened = open_results(tmp_path / "leads.nc")
     np.testing.assert_array_equal(opened["lead_time"].values, leads)
     assert float(opened["z"].sel(metric="rmse", lead_time=np.timedelta64(20, "m"))) == 1.0
+
+
+def test_stores_and_climatologies_carry_cf_coordinates(swe_store, tmp_path):
+    """generate-swe's store had no units on its latitudes, and stores and climatologies declared a
+    NaN fill value on them (the writers of forecasts and results already did not; a review found it)."""
+    import zarr
+
+    from s2forecast.evaluation.climatology import write_climatology
+
+    write_climatology(swe_store, tmp_path / "clim.zarr")
+    axes = {"latitude": ("degrees_north", "Y"), "longitude": ("degrees_east", "X")}
+    for path in (swe_store, tmp_path / "clim.zarr"):
+        group = zarr.open_group(path, mode="r")
+        for name, (units, axis) in axes.items():
+            attrs = dict(group[name].attrs)
+            assert (attrs.get("units"), attrs.get("axis"), attrs.get("standard_name")) == (units, axis, name), path
+            assert "_FillValue" not in attrs, (path, name)

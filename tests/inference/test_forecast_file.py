@@ -76,9 +76,9 @@ CF = {
     "time": {"standard_name": "forecast_reference_time", "long_name": "initialization time"},
     "prediction_timedelta": {"standard_name": "forecast_period", "long_name": "lead time"},
     "valid_time": {"standard_name": "time", "long_name": "valid time"},
-    "level": {"units": "hPa", "standard_name": "air_pressure", "positive": "down"},
-    "latitude": {"units": "degrees_north", "standard_name": "latitude"},
-    "longitude": {"units": "degrees_east", "standard_name": "longitude"},
+    "level": {"units": "hPa", "standard_name": "air_pressure", "positive": "down", "axis": "Z"},
+    "latitude": {"units": "degrees_north", "standard_name": "latitude", "axis": "Y"},
+    "longitude": {"units": "degrees_east", "standard_name": "longitude", "axis": "X"},
     MEMBER_DIM: {"long_name": "ensemble member", "standard_name": "realization"},
 }
 
