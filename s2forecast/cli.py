@@ -19,6 +19,7 @@ import traceback
 from s2forecast import __version__, help_cache, provenance
 from s2forecast.commands import COMMANDS
 from s2forecast.commands.arguments import attach_negative_lists
+from s2forecast.urls import redact
 from s2forecast.user_errors import BUG_REPORT, UserError, user_error_message
 from s2forecast.warning_format import one_line_warnings
 
@@ -94,7 +95,7 @@ def _main(argv: list[str]) -> None:
             sys.exit(1)
         if debug:
             traceback.print_exception(error)
-        sys.stderr.write(f"s2forecast {command}: error: {message}\n")
+        sys.stderr.write(f"s2forecast {command}: error: {redact(message)}\n")  # a URL's password: not in a log
         sys.exit(2)
 
 

@@ -5,6 +5,8 @@ import re
 import warnings
 from pathlib import Path
 
+from s2forecast.urls import redact
+
 _REINSTALL: list = []  # how the one_line_warnings context in effect puts its format back
 
 
@@ -33,7 +35,7 @@ def one_line_warnings(command: str | None):
             or category.__module__.split(".")[0] == "s2forecast"
             or Path(filename).resolve().is_relative_to(package)
         ):
-            return f"s2forecast {command}: warning: {message}\n".replace("s2forecast None:", "s2forecast:")
+            return f"s2forecast {command}: warning: {redact(str(message))}\n".replace("s2forecast None:", "s2forecast:")
         if inside[0]:  # the delegate calls back the format it replaced, ours (Lightning's does): Python's
             return original(message, category, filename, lineno, line)
         inside[0] = True

@@ -26,7 +26,7 @@ RESULTS LAYOUT (the contract with plots/spectra; WeatherBench2's results layout 
         area-weighted frequency of the truth's rank (number of members below it; ties shared
         equally), ``rank`` = 0..M, summing to 1; NaN where a member or the truth is NaN.
     Per field variable: attribute ``field_units`` and ``metric_units`` ("rmse: K; acc: 1; ...").
-    Global attributes: ``history`` (the command line), ``forecast``, ``truth`` (URLs verbatim), climatology
+    Global attributes: ``history`` (the command line), ``forecast``, ``truth`` (URLs without secrets), climatology
     provenance, ``Conventions: CF-1.8``.
     ``metric``, ``source`` and ``region`` are string indexes (``.sel(metric="rmse")``), in memory and
     as ``xr.open_dataset`` reads the file (on disk CF label variables named after their dim:

@@ -16,7 +16,7 @@ import torch
 from s2forecast.data.fields import NAN_POLICIES, FieldDataset, SampleSpec, SplitRangeError, check_read_threads
 from s2forecast.data.swe import SWE_VARIABLES
 from s2forecast.training.splits import check_overlap
-from s2forecast.urls import is_url
+from s2forecast.urls import hidden_values, is_url, redact
 from s2forecast.user_errors import UserError
 
 ERA5_SURFACE = ("2m_temperature", "10m_u_component_of_wind", "10m_v_component_of_wind", "mean_sea_level_pressure")
@@ -307,6 +307,17 @@ class FieldDataModule(pl.LightningDataModule):
         self._train_loader: ResumableLoader | None = None
         self._train_state: dict | None = None  # restored before the training loader exists
 
+    def _hide_secrets(self) -> None:
+        """The recorded hyper-parameters (``hparams.yaml``, checkpoints: both get shared) without a
+        URL's password or query string, nor the string values of ``storage_options``."""
+        hparams = dict(self.hparams)
+        for name in ("store", "stats"):
+            if is_url(hparams.get(name)):
+                hparams[name] = redact(hparams[name])
+        if hparams.get("storage_options"):
+            hparams["storage_options"] = hidden_values(hparams["storage_options"])
+        self.save_hyperparameters(hparams)  # the recorded and the initial (logged) ones alike
+
     def setup(self, stage: str | None = None) -> None:
         """Build the configured splits ``stage`` reads (``STAGE_SPLITS``; None: all), so that e.g.
         ``fit`` runs on data without the test period."""
@@ -488,6 +499,7 @@ class ERA5DataModule(FieldDataModule):
             read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()
+        self._hide_secrets()
 
     def split_option(self, split: str) -> str:
         return f"data.init_args.{split}_period"
@@ -535,6 +547,7 @@ class SWEDataModule(FieldDataModule):
             read_threads=read_threads, allow_overlap=allow_overlap,
         )  # fmt: skip
         self.save_hyperparameters()
+        self._hide_secrets()
 
     def split_option(self, split: str) -> str:
         return f"data.init_args.{split}_trajectories"
