@@ -55,16 +55,21 @@ def is_plain_help(argv: list[str]) -> bool:
 def cache_file(command: str, key: str | None = None) -> Path:
     """Where the help of ``command`` is cached: a file per cache key (``key``, default this one's).
     One file for all made a terminal's width and a pipe's (80 columns), or two installs sharing
-    ~/.cache, evict each other: 8 s a help instead of 0.15."""
+    ~/.cache, evict each other: 8 s a help instead of 0.15. (Only its name, without a cache directory.)"""
     name = hashlib.sha256((key or cache_key(command)).encode()).hexdigest()[:16]
-    return cache_dir() / f"{command}-{name}.txt"
+    return (cache_dir() or Path()) / f"{command}-{name}.txt"
 
 
-def cache_dir() -> Path:
-    """The directory of the cached help (no key needed: reading the source for one costs 7 ms)."""
+def cache_dir() -> Path | None:
+    """The directory of the cached help (no key needed: reading the source for one costs 7 ms); None
+    without one: no XDG_CACHE_HOME and no home directory (HOME unset and a user without a passwd
+    entry, as in some containers)."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or "")
     if not root.is_absolute():  # unset, empty or relative: the XDG spec says to use the default
-        root = Path.home() / ".cache"
+        try:
+            root = Path.home() / ".cache"
+        except (RuntimeError, KeyError):
+            return None
     return root / "s2forecast" / "help"
 
 
@@ -108,6 +113,9 @@ def private_directory(command: str, create: bool = False):
     (``is_private``; a symlink is not followed). With ``create`` a missing one is made 0700.
     Files are opened relative to the descriptor, so the directory checked is the one used."""
     directory = cache_dir()
+    if directory is None:
+        yield None
+        return
     if create and not os.path.lexists(directory):
         with contextlib.suppress(OSError):
             directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -205,28 +213,30 @@ def prune(command: str, directory: int) -> None:
             os.unlink(f"{command}.txt", dir_fd=directory)
 
 
-def usable(command: str) -> bool:
-    with private_directory(command) as directory:
-        return directory is not None
-
-
 def print_help(command: str) -> None:
     """Print the help of ``command``: from the cache, else rendered (and cached for next time)."""
     text = cached_help(command)
     if text is None:
         directory = cache_dir()
-        if os.path.lexists(directory) and not usable(command):
+        building = f"s2forecast {command}: building this help (loads torch and Lightning)"
+        with private_directory(command, create=True) as usable_directory:
+            cacheable = usable_directory is not None
+        if directory is None:
+            sys.stderr.write(f"{building} without its cache: no home directory; set XDG_CACHE_HOME to cache it\n")
+        elif os.path.lexists(directory) and not cacheable:
             sys.stderr.write(
-                f"s2forecast {command}: building this help (loads torch and Lightning) without its cache: "
-                f"{directory} is not a directory of yours that only you can write to (chmod 700 it, or remove it)\n"
+                f"{building} without its cache: {directory} is not a directory of yours that only you can write to "
+                "(chmod 700 it, or remove it)\n"
             )
+        elif not cacheable:
+            sys.stderr.write(f"{building} without its cache: {directory} cannot be created; set XDG_CACHE_HOME\n")
         else:
             sys.stderr.write(
-                f"s2forecast {command}: building this help once (loads torch and Lightning); "
-                f"later calls read it from {cache_file(command)}\n"
+                f"s2forecast {command}: building this help once (loads torch and Lightning); later calls read it from "
+                f"{cache_file(command)}\n"
             )
         text = render_help(command)
-        if not store_help(command, text) and usable(command):  # a read-only cache: every call said "once"
+        if cacheable and not store_help(command, text):  # a read-only cache: every call said "once"
             sys.stderr.write(f"s2forecast {command}: could not write {cache_file(command)}; the next call builds it\n")
     sys.stdout.write(plain_text(text))
     sys.stdout.flush()

@@ -10,11 +10,12 @@ HELP = "describe a grid and its attention neighborhoods"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nlat", type=positive_int, required=True)
-    parser.add_argument("--nlon", type=positive_int, required=True)
+    parser.add_argument("--nlat", type=positive_int, required=True, help="latitudes (rows), e.g. 721 at 0.25 deg")
+    parser.add_argument("--nlon", type=positive_int, required=True, help="longitudes (columns), e.g. 1440")
     parser.add_argument(
-        "--kind", default="equiangular", choices=["equiangular", "equiangular-midpoint", "legendre-gauss"]
-    )
+        "--kind", default="equiangular", choices=["equiangular", "equiangular-midpoint", "legendre-gauss"],
+        help="where the rows lie (default: equiangular, poles included, as ERA5 and WeatherBench2)",
+    )  # fmt: skip
     parser.add_argument("--theta", type=float, help="neighborhood radius in radians (default: the paper's)")
 
 

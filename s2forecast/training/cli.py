@@ -84,6 +84,13 @@ logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoNews())
 
 COMMANDS = ("fit", "validate", "test")  # no predict: it wrote nothing; forecasts are `s2forecast rollout`
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc")  # --ckpt_path values Lightning resolves itself
+CKPT_PATH_HELP = {
+    "fit": "a checkpoint file of s2forecast fit to resume (its weights, optimizer and position in the data), or "
+    "'last': the newest last.ckpt of this experiment (trainer.logger's save_dir and name)",
+    "validate": "the checkpoint file to score (runs/NAME/version_N/checkpoints/last.ckpt or best-*.ckpt), or 'last': "
+    "the newest last.ckpt of this experiment; required unless model.init_from names the weights",
+}
+CKPT_PATH_HELP["test"] = CKPT_PATH_HELP["validate"]
 RUN_RECORDS = ("config.yaml", "hparams.yaml")  # what a run writes into its log directory before any result
 JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link", "Does not validate against any of the Union subtypes")
 
@@ -149,6 +156,22 @@ def nested_options_as_layers(args: list[str]) -> list[str]:
     return out
 
 
+def _check_ckpt_path(subcommand: str | None, ckpt_path, init_from) -> None:
+    """``--ckpt_path`` values a separate s2forecast process cannot use, and validate/test without a
+    checkpoint, which scored the model as built (untrained) as if it were one (a review found it)."""
+    text = None if ckpt_path is None else str(ckpt_path)
+    if text is not None and (text == "best" or text.startswith("registry")):
+        raise UserError(
+            f"--ckpt_path {text} is Lightning's value for a checkpoint of the same Python process or its model "
+            "registry; pass the checkpoint file (runs/NAME/version_N/checkpoints/best-*.ckpt or last.ckpt) or last"
+        )
+    if subcommand in ("validate", "test") and text is None and init_from is None:
+        raise UserError(
+            f"{subcommand} scores a checkpoint: pass --ckpt_path FILE (runs/NAME/version_N/checkpoints/last.ckpt) or "
+            "--ckpt_path last (this experiment's newest); without one the model would be untrained"
+        )
+
+
 class ForecastCLI(LightningCLI):
     def init_parser(self, **kwargs) -> LightningArgumentParser:
         """Lightning's parser, with ``--config`` files layered (``LayeredConfigFile``)."""
@@ -176,6 +199,15 @@ class ForecastCLI(LightningCLI):
             help="take the model's hyper-parameters from the --ckpt_path file instead of the config's model section "
             "(without it they must be the checkpoint's: training/checkpoint_model.py)",
         )  # fmt: skip
+
+    def setup_parser(self, *args, **kwargs) -> None:
+        """Lightning's parsers, with ``--ckpt_path`` helped as s2forecast reads it (Lightning's help
+        offers a registry, URLs and "best", which a separate process cannot use)."""
+        super().setup_parser(*args, **kwargs)
+        for name, parser in getattr(self, "_subcommand_parsers", {}).items():
+            for action in parser._actions:
+                if getattr(action, "dest", None) == "ckpt_path":
+                    action.help = CKPT_PATH_HELP[name]
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -254,7 +286,7 @@ class ForecastCLI(LightningCLI):
         if precision.startswith("64") or (precision.endswith("-true") and precision != "32-true"):
             # Lightning's double and half plugins convert the batch, and cannot convert our frozen Batch
             raise UserError(
-                f"trainer.precision {precision} is not supported for training; use 32-true, or bf16-mixed / "
+                f"trainer.precision {precision} is not supported (training or scoring); use 32-true, or bf16-mixed / "
                 "16-mixed (on a GPU)"
             )
         accumulate, every = trainer.accumulate_grad_batches, trainer.val_check_interval
@@ -312,6 +344,7 @@ class ForecastCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else {}
         ckpt_path = config.get("ckpt_path")
+        _check_ckpt_path(subcommand, ckpt_path, (config.get("model") or {}).get("init_from"))
         if ckpt_path is not None and str(ckpt_path) not in SPECIAL_CKPT_PATHS:
             # a URL, a missing or unsafe file: one line before anything is built
             self._ckpt_hparams = (str(ckpt_path), read_checkpoint(ckpt_path).get("hyper_parameters") or {})
@@ -555,6 +588,9 @@ def run(argv: list[str], execute: bool = True) -> ForecastCLI:
         trainer_defaults=trainer_defaults(),
         seed_everything_default=0,
         save_config_callback=RunConfig,
+        # the model's optimizer and schedule (model.lr, weight_decay, warmup_steps): Lightning's --optimizer and
+        # --lr_scheduler replaced them while the checkpoint recorded model.lr (a review found it)
+        auto_configure_optimizers=False,
         parser_kwargs={"prog": "s2forecast", **no_exit, **{command: dict(no_exit) for command in COMMANDS}},
         run=execute,
     )

@@ -257,6 +257,11 @@ class _Reducer:
     # --- helpers -----------------------------------------------------------------------------------
     def suggestion(self, key: str, candidates: list[str], prefix: str = "") -> str:
         """'did you mean ...?' with the closest of ``candidates``, else the valid keys beside ``key``."""
+        if key.split(".")[0] in ("optimizer", "lr_scheduler"):  # Lightning's, which would bypass the model's
+            return (
+                "the optimizer (AdamW) and its schedule are the model's: set model.lr, model.weight_decay, "
+                "model.warmup_steps"
+            )
         close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
         if close:
             return f"did you mean '{prefix}{close[0]}'?"

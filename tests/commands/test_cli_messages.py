@@ -224,9 +224,9 @@ CASES = {
         ["fit", "--config", "{base_yaml}", "--trainer.precision", "7"],
         ["trainer.precision", "expected one of", "'bf16-mixed'", "got '7'"],
     ),
-    "fit optimizer typo": (
-        ["fit", "--config", "{base_yaml}", "--optimizer", "Adamm"],
-        ["optimizer.class_path 'Adamm'", "did you mean 'torch.optim.Adam'"],
+    "fit Lightning's optimizer option": (  # it replaced the model's optimizer, model.lr ignored (a review found it)
+        ["fit", "--config", "{base_yaml}", "--optimizer", "SGD"],
+        ["unknown option --optimizer", "are the model's: set model.lr, model.weight_decay, model.warmup_steps"],
     ),
     "fit no config": (["fit"], ["data is required", "--config"]),
     "fit value refused by the DataModule": (["fit", "--config", "{bad_nan_policy_yaml}"], ["nan_policy", "'maybe'"]),

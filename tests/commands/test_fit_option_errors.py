@@ -50,7 +50,7 @@ CASES = {
     ),
     "precision 64-true": (  # Lightning's double plugin failed on the frozen Batch: "internal error"
         ["--trainer.precision", "64-true"],
-        "trainer.precision 64-true is not supported for training",
+        "trainer.precision 64-true is not supported (training or scoring)",
         "use 32-true",
     ),
     "precision 16 on a CPU": (["--trainer.precision", "16"], "trainer.precision 16 needs a GPU", "use bf16-mixed"),
@@ -66,7 +66,7 @@ CASES = {
     ),
     "precision bf16-true": (  # the half plugin failed on it too
         ["--trainer.precision", "bf16-true"],
-        "trainer.precision bf16-true is not supported for training",
+        "trainer.precision bf16-true is not supported (training or scoring)",
         "use 32-true",
     ),
     "validation inside an accumulated step": (  # a resume from its checkpoint lost the step's first gradients

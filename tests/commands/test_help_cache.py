@@ -150,3 +150,36 @@ def test_each_width_and_install_keeps_its_own_file(fake_render, capsys, monkeypa
     monkeypatch.setenv("COLUMNS", "999")  # a width not cached yet: rendered, stored, pruned
     help_cache.print_help("fit")
     assert not (directory / "fit.txt").exists() and (directory / "test.txt").read_text() == "not a cache file\n"
+
+
+def test_no_home_directory_prints_the_help_uncached(fake_render, capsys, monkeypatch):
+    """HOME unset and a user without a passwd entry (containers): Path.home() raised, --help was a
+    traceback (a review found it)."""
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(help_cache.Path, "home", staticmethod(no_home))
+    help_cache.print_help("fit")
+    out, err = capsys.readouterr()
+    assert out == "help of fit\n" and fake_render == ["fit"]
+    assert err.strip() == (
+        "s2forecast fit: building this help (loads torch and Lightning) without its cache: no home directory; set "
+        "XDG_CACHE_HOME to cache it"
+    )
+
+
+def test_a_cache_directory_that_cannot_be_made_is_said_once(fake_render, capsys, tmp_path, monkeypatch):
+    """A cache root that cannot be written: every call said 'building this help once' (a review found it)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")  # root writes anywhere: a file in the way stops mkdir for all
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    for _ in range(2):
+        help_cache.print_help("fit")
+        assert capsys.readouterr().err.strip() == (
+            "s2forecast fit: building this help (loads torch and Lightning) without its cache: "
+            f"{blocker}/s2forecast/help cannot be created; set XDG_CACHE_HOME"
+        )
+    assert blocker.read_text() == "not a directory" and fake_render == ["fit", "fit"]

@@ -139,8 +139,9 @@ class Signal(pl.Callback):
      "checkpoint with --ckpt_path last"),
     ("validate", signal.SIGTERM, 143, "s2forecast validate: stopped by SIGTERM, unfinished; run it again"),
 ])  # fmt: skip
-def test_a_run_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store, tmp_path, capsys, monkeypatch,
-                                                                     command, signum, status, line):  # fmt: skip
+def test_a_run_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(
+    swe_store, mse_run_1_epoch, tmp_path, capsys, monkeypatch, command, signum, status, line
+):
     """Lightning ended a Ctrl-C with exit status 1 (a bug's, with no 'interrupted' line) and a SIGTERM
     with 0, as a finished run: `fit && rollout` went on (a review found both); validate was told to
     resume from a checkpoint, which only fit does."""
@@ -150,7 +151,8 @@ def test_a_run_stopped_by_a_signal_says_so_and_exits_as_a_shell_would(swe_store,
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(SystemExit) as exit_info:
-            run = COMMON[:-1] if command == "fit" else []  # validate: with its validation batches
+            # validate: with its validation batches, of a checkpoint
+            run = COMMON[:-1] if command == "fit" else ["--ckpt_path", str(mse_run_1_epoch.checkpoint)]
             cli([command, *tiny_args(swe_store, tmp_path, *run, "--trainer.max_steps", "5",
                                      "--trainer.callbacks+=test_resume_max_steps.Signal")])  # fmt: skip
     finally:

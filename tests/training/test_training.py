@@ -240,7 +240,7 @@ def test_resume_is_exact(swe_store, mse_run_2_epochs, tmp_path):
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)  # bit for bit
 
 
-def test_print_config_reproduces_a_run(swe_store, tmp_path, capsys):
+def test_print_config_reproduces_a_run(swe_store, mse_run_1_epoch, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli(["fit", *tiny_args(swe_store, tmp_path), "--print_config"])
     printed = capsys.readouterr().out
@@ -248,7 +248,8 @@ def test_print_config_reproduces_a_run(swe_store, tmp_path, capsys):
     assert config["model"]["network"]["embed_dim"] == 16 and config["trainer"]["max_epochs"] == 2
     path = tmp_path / "printed.yaml"
     path.write_text(printed)
-    cli(["validate", "--config", str(path)])  # the printed config alone builds the same run
+    # the printed config alone builds the same run (the checkpoint's model: same hyper-parameters)
+    cli(["validate", "--config", str(path), "--ckpt_path", str(mse_run_1_epoch.checkpoint)])
 
 
 def test_print_config_refuses_an_unknown_key_as_the_run_does(tmp_path, capsys):
@@ -428,4 +429,21 @@ def test_processes_that_the_trainer_does_not_use_are_refused(swe_store, tmp_path
         monkeypatch.setenv(name, value)
     with pytest.raises(UserError, match=r"started 2 processes but the trainer runs 1 .*pass --trainer.devices 2"):
         lightning(["fit", *tiny_args(swe_store, tmp_path)])
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["validate"], r"validate scores a checkpoint: pass --ckpt_path FILE"),
+        (["test"], r"test scores a checkpoint: pass --ckpt_path FILE"),
+        (["validate", "--ckpt_path", "best"], r"--ckpt_path best is Lightning's value for a checkpoint of the same"),
+        (["fit", "--ckpt_path", "registry:m:latest"], r"--ckpt_path registry:m:latest is Lightning's value"),
+    ],
+)
+def test_validate_and_test_need_a_checkpoint_they_can_read(swe_store, tmp_path, argv, message):
+    """validate without --ckpt_path scored the untrained model as built, exit 0 (a review found it);
+    'best' and the model registry are Lightning's values for its Python API, useless to a new process."""
+    with pytest.raises(UserError, match=message):
+        lightning([argv[0], *tiny_args(swe_store, tmp_path), *argv[1:]])
     assert not (tmp_path / "runs").exists()
