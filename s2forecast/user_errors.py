@@ -14,6 +14,8 @@ A few failures raised by other libraries also mean bad input, and are reported t
 - ``ModuleNotFoundError`` for a package other than s2forecast: an optional dependency an
   option needs (``--trainer.accelerator tpu`` without torch_xla, cfgrib for GRIB files);
 - ``FloatingPointError``: a computation the user's settings make diverge (the SWE solver);
+- a read from a URL that failed part-way (aiohttp's HTTP errors, a reset, a timeout): the
+  server's or the network's failure, said with the URL and "rerun";
 - running out of memory (``MemoryError``, torch's ``OutOfMemoryError`` or allocator error):
   a smaller grid or batch fixes it;
 - files that cannot be decoded: ``EOFError``, ``pickle.UnpicklingError`` (also torch's
@@ -40,6 +42,10 @@ READERS = ("zarr", "numcodecs", "netCDF4", "h5py", "h5netcdf", "xarray", "pandas
 USER_ERRORS = (OSError, argparse.ArgumentError, FloatingPointError)
 # libraries that build the Lightning commands from the user's configuration: a ValueError they raise is a bad option
 CONFIG_BUILDERS = ("pytorch_lightning", "lightning_fabric", "lightning", "jsonargparse", "torchmetrics")
+# the failures of a read from a URL part-way (aiohttp under fsspec's HTTP, gcsfs; s3fs's botocore)
+REMOTE_ERRORS = ("ClientError", "ClientResponseError", "ClientConnectionError", "ClientPayloadError",
+                 "ServerDisconnectedError", "ServerTimeoutError", "HttpError", "EndpointConnectionError")  # fmt: skip
+REMOTE_READERS = ("aiohttp", "fsspec", "gcsfs", "s3fs", "adlfs", "botocore", "aiobotocore")
 BUG_REPORT = (
     "this is a bug in s2forecast, not in your input: please report it with the command line and the traceback "
     "above to the s2forecast developers (an issue in the s2forecast repository)"
@@ -62,6 +68,8 @@ NOT_READABLE = "not a NetCDF or zarr file (empty, truncated, or another format)"
 def user_error_message(error: BaseException) -> str | None:
     """One line describing ``error`` if it is a user error (module docstring), else None."""
     kind = type(error).__name__
+    if remote := _remote_read_message(error):
+        return remote
     if isinstance(error, pickle.UnpicklingError):
         return _unpickling_message(error)
     if isinstance(error, LookupError | RuntimeError | EOFError | struct.error) and _raised_in(
@@ -83,6 +91,41 @@ def user_error_message(error: BaseException) -> str | None:
         reason = one_line(_text(error)) or kind
         return f"cannot read the input data ({kind}: {reason}): is a file truncated, damaged or of another kind?"
     return None
+
+
+def _remote_read_message(error: BaseException) -> str | None:
+    """A read of a store at a URL that failed part-way (an HTTP error on one chunk, a reset, a
+    timeout): the server's or the network's failure, not a bug and not the user's input. aiohttp's
+    ``ClientError`` is no ``OSError``; from a DataLoader worker it comes back as torch's
+    ``RuntimeError("Caught ClientResponseError in DataLoader worker ...")``."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    text = _text(error)
+    worker = re.match(r"Caught (\w+) in DataLoader worker", text) if "\nOriginal Traceback" in text else None
+    if worker:
+        remote = worker[1] in REMOTE_ERRORS or (
+            worker[1] in ("TimeoutError", "ConnectionResetError", "ConnectionError") and "/aiohttp/" in text
+        )
+        last = [line for line in text.splitlines() if line.strip()][-1].strip()
+        reason = re.sub(r"^[\w.]+: ", "", last, count=1) or worker[1]
+    else:
+        remote = bool(names & set(REMOTE_ERRORS)) or (
+            isinstance(error, TimeoutError | ConnectionError) and _raised_in(error, REMOTE_READERS, innermost=False)
+        )
+        reason = one_line(text) or type(error).__name__
+    if not remote:
+        return None
+    status = getattr(error, "status", None)
+    found = re.match(r"(\d{3}), message='([^']*)', url='([^']*)'", reason)  # aiohttp's ClientResponseError
+    if found:
+        status, reason, url = int(found[1]), found[2], found[3]
+        where = f"reading {url} failed: HTTP {status} {reason}"
+    else:
+        where = f"reading a store at a URL failed: {reason}"
+    if status in (401, 403):
+        return f"{where}; access denied: pass credentials with --storage-options"
+    return (
+        f"{where}; the server or the network failed part-way: rerun the command (a fit resumes with --ckpt_path last)"
+    )
 
 
 def one_line(message: str) -> str:

@@ -483,7 +483,9 @@ class FieldDataset(torch.utils.data.Dataset):
         t, c = np.argwhere(~np.isfinite(states).all(axis=(2, 3)))[0]
         channel = self.channels[c]
         when = format_time(self.times[time_indices[t]])
-        raise NonFiniteData(f"{channel} has non-finite values at {when} in {self.path}")
+        # zarr reads a chunk missing from the store (a deleted file, HTTP 404 at a URL) as NaN
+        missing = " (NaN at every point: is a chunk missing from the store?)" if np.isnan(states[t, c]).all() else ""
+        raise NonFiniteData(f"{channel} has non-finite values at {when} in {self.path}{missing}")
 
     def __getitem__(self, index: int) -> dict:
         if not -len(self) <= index < len(self):  # Python's iteration over a dataset ends at IndexError

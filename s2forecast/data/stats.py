@@ -241,13 +241,15 @@ def _statistics(
             levels = var["level"].values if "level" in var.dims else None
             if "time" in var.dims:
                 fields = tendencies = Moments.empty(var.sizes.get("level", 1))
-                infinite = []
+                infinite, empty = [], []
                 for _ in range(sum(part.name == name for part in parts)):  # this variable's parts, in time order
-                    part_fields, part_tendencies, part_infinite = next(results)
+                    part_fields, part_tendencies, part_infinite, part_empty = next(results)
                     fields, tendencies = fields.combine(part_fields), tendencies.combine(part_tendencies)
                     infinite.append(part_infinite)
+                    empty.append(part_empty)
                     bar.update()
                 infinite = np.concatenate(infinite)
+                _warn_empty(path, name, _per_level(np.concatenate(empty), var, selected))
             else:
                 x = _block(stored[name])
                 fields, tendencies = Moments.of(x, weights, _lat_axis(stored[name])), None
@@ -376,6 +378,24 @@ def _no_pairs(path, step: np.timedelta64, store_step: np.timedelta64, selected: 
         f"no two times of {path} between {format_time(selected[0])} and {format_time(selected[-1])} are "
         f"{_hours(step)} h apart (within one trajectory); choose a longer period or a shorter --step-hours"
     )
+
+
+def _warn_empty(path, name: str, empty: xr.DataArray) -> None:
+    """Warn of fields that are NaN at every point, left out of the means: a chunk missing from the
+    store (a deleted file, HTTP 404 at a URL) reads so, as zarr reads a chunk never written.
+
+    Args:
+        empty: (time, [level]) bool, NaN at every point.
+    """
+    times = empty.any("level") if "level" in empty.dims else empty
+    if times.any():
+        first = format_time(times["time"].values[int(np.argmax(times.values))])
+        warnings.warn(
+            f"{path}: variable {name} is NaN at every point at {first} ({int(times.sum())} time(s) in all), left out "
+            "of the statistics; if the store should hold values there, a chunk is missing (a deleted file, HTTP 404 "
+            "at a URL: zarr reads a missing chunk as NaN)",
+            stacklevel=1,
+        )
 
 
 def _check_finite(path, name: str, infinite: xr.DataArray, has_value: xr.DataArray, selected: np.ndarray) -> None:
@@ -540,13 +560,13 @@ def _parts(name: str, times: np.ndarray, pairs: np.ndarray, step: np.timedelta64
     return parts
 
 
-def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndarray]:
+def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndarray, np.ndarray]:
     """Moments of the fields of one part and of the tendencies whose later time is in it, and where
-    values are infinite, in one pass (a task of ``Engine.map``).
+    values are infinite or all NaN, in one pass (a task of ``Engine.map``).
 
     Returns:
-        (fields, tendencies, infinite): infinite is (time, channel) bool over the part's times, any
-        infinite value.
+        (fields, tendencies, infinite, empty): (time, channel) bool over the part's times, any
+        infinite value; NaN at every point (a chunk missing from the store reads so).
     """
     var = job.ds[part.name].isel(time=job.selection)
     times, step, weights, block, pairs = job.times, job.step, job.weights, job.block, part.pairs
@@ -554,6 +574,7 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
     channels, lat_axis = var.sizes.get("level", 1), _lat_axis(var)
     fields, tendencies = Moments.empty(channels), Moments.empty(channels)
     infinite = np.zeros((part.stop - part.start, channels), dtype=bool)
+    empty = np.zeros_like(infinite)
     # earlier times of tendencies whose later time comes in a later block: first those before this part
     carry_times, carry = times[part.carry], (_block(var.isel(time=part.carry)) if part.carry.size else None)
     # float64 scratch of one block, reused: fields' deviations, tendencies, theirs (no page faults per block)
@@ -567,9 +588,12 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
                 pending = reader.submit(_block, var.isel(time=slice(start + block, min(start + 2 * block, part.stop))))
             block_times = times[start : start + x.shape[0]]
             moments = Moments.of(x, weights, lat_axis, out=work)
+            rows = slice(start - part.start, start - part.start + x.shape[0])
             if not (np.isfinite(moments.mean).all() and np.isfinite(moments.m2).all()):
                 # only then: it costs a pass
-                infinite[start - part.start : start - part.start + x.shape[0]] = np.isinf(x).any((-2, -1))
+                infinite[rows] = np.isinf(x).any((-2, -1))
+            if moments.count.sum() < x.size:  # some NaN: only then look for fields of nothing else
+                empty[rows] = np.isnan(x).all((-2, -1))
             fields = fields.combine(moments)
             later = np.flatnonzero(np.isin(block_times, later_times))
             if later.size:
@@ -601,7 +625,7 @@ def _weighted_moments(part: _Part, job: _Job) -> tuple[Moments, Moments, np.ndar
                 carry = np.concatenate([carry[keep[:n]], x[keep[n:]]]) if n else x[keep]
             carry_times = known_times[keep]
             del x
-    return fields, tendencies, infinite
+    return fields, tendencies, infinite, empty
 
 
 def _per_level(values: np.ndarray, var: xr.DataArray, times: np.ndarray | None = None) -> xr.DataArray:

@@ -183,3 +183,28 @@ def test_cftime_dates_of_the_real_world_calendar_are_named_as_such():
                                                      "outside the dates a datetime64[ns] time axis holds")  # fmt: skip
     # undecoded numbers beside a calendar attribute: not cftime dates (they had no .year: an AttributeError)
     assert cftime_problem(np.array([0, 6]), "standard") is None
+
+
+def test_stats_warn_of_a_missing_chunk(swe_store, tmp_path):
+    """A deleted chunk file (or an HTTP 404 at a URL) reads as NaN: stats left that time out of the
+    means in silence (a review found it); the other times' statistics are still right."""
+    from s2forecast.data import compute_stats
+    from s2forecast.times import format_time
+
+    store = tmp_path / "store.zarr"
+    shutil.copytree(swe_store, store)
+    shutil.rmtree(store / "stats", ignore_errors=True)
+    (chunk,) = [path for path in (store / "geopotential_height" / "c" / "3").rglob("*") if path.is_file()]
+    chunk.unlink()  # time 3: its one chunk
+    third = format_time(xr.open_zarr(swe_store)["time"].values[3])
+    with pytest.warns(UserWarning, match=rf"variable geopotential_height is NaN at every point at {third} \(1 time"):
+        stats = compute_stats(store, progress=False)
+    assert np.isfinite(stats["mean"].values).all()
+    from s2forecast.training.datamodule import SWEDataModule
+    from s2forecast.user_errors import UserError
+
+    data = SWEDataModule(str(store), train_trajectories=(0, 1), val_trajectories=(1, 2), stats=str(swe_store / "stats"))
+    data.setup("fit")
+    missing = r"\(NaN at every point: is a chunk missing from the store\?\)"
+    with pytest.raises(UserError, match=rf"at {third} in .* {missing}"):
+        [data.datasets["train"][i] for i in range(len(data.datasets["train"]))]

@@ -9,6 +9,7 @@ and not one byte of the store changes. No mocks: a real HTTP server and fsspec's
 import functools
 import hashlib
 import http.server
+import re
 import shlex
 import threading
 from pathlib import Path
@@ -19,12 +20,14 @@ import pytest
 import torch
 import xarray as xr
 import yaml
+from torch._utils import ExceptionWrapper
 
 from s2forecast.cli import main as cli
 from s2forecast.data.store import open_store
 from s2forecast.evaluation.report import open_results
 from s2forecast.models.data_spec import DataSpec
 from s2forecast.models.forecaster import Forecaster
+from s2forecast.user_errors import user_error_message
 
 REPO = Path(__file__).parents[2]
 LEVELS = [500, 850]
@@ -65,8 +68,17 @@ def digest(root: Path) -> dict[str, str]:
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    failing: dict[str, int] = {}  # a part of a path -> the HTTP status the server answers it with
+
     def log_message(self, *args):
         pass
+
+    def do_GET(self):
+        status = next((code for part, code in self.failing.items() if part in self.path), None)
+        if status is None:
+            super().do_GET()
+        else:
+            self.send_error(status, "injected")
 
 
 @pytest.fixture(scope="module")
@@ -320,3 +332,22 @@ def test_storage_options_reach_every_reader(guarded, tmp_path, capsys):
     assert holding == {"config.yaml"}, holding
     hparams = yaml.safe_load(next(tmp_path.rglob("hparams.yaml")).read_text())
     assert hparams["storage_options"] == {"headers": {"Authorization": "***"}}
+
+
+def test_a_chunk_the_server_fails_is_one_line_naming_it(served, tmp_path, capsys, monkeypatch):
+    """An HTTP error on one chunk part-way (aiohttp's ClientResponseError, no OSError) was a traceback
+    reported as a bug, in the command and from a DataLoader worker (a review found it)."""
+    _, url = served
+    monkeypatch.setattr(QuietHandler, "failing", {"/2m_temperature/3.": 500})
+    message = refused(["stats", url, "--out", tmp_path / "s.zarr", "--no-progress"], capsys)
+    assert re.search(
+        r"reading http://\S+/2m_temperature/3\.\S* failed: HTTP 500 injected; .* rerun the command", message
+    )
+    assert not (tmp_path / "s.zarr").exists()
+    try:  # as a DataLoader worker reads it: torch sends the error back and re-raises it (ExceptionWrapper)
+        xr.open_zarr(url)["2m_temperature"].isel(time=3).load()
+    except Exception:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(RuntimeError) as worker:  # torch cannot rebuild aiohttp's exception: a RuntimeError
+        wrapped.reraise()
+    assert re.match(r"reading http://\S+/2m_temperature/3\.\S* failed: HTTP 500", user_error_message(worker.value))
