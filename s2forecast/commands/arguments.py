@@ -28,6 +28,8 @@ positive_int = _number(int, 1, False, "an integer >= 1")
 nonnegative_int = _number(int, 0, False, "an integer >= 0")
 positive_float = _number(float, 0.0, True, "a number > 0")
 nonnegative_float = _number(float, 0.0, False, "a number >= 0")
+# the perturbations' MIN_SCALE: smaller noise is lost in float32 rounding
+perturbation_scale = _number(float, 1e-6, False, "a finite number >= 1e-6 (in units of each channel's std)")
 ensemble_members = _number(
     int, 2, False, "an integer >= 2 (an ensemble's members; leave --members out for one forecast)"
 )

@@ -9,6 +9,7 @@ from s2forecast.commands.arguments import (
     nonnegative_int,
     path_or_url,
     period_end,
+    perturbation_scale,
     positive_float,
     positive_int,
     resolve_device,
@@ -86,7 +87,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         "half the grid's); needs --members K >= 2",
     )  # fmt: skip
     parser.add_argument(
-        "--perturbation-scale", type=positive_float, metavar="S",
+        "--perturbation-scale", type=perturbation_scale, metavar="S",
         help=f"std of the perturbation in units of each channel's std (the normalization statistics), at least "
         f"1e-6 (default: {DEFAULT_SCALE})",
     )  # fmt: skip

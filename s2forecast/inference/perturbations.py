@@ -102,10 +102,10 @@ class Perturbation:
 
     Attributes:
         kind: ``gaussian`` or ``spherical-noise``.
-        scale: standard deviation in units of each channel's std (> 0, finite).
+        scale: standard deviation in units of each channel's std (finite, >= ``MIN_SCALE``).
 
     Raises:
-        ValueError: an unknown kind, or a scale that is not a finite number > 0.
+        ValueError: an unknown kind, or a scale that is not a finite number >= ``MIN_SCALE``.
     """
 
     kind: str

@@ -330,7 +330,7 @@ class ForecastModule(pl.LightningModule):
                         f"model.{name} {value} has no effect: model.loss is 'mse' (it weights the CRPS loss); drop it "
                         "or set model.loss: crps",
                         UserWarning,
-                        stacklevel=2,
+                        stacklevel=1,  # ours, printed as one line (stacklevel 2 is Lightning's cli.py)
                     )
         if init_from is not None:
             load_network_weights(self.forecaster, init_from)

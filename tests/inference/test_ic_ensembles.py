@@ -140,14 +140,14 @@ def test_an_ensemble_of_one_member_is_refused_even_for_a_noise_model(crps_run, s
     [
         (
             ["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "0"],
-            "must be a number > 0, got '0'",
+            "must be a finite number >= 1e-6 (in units of each channel's std), got '0'",
         ),
-        (["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "nan"], "must be a number > 0"),
-        # identical members (the noise was exactly 0), its attribute saying scale 1e-50
+        (["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "nan"], "finite number >= 1e-6"),
+        # identical members (the noise was exactly 0), its attribute saying scale 1e-50; one rule in one
+        # message (a review found 'nan' told "> 0" and 1e-7 then refused)
         (
             ["--members", "3", "--perturbation", "gaussian", "--perturbation-scale", "1e-50"],
-            "--perturbation-scale must be a finite number >= 1e-06 (in units of each channel's std, e.g. 0.05; "
-            "smaller noise is lost in float32 rounding), got 1e-50",
+            "--perturbation-scale: must be a finite number >= 1e-6 (in units of each channel's std), got '1e-50'",
         ),
         # the generic "use a smaller grid, batch size or model": memory is batch x members
         (

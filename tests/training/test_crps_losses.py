@@ -2,6 +2,7 @@
 spectral CRPS, and the ForecastModule options that switch them on."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -162,3 +163,9 @@ def test_crps_options_of_an_mse_model_are_warned_of_and_build_nothing():
         for name, value in (("crps_alpha", 0.3), ("crps_spectral_weight", 0.5))
     ]
     assert mse.analysis is None
+    # printed as ours, one line (with Lightning's cli.py as its place it got Lightning's format: a review found it)
+    from s2forecast.warning_format import one_line_warnings
+
+    with one_line_warnings("fit"):
+        printed = [warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught]
+    assert any(line.startswith("s2forecast fit: warning: model.crps_alpha 0.3 has no effect") for line in printed)
