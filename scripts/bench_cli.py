@@ -35,7 +35,8 @@ def seconds(argv: list[str], env: dict) -> float:
     result = subprocess.run([sys.executable, "-m", "s2forecast.cli", *argv], capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
-        raise SystemExit(f"s2forecast {' '.join(argv)} failed: {result.stderr[-500:]}")
+        last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        raise SystemExit(f"s2forecast {' '.join(argv)} failed: {last}")
     return elapsed
 
 

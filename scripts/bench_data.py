@@ -22,6 +22,8 @@ import argparse
 import functools
 import http.server
 import json
+import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -37,6 +39,7 @@ from s2forecast.data.plausibility import plausible_bounds
 from s2forecast.data.store import WB2_LEVELS, cf_attributes
 from s2forecast.geometry import Grid
 from s2forecast.training.datamodule import ERA5_PRESSURE, ERA5_SURFACE, ERA5DataModule
+from s2forecast.user_errors import UserError
 
 
 def make_store(path: Path, times: int, nlat: int = 121, nlon: int = 240, levels: int = 13) -> None:
@@ -66,8 +69,14 @@ def make_store(path: Path, times: int, nlat: int = 121, nlon: int = 240, levels:
         data[name] = xr.Variable(("time", "latitude", "longitude"), values, attrs=cf_attributes(name))
     ds = xr.Dataset(data, coords=coords, attrs={"grid_kind": grid.kind, "s2forecast_complete": "true"})
     encoding = {name: {"chunks": (1, *ds[name].shape[1:])} for name in ds.data_vars}
-    ds.to_zarr(path, mode="w", encoding=encoding, consolidated=True, zarr_format=3)
-    compute_stats(path)
+    # built under a name of this script's own, renamed once whole: a Ctrl-C while building left a store
+    # without statistics that every later run reused (and failed on)
+    building = path.with_name(f".{path.name}.building")
+    if building.exists():  # an earlier interrupted build's
+        shutil.rmtree(building)
+    ds.to_zarr(building, mode="w", encoding=encoding, consolidated=True, zarr_format=3)
+    compute_stats(building)
+    os.rename(building, path)
 
 
 class RawZarr(torch.utils.data.Dataset):
@@ -191,8 +200,11 @@ def main(argv=None):
             batch_size=args.batch_size, num_workers=args.workers, forcings=(), read_threads=read_threads,
         )  # fmt: skip
 
-    modules = {n: module(n) for n in threads}
-    dataset = modules[threads[0]].dataset("train")
+    try:
+        modules = {n: module(n) for n in threads}
+        dataset = modules[threads[0]].dataset("train")
+    except UserError as error:  # e.g. a store of another program, or damaged
+        parser.error(f"--store {store}: {error}; give another --store (or delete it: this script remakes its own)")
     loaders = [("datamodule", n, m._loader("train", shuffle=False)) for n, m in modules.items()]
     if server is None:
         raw = RawZarr(store, dataset.samples, list(dataset.spec.variables))

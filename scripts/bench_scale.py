@@ -473,7 +473,7 @@ def measure(argv: list[str]) -> tuple[float, float, float, str]:
         command = ["/usr/bin/time", "-f", "%e %U %S %M", "-o", report.name, *argv]
         result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if result.returncode == 2:  # s2forecast's one-line user error (of these options): passed on as it is
-            raise SystemExit(result.stderr.strip().splitlines()[-1])
+            raise SystemExit((result.stderr.strip().splitlines() or [f"exit status {result.returncode} (killed?)"])[-1])
         if result.returncode != 0:
             raise RuntimeError(f"{argv[:4]} failed ({result.returncode}): {result.stderr[-2000:]}")
         wall, user, system, peak_kb = report.read().split()[-4:]
@@ -558,6 +558,11 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"unknown cases {unknown}; known: {list(CASES)}")
     cases = [c for c in CASES if c in cases]  # each case's inputs are made by the cases before it
+    if {"evaluate", "rollout"} & set(cases) and max(inits) + args.leads > min(steps_list):
+        # before the store (minutes at 0.25 deg) and the cases before these
+        raise SystemExit(
+            f"--inits {max(inits)} + --leads {args.leads} need at least that many --steps, got {min(steps_list)}"
+        )
 
     parent = Path(args.workdir or "/tmp")
     if not parent.is_dir():

@@ -56,11 +56,17 @@ def forecast_case(path: Path, inits: int, leads: int) -> float:
     return time.perf_counter() - start
 
 
+def last_line(result: subprocess.CompletedProcess) -> str:
+    """A failed case's message: its stderr's last line, or its exit status when it printed nothing
+    (killed by the kernel's OOM killer: SIGKILL)."""
+    return (result.stderr.strip().splitlines() or [f"exit status {result.returncode} (killed?)"])[-1]
+
+
 def run_case(argv: list[str]) -> dict:
     """One case in a process of its own: its wall time and peak RSS."""
     result = subprocess.run([sys.executable, __file__, "--case", json.dumps(argv)], capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"case {argv} failed: {result.stderr.strip().splitlines()[-1]}")
+        raise SystemExit(f"case {argv} failed: {last_line(result)}")
     return json.loads(result.stdout)
 
 

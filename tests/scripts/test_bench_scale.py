@@ -225,10 +225,19 @@ def test_ratio_net_is_null_when_either_side_took_less_than_its_imports(tmp_path,
     (["--inits", "0"], "--inits '0': each must be >= 1"), (["--file-steps", "0"], "must be >= 1"),
     (["--leads", "2,3"], "give one number"),
     (["--grid", "0x0"], "--grid '0x0': a grid needs at least 2 latitudes and 2 longitudes"),  # ZeroDivisionError
+    # refused before the store and the earlier cases (minutes at 0.25 deg), not inside the case
+    (["--steps", "8,16", "--cases", "stats,evaluate", "--inits", "4,8", "--leads", "4"],
+     r"--inits 8 \+ --leads 4 need at least that many --steps, got 8"),
 ])  # fmt: skip
-def test_bench_scale_refuses_bad_counts_in_one_line(tmp_path, option, message):
+def test_bench_scale_refuses_bad_counts_in_one_line(tmp_path, monkeypatch, option, message):
+    script = load_script()
+
+    def measured(*args, **kwargs):
+        raise AssertionError("the run started before its options were checked")
+
+    monkeypatch.setattr(script, "measure", measured)
     with pytest.raises(SystemExit, match=message):
-        load_script().main([*option, "--workdir", str(tmp_path)])
+        script.main([*option, "--workdir", str(tmp_path)])
     assert not list(tmp_path.iterdir())
 
 

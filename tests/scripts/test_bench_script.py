@@ -193,6 +193,9 @@ def test_bench_skeleton_cases_and_bad_counts(tmp_path, capsys):
             bench.main([option, "x"])
     with pytest.raises(SystemExit, match="--leads '0': each must be >= 1"):
         bench.main(["--leads", "0"])
+    # a case killed without a word (the OOM killer's SIGKILL) was an IndexError (a review found it)
+    killed = subprocess.CompletedProcess([], -9, "", "")
+    assert bench.last_line(killed) == "exit status -9 (killed?)"
 
 
 def test_a_failed_case_keeps_its_cause(capsys, monkeypatch):
