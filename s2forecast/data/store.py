@@ -491,6 +491,8 @@ def remote_reason(error: BaseException) -> str:
             '; access denied: pass credentials with --storage-options (e.g. \'{"token": "anon"}\' for a '
             "public gs:// bucket, '{\"anon\": true}' for public s3://, '{\"headers\": {...}}' for https)"
         )
+    elif not isinstance(error, ModuleNotFoundError):  # a missing gcsfs/s3fs names itself and its extra
+        reason += "; check the URL (the store's root) and that its server answers"
     return reason
 
 

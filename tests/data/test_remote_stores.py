@@ -212,6 +212,7 @@ def test_outputs_record_urls_as_given_and_the_command_line_without_secrets(serve
     history_of(attrs, [redacted if arg == secret else arg for arg in stats])
     message = refused(["stats", secret.replace("era5", "nope"), "--out", tmp_path / "x.zarr"], capsys)
     assert "cannot read the zarr store at http://***@" in message and "s3cret" not in message, message
+    assert message.endswith("; check the URL (the store's root) and that its server answers"), message
     climatology = ["climatology", url, "--out", tmp_path / "clim.zarr", "--no-progress"]
     cli([str(a) for a in climatology])
     attrs = xr.open_zarr(tmp_path / "clim.zarr").attrs
