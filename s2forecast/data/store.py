@@ -55,12 +55,16 @@ class _AbandonedZarrReads(logging.Filter):
     """zarr 3 reads a group's members in concurrent tasks (``_getitem_semaphore``) and, when one fails
     (a store whose metadata it cannot parse, e.g. a pickle codec), raises that error and abandons the
     others: asyncio then logs each of their exceptions, the same failure, as "Task exception was never
-    retrieved" with a traceback when they are garbage-collected, after the one-line refusal. Only those
-    records are dropped: the error itself is raised and reported."""
+    retrieved" with a traceback when they are garbage-collected, after the one-line refusal (or as
+    "Task was destroyed but it is pending!" after a chunk read at a URL failed). Only those records
+    are dropped: the error itself is raised and reported."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        return not ("exception was never retrieved" in text and "_getitem_semaphore" in text)
+        if "exception was never retrieved" in text and "_getitem_semaphore" in text:
+            return False
+        # a chunk read that failed part-way (a reset): the same abandonment, of zarr's concurrent reads
+        return not ("Task was destroyed but it is pending" in text and "/zarr/" in text)
 
 
 if not any(isinstance(f, _AbandonedZarrReads) for f in logging.getLogger("asyncio").filters):
