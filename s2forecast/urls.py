@@ -6,9 +6,8 @@ import re
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 HIDDEN = "***"
-# user:password@ after a scheme; a query string (a presigned URL's signature, a SAS token)
-_USERINFO = re.compile(r"(?<=://)[^/@\s'\"]+@")
-_QUERY = re.compile(r"(?<=[A-Za-z0-9+.-]://)([^\s?'\"]*)\?[^\s'\"]+")
+# a URL inside a text (an error line, a command line): its end at a space, a quote, a bracket or a comma
+_URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"()<>,]+)")
 # the options that hold fsspec's storage options (credentials, headers with tokens)
 STORAGE_OPTIONS = ("--storage-options", "--data.init_args.storage_options", "--data.storage_options")
 
@@ -21,7 +20,15 @@ def is_url(source) -> bool:
 def redact(text: str) -> str:
     """``text`` with each URL's user information (``user:password@``) and query string replaced by
     ``***``: what a log, an error line or an output's attributes may show of it."""
-    return _QUERY.sub(rf"\1?{HIDDEN}", _USERINFO.sub(f"{HIDDEN}@", text))
+    return _URL_IN_TEXT.sub(_redacted, text)
+
+
+def _redacted(url: re.Match) -> str:
+    scheme, rest = url[1], url[2]
+    rest = re.sub(r"^[^/@]+@", f"{HIDDEN}@", rest)  # user:password@host (s3://bucket/key@v1 is a key)
+    if scheme.lower() != "file" and "?" in rest:  # a presigned URL's signature, a SAS token; a path's "?" stays
+        rest = f"{rest.split('?', 1)[0]}?{HIDDEN}"
+    return f"{scheme}://{rest}"
 
 
 def hidden_values(options):

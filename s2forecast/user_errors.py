@@ -123,9 +123,7 @@ def _remote_read_message(error: BaseException) -> str | None:
         where = f"reading a store at a URL failed: {reason}"
     if status in (401, 403):
         return f"{where}; access denied: pass credentials with --storage-options"
-    return (
-        f"{where}; the server or the network failed part-way: rerun the command (a fit resumes with --ckpt_path last)"
-    )
+    return f"{where}; the server or the network failed part-way: rerun the command"
 
 
 def one_line(message: str) -> str:

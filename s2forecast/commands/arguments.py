@@ -82,16 +82,19 @@ def device(text: str) -> str:
 
 
 def json_object(text: str) -> dict:
-    """A JSON object, e.g. fsspec storage options '{"token": "anon"}'."""
+    """A JSON object, e.g. fsspec storage options '{"token": "anon"}'. A bad one is described without
+    its text: storage options hold credentials, and error lines end up in logs."""
     import json
 
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise argparse.ArgumentTypeError(f"must be a JSON object such as '{{\"token\": \"anon\"}}', got {text!r} "
-                                         f"({error.msg})") from None  # fmt: skip
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as '{{\"token\": \"anon\"}}': {error.msg} at "
+                                         f"character {error.pos} of {len(text)}") from None  # fmt: skip
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f'must be a JSON object such as \'{{"token": "anon"}}\', got {text!r}')
+        raise argparse.ArgumentTypeError(
+            f'must be a JSON object such as \'{{"token": "anon"}}\', got a JSON {type(value).__name__}'
+        )
     return value
 
 

@@ -507,7 +507,7 @@ def _open_climatology(
             clim = validate_climatology(open_url(source, "climatology", storage_options, chunks={}))
         except UserError as error:
             raise UserError(f"{source}: {error}" if source not in str(error) else str(error)) from None
-        where = source
+        where = describe_input(source)  # without a password (outputs get shared)
     else:
         path = _require_path(source, "climatology")
         _check_readable(path, "climatology")

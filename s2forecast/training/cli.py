@@ -28,6 +28,7 @@ import warnings
 from argparse import ArgumentError
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning
 import yaml
@@ -160,7 +161,7 @@ def _check_ckpt_path(subcommand: str | None, ckpt_path, init_from) -> None:
     """``--ckpt_path`` values a separate s2forecast process cannot use, and validate/test without a
     checkpoint, which scored the model as built (untrained) as if it were one (a review found it)."""
     text = None if ckpt_path is None else str(ckpt_path)
-    if text is not None and (text == "best" or text.startswith("registry")):
+    if text is not None and (text == "best" or re.match(r"registry(:|$)", text, re.IGNORECASE)):  # Lightning's rule
         raise UserError(
             f"--ckpt_path {text} is Lightning's value for a checkpoint of the same Python process or its model "
             "registry; pass the checkpoint file (runs/NAME/version_N/checkpoints/best-*.ckpt or last.ckpt) or last"
@@ -194,6 +195,12 @@ class ForecastCLI(LightningCLI):
         for action in parser._actions:
             if getattr(action, "dest", None) in limits and hasattr(action, "_typehint"):
                 action._typehint = int | float | None
+        for name in ("optimizer", "lr_scheduler"):  # null in every config.yaml written before they were removed
+            parser.add_argument(
+                f"--{name}", type=Any, default=None,
+                help="not an option: the optimizer (AdamW) and its schedule are the model's (model.lr, "
+                "model.weight_decay, model.warmup_steps); only null is accepted, as in earlier config.yaml files",
+            )  # fmt: skip
         parser.add_argument(
             "--model_from_ckpt", type=bool, default=False,
             help="take the model's hyper-parameters from the --ckpt_path file instead of the config's model section "
@@ -345,6 +352,12 @@ class ForecastCLI(LightningCLI):
         config = self.config[subcommand] if subcommand else {}
         ckpt_path = config.get("ckpt_path")
         _check_ckpt_path(subcommand, ckpt_path, (config.get("model") or {}).get("init_from"))
+        for name in ("optimizer", "lr_scheduler"):
+            if config.get(name) is not None:  # Lightning's, which replaced the model's (a review found it)
+                raise UserError(
+                    f"--{name} is not an option: the optimizer (AdamW) and its schedule are the model's; set "
+                    "model.lr, model.weight_decay, model.warmup_steps"
+                )
         if ckpt_path is not None and str(ckpt_path) not in SPECIAL_CKPT_PATHS:
             # a URL, a missing or unsafe file: one line before anything is built
             self._ckpt_hparams = (str(ckpt_path), read_checkpoint(ckpt_path).get("hyper_parameters") or {})
@@ -422,17 +435,29 @@ class ForecastCLI(LightningCLI):
 
     def _check_processes(self) -> None:
         """Processes that torchrun or srun started must be the trainer's: with the default
-        ``trainer.devices`` (1 on a CPU) each would train alone, all writing one log folder."""
-        started = os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_STEP_NUM_TASKS") or "1"
-        launcher = "torchrun" if "WORLD_SIZE" in os.environ else "srun"
+        ``trainer.devices`` (1 on a CPU) each would train alone, all writing one log folder. srun
+        counts only where Lightning reads SLURM (not in an interactive ``srun --pty bash``)."""
+        from lightning_fabric.plugins.environments import SLURMEnvironment
+
+        env = os.environ
+        if "WORLD_SIZE" in env:
+            launcher, started, per_node = "torchrun", env["WORLD_SIZE"], env.get("LOCAL_WORLD_SIZE")
+        elif SLURMEnvironment.detect() and "SLURM_STEP_NUM_TASKS" in env:
+            launcher, started = "srun", env["SLURM_STEP_NUM_TASKS"]
+            nodes = env.get("SLURM_STEP_NUM_NODES", "1")
+            per_node = str(int(started) // int(nodes)) if started.isdigit() and nodes.isdigit() and int(nodes) else None
+        else:
+            return
         trainer = self.trainer
-        if started.isdigit() and int(started) > 1 and trainer.world_size != int(started):
-            raise UserError(
-                f"{launcher} started {started} processes but the trainer runs {trainer.world_size} "
-                f"(trainer.devices {trainer.num_devices} x trainer.num_nodes {trainer.num_nodes}): each would train "
-                f"on its own; pass --trainer.devices {int(started) // trainer.num_nodes} (processes per node) and "
-                "--trainer.num_nodes (nodes), or start one process"
-            )
+        if not started.isdigit() or int(started) <= 1 or trainer.world_size == int(started):
+            return
+        per_node = int(per_node) if per_node and per_node.isdigit() and int(per_node) > 0 else int(started)
+        raise UserError(
+            f"{launcher} started {started} processes but the trainer runs {trainer.world_size} (trainer.devices "
+            f"{trainer.num_devices} x trainer.num_nodes {trainer.num_nodes}): each would train on its own; pass "
+            f"--trainer.devices {per_node} --trainer.num_nodes {max(int(started) // per_node, 1)} (processes per node "
+            "x nodes), or start one process"
+        )
 
     def _before_run(self) -> None:
         self._check_processes()

@@ -231,6 +231,8 @@ class _Reducer:
     def wrong_type(self, key: str, expected: list[str], given: str) -> str:
         given = given.strip()
         shown = given if len(given) <= 60 else given[:57] + "..."
+        if key.endswith("storage_options"):  # credentials: not into an error line (logs get shared)
+            shown = "***"
         return f"{key}: expected {' or '.join(dict.fromkeys(expected))}, got {shown!r}{self.location(key, ' (in {})')}"
 
     def missing(self, key: str, names: str) -> str:
@@ -257,11 +259,6 @@ class _Reducer:
     # --- helpers -----------------------------------------------------------------------------------
     def suggestion(self, key: str, candidates: list[str], prefix: str = "") -> str:
         """'did you mean ...?' with the closest of ``candidates``, else the valid keys beside ``key``."""
-        if key.split(".")[0] in ("optimizer", "lr_scheduler"):  # Lightning's, which would bypass the model's
-            return (
-                "the optimizer (AdamW) and its schedule are the model's: set model.lr, model.weight_decay, "
-                "model.warmup_steps"
-            )
         close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
         if close:
             return f"did you mean '{prefix}{close[0]}'?"

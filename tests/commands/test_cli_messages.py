@@ -226,9 +226,13 @@ CASES = {
     ),
     "fit Lightning's optimizer option": (  # it replaced the model's optimizer, model.lr ignored (a review found it)
         ["fit", "--config", "{base_yaml}", "--optimizer", "SGD"],
-        ["unknown option --optimizer", "are the model's: set model.lr, model.weight_decay, model.warmup_steps"],
+        ["--optimizer is not an option", "are the model's; set model.lr, model.weight_decay, model.warmup_steps"],
     ),
     "fit no config": (["fit"], ["data is required", "--config"]),
+    "fit storage options not printed": (  # credentials (a review found a token in the line)
+        ["fit", "--config", "{base_yaml}", "--data.init_args.storage_options", '"s3cret"'],
+        ["data.init_args.storage_options: expected dict, got '***'"],
+    ),
     "fit value refused by the DataModule": (["fit", "--config", "{bad_nan_policy_yaml}"], ["nan_policy", "'maybe'"]),
     "fit store does not exist": (["fit", "--config", "{missing_store_yaml}"], ["nowhere.zarr"]),
     "fit store is not a store": (["fit", "--config", "{not_a_store_yaml}"], ["not_a_store", "not a zarr store"]),

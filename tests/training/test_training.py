@@ -246,6 +246,8 @@ def test_print_config_reproduces_a_run(swe_store, mse_run_1_epoch, tmp_path, cap
     printed = capsys.readouterr().out
     config = yaml.safe_load(printed)
     assert config["model"]["network"]["embed_dim"] == 16 and config["trainer"]["max_epochs"] == 2
+    # optimizer and lr_scheduler: null, as in every config.yaml written before they stopped being options
+    assert config["optimizer"] is None and config["lr_scheduler"] is None
     path = tmp_path / "printed.yaml"
     path.write_text(printed)
     # the printed config alone builds the same run (the checkpoint's model: same hyper-parameters)
@@ -419,17 +421,33 @@ def test_a_limit_of_1_batch_is_one_batch(swe_store, tmp_path, limit, one_batch):
 
 
 TORCHRUN = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+SRUN = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_PROCID": "0",
+        "SLURM_JOB_NAME": "train"}  # fmt: skip
 
 
-@pytest.mark.parametrize("launcher", [TORCHRUN, {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"}])
-def test_processes_that_the_trainer_does_not_use_are_refused(swe_store, tmp_path, monkeypatch, launcher):
+@pytest.mark.parametrize(("launcher", "fix"), [
+    (TORCHRUN, "--trainer.devices 2 --trainer.num_nodes 1"),
+    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "1"}, "--trainer.devices 1 --trainer.num_nodes 2"),  # two nodes of one
+    (SRUN, "--trainer.devices 2 --trainer.num_nodes 1"),
+    ({**SRUN, "SLURM_STEP_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "1"}, "--trainer.devices 1 --trainer.num_nodes 2"),
+])  # fmt: skip
+def test_processes_that_the_trainer_does_not_use_are_refused(swe_store, tmp_path, monkeypatch, launcher, fix):
     """torchrun --nproc-per-node 2 with trainer.devices left at 1: each process trained the whole
-    split alone, both writing into runs/ (a review found it)."""
+    split alone, both writing into runs/ (a review found it); the line gives the numbers to pass."""
     for name, value in launcher.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(UserError, match=r"started 2 processes but the trainer runs 1 .*pass --trainer.devices 2"):
+    with pytest.raises(UserError, match=rf"started 2 processes but the trainer runs 1 .*pass {fix} "):
         lightning(["fit", *tiny_args(swe_store, tmp_path)])
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_interactive_srun_shell_is_one_process(swe_store, tmp_path, monkeypatch):
+    """Inside `srun -n 4 --pty bash` one process runs: Lightning ignores SLURM there, and so does the
+    check of the processes (it refused such a fit: a review found it)."""
+    for name, value in {**SRUN, "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4", "SLURM_JOB_NAME": "bash"}.items():
+        monkeypatch.setenv(name, value)
+    lightning(["fit", *tiny_args(swe_store, tmp_path, "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0")])
+    assert list((tmp_path / "runs").rglob("last.ckpt"))
 
 
 @pytest.mark.parametrize(
@@ -439,11 +457,13 @@ def test_processes_that_the_trainer_does_not_use_are_refused(swe_store, tmp_path
         (["test"], r"test scores a checkpoint: pass --ckpt_path FILE"),
         (["validate", "--ckpt_path", "best"], r"--ckpt_path best is Lightning's value for a checkpoint of the same"),
         (["fit", "--ckpt_path", "registry:m:latest"], r"--ckpt_path registry:m:latest is Lightning's value"),
+        (["fit", "--ckpt_path", "REGISTRY"], r"--ckpt_path REGISTRY is Lightning's value"),
+        (["test", "--ckpt_path", "registry/last.ckpt"], r"no checkpoint file at registry/last.ckpt"),  # a path
     ],
 )
 def test_validate_and_test_need_a_checkpoint_they_can_read(swe_store, tmp_path, argv, message):
     """validate without --ckpt_path scored the untrained model as built, exit 0 (a review found it);
     'best' and the model registry are Lightning's values for its Python API, useless to a new process."""
-    with pytest.raises(UserError, match=message):
+    with pytest.raises((UserError, FileNotFoundError), match=message):  # a missing file: FileNotFoundError
         lightning([argv[0], *tiny_args(swe_store, tmp_path), *argv[1:]])
     assert not (tmp_path / "runs").exists()
