@@ -6,8 +6,10 @@ import re
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 HIDDEN = "***"
-# a URL inside a text (an error line, a command line): its end at a space, a quote, a bracket or a comma
-_URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"()<>,]+)")
+# a URL inside a text (an error line, a command line): it ends at a space or a quote; a bracket, comma or
+# full stop at its very end closes the text around it (``(https://h/x.zarr?k=v),``), not the URL
+_URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"]+)")
+_TEXT_AFTER = re.compile(r"[)\]>,.;:]+$")
 # the options that hold fsspec's storage options (credentials, headers with tokens)
 STORAGE_OPTIONS = ("--storage-options", "--data.init_args.storage_options", "--data.storage_options")
 
@@ -25,10 +27,16 @@ def redact(text: str) -> str:
 
 def _redacted(url: re.Match) -> str:
     scheme, rest = url[1], url[2]
-    rest = re.sub(r"^[^/@]+@", f"{HIDDEN}@", rest)  # user:password@host (s3://bucket/key@v1 is a key)
+    after = _TEXT_AFTER.search(rest)
+    tail = after[0] if after and "(" not in rest else ""  # "?a=(1)" keeps its bracket in the query
+    rest = rest[: len(rest) - len(tail)]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:  # user:password@host, up to the last @ before the path (s3://bucket/key@v1: a key)
+        authority = f"{HIDDEN}@{authority.rpartition('@')[2]}"
+    rest = authority + slash + path
     if scheme.lower() != "file" and "?" in rest:  # a presigned URL's signature, a SAS token; a path's "?" stays
         rest = f"{rest.split('?', 1)[0]}?{HIDDEN}"
-    return f"{scheme}://{rest}"
+    return f"{scheme}://{rest}{tail}"
 
 
 def hidden_values(options):

@@ -447,6 +447,16 @@ class ForecastCLI(LightningCLI):
             nodes = env.get("SLURM_STEP_NUM_NODES", "1")
             per_node = str(int(started) // int(nodes)) if started.isdigit() and nodes.isdigit() and int(nodes) else None
         else:
+            tasks = env.get("SLURM_STEP_NUM_TASKS", "1")
+            if tasks.isdigit() and int(tasks) > 1 and self.trainer.world_size == 1:
+                # a job named bash or interactive (srun --pty bash, often salloc): Lightning then ignores SLURM,
+                # and cannot tell this shell's one process from `srun -n N s2forecast fit`'s N
+                warnings.warn(
+                    f"the SLURM job step has {tasks} tasks but its job name {env.get('SLURM_JOB_NAME')!r} makes "
+                    f"Lightning ignore SLURM: if srun started this command {tasks} times, each trains on its own; "
+                    "name the job otherwise (--job-name) and pass --trainer.devices/--trainer.num_nodes",
+                    stacklevel=1,
+                )
             return
         trainer = self.trainer
         if not started.isdigit() or int(started) <= 1 or trainer.world_size == int(started):
