@@ -105,8 +105,7 @@ def _remote_read_message(error: BaseException) -> str | None:
         remote = worker[1] in REMOTE_ERRORS or (
             worker[1] in ("TimeoutError", "ConnectionResetError", "ConnectionError") and "/aiohttp/" in text
         )
-        last = [line for line in text.splitlines() if line.strip()][-1].strip()
-        reason = re.sub(r"^[\w.]+: ", "", last, count=1) or worker[1]
+        reason = _worker_message(text) or worker[1]
     else:
         remote = bool(names & set(REMOTE_ERRORS)) or (
             isinstance(error, TimeoutError | ConnectionError) and _raised_in(error, REMOTE_READERS, innermost=False)
@@ -149,8 +148,7 @@ def _known_message(error: BaseException) -> str | None:
     names = {cls.__name__ for cls in type(error).__mro__}
     if text.startswith("Caught ") and "\nOriginal Traceback" in text:
         # re-raised from a DataLoader worker with the worker's traceback: its last line is the message
-        last = [line for line in text.splitlines() if line.strip()][-1]
-        return re.sub(r"^[\w.]+: ", "", last.strip(), count=1)
+        return _worker_message(text)
     if "GroupNotFoundError" in names or "NodeNotFoundError" in names:
         match = re.search(r"store '(?:file://)?([^']*)'", text)
         where = match.group(1) if match else "the path"
@@ -164,6 +162,13 @@ def _known_message(error: BaseException) -> str | None:
     if "JSONDecodeError" in names and _raised_in(error, ("zarr",), innermost=False):
         return f"a zarr metadata file is not valid JSON ({one_line(text)}): the store is damaged or not a zarr store"
     return None
+
+
+def _worker_message(text: str) -> str:
+    """The message of an error a DataLoader worker raised, from torch's re-raised text: its last line,
+    without the exception's class."""
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return re.sub(r"^[\w.]+: ", "", last.strip(), count=1)
 
 
 def _unpickling_message(error: BaseException) -> str:
